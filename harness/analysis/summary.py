@@ -1,0 +1,147 @@
+"""The end-of-run table: per stage, how many rollouts, how many failed and why, and the TTI distribution.
+
+Percentiles are never trimmed and are nearest-rank (every value printed was observed). Failure rates are over
+finished rollouts (ok + failed); cancelled rollouts (cut off by the end of the run) are counted apart, because
+they are disproportionately the slow ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999))
+
+
+def quantiles(values: pd.Series | np.ndarray, qs: tuple[tuple[str, float], ...] = QUANTILES) -> dict[str, float]:
+    """Nearest-rank quantiles plus max; NaN when there are no values."""
+    array = np.asarray(pd.Series(values).dropna(), dtype=float)
+    if array.size == 0:
+        return {name: float("nan") for name, _ in qs} | {"max": float("nan")}
+    result = {name: float(np.quantile(array, q, method="inverted_cdf")) for name, q in qs}
+    result["max"] = float(array.max())
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class StageRow:
+    stage: str
+    target_users: int
+    rollouts: int
+    ok: int
+    failed: int
+    cancelled: int
+    failure_rate: float
+    failures: dict[str, int]
+    tti: dict[str, float]
+    max_inflight: int
+    start_rate: float
+
+
+def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
+    rows: list[StageRow] = []
+    if rollouts.empty:
+        return rows
+    for stage, group in rollouts.groupby("stage", sort=True):
+        ok = int((group["outcome"] == "ok").sum())
+        failed = int((group["outcome"] == "failed").sum())
+        cancelled = int((group["outcome"] == "cancelled").sum())
+        finished = ok + failed
+        failures = group.loc[group["outcome"] == "failed", "failure_kind"].value_counts().to_dict()
+        span = float(group["t_submit"].max() - group["t_submit"].min())
+        rows.append(
+            StageRow(
+                stage=str(stage),
+                target_users=int(group["target_users"].max()),
+                rollouts=len(group),
+                ok=ok,
+                failed=failed,
+                cancelled=cancelled,
+                failure_rate=failed / finished if finished else 0.0,
+                failures={str(k): int(v) for k, v in failures.items()},
+                tti=quantiles(group.loc[group["outcome"] == "ok", "tti_s"]),
+                max_inflight=int(group["inflight_at_submit"].max()),
+                start_rate=len(group) / span if span > 0 else float("nan"),
+            )
+        )
+    return rows
+
+
+def _seconds(value: float) -> str:
+    if value != value:  # NaN
+        return "-"
+    if value < 10:
+        return f"{value:.3f}"
+    if value < 100:
+        return f"{value:.2f}"
+    return f"{value:.1f}"
+
+
+def format_stage_table(rows: list[StageRow]) -> str:
+    header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", "TTI p50", "p90", "p99", "p99.9", "max",
+              "inflight", "starts/s", "failures by kind"]  # fmt: skip
+    table = [header]
+    for row in rows:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(row.failures.items(), key=lambda kv: -kv[1]))
+        table.append(
+            [
+                row.stage,
+                str(row.target_users),
+                str(row.rollouts),
+                str(row.ok),
+                str(row.failed),
+                str(row.cancelled),
+                f"{100 * row.failure_rate:.1f}",
+                _seconds(row.tti["p50"]),
+                _seconds(row.tti["p90"]),
+                _seconds(row.tti["p99"]),
+                _seconds(row.tti["p99.9"]),
+                _seconds(row.tti["max"]),
+                str(row.max_inflight),
+                "-" if row.start_rate != row.start_rate else f"{row.start_rate:.1f}",
+                kinds or "-",
+            ]
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = []
+    for n, line in enumerate(table):
+        cells = [cell.ljust(widths[i]) if i in (0, len(header) - 1) else cell.rjust(widths[i]) for i, cell in enumerate(line)]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def measurement_error(rollouts: pd.DataFrame, truth: pd.DataFrame) -> dict[str, Any] | None:
+    """Harness TTI minus the vendor's own accept->usable time, per sandbox, in milliseconds.
+
+    What the harness adds on top of the vendor: request round trips, the status poll interval, the first
+    command's round trip, and its own event-loop lag. Only meaningful against the simulator's truth.
+    """
+    if rollouts.empty or truth.empty or "ready_wall" not in truth or "created_wall" not in truth:
+        return None
+    ok = rollouts.loc[(rollouts["outcome"] == "ok") & rollouts["tti_s"].notna(), ["sandbox_id", "tti_s"]]
+    vendor = truth.dropna(subset=["ready_wall", "created_wall"])[["id", "created_wall", "ready_wall"]]
+    joined = ok.merge(vendor, left_on="sandbox_id", right_on="id", how="inner")
+    if joined.empty:
+        return None
+    vendor_s = joined["ready_wall"] - joined["created_wall"]
+    error_ms = (joined["tti_s"] - vendor_s) * 1000.0
+    return {
+        "samples": int(len(joined)),
+        "error_ms": quantiles(error_ms),
+        "error_mean_ms": float(error_ms.mean()),
+        "vendor_tti_p50_s": float(np.quantile(vendor_s, 0.5, method="inverted_cdf")),
+        "harness_tti_p50_s": float(np.quantile(joined["tti_s"], 0.5, method="inverted_cdf")),
+    }
+
+
+def load_truth(run_dir: Path) -> pd.DataFrame:
+    path = Path(run_dir) / "sim_truth.parquet"
+    if not path.exists():
+        return pd.DataFrame()
+    return pd.read_parquet(path)

@@ -1,0 +1,167 @@
+"""`stampede`: the command line. Errors a user can cause end in one line on stderr and exit status 2.
+
+Imports are deferred per command: `stampede run` must import Locust (which monkey-patches the interpreter
+with gevent) before anything imports asyncio or ssl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (`stampede: error: ...`), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"stampede: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    from harness.options import add_arguments
+
+    run = sub.add_parser("run", help="run a scenario headless and write results/<run_id>/",
+                         description="Ramp rollouts against a sandbox provider (default: the embedded Prime-like stub).")  # fmt: skip
+    run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
+    run.add_argument("-u", "--users", type=int, default=None,
+                     help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)")
+    run.add_argument("-r", "--spawn-rate", type=float, default=None, help="users started per second between stages")
+    run.add_argument("-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)")
+    run.add_argument("--stop-timeout", type=float, default=None,
+                     help="seconds in-flight rollouts get to finish when the run ends (default: 60)")
+    add_arguments(run, locust=False)
+
+
+def _add_stub(sub: argparse._SubParsersAction) -> None:
+    stub = sub.add_parser("stub", help="the Prime-like HTTP API stub over the vendor simulator")
+    stub_sub = stub.add_subparsers(dest="stub_command", metavar="COMMAND", parser_class=OneLineParser)
+    stub_sub.required = True
+    serve = stub_sub.add_parser("serve", help="run the stub standalone", add_help=False)
+    serve.add_argument("args", nargs=argparse.REMAINDER)
+
+
+def _add_cleanup(sub: argparse._SubParsersAction) -> None:
+    cleanup = sub.add_parser("cleanup", help="terminate every sandbox a run left behind (found by its run label)")
+    cleanup.add_argument("--provider", default="stub")
+    cleanup.add_argument("--base-url", default=None)
+    cleanup.add_argument("--token", default=None, help="or STAMPEDE_TOKEN")
+    cleanup.add_argument("--provider-option", action="append", default=None, help="KEY=VALUE (repeatable)")
+    cleanup.add_argument("--run-id", required=True)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="stampede", description="Load-test a fleet of code-execution sandboxes.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub.required = True
+    _add_run(sub)
+    _add_stub(sub)
+    sub.add_parser("profiles", help="list the simulated vendor profiles")
+    summary = sub.add_parser("summary", help="print the per-stage table of a finished run")
+    summary.add_argument("run_dir")
+    _add_cleanup(sub)
+    return parser
+
+
+def _cmd_profiles(_: argparse.Namespace) -> int:
+    from providers.sim.profile import load_profile, profile_names
+
+    for name in profile_names():
+        profile = load_profile(name)
+        print(f"{name:<12} time scale {profile.default_time_scale:<5g} {profile.description}")
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.analysis.dataset import load_rollouts
+    from harness.analysis.summary import format_stage_table, stage_rows
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir() or not any(run_dir.glob("rollouts*.parquet")):
+        raise UsageError(f"{run_dir} is not a stampede run folder (no rollouts*.parquet)")
+    print(format_stage_table(stage_rows(load_rollouts(run_dir))))
+    return 0
+
+
+def _cmd_stub(args: argparse.Namespace) -> int:
+    from providers.sim.serve import main as serve_main
+
+    return int(serve_main(list(args.args)))
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    from harness.options import SettingsError, parse_key_values
+    from providers import create_provider
+    from providers.base import ProviderConfigError, ProviderError
+
+    try:
+        options: dict[str, object] = dict(parse_key_values(args.provider_option, "provider-option"))
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
+    if args.base_url:
+        options["base_url"] = args.base_url
+    token = args.token or os.environ.get("STAMPEDE_TOKEN")
+    if token:
+        options["token"] = token
+
+    async def reap() -> int:
+        provider = create_provider(args.provider, options)
+        try:
+            await provider.preflight()
+            return await provider.cleanup(args.run_id)
+        finally:
+            await provider.aclose()
+
+    try:
+        count = asyncio.run(reap())
+    except (ProviderConfigError, ProviderError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"reaped {count} sandboxes of run {args.run_id}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.run_command import run
+
+    return run(args)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _cmd_run,
+    "stub": _cmd_stub,
+    "profiles": _cmd_profiles,
+    "summary": _cmd_summary,
+    "cleanup": _cmd_cleanup,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"stampede: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("stampede: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

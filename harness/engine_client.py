@@ -1,0 +1,186 @@
+"""The Locust side of the engine bridge: start an engine process and talk to it without blocking gevent.
+
+One Unix-socket connection per Locust process, multiplexed: every greenlet that waits for a rollout waits on
+its own `AsyncResult`, and one reader greenlet hands out the answers. Uses gevent's primitives explicitly,
+so it cooperates with the hub whether or not the process was monkey-patched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.lock
+import gevent.socket
+import gevent.subprocess
+from gevent import GreenletExit
+
+from harness.engine_protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
+
+ENGINE_START_TIMEOUT_S = 30.0
+
+
+class EngineError(Exception):
+    """The engine refused a request or went away."""
+
+    def __init__(self, message: str, kind: str = "harness") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class EngineClient:
+    """A started engine process and the one connection to it."""
+
+    def __init__(self, process: gevent.subprocess.Popen, sock: gevent.socket.socket, socket_dir: str) -> None:
+        self.process = process
+        self._sock = sock
+        self._socket_dir = socket_dir
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, gevent.event.AsyncResult] = {}
+        self._send_lock = gevent.lock.Semaphore()
+        self._closed = False
+        self._reader = gevent.spawn(self._read_loop)
+
+    @classmethod
+    def spawn(cls, worker: str, *, env: dict[str, str] | None = None) -> EngineClient:
+        """Start `python -m harness.engine` in a fresh interpreter (no gevent) and connect to it."""
+        socket_dir = tempfile.mkdtemp(prefix="stampede-engine-")
+        socket_path = os.path.join(socket_dir, "engine.sock")
+        child_env = dict(os.environ if env is None else env)
+        child_env.pop("LOCUST_SKIP_MONKEY_PATCH", None)
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), child_env.get("PYTHONPATH", "")]
+        ).rstrip(os.pathsep)
+        process = gevent.subprocess.Popen(
+            [sys.executable, "-m", "harness.engine", "--socket", socket_path, "--worker", worker, "--watch-stdin"],
+            stdin=gevent.subprocess.PIPE,  # closing it (or our death) tells the engine to drain and exit
+            stdout=gevent.subprocess.PIPE,
+            env=child_env,
+            start_new_session=True,  # a terminal's Ctrl-C reaches us, and we drain the engine in order
+        )
+        try:
+            with gevent.Timeout(ENGINE_START_TIMEOUT_S, EngineError("engine did not start in time")):
+                line = process.stdout.readline().decode(errors="replace").strip()
+                if line != READY_LINE:
+                    raise EngineError(f"engine failed to start (exit {process.poll()}): {line or 'no output'}")
+            sock = gevent.socket.socket(gevent.socket.AF_UNIX, gevent.socket.SOCK_STREAM)
+            sock.connect(socket_path)
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        return cls(process, sock, socket_dir)
+
+    # -- requests ------------------------------------------------------------------------------------
+    def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """Send one request and wait cooperatively for its answer."""
+        if self._closed:
+            raise EngineError("engine connection is closed")
+        req_id = next(self._ids)
+        result = gevent.event.AsyncResult()
+        self._waiting[req_id] = result
+        try:
+            self._send({**message, "id": req_id})
+            answer: dict[str, Any] = result.get(timeout=timeout)
+        except GreenletExit:
+            # Locust killed the user mid-rollout: stop the rollout, the engine terminates its sandbox.
+            if message.get("op") == "rollout":
+                self._try_send({"op": "cancel", "id": req_id})
+            raise
+        except gevent.Timeout:
+            raise EngineError(f"engine did not answer {message.get('op')!r} within {timeout}s") from None
+        finally:
+            self._waiting.pop(req_id, None)
+        if answer.get("op") == "error":
+            raise EngineError(answer.get("message", "engine error"), kind=answer.get("kind", "harness"))
+        return answer
+
+    def configure(self, config: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+        return self.request({"op": "configure", "config": config}, timeout=timeout)
+
+    def run_rollout(self, stage: str, target_users: int, **extra: Any) -> dict[str, Any]:
+        answer = self.request({"op": "rollout", "stage": stage, "target_users": target_users, **extra})
+        record: dict[str, Any] = answer["record"]
+        return record
+
+    def stats(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        stats: dict[str, Any] | None = self.request({"op": "stats"}, timeout=timeout).get("stats")
+        return stats
+
+    def drain(self, timeout: float = 180.0) -> dict[str, Any]:
+        summary: dict[str, Any] = self.request({"op": "drain"}, timeout=timeout)["summary"]
+        return summary
+
+    def shutdown(self, timeout: float = 180.0) -> dict[str, Any] | None:
+        """Drain, stop the engine process and wait for it (killing it only if it hangs)."""
+        summary = None
+        if not self._closed and self.process.poll() is None:
+            try:
+                summary = self.request({"op": "shutdown"}, timeout=timeout).get("summary")
+            except EngineError:
+                summary = None
+        self._close_socket()
+        try:
+            self.process.wait(timeout=30)
+        except gevent.subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return summary
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _send(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        with self._send_lock:
+            self._sock.sendall(data)
+
+    def _try_send(self, message: dict[str, Any]) -> None:
+        try:
+            self._send(message)
+        except OSError:
+            pass
+
+    def _read_loop(self) -> None:
+        buffer = b""
+        try:
+            while True:
+                chunk = self._sock.recv(1 << 16)
+                if not chunk:
+                    break
+                buffer += chunk
+                if len(buffer) > MAX_LINE_BYTES:
+                    raise EngineError("engine answer too long")
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    message = decode(line)
+                    waiter = self._waiting.get(message.get("id"))  # type: ignore[arg-type]
+                    if waiter is not None and not waiter.ready():
+                        waiter.set(message)
+        except (OSError, ValueError, EngineError):
+            pass
+        finally:
+            self._closed = True
+            failure = EngineError(f"engine process ended (exit {self.process.poll()})")
+            for waiter in list(self._waiting.values()):
+                if not waiter.ready():
+                    waiter.set_exception(failure)
+
+    def _close_socket(self) -> None:
+        self._closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            os.rmdir(self._socket_dir)
+        except OSError:
+            pass
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.process.poll() is None

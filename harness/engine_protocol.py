@@ -1,0 +1,26 @@
+"""The wire between a Locust process (gevent) and its rollout engine (asyncio): JSON lines on a Unix socket.
+
+Both sides import only this module of each other's, so neither drags the other's runtime in.
+Requests carry an `id`; the engine answers each with the same `id`. Ops:
+`configure` -> `configured`, `rollout` -> `result`, `cancel` (no answer: the `result` arrives cancelled),
+`stats` -> `stats`, `drain` -> `drained`, `shutdown` (the engine exits after draining).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+READY_LINE = "STAMPEDE-ENGINE-READY"
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    message = json.loads(line)
+    if not isinstance(message, dict) or "op" not in message:
+        raise ValueError("engine message must be an object with an 'op'")
+    return message

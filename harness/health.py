@@ -1,0 +1,75 @@
+"""The harness watching itself: event-loop lag and CPU of the process that times the rollouts.
+
+A saturated harness inflates every latency it measures, so a run reports how late its own loop was and how
+busy its process was; a run whose loop lag p99 is a sizeable share of the TTI it reports is not to be trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import psutil
+from hdrh.histogram import HdrHistogram
+
+LAG_PROBE_INTERVAL_S = 0.1
+_LAG_MAX_US = 3_600_000_000  # one hour, in microseconds
+
+
+@dataclass(slots=True)
+class HealthSnapshot:
+    loop_lag_p50_ms: float
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    loop_lag_samples: int
+    cpu_percent: float  # of one core, since the previous snapshot
+    cpu_seconds: float  # user + system, whole life of the process
+    rss_mb: float
+
+
+class LoopHealth:
+    """Samples how late `asyncio.sleep` wakes up: the delay every other coroutine also suffered."""
+
+    def __init__(self, interval_s: float = LAG_PROBE_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.histogram = HdrHistogram(1, _LAG_MAX_US, 3)
+        self._task: asyncio.Task[None] | None = None
+        self._process = psutil.Process()
+        self._process.cpu_percent(None)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._probe())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _probe(self) -> None:
+        while True:
+            start = time.monotonic()
+            await asyncio.sleep(self.interval_s)
+            lag_us = max(1, int((time.monotonic() - start - self.interval_s) * 1e6))
+            self.histogram.record_value(min(lag_us, _LAG_MAX_US))
+
+    def reset(self) -> None:
+        self.histogram.reset()
+
+    def snapshot(self) -> HealthSnapshot:
+        times = self._process.cpu_times()
+        count = self.histogram.get_total_count()
+        return HealthSnapshot(
+            loop_lag_p50_ms=self.histogram.get_value_at_percentile(50) / 1000 if count else 0.0,
+            loop_lag_p99_ms=self.histogram.get_value_at_percentile(99) / 1000 if count else 0.0,
+            loop_lag_max_ms=self.histogram.get_max_value() / 1000 if count else 0.0,
+            loop_lag_samples=count,
+            cpu_percent=self._process.cpu_percent(None),
+            cpu_seconds=times.user + times.system,
+            rss_mb=self._process.memory_info().rss / 2**20,
+        )

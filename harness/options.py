@@ -1,0 +1,186 @@
+"""Stampede's settings as Locust custom arguments, so `locust -f scenarios/x.py` and `stampede run` agree.
+
+Registered on Locust's parser (`init_command_line_parser`); each also reads a `STAMPEDE_*` environment
+variable. `RunSettings.from_options` turns Locust's parsed namespace into one typed record that the rest of
+the harness uses, and is where bad values become one clear error line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.rollout import DEFAULT_COMMANDS, PlanError, RolloutPlan, commands_to_text, parse_commands
+
+DEFAULT_PROVIDER = "stub"
+DEFAULT_PROFILE = "prime-like"
+DEFAULT_STAGES = (60, 120, 240, 480, 960)
+DEFAULT_HOLD_S = 15.0
+DEFAULT_OUT = "results"
+SECRET_OPTIONS = ("token",)
+
+
+class SettingsError(ValueError):
+    """A setting a user gave that cannot work; its message is the one line we print."""
+
+
+_LOCUST_ONLY_KEYWORDS = ("include_in_web_ui", "is_secret", "is_required", "is_multiple")
+
+
+def add_arguments(parser: Any, *, locust: bool = True) -> None:
+    """Register stampede's arguments on Locust's parser, or (`locust=False`) on a plain argparse parser.
+
+    One definition serves both, so `stampede run` and `locust -f` cannot drift apart.
+    """
+    group = parser.add_argument_group("stampede", "sandbox fleet load test settings")
+
+    def add(*names: str, **kwargs: Any) -> None:
+        if not locust:
+            for keyword in _LOCUST_ONLY_KEYWORDS:
+                kwargs.pop(keyword, None)
+            env_var = kwargs.pop("env_var", None)
+            if env_var and env_var in os.environ:
+                raw = os.environ[env_var]
+                # argparse converts a string default with `type`, reporting a bad value as a usage error.
+                kwargs["default"] = [raw] if kwargs.get("action") == "append" else raw
+        group.add_argument(*names, **kwargs)
+
+    add("--provider", default=DEFAULT_PROVIDER, env_var="STAMPEDE_PROVIDER", include_in_web_ui=True,
+        help="sandbox vendor: stub (embedded Prime-like stub), prime, docker, modal, or module:Class")
+    add("--base-url", default=None, env_var="STAMPEDE_BASE_URL", include_in_web_ui=True,
+        help="API endpoint; for --provider stub, a standalone stub instead of the embedded one")
+    add("--token", default=None, env_var="STAMPEDE_TOKEN", is_secret=True, include_in_web_ui=True,
+        help="bearer token for --base-url")
+    add("--profile", default=DEFAULT_PROFILE, env_var="STAMPEDE_PROFILE", include_in_web_ui=True,
+        help="simulated vendor behaviour for the embedded stub: modal-like, prime-like, ideal, or a .toml path")
+    add("--profile-set", action="append", default=None, env_var="STAMPEDE_PROFILE_SET", include_in_web_ui=False,
+        help="override one profile value, e.g. quota.max_active=100 (repeatable)")
+    add("--time-scale", type=float, default=None, env_var="STAMPEDE_TIME_SCALE", include_in_web_ui=True,
+        help="simulated vendor seconds x this = real seconds (default: the profile's)")
+    add("--seed", type=int, default=0, env_var="STAMPEDE_SEED", include_in_web_ui=True, help="simulator seed")
+    add("--out", default=DEFAULT_OUT, env_var="STAMPEDE_OUT", help="results folder (a run lands in OUT/RUN_ID)")
+    add("--run-id", default=None, env_var="STAMPEDE_RUN_ID", help="run id (default: time, scenario and a nonce)")
+    add("--stages", default=",".join(map(str, DEFAULT_STAGES)), env_var="STAMPEDE_STAGES", include_in_web_ui=True,
+        help="ramp: comma-separated concurrency levels")
+    add("--hold", type=float, default=DEFAULT_HOLD_S, env_var="STAMPEDE_HOLD", include_in_web_ui=True,
+        help="ramp: seconds to hold each stage once reached")
+    add("--burst-steps", type=int, default=1, env_var="STAMPEDE_BURST_STEPS", include_in_web_ui=True,
+        help="burst: how many synchronous steps of -u rollouts")
+    add("--commands", default=commands_to_text(DEFAULT_COMMANDS), env_var="STAMPEDE_COMMANDS",
+        include_in_web_ui=True, help="commands each rollout runs, ';'-separated; the first one ends TTI")
+    add("--create-timeout", type=float, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
+    add("--ready-timeout", type=float, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
+    add("--exec-timeout", type=float, default=120.0, env_var="STAMPEDE_EXEC_TIMEOUT", help="seconds per command")
+    add("--image", default=None, env_var="STAMPEDE_IMAGE", help="sandbox image (default: the provider's)")
+    add("--cpu", type=float, default=1.0, env_var="STAMPEDE_CPU", help="cores per sandbox")
+    add("--memory-mb", type=int, default=1024, env_var="STAMPEDE_MEMORY_MB", help="memory per sandbox")
+    add("--lifetime", type=float, default=3600.0, env_var="STAMPEDE_LIFETIME",
+        help="seconds after which the vendor reaps a sandbox even if we die")
+    add("--provider-option", action="append", default=None, env_var="STAMPEDE_PROVIDER_OPTION",
+        help="KEY=VALUE passed to the provider (repeatable)")
+    add("--progress-interval", type=float, default=5.0, env_var="STAMPEDE_PROGRESS_INTERVAL",
+        help="seconds between progress lines (0: none)")
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"--{name} must be a positive number (got {value!r})")
+
+
+def parse_stages(text: str) -> tuple[int, ...]:
+    try:
+        stages = tuple(int(part) for part in str(text).replace(" ", "").split(",") if part)
+    except ValueError:
+        raise SettingsError(f"--stages must be comma-separated whole numbers (got {text!r})") from None
+    if not stages or any(stage <= 0 for stage in stages):
+        raise SettingsError(f"--stages must list positive concurrency levels (got {text!r})")
+    return stages
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise SettingsError(f"--{flag} takes KEY=VALUE (got {item!r})")
+        result[key.strip()] = value.strip()
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """Everything a run needs to know, typed and validated."""
+
+    provider: str = DEFAULT_PROVIDER
+    base_url: str | None = None
+    token: str | None = None
+    profile: str = DEFAULT_PROFILE
+    profile_overrides: dict[str, str] = field(default_factory=dict)
+    time_scale: float | None = None
+    seed: int = 0
+    out: str = DEFAULT_OUT
+    run_id: str | None = None
+    stages: tuple[int, ...] = DEFAULT_STAGES
+    hold_s: float = DEFAULT_HOLD_S
+    burst_steps: int = 1
+    plan: RolloutPlan = field(default_factory=RolloutPlan)
+    provider_options: dict[str, str] = field(default_factory=dict)
+    progress_interval_s: float = 5.0
+
+    @property
+    def embedded_stub(self) -> bool:
+        """The stub provider with no --base-url: we start the Prime-like stub ourselves."""
+        return self.provider == "stub" and not self.base_url
+
+    @classmethod
+    def from_options(cls, options: Any) -> RunSettings:
+        get = lambda name, default=None: getattr(options, name, default)  # noqa: E731
+        for name in ("hold", "create_timeout", "ready_timeout", "exec_timeout", "cpu", "lifetime"):
+            _positive(name.replace("_", "-"), get(name))
+        if get("memory_mb") is None or int(get("memory_mb")) <= 0:
+            raise SettingsError("--memory-mb must be a positive whole number")
+        if get("time_scale") is not None:
+            _positive("time-scale", get("time_scale"))
+        if int(get("burst_steps", 1)) <= 0:
+            raise SettingsError("--burst-steps must be a positive whole number")
+        try:
+            plan = RolloutPlan(
+                commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
+                create_timeout_s=float(get("create_timeout")),
+                ready_timeout_s=float(get("ready_timeout")),
+                exec_timeout_s=float(get("exec_timeout")),
+                image=get("image"),
+                cpu=float(get("cpu")),
+                memory_mb=int(get("memory_mb")),
+                lifetime_s=float(get("lifetime")),
+            )
+        except PlanError as exc:
+            raise SettingsError(str(exc)) from None
+        token = get("token") or os.environ.get("STAMPEDE_TOKEN")
+        return cls(
+            provider=str(get("provider") or DEFAULT_PROVIDER),
+            base_url=(get("base_url") or None),
+            token=token or None,
+            profile=str(get("profile") or DEFAULT_PROFILE),
+            profile_overrides=parse_key_values(get("profile_set"), "profile-set"),
+            time_scale=get("time_scale"),
+            seed=int(get("seed") or 0),
+            out=str(get("out") or DEFAULT_OUT),
+            run_id=get("run_id") or None,
+            stages=parse_stages(get("stages") or ",".join(map(str, DEFAULT_STAGES))),
+            hold_s=float(get("hold")),
+            burst_steps=int(get("burst_steps", 1)),
+            plan=plan,
+            provider_options=parse_key_values(get("provider_option"), "provider-option"),
+            progress_interval_s=float(get("progress_interval") or 0.0),
+        )
+
+    def public_dict(self) -> dict[str, Any]:
+        """For run.json: every setting except secrets."""
+        data = asdict(self)
+        data["plan"] = self.plan.to_dict()
+        data["stages"] = list(self.stages)
+        data["token"] = "***" if self.token else None
+        return data

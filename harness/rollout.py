@@ -1,0 +1,322 @@
+"""The rollout lifecycle: create -> wait ready -> exec x N -> terminate, timed phase by phase.
+
+Runs inside the engine's plain asyncio loop. Every duration comes from the monotonic clock; the rollout has
+one wall-clock anchor (`t_submit`). The sandbox is always terminated, even when the rollout is cancelled
+mid-phase: a load test that leaks sandboxes costs users money and fills their account quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
+from harness.redact import short_error
+from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
+
+T = TypeVar("T")
+
+DEFAULT_COMMANDS: tuple[tuple[str, ...], ...] = (("true",), ("echo", "stampede"), ("sleep", "2"))
+"""A minimal rollout: a readiness probe (ends TTI), one tool call with output, one that holds the sandbox."""
+
+WATCHDOG_GRACE_S = 30.0
+"""Extra time past a phase's own deadline before the harness itself gives up on a stuck vendor call."""
+
+
+class PlanError(ValueError):
+    """A rollout plan a user wrote that cannot run."""
+
+
+def parse_commands(text: str) -> tuple[tuple[str, ...], ...]:
+    """`"true; echo hi; sleep 2"` -> argv tuples. A quoted `;` stays inside its word."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";")
+    lexer.whitespace_split = True
+    commands: list[tuple[str, ...]] = []
+    current: list[str] = []
+    try:
+        for token in lexer:
+            if token and set(token) == {";"}:
+                if current:
+                    commands.append(tuple(current))
+                current = []
+            else:
+                current.append(token)
+    except ValueError as exc:
+        raise PlanError(f"cannot parse commands {text!r}: {exc}") from None
+    if current:
+        commands.append(tuple(current))
+    if not commands:
+        raise PlanError("a rollout needs at least one command (the first one ends TTI)")
+    return tuple(commands)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPlan:
+    """What every rollout of a run does. Travels as JSON from the Locust side to the engine."""
+
+    commands: tuple[tuple[str, ...], ...] = DEFAULT_COMMANDS
+    create_timeout_s: float = 300.0
+    ready_timeout_s: float = 600.0
+    exec_timeout_s: float = 120.0
+    terminate_timeout_s: float = 60.0
+    image: str | None = None
+    cpu: float = 1.0
+    memory_mb: int = 1024
+    lifetime_s: float = 3600.0
+    network: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.commands:
+            raise PlanError("a rollout needs at least one command (the first one ends TTI)")
+        for name in ("create_timeout_s", "ready_timeout_s", "exec_timeout_s", "terminate_timeout_s", "lifetime_s"):
+            if getattr(self, name) <= 0:
+                raise PlanError(f"{name} must be positive")
+
+    def spec(self, run_id: str, rollout_id: str) -> SandboxSpec:
+        return SandboxSpec(
+            run_id=run_id,
+            rollout_id=rollout_id,
+            image=self.image,
+            cpu=self.cpu,
+            memory_mb=self.memory_mb,
+            lifetime_s=self.lifetime_s,
+            network=self.network,
+            labels=dict(self.labels),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["commands"] = [list(argv) for argv in self.commands]
+        data["labels"] = dict(self.labels)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RolloutPlan:
+        values = dict(data)
+        if "commands" in values:
+            values["commands"] = tuple(tuple(str(word) for word in argv) for argv in values["commands"])
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutContext:
+    """Who this rollout is and what the load looked like when it was submitted."""
+
+    run_id: str
+    worker: str
+    rollout_id: str
+    provider: str
+    profile: str
+    scenario: str
+    stage: str
+    target_users: int
+    inflight_at_submit: int
+    sdk_version: str = ""
+    t_intended: float | None = None
+    attempt: int = 1
+    secrets: tuple[str, ...] = ()
+
+
+class SandboxRegistry:
+    """Live sandboxes by id, so the engine can terminate whatever a cancelled rollout left behind."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, SandboxRef] = {}
+
+    def add(self, ref: SandboxRef) -> None:
+        self._live[ref.sandbox_id] = ref
+
+    def discard(self, ref: SandboxRef) -> None:
+        self._live.pop(ref.sandbox_id, None)
+
+    def snapshot(self) -> list[SandboxRef]:
+        return list(self._live.values())
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+
+OpSink = Callable[[OpRecord], None]
+
+
+class _Rollout:
+    """One lifecycle's mutable state; `run_rollout` is the public entry point."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        plan: RolloutPlan,
+        ctx: RolloutContext,
+        on_op: OpSink,
+        registry: SandboxRegistry,
+    ) -> None:
+        self.provider = provider
+        self.plan = plan
+        self.ctx = ctx
+        self.on_op = on_op
+        self.registry = registry
+        self.t0 = time.monotonic()
+        self.record = RolloutRecord(
+            run_id=ctx.run_id,
+            worker=ctx.worker,
+            rollout_id=ctx.rollout_id,
+            provider=ctx.provider,
+            profile=ctx.profile,
+            scenario=ctx.scenario,
+            stage=ctx.stage,
+            target_users=ctx.target_users,
+            inflight_at_submit=ctx.inflight_at_submit,
+            t_submit=time.time(),
+            sdk_version=ctx.sdk_version,
+            t_intended=ctx.t_intended,
+            attempt=ctx.attempt,
+        )
+        self.ref: SandboxRef | None = None
+        self.phase = Phase.CREATE
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def classify(self, exc: BaseException, phase: Phase) -> FailureKind:
+        try:
+            return FailureKind(self.provider.classify(exc, phase))
+        except Exception:  # a broken classifier is our bug, never a crash
+            return FailureKind.HARNESS
+
+    async def timed(self, op: str, phase: Phase, call: Awaitable[T], budget_s: float) -> T:
+        t_wall = time.time()
+        start = time.monotonic()
+        sandbox_id = self.ref.sandbox_id if self.ref else None
+        try:
+            async with asyncio.timeout(budget_s + WATCHDOG_GRACE_S):
+                result = await call
+        except asyncio.CancelledError:
+            self.emit_op(op, t_wall, start, ok=False, kind=None, sandbox_id=sandbox_id)
+            raise
+        except BaseException as exc:
+            self.emit_op(op, t_wall, start, ok=False, kind=self.classify(exc, phase), sandbox_id=sandbox_id)
+            raise
+        self.emit_op(op, t_wall, start, ok=True, kind=None, sandbox_id=sandbox_id)
+        return result
+
+    def emit_op(
+        self, op: str, t_wall: float, start: float, *, ok: bool, kind: FailureKind | None, sandbox_id: str | None
+    ) -> None:
+        self.on_op(
+            OpRecord(
+                run_id=self.ctx.run_id,
+                rollout_id=self.ctx.rollout_id,
+                op=op,
+                t_start=t_wall,
+                dur_s=time.monotonic() - start,
+                ok=ok,
+                failure_kind=str(kind) if kind else None,
+                worker=self.ctx.worker,
+                sandbox_id=sandbox_id or (self.ref.sandbox_id if self.ref else None),
+            )
+        )
+
+    def fail(self, exc: BaseException, phase: Phase) -> None:
+        if self.record.failure_kind is not None:
+            return  # keep the first failure: it is the cause
+        self.record.outcome = OUTCOME_FAILED
+        self.record.failure_kind = str(self.classify(exc, phase))
+        self.record.failure_phase = str(phase)
+        self.record.error = short_error(exc, self.ctx.secrets)
+
+    async def lifecycle(self) -> None:
+        plan, record = self.plan, self.record
+        spec = plan.spec(self.ctx.run_id, self.ctx.rollout_id)
+        self.phase = Phase.CREATE
+        self.ref = await self.timed("create", Phase.CREATE, self.provider.create(spec), plan.create_timeout_s)
+        self.registry.add(self.ref)
+        record.sandbox_id = self.ref.sandbox_id
+        record.create_s = self.elapsed()
+
+        self.phase = Phase.READY
+        ready_start = self.elapsed()
+        await self.timed(
+            "wait_ready", Phase.READY, self.provider.wait_ready(self.ref, plan.ready_timeout_s), plan.ready_timeout_s
+        )
+        record.ready_s = self.elapsed() - ready_start
+
+        self.phase = Phase.EXEC
+        exec_total = 0.0
+        for argv in plan.commands:
+            exec_start = self.elapsed()
+            await self.timed(
+                "exec", Phase.EXEC, self.provider.exec(self.ref, argv, plan.exec_timeout_s), plan.exec_timeout_s
+            )
+            exec_total += self.elapsed() - exec_start
+            record.exec_count += 1
+            record.exec_s = exec_total
+            if record.tti_s is None:
+                record.tti_s = self.elapsed()
+
+    async def terminate(self) -> None:
+        if self.ref is None:
+            return
+        ref = self.ref
+        start = self.elapsed()
+        try:
+            await self.timed("terminate", Phase.TERMINATE, self.provider.terminate(ref), self.plan.terminate_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.fail(exc, Phase.TERMINATE)
+        else:
+            self.registry.discard(ref)
+        finally:
+            self.record.terminate_s = self.elapsed() - start
+
+    async def run(self) -> RolloutRecord:
+        try:
+            await self.lifecycle()
+        except asyncio.CancelledError:
+            self.record.outcome = OUTCOME_CANCELLED
+            self.record.failure_phase = str(self.phase)
+            # Terminate in a task that survives a second cancellation; the registry keeps the ref for the
+            # engine's final sweep if even that is cut short.
+            cleanup = asyncio.ensure_future(self.terminate())
+            try:
+                await asyncio.shield(cleanup)
+            finally:
+                self.record.total_s = self.elapsed()
+            raise
+        except Exception as exc:
+            self.fail(exc, self.phase)
+        await self.terminate()
+        self.record.total_s = self.elapsed()
+        return self.record
+
+
+async def run_rollout(
+    provider: Provider,
+    plan: RolloutPlan,
+    ctx: RolloutContext,
+    on_op: OpSink,
+    registry: SandboxRegistry,
+) -> RolloutRecord:
+    """Run one whole rollout. Returns its record; on cancellation the record is in `RolloutCancelled`."""
+    rollout = _Rollout(provider, plan, ctx, on_op, registry)
+    try:
+        return await rollout.run()
+    except asyncio.CancelledError:
+        raise RolloutCancelled(rollout.record) from None
+
+
+class RolloutCancelled(Exception):
+    """A rollout stopped by the load shape or the user; its partial record is still data."""
+
+    def __init__(self, record: RolloutRecord) -> None:
+        super().__init__(f"rollout {record.rollout_id} cancelled in {record.failure_phase}")
+        self.record = record
+
+
+def commands_to_text(commands: Sequence[Sequence[str]]) -> str:
+    return "; ".join(shlex.join(argv) for argv in commands)

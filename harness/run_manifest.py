@@ -1,0 +1,85 @@
+"""run.json: what was run, against what, with which versions, on which host — enough to reproduce it."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.records import SCHEMA_VERSION
+
+
+def new_run_id(scenario: str, provider: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{scenario}-{provider}-{secrets.token_hex(2)}"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def host_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        import psutil
+
+        info["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except Exception:  # psutil is a dependency, but host info must never break a run
+        pass
+    return info
+
+
+def iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
+def base_manifest(run_id: str, scenario: str, scenario_path: str | None) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "scenario": scenario,
+        "scenario_path": scenario_path,
+        "started_at": iso(now),
+        "t_start": now,
+        "ended_at": None,
+        "t_end": None,
+        "status": "running",
+        "host": host_info(),
+        "versions": {
+            "stampede": _version("stampede"),
+            "locust": _version("locust"),
+            "aiohttp": _version("aiohttp"),
+            "pyarrow": _version("pyarrow"),
+        },
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "run.json"
+    tmp = run_dir / ".run.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((Path(run_dir) / "run.json").read_text())
+    return data

@@ -1,0 +1,58 @@
+"""Sandbox vendors behind one contract (`providers.base`), looked up by name.
+
+Adapters are imported lazily so that a user without, say, the `modal` SDK can still run the others, and so
+that no adapter ever imports another.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from providers.base import Provider, ProviderConfigError
+
+PROVIDERS: dict[str, str] = {
+    "stub": "providers.stub:StubProvider",
+    "prime": "providers.prime:PrimeProvider",
+    "docker": "providers.docker:DockerProvider",
+    "modal": "providers.modal:ModalProvider",
+}
+"""Provider name -> `module:class`. The `stub` provider is the embedded default."""
+
+
+def provider_names() -> list[str]:
+    return sorted(PROVIDERS)
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The adapter class for `name` (a built-in name, or `package.module:Class` for a user's own vendor)."""
+    if name in PROVIDERS:
+        target = PROVIDERS[name]
+    elif ":" in name:
+        target = name
+    else:
+        raise ProviderConfigError(
+            f"unknown provider {name!r} (choose from: {', '.join(provider_names())}, or module:Class)"
+        )
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise ProviderConfigError(f"provider {name!r} is not available in this version") from None
+        raise ProviderConfigError(f"provider {name!r} needs the package {exc.name!r}: pip install it") from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Provider)):
+        raise ProviderConfigError(f"{target} is not a providers.base.Provider subclass")
+    return cls
+
+
+def create_provider(name: str, options: Mapping[str, Any]) -> Provider:
+    """Build an adapter from plain options (they travel as JSON to the engine process)."""
+    cls = provider_class(name)
+    factory = getattr(cls, "from_options", None)
+    if factory is None:
+        return cls()
+    provider: Provider = factory(options)
+    return provider

@@ -1,0 +1,193 @@
+"""The provider contract every sandbox vendor adapter implements, its records and the failure taxonomy.
+
+This module is the contract (DESIGN.md): the harness only ever talks to a vendor through `Provider`, and
+every failure it records is one `FailureKind` in one `Phase`. Adapters import this module and nothing
+else of ours, so one vendor's quirks never leak into another's.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+CONTRACT_VERSION = 1
+
+RUN_LABEL = "stampede-run"
+ROLLOUT_LABEL = "stampede-rollout"
+
+
+class FailureKind(enum.StrEnum):
+    """Why a rollout failed, comparable across vendors (contract)."""
+
+    RATE_LIMITED = "rate_limited"  # 429, throttling
+    QUOTA_EXHAUSTED = "quota_exhausted"  # account concurrency cap
+    CAPACITY = "capacity"  # vendor has no room
+    READY_TIMEOUT = "ready_timeout"  # not usable within the deadline
+    DIED_BEFORE_READY = "died_before_ready"
+    IMAGE = "image"
+    CREATE_ERROR = "create_error"  # other vendor error on create
+    EXEC_ERROR = "exec_error"
+    EXEC_TIMEOUT = "exec_timeout"
+    DIED_DURING_EXEC = "died_during_exec"
+    OOM = "oom"
+    AUTH = "auth"
+    INVALID_REQUEST = "invalid_request"
+    TRANSPORT = "transport"  # connection reset, DNS, TLS
+    HARNESS = "harness"  # our own bug: should stay 0
+    UNKNOWN = "unknown"  # should stay near 0: each one is a classification to add
+
+
+INIT_FAILURE_KINDS: frozenset[FailureKind] = frozenset(
+    {
+        FailureKind.RATE_LIMITED,
+        FailureKind.QUOTA_EXHAUSTED,
+        FailureKind.CAPACITY,
+        FailureKind.READY_TIMEOUT,
+        FailureKind.DIED_BEFORE_READY,
+        FailureKind.IMAGE,
+        FailureKind.CREATE_ERROR,
+    }
+)
+"""Kinds that mean the sandbox never became usable: what RL users call init failures."""
+
+
+class Phase(enum.StrEnum):
+    """Where in the lifecycle a failure happened (contract)."""
+
+    CREATE = "create"
+    READY = "ready"
+    EXEC = "exec"
+    TERMINATE = "terminate"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """What a rollout asks the vendor for. Limits are enforced by the vendor, not trusted to the image."""
+
+    run_id: str
+    rollout_id: str
+    image: str | None = None  # None: the provider's default image
+    cpu: float = 1.0  # cores
+    memory_mb: int = 1024
+    pids_limit: int = 256
+    disk_gb: float = 5.0
+    lifetime_s: float = 600.0  # the vendor reaps the sandbox after this, even if we die
+    network: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def tags(self) -> dict[str, str]:
+        """Labels every sandbox carries so that leaks can be found and reaped by run."""
+        return {**self.labels, RUN_LABEL: self.run_id, ROLLOUT_LABEL: self.rollout_id}
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRef:
+    """A sandbox the vendor acknowledged. `handle` holds vendor objects (SDK handles) for this process."""
+
+    sandbox_id: str
+    provider: str
+    run_id: str
+    rollout_id: str = ""
+    handle: Any = field(default=None, compare=False, repr=False)
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """A command that ran: a non-zero exit code is a result, not a failure."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class ProviderError(Exception):
+    """A vendor error the adapter already classified."""
+
+    def __init__(self, kind: FailureKind, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = FailureKind(kind)
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.args[0]}"
+
+
+class ProviderConfigError(Exception):
+    """A problem the user can fix before any load runs: missing credentials, bad options, no daemon."""
+
+
+class Provider(abc.ABC):
+    """One vendor behind one asynchronous interface (contract).
+
+    Implementations must be safe to call from many coroutines at once on one event loop, must never block
+    the loop, and must never run under gevent.
+    """
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        """Return once the vendor acknowledged the sandbox (an id exists); tag it with `spec.tags()`."""
+
+    @abc.abstractmethod
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+        """Return once the sandbox can run a command; raise `ProviderError(READY_TIMEOUT)` past `timeout`."""
+
+    @abc.abstractmethod
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        """Run one command to completion; raise `ProviderError(EXEC_TIMEOUT)` past `timeout`."""
+
+    @abc.abstractmethod
+    async def terminate(self, ref: SandboxRef) -> None:
+        """Destroy the sandbox. Idempotent: terminating a gone sandbox is not an error."""
+
+    @abc.abstractmethod
+    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+        """Sandboxes still alive that carry this run's label."""
+
+    async def cleanup(self, run_id: str) -> int:
+        """Terminate every live sandbox of the run; return how many were reaped."""
+        refs = await self.list_owned(run_id)
+        results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
+        return sum(1 for result in results if not isinstance(result, BaseException))
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        """Map any exception raised by this adapter (or its SDK) onto the taxonomy.
+
+        Adapters extend this for their SDK's exception classes and fall back to it.
+        """
+        return classify_common(exc, phase)
+
+    async def preflight(self) -> None:
+        """Fail fast, before any load, when the endpoint is unreachable or credentials are refused."""
+
+    def versions(self) -> Mapping[str, str]:
+        """Client library versions, recorded with every result (wire behaviour changes between releases)."""
+        return {}
+
+    async def aclose(self) -> None:
+        """Release connections. Does not terminate sandboxes: the engine does that explicitly."""
+
+
+def classify_common(exc: BaseException, phase: Phase | None = None) -> FailureKind:
+    """Classification every adapter shares: our own errors, timeouts and transport failures."""
+    if isinstance(exc, ProviderError):
+        return exc.kind
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        if phase is Phase.READY:
+            return FailureKind.READY_TIMEOUT
+        if phase is Phase.EXEC:
+            return FailureKind.EXEC_TIMEOUT
+        return FailureKind.TRANSPORT
+    if isinstance(exc, (ConnectionError, EOFError)):
+        return FailureKind.TRANSPORT
+    if isinstance(exc, OSError):
+        return FailureKind.TRANSPORT
+    return FailureKind.UNKNOWN
+

@@ -1,0 +1,395 @@
+"""The `stub` provider: a lean aiohttp client for the Prime-like REST API (our embedded stub speaks it).
+
+Lean on purpose: one shared connection pool sized for thousands of rollouts, status polled in batches of up to
+100 ids per request (as Prime's own SDK coalesces), and every HTTP answer mapped onto the failure taxonomy.
+It is the baseline the SDK-based adapters are compared against for per-rollout CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import shlex
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from providers.base import (
+    RUN_LABEL,
+    ExecResult,
+    FailureKind,
+    Phase,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    SandboxRef,
+    SandboxSpec,
+    classify_common,
+)
+
+DEFAULT_IMAGE = "python:3.11-slim"
+BATCH_LIMIT = 100
+TERMINAL_STATUSES = frozenset({"ERROR", "TERMINATED", "TIMEOUT"})
+
+# errorType of a sandbox that ended before RUNNING -> kind. Anything else that dies before ready is, by
+# definition, died_before_ready.
+_READY_ERROR_KINDS: dict[str, FailureKind] = {
+    "PROVISIONING_TIMEOUT": FailureKind.READY_TIMEOUT,
+    "GATEWAY_REACHABILITY_TIMEOUT": FailureKind.READY_TIMEOUT,
+    "IMAGE_PULL_FAILED": FailureKind.IMAGE,
+    "OOM_KILLED": FailureKind.OOM,
+}
+
+
+def label_strings(tags: Mapping[str, str]) -> list[str]:
+    """Prime labels are plain strings; ours are `key=value`."""
+    return [f"{key}={value}" for key, value in sorted(tags.items())]
+
+
+@dataclass(frozen=True, slots=True)
+class StubOptions:
+    base_url: str
+    token: str
+    poll_interval_s: float = 0.05
+    request_timeout_s: float = 60.0
+    team_id: str | None = None
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> StubOptions:
+        base_url = str(options.get("base_url") or "").rstrip("/")
+        if not base_url.startswith(("http://", "https://")):
+            raise ProviderConfigError(f"stub provider needs --base-url http(s)://host:port (got {base_url!r})")
+        token = options.get("token")
+        if not token:
+            raise ProviderConfigError("stub provider needs a token (--token or STAMPEDE_TOKEN)")
+        poll = float(options.get("poll_interval_s", 0.05))
+        if poll <= 0:
+            raise ProviderConfigError("poll interval must be positive")
+        return cls(
+            base_url=base_url,
+            token=str(token),
+            poll_interval_s=poll,
+            request_timeout_s=float(options.get("request_timeout_s", 60.0)),
+            team_id=options.get("team_id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAuth:
+    token: str
+    url: str  # {gateway_url}/{user_ns}/{job_id}
+
+
+def error_from_response(status: int, body: Any, phase: Phase, retry_after: float | None = None) -> ProviderError:
+    """An HTTP error answer of the Prime-like API as a classified error."""
+    detail = body.get("detail") if isinstance(body, dict) else None
+    code = body.get("errorCode") if isinstance(body, dict) else None
+    text = detail if isinstance(detail, str) else (str(detail) if detail is not None else str(body)[:200])
+    message = f"HTTP {status}: {text}"
+    kind: FailureKind
+    if status in (401, 403):
+        kind = FailureKind.AUTH
+    elif status == 402:
+        kind = FailureKind.QUOTA_EXHAUSTED
+    elif status == 429:
+        kind = FailureKind.QUOTA_EXHAUSTED if code == "SANDBOX_LIMIT_REACHED" else FailureKind.RATE_LIMITED
+    elif status == 503 and code == "INSUFFICIENT_CAPACITY":
+        kind = FailureKind.CAPACITY
+    elif status in (400, 422):
+        kind = FailureKind.INVALID_REQUEST
+    elif phase is Phase.EXEC:
+        if status == 408:
+            kind = FailureKind.EXEC_TIMEOUT
+        elif status in (404, 409) or (status == 502 and "not found" in text.lower()):
+            kind = FailureKind.DIED_DURING_EXEC
+        else:
+            kind = FailureKind.EXEC_ERROR
+    elif phase is Phase.READY:
+        kind = FailureKind.DIED_BEFORE_READY if status == 404 else FailureKind.TRANSPORT
+    elif phase is Phase.CREATE:
+        kind = FailureKind.CREATE_ERROR
+    else:
+        kind = FailureKind.UNKNOWN
+    return ProviderError(kind, message, retry_after=retry_after)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+class StatusPoller:
+    """Coalesces readiness waits: one `status:batchGet` per 100 waiting sandboxes per interval."""
+
+    def __init__(self, provider: StubProvider, interval_s: float) -> None:
+        self.provider = provider
+        self.interval_s = interval_s
+        self._waiters: dict[str, list[asyncio.Future[dict[str, Any]]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(self, sandbox_id: str) -> dict[str, Any]:
+        """The first status snapshot that is RUNNING or terminal."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(sandbox_id, []).append(future)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        try:
+            return await future
+        finally:
+            waiters = self._waiters.get(sandbox_id)
+            if waiters is not None:
+                with contextlib.suppress(ValueError):
+                    waiters.remove(future)
+                if not waiters:
+                    del self._waiters[sandbox_id]
+
+    async def _run(self) -> None:
+        while self._waiters:
+            ids = list(self._waiters)
+            chunks = [ids[i : i + BATCH_LIMIT] for i in range(0, len(ids), BATCH_LIMIT)]
+            results = await asyncio.gather(*(self._poll(chunk) for chunk in chunks), return_exceptions=True)
+            backoff = max((r for r in results if isinstance(r, float)), default=0.0)
+            await asyncio.sleep(max(self.interval_s, backoff))
+
+    async def _poll(self, ids: list[str]) -> float:
+        """Resolve the waiters whose sandboxes settled; return how long the server asked us to back off."""
+        try:
+            body = await self.provider.request("POST", "/sandbox/status:batchGet", Phase.READY, json={"sandbox_ids": ids})
+        except ProviderError as exc:
+            if exc.kind in (FailureKind.AUTH,):
+                self._fail(ids, exc)
+            return exc.retry_after or 0.0
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return 0.0  # one lost poll is not a failed rollout; the rollout's own deadline still holds
+        for snapshot in body.get("statuses", []):
+            status = snapshot.get("status")
+            if status == "RUNNING" or status in TERMINAL_STATUSES:
+                self._resolve(snapshot["sandbox_id"], snapshot)
+        for error in body.get("errors", []):
+            sandbox_id = error.get("sandbox_id")
+            self._fail([sandbox_id], ProviderError(FailureKind.DIED_BEFORE_READY, f"{error.get('code')}: {error.get('message')}"))
+        return 0.0
+
+    def _resolve(self, sandbox_id: str, snapshot: dict[str, Any]) -> None:
+        for future in self._waiters.get(sandbox_id, []):
+            if not future.done():
+                future.set_result(snapshot)
+
+    def _fail(self, ids: Sequence[str], exc: BaseException) -> None:
+        for sandbox_id in ids:
+            for future in self._waiters.get(sandbox_id, []):
+                if not future.done():
+                    future.set_exception(exc)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+
+class StubProvider(Provider):
+    """The Prime-like REST API through plain aiohttp."""
+
+    name = "stub"
+
+    def __init__(self, options: StubOptions) -> None:
+        self.options = options
+        self._session: aiohttp.ClientSession | None = None
+        self._gateway: dict[str, GatewayAuth] = {}
+        self._poller = StatusPoller(self, options.poll_interval_s)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> StubProvider:
+        return cls(StubOptions.from_mapping(options))
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # limit=0: no client-side queue. aiohttp's default of 100 would silently serialise a 960-wide
+            # burst inside the harness and show up as vendor latency.
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s, sock_connect=10),
+                headers={"Authorization": f"Bearer {self.options.token}", "User-Agent": "stampede-stub-client"},
+            )
+        return self._session
+
+    async def request(
+        self, method: str, path: str, phase: Phase, *, json: Any = None, params: Any = None
+    ) -> dict[str, Any]:
+        url = f"{self.options.base_url}/api/v1{path}"
+        async with self.session.request(method, url, json=json, params=params) as response:
+            body = await _json_or_text(response)
+            if response.status >= 400:
+                raise error_from_response(response.status, body, phase, _retry_after(response.headers))
+            return body if isinstance(body, dict) else {}
+
+    async def preflight(self) -> None:
+        try:
+            await self.request("GET", "/sandbox", Phase.CREATE, params={"page": 1, "per_page": 1})
+        except ProviderError as exc:
+            if exc.kind is FailureKind.AUTH:
+                raise ProviderError(FailureKind.AUTH, f"{self.options.base_url} refused the token ({exc.args[0]})") from None
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"{self.options.base_url} is unreachable: {exc}") from None
+
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        payload: dict[str, Any] = {
+            "name": f"stampede-{spec.rollout_id}",
+            "docker_image": spec.image or DEFAULT_IMAGE,
+            "start_command": {"executable": "tail", "args": ["-f", "/dev/null"]},
+            "cpu_cores": spec.cpu,
+            "memory_gb": round(spec.memory_mb / 1024, 3),
+            "disk_size_gb": spec.disk_gb,
+            "timeout_minutes": max(1, math.ceil(spec.lifetime_s / 60)),
+            "labels": label_strings(spec.tags()),
+            "idempotency_key": uuid.uuid4().hex,
+        }
+        if spec.env:
+            payload["environment_vars"] = dict(spec.env)
+        if self.options.team_id:
+            payload["team_id"] = self.options.team_id
+        body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload)
+        sandbox_id = body["id"]
+        auth = body.get("gatewayAuth")
+        if isinstance(auth, dict):
+            self._gateway[sandbox_id] = _gateway_auth(auth)
+        return SandboxRef(sandbox_id=sandbox_id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id)
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                snapshot = await self._poller.wait(ref.sandbox_id)
+        except TimeoutError:
+            raise ProviderError(FailureKind.READY_TIMEOUT, f"not RUNNING within {timeout:g}s") from None
+        status = snapshot.get("status")
+        if status != "RUNNING":
+            error_type = snapshot.get("error_type") or ""
+            kind = _READY_ERROR_KINDS.get(error_type, FailureKind.DIED_BEFORE_READY)
+            message = snapshot.get("error_message") or f"sandbox ended {status} before it was ready"
+            raise ProviderError(kind, f"{status}/{error_type or '-'}: {message}")
+        if ref.sandbox_id not in self._gateway:
+            auth = await self.request("POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", Phase.READY)
+            self._gateway[ref.sandbox_id] = _gateway_auth(auth)
+
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        gateway = self._gateway.get(ref.sandbox_id)
+        if gateway is None:
+            auth = await self.request("POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", Phase.EXEC)
+            gateway = self._gateway[ref.sandbox_id] = _gateway_auth(auth)
+        payload = {
+            "command": shlex.join(argv),
+            "timeout": max(1, math.ceil(timeout)),
+            "sandbox_id": ref.sandbox_id,
+            "working_dir": None,
+            "env": {},
+        }
+        try:
+            async with self.session.post(
+                f"{gateway.url}/exec",
+                json=payload,
+                headers={"Authorization": f"Bearer {gateway.token}"},
+                timeout=aiohttp.ClientTimeout(total=timeout + 5, sock_connect=10),
+            ) as response:
+                body = await _json_or_text(response)
+                status = response.status
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + 5:g}s") from None
+        if status >= 400:
+            error = error_from_response(status, body, Phase.EXEC)
+            if error.kind is FailureKind.DIED_DURING_EXEC:
+                error = await self._explain_death(ref, error)
+            raise error
+        return ExecResult(exit_code=int(body["exit_code"]), stdout=body.get("stdout", ""), stderr=body.get("stderr", ""))
+
+    async def _explain_death(self, ref: SandboxRef, error: ProviderError) -> ProviderError:
+        """A sandbox that vanished mid-command: ask the control plane why (OOM is its own kind)."""
+        try:
+            context = await self.request("GET", f"/sandbox/{quote(ref.sandbox_id)}/error-context", Phase.EXEC)
+        except Exception:
+            return error
+        if context.get("error_type") == "OOM_KILLED":
+            return ProviderError(FailureKind.OOM, f"{error.args[0]} (OOM_KILLED: {context.get('error_message') or ''})")
+        return error
+
+    async def terminate(self, ref: SandboxRef) -> None:
+        self._gateway.pop(ref.sandbox_id, None)
+        try:
+            await self.request("DELETE", f"/sandbox/{quote(ref.sandbox_id)}", Phase.TERMINATE)
+        except ProviderError as exc:
+            if "HTTP 404" in exc.args[0]:
+                return  # already gone: terminate is idempotent
+            raise
+
+    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+        refs: list[SandboxRef] = []
+        page = 1
+        while True:
+            body = await self.request(
+                "GET",
+                "/sandbox",
+                Phase.TERMINATE,
+                params=[("page", page), ("per_page", 100), ("labels", f"{RUN_LABEL}={run_id}"), ("is_active", "true")],
+            )
+            for sandbox in body.get("sandboxes", []):
+                refs.append(SandboxRef(sandbox_id=sandbox["id"], provider=self.name, run_id=run_id))
+            if not body.get("hasNext"):
+                return refs
+            page += 1
+
+    async def cleanup(self, run_id: str) -> int:
+        body = await self.request("DELETE", "/sandbox", Phase.TERMINATE, json={"labels": [f"{RUN_LABEL}={run_id}"]})
+        return len(body.get("succeeded", []))
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        if isinstance(exc, aiohttp.ClientResponseError):
+            return error_from_response(exc.status, {"detail": exc.message}, phase or Phase.CREATE).kind
+        if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+            return FailureKind.TRANSPORT
+        if isinstance(exc, (KeyError, ValueError, aiohttp.ContentTypeError)):
+            # The API answered something we cannot read: a vendor error in this phase, not ours.
+            return {
+                Phase.CREATE: FailureKind.CREATE_ERROR,
+                Phase.EXEC: FailureKind.EXEC_ERROR,
+            }.get(phase or Phase.CREATE, FailureKind.UNKNOWN)
+        return classify_common(exc, phase)
+
+    def versions(self) -> Mapping[str, str]:
+        return {"aiohttp": aiohttp.__version__}
+
+    async def aclose(self) -> None:
+        await self._poller.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _gateway_auth(auth: Mapping[str, Any]) -> GatewayAuth:
+    return GatewayAuth(
+        token=str(auth["token"]),
+        url=f"{str(auth['gateway_url']).rstrip('/')}/{auth['user_ns']}/{auth['job_id']}",
+    )
+
+
+async def _json_or_text(response: aiohttp.ClientResponse) -> Any:
+    text = await response.text()
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"detail": text[:500]}

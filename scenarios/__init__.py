@@ -1,0 +1,1 @@
+"""Locust files: `locust -f scenarios/<name>.py`, or `stampede run --scenario <name>`."""

@@ -1,0 +1,129 @@
+"""The engine process and its bridge: real processes, a real Unix socket, real parquet shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import gevent
+import pandas as pd
+import pytest
+
+from harness.engine_client import EngineClient, EngineError
+from harness.records import SCHEMA_V1_ROLLOUT_COLUMNS
+
+SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
+
+
+def config(tmp_path: Path, run_id: str = "run-a", **options: object) -> dict:
+    return {
+        "run_id": run_id,
+        "worker": "t0",
+        "out_dir": str(tmp_path),
+        "provider": SCRIPTED,
+        "provider_options": {"ledger": str(tmp_path / "ledger.jsonl"), **options},
+        "profile": "scripted",
+        "scenario": "test",
+        "plan": {"commands": [["true"], ["echo", "hi"]]},
+        "flush_interval_s": 0.2,
+    }
+
+
+def ledger_balance(tmp_path: Path) -> tuple[int, int]:
+    path = tmp_path / "ledger.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    created = {e["id"] for e in events if e["event"] == "create"}
+    terminated = {e["id"] for e in events if e["event"] == "terminate"}
+    return len(created), len(created - terminated)
+
+
+@pytest.fixture
+def engine():
+    client = EngineClient.spawn("t0")
+    yield client
+    client.shutdown(timeout=30)
+
+
+def test_concurrent_rollouts_come_back_and_land_in_parquet(engine, tmp_path):
+    engine.configure(config(tmp_path, exec_delay_s=0.01, ready_delay_s=0.05))
+    greenlets = [gevent.spawn(engine.run_rollout, "01-s", 50) for _ in range(50)]
+    gevent.joinall(greenlets, raise_error=True)
+    records = [g.value for g in greenlets]
+    assert all(r["outcome"] == "ok" for r in records)
+    assert len({r["rollout_id"] for r in records}) == 50
+    # All 50 were submitted before any finished, and the engine saw them in flight together.
+    assert max(r["inflight_at_submit"] for r in records) == 50
+    summary = engine.drain()
+    assert summary["rows"]["rollouts"] == 50 and summary["outcomes"] == {"ok": 50}
+    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns) and len(frame) == 50
+    ops = pd.read_parquet(sorted((tmp_path / "run-a").glob("ops-*.parquet")))
+    assert len(ops) == 50 * 5
+    assert (tmp_path / "run-a" / "engine-t0.json").exists()
+    assert ledger_balance(tmp_path) == (50, 0)
+
+
+def test_killing_waiting_users_cancels_rollouts_and_terminates_their_sandboxes(engine, tmp_path):
+    engine.configure(config(tmp_path, ready_delay_s=30))
+    greenlets = [gevent.spawn(engine.run_rollout, "01-s", 20) for _ in range(20)]
+    deadline = time.monotonic() + 10
+    while ledger_balance(tmp_path)[0] < 20 and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    gevent.killall(greenlets)  # what Locust does to users at stop
+    summary = engine.drain()
+    assert summary["outcomes"] == {"cancelled": 20}
+    assert ledger_balance(tmp_path) == (20, 0)
+    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    assert set(frame["outcome"]) == {"cancelled"} and set(frame["failure_phase"]) == {"ready"}
+
+
+def test_parent_death_drains_the_engine(tmp_path):
+    client = EngineClient.spawn("t0")
+    client.configure(config(tmp_path, ready_delay_s=30))
+    for _ in range(10):
+        gevent.spawn(client.run_rollout, "01-s", 10)
+    deadline = time.monotonic() + 10
+    while ledger_balance(tmp_path)[0] < 10 and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    client.process.stdin.close()  # exactly what the OS does when the Locust process dies
+    assert client.process.wait(timeout=30) == 0
+    assert ledger_balance(tmp_path) == (10, 0)
+    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    assert len(frame) == 10
+
+
+def test_sigterm_drains_the_engine(tmp_path):
+    client = EngineClient.spawn("t0")
+    client.configure(config(tmp_path, ready_delay_s=30))
+    for _ in range(5):
+        gevent.spawn(client.run_rollout, "01-s", 5)
+    deadline = time.monotonic() + 10
+    while ledger_balance(tmp_path)[0] < 5 and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    os.kill(client.process.pid, signal.SIGTERM)
+    assert client.process.wait(timeout=30) == 0
+    assert ledger_balance(tmp_path) == (5, 0)
+
+
+def test_configuration_errors_come_back_as_one_line(engine, tmp_path):
+    bad = config(tmp_path)
+    bad["provider"] = "no-such-vendor"
+    with pytest.raises(EngineError) as info:
+        engine.configure(bad)
+    assert info.value.kind == "config" and "unknown provider" in str(info.value)
+    with pytest.raises(EngineError) as info:
+        engine.run_rollout("01-s", 1)
+    assert info.value.kind == "not_configured"
+
+
+def test_a_new_run_drains_the_previous_one(engine, tmp_path):
+    engine.configure(config(tmp_path, run_id="run-1"))
+    engine.run_rollout("01-s", 1)
+    engine.configure(config(tmp_path, run_id="run-2"))
+    engine.run_rollout("01-s", 1)
+    engine.drain()
+    assert len(pd.read_parquet(sorted((tmp_path / "run-1").glob("rollouts-*.parquet")))) == 1
+    assert len(pd.read_parquet(sorted((tmp_path / "run-2").glob("rollouts-*.parquet")))) == 1

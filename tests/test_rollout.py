@@ -1,0 +1,123 @@
+"""The rollout lifecycle's bookkeeping: what a user reads in every parquet row."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harness.records import OpRecord
+from harness.rollout import (
+    PlanError,
+    RolloutCancelled,
+    RolloutContext,
+    RolloutPlan,
+    SandboxRegistry,
+    parse_commands,
+    run_rollout,
+)
+from tests.support.scripted_provider import ScriptedProvider
+
+
+def context(rollout_id: str = "r1", secrets: tuple[str, ...] = ()) -> RolloutContext:
+    return RolloutContext(
+        run_id="run", worker="w", rollout_id=rollout_id, provider="scripted", profile="p", scenario="s",
+        stage="01-x", target_users=10, inflight_at_submit=3, secrets=secrets,
+    )  # fmt: skip
+
+
+async def run(provider: ScriptedProvider, plan: RolloutPlan | None = None, **kw: object):
+    ops: list[OpRecord] = []
+    registry = SandboxRegistry()
+    record = await run_rollout(provider, plan or RolloutPlan(commands=(("true",), ("echo", "hi"))), context(**kw), ops.append, registry)  # type: ignore[arg-type]
+    return record, ops, registry
+
+
+async def test_ok_rollout_times_every_phase_and_terminates():
+    provider = ScriptedProvider({"ready_delay_s": 0.05, "exec_delay_s": 0.01})
+    record, ops, registry = await run(provider)
+    assert record.outcome == "ok" and record.failure_kind is None
+    assert record.create_s is not None and record.ready_s >= 0.04
+    assert record.exec_count == 2 and record.exec_s >= 0.02
+    # TTI ends with the first command: after ready, before the second command.
+    assert record.create_s + record.ready_s <= record.tti_s < record.total_s
+    assert record.terminate_s is not None and record.total_s >= record.tti_s
+    assert [op.op for op in ops] == ["create", "wait_ready", "exec", "exec", "terminate"]
+    assert all(op.ok for op in ops)
+    assert provider.live == {} and len(registry) == 0
+    assert record.inflight_at_submit == 3 and record.stage == "01-x"
+
+
+async def test_nonzero_exit_code_is_a_result_not_a_failure():
+    record, _, _ = await run(ScriptedProvider({}), RolloutPlan(commands=(("false",),)))
+    assert record.outcome == "ok" and record.tti_s is not None
+
+
+async def test_failure_is_classified_with_its_phase_and_the_sandbox_still_terminated():
+    provider = ScriptedProvider({"fail": "ready:died_before_ready"})
+    record, ops, _ = await run(provider)
+    assert (record.outcome, record.failure_kind, record.failure_phase) == ("failed", "died_before_ready", "ready")
+    assert record.tti_s is None and record.exec_count == 0
+    assert provider.live == {} and len(provider.terminated) == 1
+    assert [op.op for op in ops] == ["create", "wait_ready", "terminate"]
+    assert ops[1].ok is False and ops[1].failure_kind == "died_before_ready"
+
+
+async def test_create_failure_has_no_sandbox_to_terminate():
+    record, ops, _ = await run(ScriptedProvider({"fail": "create:rate_limited"}))
+    assert (record.failure_kind, record.failure_phase, record.sandbox_id) == ("rate_limited", "create", None)
+    assert [op.op for op in ops] == ["create"]
+
+
+async def test_unknown_exception_is_unknown_and_a_broken_classifier_is_harness():
+    record, _, _ = await run(ScriptedProvider({}), RolloutPlan(commands=(("boom",),)))
+    assert (record.failure_kind, record.failure_phase) == ("unknown", "exec")
+    record, _, _ = await run(ScriptedProvider({"classify_raises": "1"}), RolloutPlan(commands=(("boom",),)))
+    assert record.failure_kind == "harness"
+
+
+async def test_terminate_failure_fails_an_otherwise_good_rollout_and_keeps_the_ref():
+    provider = ScriptedProvider({"terminate_fail": "1"})
+    record, _, registry = await run(provider)
+    assert (record.outcome, record.failure_kind, record.failure_phase) == ("failed", "transport", "terminate")
+    assert len(registry) == 1  # the engine's drain will try again
+
+
+async def test_cancelled_rollout_terminates_its_sandbox_and_keeps_its_record():
+    provider = ScriptedProvider({"ready_delay_s": 10})
+    registry = SandboxRegistry()
+    task = asyncio.create_task(run_rollout(provider, RolloutPlan(), context(), lambda op: None, registry))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(RolloutCancelled) as info:
+        await task
+    record = info.value.record
+    assert (record.outcome, record.failure_phase) == ("cancelled", "ready")
+    assert record.sandbox_id is not None and provider.live == {} and len(registry) == 0
+    assert record.total_s is not None and record.total_s < 5
+
+
+async def test_errors_are_redacted():
+    provider = ScriptedProvider({})
+
+    async def leaky_exec(*_: object) -> None:
+        raise RuntimeError("auth failed for token=s3cr3t-value and Bearer abc.def")
+
+    provider.exec = leaky_exec  # type: ignore[method-assign]
+    record, _, _ = await run(provider, secrets=("s3cr3t-value",))
+    assert "s3cr3t" not in record.error and "abc.def" not in record.error
+
+
+def test_commands_parse_like_a_shell_and_keep_quoted_semicolons():
+    assert parse_commands("true; echo 'a;b' c;sleep 2") == (("true",), ("echo", "a;b", "c"), ("sleep", "2"))
+    with pytest.raises(PlanError):
+        parse_commands(" ; ")
+    with pytest.raises(PlanError):
+        parse_commands("echo 'unterminated")
+
+
+def test_plan_round_trips_through_json():
+    plan = RolloutPlan(commands=(("echo", "x"),), ready_timeout_s=5, image="img", labels={"a": "b"})
+    assert RolloutPlan.from_dict(plan.to_dict()) == plan
+    with pytest.raises(PlanError):
+        RolloutPlan(ready_timeout_s=0)
