@@ -164,4 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, so `python -m harness.cli` shares one UsageError class with it.
+    from harness.cli import main as _main
+
+    sys.exit(_main())

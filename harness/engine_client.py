@@ -55,7 +55,7 @@ class EngineClient:
         child_env = dict(os.environ if env is None else env)
         child_env.pop("LOCUST_SKIP_MONKEY_PATCH", None)
         child_env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), child_env.get("PYTHONPATH", "")]
+            [str(Path(__file__).resolve().parent.parent), os.getcwd(), child_env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
         process = gevent.subprocess.Popen(
             [sys.executable, "-m", "harness.engine", "--socket", socket_path, "--worker", worker, "--watch-stdin"],

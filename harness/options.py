@@ -34,9 +34,11 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
 
     One definition serves both, so `stampede run` and `locust -f` cannot drift apart.
     """
-    group = parser.add_argument_group("stampede", "sandbox fleet load test settings")
+    # Locust's own parser only understands its web-UI keywords on the top level, not on groups.
+    group = parser if locust else parser.add_argument_group("stampede", "sandbox fleet load test settings")
 
     def add(*names: str, **kwargs: Any) -> None:
+        kwargs.setdefault("include_in_web_ui", False)
         if not locust:
             for keyword in _LOCUST_ONLY_KEYWORDS:
                 kwargs.pop(keyword, None)
@@ -53,7 +55,9 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="API endpoint; for --provider stub, a standalone stub instead of the embedded one")
     add("--token", default=None, env_var="STAMPEDE_TOKEN", is_secret=True, include_in_web_ui=True,
         help="bearer token for --base-url")
-    add("--profile", default=DEFAULT_PROFILE, env_var="STAMPEDE_PROFILE", include_in_web_ui=True,
+    # Locust owns `--profile` (a label for grouping runs), so under `locust -f` ours is `--sim-profile`.
+    add(*(("--sim-profile",) if locust else ("--profile", "--sim-profile")), dest="sim_profile",
+        default=DEFAULT_PROFILE, env_var="STAMPEDE_PROFILE", include_in_web_ui=True,
         help="simulated vendor behaviour for the embedded stub: modal-like, prime-like, ideal, or a .toml path")
     add("--profile-set", action="append", default=None, env_var="STAMPEDE_PROFILE_SET", include_in_web_ui=False,
         help="override one profile value, e.g. quota.max_active=100 (repeatable)")
@@ -163,7 +167,7 @@ class RunSettings:
             provider=str(get("provider") or DEFAULT_PROVIDER),
             base_url=(get("base_url") or None),
             token=token or None,
-            profile=str(get("profile") or DEFAULT_PROFILE),
+            profile=str(get("sim_profile") or DEFAULT_PROFILE),
             profile_overrides=parse_key_values(get("profile_set"), "profile-set"),
             time_scale=get("time_scale"),
             seed=int(get("seed") or 0),

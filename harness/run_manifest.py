@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import secrets
 import socket
 import sys
@@ -18,8 +19,11 @@ from harness.records import SCHEMA_VERSION
 
 
 def new_run_id(scenario: str, provider: str) -> str:
+    """Sortable by time, readable, unique, and safe as a folder name and a label value."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{scenario}-{provider}-{secrets.token_hex(2)}"
+    provider = provider.rpartition(":")[2] or provider  # module:Class -> Class
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{scenario}-{provider}").strip("-").lower()
+    return f"{stamp}-{slug}-{secrets.token_hex(2)}"
 
 
 def _version(distribution: str) -> str | None:

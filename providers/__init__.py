@@ -7,6 +7,8 @@ that no adapter ever imports another.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +38,8 @@ def provider_class(name: str) -> type[Provider]:
             f"unknown provider {name!r} (choose from: {', '.join(provider_names())}, or module:Class)"
         )
     module_name, _, class_name = target.partition(":")
+    if name not in PROVIDERS and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a user's own provider module, as Locust finds locustfiles
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

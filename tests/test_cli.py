@@ -1,0 +1,78 @@
+"""The command line as users meet it: real `stampede` processes, one-line errors, exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.records import SCHEMA_V1_OP_COLUMNS, SCHEMA_V1_ROLLOUT_COLUMNS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def stampede(*args: str, timeout: float = 120, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--provider", "nope"], "unknown provider 'nope'"),
+        (["run", "--scenario", "does/not/exist.py"], "scenario file does/not/exist.py not found"),
+        (["run", "--scenario", "nope"], "unknown scenario 'nope'"),
+        (["run", "--users", "many"], "invalid int value: 'many'"),
+        (["run", "--users", "0"], "--users must be a positive"),
+        (["run", "--hold", "-3"], "--hold must be a positive number"),
+        (["run", "--stages", "60,lots"], "--stages must be comma-separated whole numbers"),
+        (["run", "--commands", " ; "], "at least one command"),
+        (["run", "--seed", "x"], "invalid int value: 'x'"),
+        (["run", "--base-url", "http://127.0.0.1:9", "--token", "t"], "is unreachable"),
+        (["run", "--run-time", "soon"], "is not a time span"),
+        (["run", "--provider-option", "novalue"], "takes KEY=VALUE"),
+        (["summary", "/nonexistent"], "is not a stampede run folder"),
+        (["bogus"], "invalid choice: 'bogus'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    result = stampede(*args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0] and "Traceback" not in result.stderr
+
+
+def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
+    """A provider from the user's own module (`module:Class`), the ramp shape, results read back by pandas."""
+    result = stampede(
+        "run", "--provider", "tests.support.scripted_provider:ScriptedProvider",
+        "--provider-option", "ready_delay_s=0.05", "--stages", "4,8", "--hold", "2",
+        "--out", str(tmp_path), "--progress-interval", "0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["schema_version"] == 1
+    assert manifest["shape"]["stages"] == [4, 8]
+    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    ops = pd.read_parquet(sorted(run_dir.glob("ops*.parquet")))
+    assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(rollouts.columns)
+    assert set(SCHEMA_V1_OP_COLUMNS) <= set(ops.columns)
+    assert manifest["rows"]["rollouts"] == len(rollouts) > 0
+    assert set(rollouts["stage"]) == {"01-ramp4", "02-ramp8"}
+    assert rollouts["inflight_at_submit"].max() == 8
+    assert (rollouts.loc[rollouts["outcome"] == "ok", "tti_s"] > 0.05).all()
+    assert rollouts["rollout_id"].is_unique
+    # Every op belongs to a rollout of this run.
+    assert set(ops["rollout_id"]) <= set(rollouts["rollout_id"])
+    assert "01-ramp4" in result.stdout and "results:" in result.stdout
+    summary = stampede("summary", str(run_dir))
+    assert summary.returncode == 0 and "02-ramp8" in summary.stdout
