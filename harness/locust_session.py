@@ -238,10 +238,21 @@ class StampedeSession:
             return
         if self.run_id:
             sandboxes = [s for s in sandboxes if f"stampede-run={self.run_id}" in (s.get("labels") or [])]
-        columns = ["id", "status", "error_type", "created_wall", "ready_wall", "ended_wall"]
-        rows = [{column: sandbox.get(column) for column in columns} for sandbox in sandboxes]
+        rows = [
+            {
+                "id": sandbox.get("id"),
+                "status": sandbox.get("status"),
+                "error_type": sandbox.get("error_type"),
+                "created_wall": sandbox.get("created_wall"),
+                "ready_wall": sandbox.get("running_wall"),
+                "ended_wall": sandbox.get("ended_wall"),
+                "first_exec_done_wall": sandbox.get("first_exec_done_wall"),
+            }
+            for sandbox in sandboxes
+        ]
         schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("error_type", pa.string()),
-                            ("created_wall", pa.float64()), ("ready_wall", pa.float64()), ("ended_wall", pa.float64())])  # fmt: skip
+                            ("created_wall", pa.float64()), ("ready_wall", pa.float64()), ("ended_wall", pa.float64()),
+                            ("first_exec_done_wall", pa.float64())])  # fmt: skip
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), self.run_dir / "sim_truth.parquet")
 
     def render_summary(self, rollouts: Any) -> str:
@@ -251,7 +262,7 @@ class StampedeSession:
             f"stampede run {self.run_id} — scenario {self.scenario}, provider {self.settings.provider}"
             + (f", profile {self.profile_label}" if self.profile_label else ""),
         ]
-        if self.time_scale is not None:
+        if self.time_scale is not None and self.time_scale != 1:
             lines.append(
                 f"time scale {self.time_scale:g}: the simulated vendor ran {1 / self.time_scale:g}x faster than real"
                 f" time; durations below are wall seconds (divide by {self.time_scale:g} for vendor seconds)"
@@ -277,10 +288,12 @@ class StampedeSession:
             )
         error = measurement_error(rollouts, load_truth(self.run_dir))
         if error:
-            q = error["error_ms"]
+            usable, first = error["vs_usable_ms"], error["vs_first_command_ms"]
             lines.append(
-                f"measurement error (harness TTI - stub's own accept->usable, n={error['samples']}): "
-                f"p50 {q['p50']:.1f} ms, p99 {q['p99']:.1f} ms, max {q['max']:.1f} ms"
+                f"harness vs the stub's own records (n={error['samples']}): TTI - accept->RUNNING "
+                f"p50 {usable['p50']:.0f} ms, p99 {usable['p99']:.0f} ms (poll interval, round trips, first command); "
+                f"TTI - accept->first command done p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms, "
+                f"max {first['max']:.0f} ms (the timing error)"
             )
         lines.append(f"results: {self.run_dir}")
         return "\n".join(lines)

@@ -43,6 +43,8 @@ class RolloutUser(User):
             raise StopUser()  # stampede could not start in this process; that was already reported
         shape = session.shape
         stage = shape.before_rollout(self) if shape is not None else IDLE_STAGE
+        if stage is None:
+            raise StopUser()  # the shape is done with this user
         target = stage.target_users or int(getattr(self.environment.runner, "target_user_count", 0) or 0)
         try:
             record = session.engine.run_rollout(stage=stage.name, target_users=target, t_intended=time.time())

@@ -65,8 +65,8 @@ class StampedeShape(LoadTestShape):
         return {"shape": type(self).__name__}
 
     # Hooks called by RolloutUser around each rollout (in the user's greenlet).
-    def before_rollout(self, user: Any) -> Stage:
-        """Block until this user may start a rollout; return the stage it runs in."""
+    def before_rollout(self, user: Any) -> Stage | None:
+        """Block until this user may start a rollout; return the stage it runs in (None: no more rollouts)."""
         return self.stage
 
     def after_rollout(self, user: Any, stage: Stage, record: dict[str, Any]) -> None:
@@ -156,6 +156,7 @@ class BurstShape(StampedeShape):
         elif self._finished.get(self._released_step, 0) >= size:
             if self._released_step >= self.steps():
                 self._done = True
+                self._gate.set()  # let waiting users leave at once instead of sitting out the stop timeout
                 return None
             self._release(self._released_step + 1, size)
         return size, max(self.spawn_rate(default=float(size)), 1.0)
@@ -166,9 +167,11 @@ class BurstShape(StampedeShape):
         gate, self._gate = self._gate, gevent.event.Event()
         gate.set()
 
-    def before_rollout(self, user: Any) -> Stage:
+    def before_rollout(self, user: Any) -> Stage | None:
         done_step = getattr(user, "_stampede_step", 0)
         while self._released_step <= done_step:
+            if self._done:
+                return None
             self._waiting += 1
             try:
                 self._gate.wait()

@@ -1,0 +1,818 @@
+"""The Prime-like HTTP API over the vendor simulator (aiohttp.web): Prime's paths, bodies and errors.
+
+Shapes follow prime-sandboxes 0.5.1 (models.py, sandbox.py, core/client.py), so Prime's own SDK and our
+lean stub client can drive it: REST under `/api/v1` with a Bearer token, snake_case requests, camelCase
+`Sandbox` responses with ISO-8601 UTC timestamps ("...Z"), FastAPI-style 422s.
+
+Error shapes (every body is JSON):
+- 401 `{"detail": "Not authenticated"}` (no header) / `{"detail": "Invalid API key"}`;
+- 404 `{"detail": "Sandbox not found"}` (unknown routes: `{"detail": "Not Found"}`);
+- 422 `{"detail": [{"type", "loc": ["body", field], "msg", "input"}, ...]}`;
+- 429 + `Retry-After: <int s>` `{"detail": "Sandbox creation rate limit exceeded (30/s)",
+  "errorCode": "RATE_LIMITED", "retryAfter": <float real s>}`;
+- 429 `{"detail": "Sandbox limit reached: ...", "errorCode": "SANDBOX_LIMIT_REACHED"}`;
+- 503 `{"detail": "Insufficient capacity to create sandbox", "errorCode": "INSUFFICIENT_CAPACITY"}`;
+- injected transient create errors: 500 `{"detail": "Internal server error"}`, 502 `{"detail": "Bad gateway"}`
+  or 503 `{"detail": "Service temporarily unavailable"}` (by create-attempt number, so deterministic);
+- gateway: 401 `{"detail": "Invalid or expired gateway token"}`, 408 `{"detail": "Command timed out after
+  N seconds"}`, 409 `{"detail": "Sandbox is not running"}`, 502 `{"error": "sandbox_not_found",
+  "detail": "Sandbox not found: ..."}`, 503 `{"detail": "Gateway error: ..."}` (injected exec error).
+
+Time: durations the vendor enforces (lifetimes, exec timeouts, `sleep` in commands, the startup
+deadline) are vendor seconds and play at the stub's time scale; values a client acts on (Retry-After,
+timestamps, token expiry) are real.
+
+Divergences from Prime, on purpose: stub-only `GET /api/v1/_stampede/truth` and `/_stampede/stats`;
+`startedAt` is when the sandbox became RUNNING; `is_active=false` lists everything (as the SDK's
+`exclude_terminated=False` reads); checkpoints, volumes, networks, GPUs and image builds are not
+modelled (422 / 404); one account and team; exec speaks the REST gateway shape of prime-sandboxes 0.2.x,
+not 0.5.x's ConnectRPC (see prime_gateway.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import secrets
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from providers.sim.clock import LoopClock, SimClock
+from providers.sim.openapi import openapi_document
+from providers.sim.prime_gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
+from providers.sim.profile import Profile, load_profile
+from providers.sim.simulator import (
+    CreateRequest,
+    NotFound,
+    Rejected,
+    RejectReason,
+    SandboxStatus,
+    SimSandbox,
+    VendorSimulator,
+    iso,
+)
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1"
+MAX_BATCH_IDS = 100
+MAX_PER_PAGE = 1000
+DISK_MOUNT_PATH = "/sandbox-workspace"
+USER_ID = "user-stampede"
+
+
+@dataclass(frozen=True)
+class StubSettings:
+    """How to run a stub: which vendor behaviour, how fast, where, and with which API token."""
+
+    profile: Profile | str = "prime-like"
+    seed: int = 0
+    time_scale: float | None = None  # None: the profile's default_time_scale
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port
+    token: str = field(default_factory=lambda: "stampede-" + secrets.token_urlsafe(18))
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    def resolved_profile(self) -> Profile:
+        profile = self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
+        return profile.with_overrides(dict(self.overrides)) if self.overrides else profile
+
+    def resolved_time_scale(self, profile: Profile) -> float:
+        scale = profile.default_time_scale if self.time_scale is None else float(self.time_scale)
+        if not scale > 0 or math.isinf(scale):
+            raise ValueError(f"time scale must be a positive finite number, got {scale!r}")
+        return scale
+
+
+SIM = web.AppKey("stampede_simulator", VendorSimulator)
+TOKENS = web.AppKey("stampede_gateway_tokens", GatewayTokens)
+API_TOKEN = web.AppKey("stampede_api_token", str)
+INFO: web.AppKey[dict[str, Any]] = web.AppKey("stampede_info")
+
+
+def _sim(request: web.Request) -> VendorSimulator:
+    return request.app[SIM]
+
+
+def _tokens(request: web.Request) -> GatewayTokens:
+    return request.app[TOKENS]
+
+
+def _base_url(request: web.Request) -> str:
+    return f"{request.scheme}://{request.host}"
+
+
+def _time_scale(clock: SimClock) -> float:
+    return float(getattr(clock, "time_scale", 1.0))
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+
+def _detail(status: int, detail: Any, **extra: Any) -> web.Response:
+    return web.json_response({"detail": detail, **extra}, status=status)
+
+
+def _not_found() -> web.Response:
+    return _detail(404, "Sandbox not found")
+
+
+def _invalid(errors: list[dict[str, Any]]) -> web.Response:
+    return _detail(422, errors)
+
+
+def _field_error(kind: str, name: str | None, msg: str, value: Any) -> dict[str, Any]:
+    loc: list[Any] = ["body"] if name is None else ["body", name]
+    return {"type": kind, "loc": loc, "msg": msg, "input": value}
+
+
+_TRANSIENT = (
+    (500, "Internal server error"),
+    (502, "Bad gateway"),
+    (503, "Service temporarily unavailable"),
+)
+
+
+def rejection_response(exc: Rejected, clock: SimClock) -> web.Response:
+    """A simulator rejection in Prime's words (the module doc lists the exact shapes)."""
+    if exc.reason is RejectReason.RATE_LIMITED:
+        real = max(0.0, (exc.retry_after or 0.0) * _time_scale(clock))
+        return web.json_response(
+            {"detail": exc.message, "errorCode": "RATE_LIMITED", "retryAfter": round(real, 6)},
+            status=429,
+            headers={"Retry-After": str(max(1, math.ceil(real)))},
+        )
+    if exc.reason is RejectReason.QUOTA_EXHAUSTED:
+        return _detail(429, exc.message, errorCode="SANDBOX_LIMIT_REACHED")
+    if exc.reason is RejectReason.CAPACITY:
+        return _detail(503, "Insufficient capacity to create sandbox", errorCode="INSUFFICIENT_CAPACITY")
+    if exc.reason is RejectReason.INVALID:
+        return _invalid([_field_error("value_error", None, f"Value error, {exc.message}", None)])
+    status, text = _TRANSIENT[(exc.attempt or 0) % len(_TRANSIENT)]
+    return _detail(status, text)
+
+
+@web.middleware
+async def _errors_and_auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """Bearer auth on /api/v1; FastAPI-style JSON for 404/405 and for our own bugs (never a traceback)."""
+    if request.path.startswith(API_PREFIX + "/") or request.path == API_PREFIX:
+        header = request.headers.get("Authorization")
+        if not header:
+            return _detail(401, "Not authenticated")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), request.app[API_TOKEN]):
+            return _detail(401, "Invalid API key")
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPNotFound:
+        return _detail(404, "Not Found")
+    except web.HTTPMethodNotAllowed:
+        return _detail(405, "Method Not Allowed")
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("stub: unhandled error in %s %s", request.method, request.path)
+        return _detail(500, "Internal server error (simulator bug)")
+
+
+# --- bodies -------------------------------------------------------------------------------------------
+
+
+def sandbox_body(sb: SimSandbox, clock: SimClock) -> dict[str, Any]:
+    """The camelCase `Sandbox` object exactly as prime_sandboxes.models.Sandbox parses it."""
+    meta = sb.meta
+    start = sb.start_command
+    secrets_in = meta.get("secrets") or None
+    return {
+        "id": sb.id,
+        "name": sb.name,
+        "dockerImage": sb.image,
+        "startCommand": {"executable": start[0], "args": list(start[1:])} if start else None,
+        "cpuCores": sb.cpu,
+        "memoryGB": meta.get("memory_gb", sb.memory_mb / 1024),
+        "diskSizeGB": meta.get("disk_size_gb", 5.0),
+        "diskMountPath": DISK_MOUNT_PATH,
+        "gpuCount": 0,
+        "gpuType": None,
+        "vm": meta.get("vm", True),
+        "networkAllowlist": meta.get("network_allowlist"),
+        "networkDenylist": meta.get("network_denylist"),
+        "status": str(sb.status),
+        "timeoutMinutes": meta.get("timeout_minutes", _minutes(sb.lifetime_s)),
+        "idleTimeoutMinutes": meta.get("idle_timeout_minutes"),
+        "terminationReason": None,
+        "environmentVars": dict(sb.env) or None,
+        "secrets": {k: "********" for k in secrets_in} if secrets_in else None,
+        "advancedConfigs": meta.get("advanced_configs"),
+        "labels": list(sb.labels),
+        "createdAt": iso(clock, sb.created_at),
+        "updatedAt": iso(clock, sb.updated_at),
+        "startedAt": iso(clock, sb.running_at),
+        "terminatedAt": iso(clock, sb.ended_at),
+        "exitCode": None,
+        "errorType": sb.error_type,
+        "errorMessage": sb.error_message,
+        "userId": USER_ID,
+        "teamId": meta.get("team_id"),
+        "region": meta.get("region"),
+        "pendingImageBuildId": None,
+    }
+
+
+def _minutes(lifetime_s: float) -> int:
+    return -1 if math.isinf(lifetime_s) else max(1, round(lifetime_s / 60))
+
+
+def _logs(sb: SimSandbox, clock: SimClock) -> str:
+    lines = [f"{iso(clock, sb.created_at)} sandbox {sb.id} accepted (PENDING)"]
+    if sb.started_at is not None:
+        lines.append(
+            f"{iso(clock, sb.started_at)} scheduled on node {sb.node}; provisioning image {sb.image}"
+        )
+    if sb.running_at is not None:
+        lines.append(f"{iso(clock, sb.running_at)} sandbox is RUNNING")
+    if sb.ended_at is not None:
+        tail = f" {sb.error_type}: {sb.error_message}" if sb.error_type else ""
+        lines.append(f"{iso(clock, sb.ended_at)} sandbox {sb.status}{tail}")
+    return "\n".join(lines) + "\n"
+
+
+# --- request validation (FastAPI-shaped 422s) --------------------------------------------------------
+
+
+def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]]:
+    if not isinstance(body, dict):
+        return None, [
+            _field_error(
+                "model_attributes_type",
+                None,
+                "Input should be a valid dictionary or object to extract fields from",
+                body,
+            )
+        ]
+    errors: list[dict[str, Any]] = []
+
+    def get(name: str, kind: str, *, required: bool = False, default: Any = None) -> Any:
+        if name not in body or (body[name] is None and not required):
+            if required:
+                errors.append(
+                    {"type": "missing", "loc": ["body", name], "msg": "Field required", "input": body}
+                )
+            return default
+        value = body[name]
+        ok = {
+            "str": isinstance(value, str),
+            "number": isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "bool": isinstance(value, bool),
+            "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "dict[str,str]": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+            "dict": isinstance(value, dict),
+        }[kind]
+        if not ok:
+            msg = {
+                "str": ("string_type", "Input should be a valid string"),
+                "number": ("float_type", "Input should be a valid number"),
+                "int": ("int_type", "Input should be a valid integer"),
+                "bool": ("bool_type", "Input should be a valid boolean"),
+                "list[str]": ("list_type", "Input should be a valid list of strings"),
+                "dict[str,str]": ("dict_type", "Input should be a valid dictionary of strings"),
+                "dict": ("dict_type", "Input should be a valid dictionary"),
+            }[kind]
+            errors.append(_field_error(msg[0], name, msg[1], value))
+            return default
+        return value
+
+    def positive(name: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and not value > 0:
+            errors.append(_field_error("greater_than", name, "Input should be greater than 0", value))
+
+    name = get("name", "str", required=True)
+    image = get("docker_image", "str")
+    if body.get("checkpoint_id") is not None:
+        errors.append(
+            _field_error(
+                "value_error",
+                "checkpoint_id",
+                "Value error, restoring checkpoints is not modelled by the simulator",
+                body["checkpoint_id"],
+            )
+        )
+    elif image is None:
+        if not any(e["loc"] == ["body", "docker_image"] for e in errors):  # not already a type error
+            errors.append(
+                _field_error(
+                    "value_error",
+                    None,
+                    "Value error, docker_image is required unless checkpoint_id is set",
+                    None,
+                )
+            )
+    elif isinstance(image, str) and not image.strip():
+        errors.append(
+            _field_error("value_error", "docker_image", "Value error, docker_image must not be empty", image)
+        )
+    cpu = get("cpu_cores", "number", default=1.0)
+    positive("cpu_cores", cpu)
+    memory_gb = get("memory_gb", "number", default=1.0)
+    positive("memory_gb", memory_gb)
+    disk = get("disk_size_gb", "number", default=5.0)
+    positive("disk_size_gb", disk)
+    gpus = get("gpu_count", "int", default=0)
+    if isinstance(gpus, int) and gpus != 0:
+        errors.append(
+            _field_error(
+                "value_error", "gpu_count", "Value error, GPUs are not modelled by the simulator", gpus
+            )
+        )
+    minutes = get("timeout_minutes", "int", default=60)
+    if isinstance(minutes, int) and not (minutes == -1 or minutes >= 1):
+        errors.append(
+            _field_error(
+                "value_error",
+                "timeout_minutes",
+                "Value error, timeout_minutes must be >= 1 or -1 (no limit)",
+                minutes,
+            )
+        )
+    idle = get("idle_timeout_minutes", "int")
+    env = get("environment_vars", "dict[str,str]", default={})
+    secrets_in = get("secrets", "dict[str,str]", default={})
+    labels = get("labels", "list[str]", default=[])
+    team_id = get("team_id", "str")
+    region = get("region", "str")
+    key = get("idempotency_key", "str")
+    vm = get("vm", "bool", default=True)
+    allow = get("network_allowlist", "list[str]")
+    deny = get("network_denylist", "list[str]")
+    advanced = get("advanced_configs", "dict")
+    start = body.get("start_command")
+    argv: tuple[str, ...] = ()
+    if isinstance(start, str):
+        try:
+            argv = tuple(shlex.split(start))
+        except ValueError as exc:
+            errors.append(_field_error("value_error", "start_command", f"Value error, {exc}", start))
+    elif isinstance(start, dict):
+        exe, args = start.get("executable"), start.get("args", [])
+        if not isinstance(exe, str) or not exe:
+            errors.append(
+                _field_error(
+                    "string_too_short", "start_command", "executable should have at least 1 character", start
+                )
+            )
+        elif not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            errors.append(
+                _field_error("list_type", "start_command", "args should be a valid list of strings", start)
+            )
+        else:
+            argv = (exe, *args)
+    elif start is not None:
+        errors.append(
+            _field_error("model_type", "start_command", "Input should be a valid StartCommand", start)
+        )
+    if errors:
+        return None, errors
+    meta = {
+        "memory_gb": memory_gb,
+        "disk_size_gb": disk,
+        "timeout_minutes": minutes,
+        "idle_timeout_minutes": idle,
+        "team_id": team_id,
+        "region": region,
+        "vm": vm,
+        "network_allowlist": allow,
+        "network_denylist": deny,
+        "advanced_configs": advanced,
+        "secrets": dict(secrets_in),
+    }
+    req = CreateRequest(
+        image=image,
+        labels=tuple(labels),
+        cpu=float(cpu),
+        memory_mb=max(1, round(memory_gb * 1024)),
+        lifetime_s=math.inf if minutes == -1 else minutes * 60.0,
+        name=name,
+        idempotency_key=key,
+        env=dict(env),
+        start_command=argv,
+        meta=meta,
+    )
+    return req, []
+
+
+async def _json(request: web.Request) -> tuple[Any, web.Response | None]:
+    if not request.can_read_body:
+        return None, _invalid([{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}])
+    try:
+        return await request.json(), None
+    except ValueError as exc:
+        return None, _invalid(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ["body", 0],
+                    "msg": "JSON decode error",
+                    "input": {},
+                    "ctx": {"error": str(exc)},
+                }
+            ]
+        )
+
+
+def _bool_param(raw: str | None, name: str) -> tuple[bool | None, dict[str, Any] | None]:
+    if raw is None:
+        return None, None
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True, None
+    if lowered in ("false", "0", "no", "off"):
+        return False, None
+    return None, {
+        "type": "bool_parsing",
+        "loc": ["query", name],
+        "msg": "Input should be a valid boolean",
+        "input": raw,
+    }
+
+
+def _int_param(
+    raw: str | None, name: str, default: int, lo: int, hi: int
+) -> tuple[int, dict[str, Any] | None]:
+    if raw is None:
+        return default, None
+    try:
+        value = int(raw)
+    except ValueError:
+        return default, {
+            "type": "int_parsing",
+            "loc": ["query", name],
+            "msg": "Input should be a valid integer",
+            "input": raw,
+        }
+    if not lo <= value <= hi:
+        return default, {
+            "type": "value_error",
+            "loc": ["query", name],
+            "msg": f"Input should be between {lo} and {hi}",
+            "input": raw,
+        }
+    return value, None
+
+
+# --- handlers -----------------------------------------------------------------------------------------
+
+
+async def create_sandbox(request: web.Request) -> web.Response:
+    body, problem = await _json(request)
+    if problem is not None:
+        return problem
+    req, errors = _check_create(body)
+    if req is None:
+        return _invalid(errors)
+    sim = _sim(request)
+    try:
+        sb = sim.create(req)
+    except Rejected as exc:
+        return rejection_response(exc, sim.clock)
+    out = sandbox_body(sb, sim.clock)
+    tokens = _tokens(request)
+    out["gatewayAuth"] = tokens.auth_body(tokens.issue(sb.id), _base_url(request))
+    return web.json_response(out, status=201)
+
+
+async def get_sandbox(request: web.Request) -> web.Response:
+    sim = _sim(request)
+    try:
+        sb = sim.get(request.match_info["sandbox_id"])
+    except NotFound:
+        return _not_found()
+    return web.json_response(sandbox_body(sb, sim.clock))
+
+
+async def list_sandboxes(request: web.Request) -> web.Response:
+    q = request.query
+    page, p1 = _int_param(q.get("page"), "page", 1, 1, 10**9)
+    per_page, p2 = _int_param(q.get("per_page"), "per_page", 50, 1, MAX_PER_PAGE)
+    is_active, p3 = _bool_param(q.get("is_active"), "is_active")
+    status = q.get("status")
+    p4 = None
+    if status is not None and status not in SandboxStatus.__members__ and status != "PAUSED":
+        p4 = {
+            "type": "enum",
+            "loc": ["query", "status"],
+            "msg": f"Input should be one of {', '.join(SandboxStatus)}",
+            "input": status,
+        }
+    problems = [p for p in (p1, p2, p3, p4) if p is not None]
+    if problems:
+        return _invalid(problems)
+    labels = q.getall("labels", [])
+    sim = _sim(request)
+    found = sim.list(labels=labels, active_only=is_active is True)
+    if status is not None:
+        found = [sb for sb in found if sb.status == status]
+    found.reverse()  # newest first
+    start = (page - 1) * per_page
+    chosen = found[start : start + per_page]
+    return web.json_response(
+        {
+            "sandboxes": [sandbox_body(sb, sim.clock) for sb in chosen],
+            "total": len(found),
+            "page": page,
+            "perPage": per_page,
+            "hasNext": start + per_page < len(found),
+        }
+    )
+
+
+async def batch_status(request: web.Request) -> web.Response:
+    body, problem = await _json(request)
+    if problem is not None:
+        return problem
+    ids = body.get("sandbox_ids") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or "sandbox_ids" not in body:
+        return _invalid(
+            [{"type": "missing", "loc": ["body", "sandbox_ids"], "msg": "Field required", "input": body}]
+        )
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return _invalid(
+            [_field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids)]
+        )
+    if len(ids) > MAX_BATCH_IDS:
+        return _invalid(
+            [
+                _field_error(
+                    "too_long",
+                    "sandbox_ids",
+                    f"List should have at most {MAX_BATCH_IDS} items after validation, not {len(ids)}",
+                    len(ids),
+                )
+            ]
+        )
+    if len(set(ids)) != len(ids):
+        return _invalid(
+            [_field_error("value_error", "sandbox_ids", "Value error, sandbox_ids must be unique", ids)]
+        )
+    sim = _sim(request)
+    statuses, errors = [], []
+    for sandbox_id in ids:
+        try:
+            sb = sim.get(sandbox_id)
+        except NotFound:
+            errors.append({"sandbox_id": sandbox_id, "code": "NOT_FOUND", "message": "Sandbox not found"})
+            continue
+        statuses.append(
+            {
+                "sandbox_id": sb.id,
+                "status": str(sb.status),
+                "error_type": sb.error_type,
+                "error_message": sb.error_message,
+                "pending_image_build_id": None,
+            }
+        )
+    return web.json_response({"statuses": statuses, "errors": errors})
+
+
+async def delete_sandbox(request: web.Request) -> web.Response:
+    sim = _sim(request)
+    try:
+        sb = sim.terminate(request.match_info["sandbox_id"])
+    except NotFound:
+        return _not_found()
+    return web.json_response({"id": sb.id, "status": str(sb.status), "message": "Sandbox deleted"})
+
+
+async def bulk_delete(request: web.Request) -> web.Response:
+    body, problem = await _json(request)
+    if problem is not None:
+        return problem
+    if not isinstance(body, dict):
+        return _invalid(
+            [_field_error("model_attributes_type", None, "Input should be a valid dictionary", body)]
+        )
+    ids, labels = body.get("sandbox_ids"), body.get("labels")
+    errors = []
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        errors.append(
+            _field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids)
+        )
+    if labels is not None and not (isinstance(labels, list) and all(isinstance(i, str) for i in labels)):
+        errors.append(_field_error("list_type", "labels", "Input should be a valid list of strings", labels))
+    if not errors and not ids and not labels:
+        errors.append(_field_error("value_error", None, "Value error, provide sandbox_ids or labels", body))
+    if errors:
+        return _invalid(errors)
+    sim = _sim(request)
+    succeeded: list[str] = []
+    failed: list[dict[str, str]] = []
+    if ids:
+        for sandbox_id in dict.fromkeys(ids):
+            try:
+                sb = sim.get(sandbox_id)
+            except NotFound:
+                failed.append({"sandbox_id": sandbox_id, "error": "Sandbox not found"})
+                continue
+            if labels and not set(labels).issubset(sb.labels):
+                failed.append({"sandbox_id": sandbox_id, "error": "Sandbox does not carry the given labels"})
+                continue
+            sim.terminate(sandbox_id)
+            succeeded.append(sandbox_id)
+    else:
+        for sb in sim.list(labels=labels or (), active_only=True):
+            sim.terminate(sb.id)
+            succeeded.append(sb.id)
+    message = f"Deleted {len(succeeded)} sandbox(es)" + (f", {len(failed)} failed" if failed else "")
+    return web.json_response({"succeeded": succeeded, "failed": failed, "message": message})
+
+
+async def error_context(request: web.Request) -> web.Response:
+    try:
+        sb = _sim(request).get(request.match_info["sandbox_id"])
+    except NotFound:
+        return _not_found()
+    return web.json_response(
+        {"status": str(sb.status), "error_type": sb.error_type, "error_message": sb.error_message}
+    )
+
+
+async def sandbox_logs(request: web.Request) -> web.Response:
+    sim = _sim(request)
+    try:
+        sb = sim.get(request.match_info["sandbox_id"])
+    except NotFound:
+        return _not_found()
+    return web.json_response({"logs": _logs(sb, sim.clock)})
+
+
+async def sandbox_auth(request: web.Request) -> web.Response:
+    try:
+        sb = _sim(request).get(request.match_info["sandbox_id"])
+    except NotFound:
+        return _not_found()
+    tokens = _tokens(request)
+    return web.json_response(tokens.auth_body(tokens.issue(sb.id), _base_url(request)))
+
+
+async def stampede_truth(request: web.Request) -> web.Response:
+    info: dict[str, Any] = request.app[INFO]
+    return web.json_response({**info, "sandboxes": _sim(request).truth()})
+
+
+async def stampede_stats(request: web.Request) -> web.Response:
+    info: dict[str, Any] = request.app[INFO]
+    return web.json_response({**info, "stats": _sim(request).stats()})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+# --- app, runner, serve -------------------------------------------------------------------------------
+
+SimulatorSource = StubSettings | VendorSimulator | Callable[[], VendorSimulator]
+
+
+def create_app(source: SimulatorSource | None = None, *, token: str | None = None) -> web.Application:
+    """The stub as an aiohttp Application.
+
+    `source`: StubSettings (the simulator is built on the app's loop at startup, with a LoopClock), a
+    ready VendorSimulator, or a zero-argument factory called at startup. `token` overrides the API
+    token (required unless `source` is StubSettings). Profile problems raise ProfileError here, before
+    anything listens.
+    """
+    settings = source if isinstance(source, StubSettings) else None
+    if source is None:
+        settings = StubSettings()
+    api_token = token or (settings.token if settings is not None else None)
+    if not api_token:
+        raise ValueError("create_app needs an API token (token=...) when not given StubSettings")
+    app = web.Application(middlewares=[_errors_and_auth], client_max_size=4 * 1024 * 1024)
+    app[API_TOKEN] = api_token
+    app[TOKENS] = GatewayTokens()
+    owned = False
+    if settings is not None:
+        profile = settings.resolved_profile()
+        scale = settings.resolved_time_scale(profile)
+
+        def factory() -> VendorSimulator:
+            clock = LoopClock(scale)
+            clock.start()
+            return VendorSimulator(profile, seed=settings.seed, clock=clock)
+
+        owned = True
+        maker: Callable[[], VendorSimulator] | None = factory
+    elif isinstance(source, VendorSimulator):
+        app[SIM] = source
+        maker = None
+    else:
+        assert callable(source)
+        maker, owned = source, True
+
+    def describe(sim: VendorSimulator) -> dict[str, Any]:
+        return {"profile": sim.profile.name, "seed": sim.seed, "time_scale": _time_scale(sim.clock)}
+
+    async def on_startup(app: web.Application) -> None:
+        if maker is not None:
+            app[SIM] = maker()
+        app[INFO] = describe(app[SIM])
+
+    async def on_cleanup(app: web.Application) -> None:
+        if owned and SIM in app:
+            app[SIM].close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    r = app.router
+    p = API_PREFIX
+    r.add_post(f"{p}/sandbox/status:batchGet", batch_status)
+    r.add_post(f"{p}/sandbox", create_sandbox)
+    r.add_get(f"{p}/sandbox", list_sandboxes)
+    r.add_delete(f"{p}/sandbox", bulk_delete)
+    r.add_get(f"{p}/sandbox/{{sandbox_id}}", get_sandbox)
+    r.add_delete(f"{p}/sandbox/{{sandbox_id}}", delete_sandbox)
+    r.add_get(f"{p}/sandbox/{{sandbox_id}}/error-context", error_context)
+    r.add_get(f"{p}/sandbox/{{sandbox_id}}/logs", sandbox_logs)
+    r.add_post(f"{p}/sandbox/{{sandbox_id}}/auth", sandbox_auth)
+    r.add_get(f"{p}/_stampede/truth", stampede_truth)
+    r.add_get(f"{p}/_stampede/stats", stampede_stats)
+    r.add_post(f"{GATEWAY_PREFIX}/{{user_ns}}/{{job_id}}/exec", exec_handler(_sim, _tokens))
+    r.add_get("/openapi.json", openapi)
+    return app
+
+
+@dataclass
+class RunningStub:
+    """A stub listening on a port of this loop. `close()` stops it (sandboxes are not terminated)."""
+
+    url: str
+    port: int
+    token: str
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def simulator(self) -> VendorSimulator:
+        return self.app[SIM]
+
+    @property
+    def api_url(self) -> str:
+        return self.url + API_PREFIX
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_stub(
+    source: SimulatorSource | None = None,
+    *,
+    token: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+) -> RunningStub:
+    """Start the stub on the running loop (tests, the embedded engine); port 0 picks a free port."""
+    settings = source if isinstance(source, StubSettings) else StubSettings()
+    app = create_app(source if source is not None else settings, token=token)
+    bind_host = host or settings.host
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(
+        runner, bind_host, settings.port if port is None else port, backlog=4096, reuse_address=True
+    )
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound_port = int(runner.addresses[0][1])
+    url_host = f"[{bind_host}]" if ":" in bind_host else bind_host
+    return RunningStub(
+        url=f"http://{url_host}:{bound_port}", port=bound_port, token=app[API_TOKEN], app=app, runner=runner
+    )
+
+
+async def serve(
+    settings: StubSettings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[RunningStub], None] | None = None,
+) -> None:
+    """Bind host:port and serve until `stop` is set (forever without one)."""
+    stub = await start_stub(settings)
+    try:
+        if on_ready is not None:
+            on_ready(stub)
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await stub.close()

@@ -1,0 +1,417 @@
+"""Vendor behaviour as data: TOML profiles, each number next to the public figure it came from.
+
+A profile is what makes the simulator "Modal-like" or "Prime-like". Keeping it in TOML (not code) lets a
+user try "Starter account (100)" against "Team (1000)" with one override and lets every number carry its
+provenance: for a field `x`, the string `x_source` says which public source gave it, or
+`"assumption: ..."` and why, when nobody published one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+SOURCE_SUFFIX = "_source"
+OVERRIDE_SOURCE = "override: set by the user for this run"
+
+
+class ProfileError(Exception):
+    """A profile that cannot be used; the message is one line a user can act on."""
+
+
+def _non_negative(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if math.isnan(value) or value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if math.isnan(value) or value <= 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def _probability(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRate:
+    """Token bucket on create calls: `per_s` tokens a second, holding at most `burst` (inf = no limit)."""
+
+    per_s: float
+    burst: float
+
+    def __post_init__(self) -> None:
+        _positive(self, "per_s", "burst")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Account concurrency cap: sandboxes not yet ended (pending, provisioning, running) count against it."""
+
+    max_active: float
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_active")
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """Nodes with slots; autoscaling adds nodes after a lag while accepted sandboxes wait for a slot.
+
+    `max_queue`: how many sandboxes may wait once the pool is at `max_nodes` before creates are
+    rejected as CAPACITY ("Insufficient capacity"); inf = they just queue.
+    """
+
+    initial_nodes: int
+    slots_per_node: float
+    max_nodes: float
+    scale_up_lag_s: float
+    scale_down_idle_s: float
+    max_queue: float
+    initial_nodes_warm: bool = True  # initial nodes hold every image already (no pull)
+
+    def __post_init__(self) -> None:
+        _positive(self, "slots_per_node", "max_nodes")
+        _non_negative(self, "initial_nodes", "scale_up_lag_s", "scale_down_idle_s", "max_queue")
+        if self.initial_nodes > self.max_nodes:
+            raise ValueError(f"initial_nodes ({self.initial_nodes}) exceeds max_nodes ({self.max_nodes})")
+        if self.max_nodes == math.inf and self.initial_nodes == 0:
+            raise ValueError("an unbounded pool needs at least one initial node")
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """Cold image pulls on a node that has not pulled the image yet; one shared pull per node and image."""
+
+    pull_median_s: float
+    pull_sigma: float
+    pull_failure_prob: float
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "pull_median_s", "pull_sigma")
+        _probability(self, "pull_failure_prob")
+
+
+@dataclass(frozen=True, slots=True)
+class Boot:
+    """Boot time ~ lognormal(median_s, sigma) x max(1, n_starting / congestion_knee) ** congestion_exponent.
+
+    n_starting counts the account's sandboxes in PROVISIONING when this boot starts: the start-pipeline
+    congestion that turns a wide burst into "Runtime did not start" errors.
+    """
+
+    median_s: float
+    sigma: float
+    congestion_knee: float
+    congestion_exponent: float
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "median_s", "sigma", "congestion_exponent")
+        _positive(self, "congestion_knee")
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """A sandbox not RUNNING within `deadline_s` of acceptance ends ERROR / PROVISIONING_TIMEOUT."""
+
+    deadline_s: float
+    timeout_message: str = "Runtime did not start within {deadline_s:.0f}s"
+
+    def __post_init__(self) -> None:
+        _positive(self, "deadline_s")
+        try:
+            self.timeout_message.format(deadline_s=1.0)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"timeout_message is not a valid template: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Errors:
+    """Injected failures: per create call, per sandbox (crash before ready) and per exec."""
+
+    create_transient_prob: float
+    boot_crash_prob: float
+    exec_error_prob: float
+    exec_death_prob: float
+    exec_oom_prob: float
+
+    def __post_init__(self) -> None:
+        _probability(
+            self,
+            "create_transient_prob",
+            "boot_crash_prob",
+            "exec_error_prob",
+            "exec_death_prob",
+            "exec_oom_prob",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Exec:
+    """Per-command overhead (gateway, process start) ~ lognormal, added to the command's own duration."""
+
+    overhead_median_s: float
+    overhead_sigma: float
+    default_cwd: str = "/"
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "overhead_median_s", "overhead_sigma")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-sandbox request limits; asking for more is an INVALID request."""
+
+    max_cpu: float
+    max_memory_mb: float
+    max_lifetime_s: float
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_cpu", "max_memory_mb", "max_lifetime_s")
+
+
+_SECTIONS: dict[str, type] = {
+    "create_rate": CreateRate,
+    "quota": Quota,
+    "pool": Pool,
+    "image": Image,
+    "boot": Boot,
+    "startup": Startup,
+    "errors": Errors,
+    "exec": Exec,
+    "limits": Limits,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One simulated vendor's behaviour. `sources` maps dotted field names to their provenance."""
+
+    name: str
+    description: str
+    default_time_scale: float
+    create_rate: CreateRate
+    quota: Quota
+    pool: Pool
+    image: Image
+    boot: Boot
+    startup: Startup
+    errors: Errors
+    exec: Exec
+    limits: Limits
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    path: str | None = field(default=None, compare=False)
+
+    def numeric_fields(self) -> dict[str, float]:
+        """Every numeric setting by dotted name (what a source must accompany)."""
+        out: dict[str, float] = {"default_time_scale": self.default_time_scale}
+        for section in _SECTIONS:
+            obj = getattr(self, section)
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[f"{section}.{f.name}"] = value
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (for run.json and the stub's /_stampede/stats), infinities as the string "inf"."""
+
+        def plain(v: Any) -> Any:
+            return "inf" if isinstance(v, float) and math.isinf(v) else v
+
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "default_time_scale": self.default_time_scale,
+        }
+        for section in _SECTIONS:
+            obj = getattr(self, section)
+            out[section] = {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return out
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
+        """A copy with single values replaced by dotted key, e.g. `{"quota.max_active": 100}`.
+
+        String values are parsed by the field's type, so `--set quota.max_active=100` works from a CLI.
+        """
+        profile = self
+        sources = dict(self.sources)
+        for key, raw in overrides.items():
+            section, dot, name = key.partition(".")
+            if not dot:
+                if key == "default_time_scale":
+                    value = _coerce(raw, float, key, parse_strings=True)
+                    if not value > 0 or math.isinf(value):
+                        raise ProfileError(f"override {key}: must be a positive finite number, got {raw!r}")
+                    profile = dataclasses.replace(profile, default_time_scale=value)
+                elif key == "name":
+                    profile = dataclasses.replace(profile, name=str(raw))
+                elif key == "description":
+                    profile = dataclasses.replace(profile, description=str(raw))
+                else:
+                    raise ProfileError(
+                        f"unknown profile key {key!r} (use section.field, e.g. quota.max_active)"
+                    )
+                sources[key] = OVERRIDE_SOURCE
+                continue
+            cls = _SECTIONS.get(section)
+            if cls is None:
+                raise ProfileError(
+                    f"unknown profile section {section!r} in {key!r} (sections: {', '.join(_SECTIONS)})"
+                )
+            hints = typing.get_type_hints(cls)
+            if name not in hints:
+                known = ", ".join(f.name for f in dataclasses.fields(cls))
+                raise ProfileError(f"unknown profile key {key!r} (fields of [{section}]: {known})")
+            value = _coerce(raw, hints[name], key, parse_strings=True)
+            try:
+                new_section = dataclasses.replace(getattr(profile, section), **{name: value})
+            except ValueError as exc:
+                raise ProfileError(f"override {key}: {exc}") from None
+            profile = dataclasses.replace(profile, **{section: new_section})
+            sources[key] = OVERRIDE_SOURCE
+        return dataclasses.replace(profile, sources=sources)
+
+
+def _coerce(raw: Any, typ: Any, key: str, *, parse_strings: bool = False) -> Any:
+    """Check (or, for CLI strings, parse) one value against a field type; one-line ProfileError if wrong."""
+    if typ is bool:
+        if isinstance(raw, bool):
+            return raw
+        if parse_strings and isinstance(raw, str) and raw.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return raw.lower() in ("true", "1", "yes")
+        raise ProfileError(f"{key}: expected true or false, got {raw!r}")
+    if typ is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        if parse_strings and isinstance(raw, str):
+            try:
+                return int(raw)
+            except ValueError:
+                pass
+        raise ProfileError(f"{key}: expected an integer, got {raw!r}")
+    if typ is float:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            value = float(raw)
+        elif parse_strings and isinstance(raw, str):
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ProfileError(f"{key}: expected a number, got {raw!r}") from None
+        else:
+            raise ProfileError(f"{key}: expected a number, got {raw!r}")
+        if math.isnan(value):
+            raise ProfileError(f"{key}: expected a number, got nan")
+        return value
+    if typ is str:
+        if isinstance(raw, str):
+            return raw
+        raise ProfileError(f"{key}: expected a string, got {raw!r}")
+    raise ProfileError(f"{key}: unsupported field type {typ!r}")  # pragma: no cover - programming error
+
+
+def _build_section(cls: type, table: Any, section: str, sources: dict[str, str], where: str) -> Any:
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: [{section}] must be a table")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, raw in table.items():
+        if key.endswith(SOURCE_SUFFIX) and key[: -len(SOURCE_SUFFIX)] in fields:
+            if not isinstance(raw, str):
+                raise ProfileError(f"{where}: {section}.{key} must be a string")
+            sources[f"{section}.{key[: -len(SOURCE_SUFFIX)]}"] = raw
+            continue
+        if key not in fields:
+            raise ProfileError(
+                f"{where}: unknown field {section}.{key} (fields of [{section}]: {', '.join(fields)})"
+            )
+        kwargs[key] = _coerce(raw, hints[key], f"{where}: {section}.{key}")
+    for name, f in fields.items():
+        no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if name not in kwargs and no_default:
+            raise ProfileError(f"{where}: missing field {section}.{name}")
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ProfileError(f"{where}: [{section}] {exc}") from None
+
+
+def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str | None = None) -> Profile:
+    """Build a Profile from parsed TOML; every problem is one ProfileError line naming the field."""
+    sources: dict[str, str] = {}
+    top_known = {"name", "description", "default_time_scale", "default_time_scale" + SOURCE_SUFFIX}
+    for key in data:
+        if key not in _SECTIONS and key not in top_known:
+            raise ProfileError(f"{where}: unknown top-level key {key!r} (sections: {', '.join(_SECTIONS)})")
+    for key in ("name", "description", "default_time_scale"):
+        if key not in data:
+            raise ProfileError(f"{where}: missing field {key}")
+    name = _coerce(data["name"], str, f"{where}: name")
+    description = _coerce(data["description"], str, f"{where}: description")
+    time_scale = _coerce(data["default_time_scale"], float, f"{where}: default_time_scale")
+    if not time_scale > 0 or math.isinf(time_scale):
+        raise ProfileError(f"{where}: default_time_scale must be a positive finite number")
+    ts_source = data.get("default_time_scale" + SOURCE_SUFFIX)
+    if ts_source is not None:
+        sources["default_time_scale"] = _coerce(ts_source, str, f"{where}: default_time_scale_source")
+    sections: dict[str, Any] = {}
+    for section, cls in _SECTIONS.items():
+        if section not in data:
+            raise ProfileError(f"{where}: missing section [{section}]")
+        sections[section] = _build_section(cls, data[section], section, sources, where)
+    return Profile(
+        name=name,
+        description=description,
+        default_time_scale=time_scale,
+        sources=sources,
+        path=path,
+        **sections,
+    )
+
+
+def profile_names() -> list[str]:
+    """The built-in profiles (files in providers/sim/profiles/)."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A built-in profile by name (`modal-like`) or a profile file by path (`./my-vendor.toml`)."""
+    text = str(name_or_path)
+    builtin = PROFILES_DIR / f"{text}.toml"
+    looks_like_path = isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml")
+    if not looks_like_path:
+        if not builtin.is_file():
+            raise ProfileError(
+                f"unknown profile {text!r} (built-in: {', '.join(profile_names())}; or give a path to a .toml file)"
+            )
+        path = builtin
+    else:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise ProfileError(f"profile file not found: {text}")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: invalid TOML: {exc}") from None
+    return parse_profile(data, where=str(path) if looks_like_path else text, path=str(path))
