@@ -44,8 +44,8 @@ def _add_stub(sub: argparse._SubParsersAction) -> None:
     stub = sub.add_parser("stub", help="the Prime-like HTTP API stub over the vendor simulator")
     stub_sub = stub.add_subparsers(dest="stub_command", metavar="COMMAND", parser_class=OneLineParser)
     stub_sub.required = True
-    serve = stub_sub.add_parser("serve", help="run the stub standalone", add_help=False)
-    serve.add_argument("args", nargs=argparse.REMAINDER)
+    # `stampede stub serve ...` is handed whole to providers.sim.serve (see main), which owns its options.
+    stub_sub.add_parser("serve", help="run the stub standalone (options: stampede stub serve --help)")
 
 
 def _add_cleanup(sub: argparse._SubParsersAction) -> None:
@@ -92,10 +92,10 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_stub(args: argparse.Namespace) -> int:
+def _cmd_stub_serve(argv: list[str]) -> int:
     from providers.sim.serve import main as serve_main
 
-    return int(serve_main(list(args.args)))
+    return int(serve_main(argv))
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
@@ -140,7 +140,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run,
-    "stub": _cmd_stub,
     "profiles": _cmd_profiles,
     "summary": _cmd_summary,
     "cleanup": _cmd_cleanup,
@@ -151,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:
         import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
+    if argv[:2] == ["stub", "serve"]:
+        return _cmd_stub_serve(argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -132,6 +132,8 @@ class RunSettings:
     plan: RolloutPlan = field(default_factory=RolloutPlan)
     provider_options: dict[str, str] = field(default_factory=dict)
     progress_interval_s: float = 5.0
+    users: int | None = None  # -u as the user gave it: the ramp's cap, the burst's size
+    spawn_rate: float | None = None  # -r as the user gave it
 
     @property
     def embedded_stub(self) -> bool:
@@ -179,6 +181,9 @@ class RunSettings:
             plan=plan,
             provider_options=parse_key_values(get("provider_option"), "provider-option"),
             progress_interval_s=float(get("progress_interval") or 0.0),
+            # Read at init, before headless Locust fills in its own defaults (-u 1 -r 1).
+            users=int(get("num_users")) if get("num_users") else None,
+            spawn_rate=float(get("spawn_rate")) if get("spawn_rate") else None,
         )
 
     def public_dict(self) -> dict[str, Any]:

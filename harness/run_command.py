@@ -55,7 +55,7 @@ def _validate(args: argparse.Namespace) -> RunSettings:
     if args.spawn_rate is not None and args.spawn_rate <= 0:
         raise UsageError("--spawn-rate must be positive")
     try:
-        settings = RunSettings.from_options(args)
+        settings = RunSettings.from_options(argparse.Namespace(**vars(args), num_users=args.users))
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -137,9 +137,12 @@ def run(args: argparse.Namespace) -> int:
     interrupted = []
 
     def stop(signum: int | None = None) -> None:
+        """Ctrl-C / SIGTERM: stop now. In-flight rollouts are cancelled (not waited for) and every sandbox
+        they hold is terminated by the engine; the stop timeout only applies to a shape's natural end."""
         if not interrupted:
             print("\nstampede: stopping — terminating in-flight sandboxes…", file=sys.stderr, flush=True)
         interrupted.append(signum)
+        environment.stop_timeout = 0
         gevent.spawn(runner.quit)
 
     gevent.signal_handler(signal.SIGTERM, stop, signal.SIGTERM)

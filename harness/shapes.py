@@ -16,6 +16,7 @@ from locust import LoadTestShape
 from harness.options import RunSettings
 
 DEFAULT_SPAWN_RATE = 100.0
+DEFAULT_BURST_SIZE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +48,8 @@ class StampedeShape(LoadTestShape):
         settings: RunSettings = session.settings
         return settings
 
-    def options(self) -> Any:
-        assert self.runner is not None
-        return self.runner.environment.parsed_options
-
     def spawn_rate(self, default: float = DEFAULT_SPAWN_RATE) -> float:
-        rate = getattr(self.options(), "spawn_rate", None)
+        rate = self.settings().spawn_rate
         return float(rate) if rate else default
 
     def enter(self, stage: Stage) -> None:
@@ -91,7 +88,7 @@ class RampShape(StampedeShape):
     def levels(self) -> tuple[int, ...]:
         if self._levels is None:
             stages = self.settings().stages
-            cap = getattr(self.options(), "num_users", None)
+            cap = self.settings().users
             if cap:
                 stages = tuple(level for level in stages if level < int(cap)) + (int(cap),)
             self._levels = stages
@@ -137,8 +134,7 @@ class BurstShape(StampedeShape):
         self._done = False
 
     def size(self) -> int:
-        users = getattr(self.options(), "num_users", None)
-        return int(users) if users else 100
+        return self.settings().users or DEFAULT_BURST_SIZE
 
     def steps(self) -> int:
         return self.settings().burst_steps

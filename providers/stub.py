@@ -253,7 +253,7 @@ class StubProvider(Provider):
             "docker_image": spec.image or DEFAULT_IMAGE,
             "start_command": {"executable": "tail", "args": ["-f", "/dev/null"]},
             "cpu_cores": spec.cpu,
-            "memory_gb": round(spec.memory_mb / 1024, 3),
+            "memory_gb": spec.memory_mb / 1024,
             "disk_size_gb": spec.disk_gb,
             "timeout_minutes": max(1, math.ceil(spec.lifetime_s / 60)),
             "labels": label_strings(spec.tags()),

@@ -1,0 +1,134 @@
+"""Whole runs as users start them: `stampede run` / `locust -f`, the embedded or a standalone stub, the engine
+process, real HTTP on loopback and the parquet they leave behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.records import SCHEMA_V1_ROLLOUT_COLUMNS
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)  # fmt: skip
+
+
+def only_run(out: Path) -> Path:
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def rollouts(run_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+
+
+def test_modal_like_960_burst_collapses_where_100_does_not(tmp_path):
+    """The phenomenon users come to reproduce: classified init failures and a long TTI tail at 960 only."""
+    big = stampede("run", "--profile", "modal-like", "--scenario", "burst", "--users", "960",
+                   "--out", str(tmp_path / "960"), "--progress-interval", "0")  # fmt: skip
+    assert big.returncode == 0, big.stderr
+    small = stampede("run", "--profile", "modal-like", "--scenario", "burst", "--users", "100",
+                     "--out", str(tmp_path / "100"), "--progress-interval", "0")  # fmt: skip
+    assert small.returncode == 0, small.stderr
+
+    frame = rollouts(only_run(tmp_path / "960"))
+    assert len(frame) == 960 and frame["inflight_at_submit"].max() == 960
+    failed = frame[frame["outcome"] == "failed"]
+    assert len(failed) >= 0.05 * 960, frame["failure_kind"].value_counts()
+    assert not set(failed["failure_kind"]) & {"unknown", "harness"}
+    assert (failed["failure_kind"] == "ready_timeout").sum() >= 0.5 * len(failed)
+    tti = frame.loc[frame["outcome"] == "ok", "tti_s"]
+    assert tti.quantile(0.99) >= 3 * tti.quantile(0.5)
+
+    frame = rollouts(only_run(tmp_path / "100"))
+    assert len(frame) == 100
+    assert (frame["outcome"] == "failed").sum() <= 5
+    manifest = json.loads((only_run(tmp_path / "100") / "run.json").read_text())
+    assert manifest["time_scale"] == 0.1 and manifest["profile"] == "modal-like"
+    assert "time scale 0.1" in small.stdout
+
+
+def test_ideal_profile_reaches_960_in_flight_with_zero_failures(tmp_path):
+    result = stampede("run", "--profile", "ideal", "--stages", "480,960", "--hold", "3", "--spawn-rate", "400",
+                      "--out", str(tmp_path), "--progress-interval", "0")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run(tmp_path)
+    frame = rollouts(run_dir)
+    assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns)
+    assert frame["inflight_at_submit"].max() >= 960
+    assert set(frame["outcome"]) <= {"ok", "cancelled"} and (frame["outcome"] == "ok").sum() > 960
+    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    # Every sandbox the vendor created for this run ended terminated: none leaked.
+    assert len(truth) == len(frame) and set(truth["status"]) == {"TERMINATED"}
+    assert "timing error" in result.stdout
+
+
+def _serve_stub(token: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", "prime-like", "--port", "0",
+         "--token", token],  # fmt: skip
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    info = json.loads(process.stdout.readline())
+    return process, info["url"]
+
+
+def _active(url: str, token: str, run_id: str) -> int:
+    request = urllib.request.Request(
+        f"{url}/api/v1/sandbox?is_active=true&per_page=1000&labels=stampede-run%3D{run_id}",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(json.loads(response.read())["total"])
+
+
+def test_ctrl_c_terminates_every_sandbox_and_keeps_the_results(tmp_path):
+    token = "test-token-123"
+    stub, url = _serve_stub(token)
+    try:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "run", "--base-url", url, "--token", token, "--run-id", "cut-short",
+             "--stages", "200", "--hold", "120", "--commands", "true; sleep 30", "--out", str(tmp_path),
+             "--progress-interval", "0"],  # fmt: skip
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while _active(url, token, "cut-short") < 150 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _active(url, token, "cut-short") >= 150
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 130, err
+        assert _active(url, token, "cut-short") == 0
+        frame = rollouts(tmp_path / "cut-short")
+        assert len(frame) >= 150 and "cancelled" in set(frame["outcome"])
+        assert json.loads((tmp_path / "cut-short" / "run.json").read_text())["status"] == "complete"
+        assert "Traceback" not in err
+    finally:
+        stub.send_signal(signal.SIGTERM)
+        stub.wait(timeout=30)
+
+
+def test_locust_command_line_runs_the_same_scenario(tmp_path):
+    result = subprocess.run(
+        ["locust", "-f", str(REPO / "scenarios" / "ramp.py"), "--headless", "-s", "30", "--sim-profile", "ideal",
+         "--stages", "10,20", "--hold", "2", "--out", str(tmp_path), "--progress-interval", "0"],  # fmt: skip
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    frame = rollouts(only_run(tmp_path))
+    assert set(frame["stage"]) == {"01-ramp10", "02-ramp20"} and (frame["outcome"] == "ok").all()
+    assert "ramp" in json.loads((only_run(tmp_path) / "run.json").read_text())["scenario"]

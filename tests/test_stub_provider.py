@@ -1,0 +1,161 @@
+"""The lean `stub` provider against the real Prime-like stub over loopback HTTP: every answer classified."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
+from providers.sim.prime_api import StubSettings, start_stub
+from providers.stub import StubProvider
+
+
+def spec(rollout: str = "r1", run: str = "run-1", memory_mb: int = 256) -> SandboxSpec:
+    return SandboxSpec(run_id=run, rollout_id=rollout, memory_mb=memory_mb, lifetime_s=600)
+
+
+async def stub_and_provider(profile: str = "ideal", overrides: tuple = (), time_scale: float | None = None):
+    stub = await start_stub(StubSettings(profile=profile, seed=3, overrides=overrides, time_scale=time_scale))
+    provider = StubProvider.from_options({"base_url": stub.url, "token": stub.token, "poll_interval_s": 0.01})
+    return stub, provider
+
+
+async def test_lifecycle_exec_output_exit_codes_and_labels():
+    stub, provider = await stub_and_provider()
+    try:
+        await provider.preflight()
+        ref = await provider.create(spec())
+        await provider.wait_ready(ref, timeout=10)
+        result = await provider.exec(ref, ["echo", "hello world"], timeout=10)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "hello world\n", "")
+        result = await provider.exec(ref, ["sh", "-c", "echo oops >&2; exit 3"], timeout=10)
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "", "oops\n")
+        result = await provider.exec(ref, ["nosuchcommand"], timeout=10)
+        assert result.exit_code == 127 and "not found" in result.stderr
+        owned = await provider.list_owned("run-1")
+        assert [r.sandbox_id for r in owned] == [ref.sandbox_id]
+        assert await provider.list_owned("other-run") == []
+        sandbox = stub.simulator.get(ref.sandbox_id)
+        assert "stampede-run=run-1" in sandbox.labels and "stampede-rollout=r1" in sandbox.labels
+        await provider.terminate(ref)
+        await provider.terminate(ref)  # idempotent
+        assert await provider.list_owned("run-1") == []
+    finally:
+        await provider.aclose()
+        await stub.close()
+
+
+async def test_many_sandboxes_poll_in_batches_and_cleanup_reaps_by_label():
+    stub, provider = await stub_and_provider()
+    try:
+        refs = await asyncio.gather(*(provider.create(spec(f"r{i}")) for i in range(250)))
+        await asyncio.gather(*(provider.wait_ready(ref, timeout=20) for ref in refs))
+        assert len(await provider.list_owned("run-1")) == 250  # pages of 100
+        assert await provider.cleanup("run-1") == 250
+        assert await provider.list_owned("run-1") == []
+    finally:
+        await provider.aclose()
+        await stub.close()
+
+
+async def expect(kind: FailureKind, call) -> ProviderError:
+    with pytest.raises(ProviderError) as info:
+        await call
+    assert info.value.kind is kind, info.value
+    return info.value
+
+
+async def test_throttling_and_quota_are_told_apart():
+    stub, provider = await stub_and_provider(overrides=(("create_rate.per_s", 1.0), ("create_rate.burst", 2.0)))
+    try:
+        await provider.create(spec("a"))
+        await provider.create(spec("b"))
+        error = await expect(FailureKind.RATE_LIMITED, provider.create(spec("c")))
+        assert error.retry_after is not None and error.retry_after >= 1
+    finally:
+        await provider.aclose()
+        await stub.close()
+    stub, provider = await stub_and_provider(overrides=(("quota.max_active", 2),))
+    try:
+        await provider.create(spec("a"))
+        await provider.create(spec("b"))
+        await expect(FailureKind.QUOTA_EXHAUSTED, provider.create(spec("c")))
+    finally:
+        await provider.aclose()
+        await stub.close()
+
+
+async def test_capacity_and_startup_deadline_and_boot_crash():
+    stub, provider = await stub_and_provider(
+        overrides=(("pool.initial_nodes", 1), ("pool.slots_per_node", 1), ("pool.max_nodes", 1), ("pool.max_queue", 0))
+    )
+    try:
+        first = await provider.create(spec("a"))
+        await expect(FailureKind.CAPACITY, provider.create(spec("b")))
+        await provider.terminate(first)
+    finally:
+        await provider.aclose()
+        await stub.close()
+    stub, provider = await stub_and_provider(overrides=(("boot.median_s", 50.0), ("startup.deadline_s", 0.2)))
+    try:
+        ref = await provider.create(spec())
+        await expect(FailureKind.READY_TIMEOUT, provider.wait_ready(ref, timeout=10))  # the vendor's deadline
+        await provider.terminate(ref)
+        ref = await provider.create(spec("slow"))
+        await expect(FailureKind.READY_TIMEOUT, provider.wait_ready(ref, timeout=0.05))  # ours
+    finally:
+        await provider.aclose()
+        await stub.close()
+    stub, provider = await stub_and_provider(overrides=(("errors.boot_crash_prob", 1.0),))
+    try:
+        ref = await provider.create(spec())
+        await expect(FailureKind.DIED_BEFORE_READY, provider.wait_ready(ref, timeout=10))
+    finally:
+        await provider.aclose()
+        await stub.close()
+
+
+async def test_exec_timeout_oom_and_death_during_exec():
+    stub, provider = await stub_and_provider()
+    try:
+        ref = await provider.create(spec(memory_mb=64))
+        await provider.wait_ready(ref, timeout=10)
+        await expect(FailureKind.EXEC_TIMEOUT, provider.exec(ref, ["sleep", "5"], timeout=1))
+        error = await expect(FailureKind.OOM, provider.exec(ref, ["memhog", "512"], timeout=10))
+        assert "limit 64 MiB" in str(error)
+        other = await provider.create(spec("b"))
+        await provider.wait_ready(other, timeout=10)
+        stub.simulator.terminate(other.sandbox_id)  # gone behind our back (reaped, crashed, preempted)
+        await expect(FailureKind.DIED_DURING_EXEC, provider.exec(other, ["true"], timeout=10))
+    finally:
+        await provider.aclose()
+        await stub.close()
+
+
+async def test_bad_token_and_unreachable_endpoint_fail_preflight():
+    stub, _ = await stub_and_provider()
+    provider = StubProvider.from_options({"base_url": stub.url, "token": "wrong"})
+    try:
+        await expect(FailureKind.AUTH, provider.preflight())
+        await expect(FailureKind.AUTH, provider.create(spec()))
+    finally:
+        await provider.aclose()
+        await stub.close()
+    provider = StubProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t"})
+    try:
+        await expect(FailureKind.TRANSPORT, provider.preflight())
+        with pytest.raises(Exception) as info:
+            await provider.create(spec())
+        assert provider.classify(info.value, Phase.CREATE) is FailureKind.TRANSPORT
+    finally:
+        await provider.aclose()
+
+
+def test_options_are_checked():
+    from providers.base import ProviderConfigError
+
+    with pytest.raises(ProviderConfigError):
+        StubProvider.from_options({"base_url": "ftp://x", "token": "t"})
+    with pytest.raises(ProviderConfigError):
+        StubProvider.from_options({"base_url": "http://x"})
