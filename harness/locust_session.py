@@ -30,7 +30,7 @@ from harness.embedded_stub import EmbeddedStub, StubStartError
 from harness.engine_client import EngineClient, EngineError
 from harness.options import RunSettings, SettingsError, add_arguments
 from harness.progress import ProgressPrinter
-from harness.run_manifest import base_manifest, iso, new_run_id, write_manifest
+from harness.run_manifest import base_manifest, iso, new_run_id, point_latest_at, write_manifest
 from harness.shapes import StampedeShape
 
 log = logging.getLogger("stampede")
@@ -145,6 +145,7 @@ class StampedeSession:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.manifest = self._initial_manifest()
             write_manifest(self.run_dir, self.manifest)
+            point_latest_at(self.run_dir)
         if self.engine is not None:
             try:
                 reply = self.engine.configure(self._engine_config())

@@ -87,3 +87,16 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((Path(run_dir) / "run.json").read_text())
     return data
+
+
+def point_latest_at(run_dir: Path) -> None:
+    """`<out>/latest` -> the newest run, so `stampede summary results/latest` works without copying ids."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest.{os.getpid()}"
+    try:
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.name, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:  # a filesystem without symlinks only loses the convenience
+        pass
