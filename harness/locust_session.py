@@ -26,12 +26,13 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from harness.analysis.dataset import load_rollouts
 from harness.analysis.summary import format_stage_table, load_truth, measurement_error, stage_rows
-from harness.embedded_stub import EmbeddedStub, StubStartError
+from harness.embedded_vendor import EmbeddedVendor, VendorStartError
 from harness.engine_client import EngineClient, EngineError
 from harness.options import RunSettings, SettingsError, add_arguments
 from harness.progress import ProgressPrinter
 from harness.run_manifest import base_manifest, iso, new_run_id, point_latest_at, write_manifest
 from harness.shapes import StampedeShape
+from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
 
@@ -47,7 +48,7 @@ class StampedeSession:
         self.environment = environment
         self.settings = settings
         self.engine: EngineClient | None = None
-        self.stub: EmbeddedStub | None = None
+        self.vendor: EmbeddedVendor | None = None
         self.run_id: str | None = None
         self.run_dir: Path | None = None
         self.manifest: dict[str, Any] | None = None
@@ -55,7 +56,7 @@ class StampedeSession:
         self.versions: dict[str, str] = {}
         self.progress: ProgressPrinter | None = None
         self.time_scale: float | None = settings.time_scale
-        self.profile_label = settings.profile if settings.provider == "stub" else ""
+        self.profile_label = settings.profile if settings.embedded_vendor else ""
         self.ended = False
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
@@ -100,23 +101,34 @@ class StampedeSession:
     # -- lifecycle -------------------------------------------------------------------------------------
     def start_services(self) -> None:
         """At `init`: the stub (if embedded, not on workers) and the engine (where users run)."""
-        if self.settings.embedded_stub and not self.is_worker:
+        if self.settings.embedded_vendor and not self.is_worker:
+            module = LOCAL_VENDORS.get(self.settings.provider)
+            if module is None:
+                raise SessionError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
             try:
-                self.stub = EmbeddedStub.start(
+                self.vendor = EmbeddedVendor.start(
+                    module,
                     self.settings.profile,
                     seed=self.settings.seed,
                     time_scale=self.settings.time_scale,
                     overrides=self.settings.profile_overrides,
                 )
-            except StubStartError as exc:
-                raise SessionError(f"embedded stub: {exc}") from None
-            self.settings = dataclasses.replace(self.settings, base_url=self.stub.url, token=self.stub.token)
-            self.time_scale = self.stub.time_scale
-            self.profile_label = self.stub.profile
+            except VendorStartError as exc:
+                raise SessionError(f"local vendor: {exc}") from None
+            extra = {key: str(value) for key, value in self.vendor.provider_options.items()}
+            self.settings = dataclasses.replace(
+                self.settings,
+                base_url=self.vendor.url,
+                token=self.vendor.token,
+                provider_options={**extra, **self.settings.provider_options},
+            )
+            self.time_scale = self.vendor.time_scale
+            self.profile_label = self.vendor.profile
             options = self.environment.parsed_options
             if options is not None:  # workers receive these with the master's spawn message
-                options.base_url, options.token = self.stub.url, self.stub.token
-                options.time_scale = self.stub.time_scale
+                options.base_url, options.token = self.vendor.url, self.vendor.token
+                options.time_scale = self.vendor.time_scale
+                options.provider_option = [f"{k}={v}" for k, v in self.settings.provider_options.items()]
         if self.runs_users:
             self.engine = EngineClient.spawn(self.worker_name())
 
@@ -188,7 +200,7 @@ class StampedeSession:
                 "time_scale": self.time_scale,
                 "seed": self.settings.seed,
                 "base_url": self.settings.base_url,
-                "embedded_stub": self.stub is not None,
+                "local_vendor": self.vendor is not None,
                 "parameters": self.settings.public_dict(),
                 "shape": self.shape.describe() if self.shape else None,
                 "stop_timeout_s": self.environment.stop_timeout,
@@ -212,7 +224,7 @@ class StampedeSession:
                 log.error("engine drain failed: %s", exc)
         if not self.owns_run_folder or self.run_dir is None or self.manifest is None:
             return
-        if self.stub is not None:
+        if self.vendor is not None:
             self._save_truth()
         now = time.time()
         rollouts = load_rollouts(self.run_dir)
@@ -231,9 +243,9 @@ class StampedeSession:
         print(self.summary_text, flush=True)
 
     def _save_truth(self) -> None:
-        assert self.stub is not None and self.run_dir is not None
+        assert self.vendor is not None and self.run_dir is not None
         try:
-            sandboxes = self.stub.truth()
+            sandboxes = self.vendor.truth()
         except Exception as exc:  # the run's own data matters more than this cross-check
             log.warning("could not read the stub's own records: %s", exc)
             return
@@ -306,9 +318,9 @@ class StampedeSession:
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
-        if self.stub is not None:
-            self.stub.stop()
-            self.stub = None
+        if self.vendor is not None:
+            self.vendor.stop()
+            self.vendor = None
 
 
 def _fail(environment: Environment, message: str) -> None:

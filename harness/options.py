@@ -53,6 +53,9 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="sandbox vendor: stub (embedded Prime-like stub), prime, docker, modal, or module:Class")
     add("--base-url", default=None, env_var="STAMPEDE_BASE_URL", include_in_web_ui=True,
         help="API endpoint; for --provider stub, a standalone stub instead of the embedded one")
+    add("--local", "--modal-local", "--prime-local", dest="local", action="store_true", default=False,
+        env_var="STAMPEDE_LOCAL",
+        help="run the provider against its simulated vendor, started for the run on 127.0.0.1 (implied for stub)")
     add("--token", default=None, env_var="STAMPEDE_TOKEN", is_secret=True, include_in_web_ui=True,
         help="bearer token for --base-url")
     # Locust owns `--profile` (a label for grouping runs), so under `locust -f` ours is `--sim-profile`.
@@ -119,6 +122,7 @@ class RunSettings:
 
     provider: str = DEFAULT_PROVIDER
     base_url: str | None = None
+    local: bool = False
     token: str | None = None
     profile: str = DEFAULT_PROFILE
     profile_overrides: dict[str, str] = field(default_factory=dict)
@@ -136,9 +140,9 @@ class RunSettings:
     spawn_rate: float | None = None  # -r as the user gave it
 
     @property
-    def embedded_stub(self) -> bool:
-        """The stub provider with no --base-url: we start the Prime-like stub ourselves."""
-        return self.provider == "stub" and not self.base_url
+    def embedded_vendor(self) -> bool:
+        """We start the simulated vendor ourselves: the stub without --base-url, or any provider with --local."""
+        return not self.base_url and (self.provider == "stub" or self.local)
 
     @classmethod
     def from_options(cls, options: Any) -> RunSettings:
@@ -168,6 +172,7 @@ class RunSettings:
         return cls(
             provider=str(get("provider") or DEFAULT_PROVIDER),
             base_url=(get("base_url") or None),
+            local=bool(get("local", False)),
             token=token or None,
             profile=str(get("sim_profile") or DEFAULT_PROFILE),
             profile_overrides=parse_key_values(get("profile_set"), "profile-set"),

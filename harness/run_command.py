@@ -23,7 +23,7 @@ from locust.log import setup_logging
 from locust.util.load_locustfile import load_locustfile
 
 from harness.cli import UsageError
-from harness.embedded_stub import probe
+from harness.embedded_vendor import probe
 from harness.options import RunSettings, SettingsError
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -62,7 +62,11 @@ def _validate(args: argparse.Namespace) -> RunSettings:
         provider_class(settings.provider)
     except ProviderConfigError as exc:
         raise UsageError(str(exc)) from None
-    if settings.embedded_stub:
+    if settings.embedded_vendor:
+        from providers import LOCAL_VENDORS
+
+        if settings.provider not in LOCAL_VENDORS:
+            raise UsageError(f"provider {settings.provider!r} has no simulated vendor to run --local against")
         from providers.sim.profile import ProfileError, load_profile
 
         try:

@@ -22,6 +22,12 @@ PROVIDERS: dict[str, str] = {
 }
 """Provider name -> `module:class`. The `stub` provider is the embedded default."""
 
+LOCAL_VENDORS: dict[str, str] = {
+    "stub": "providers.sim.serve",
+    "prime": "providers.sim.serve",
+}
+"""Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
+
 
 def provider_names() -> list[str]:
     return sorted(PROVIDERS)

@@ -40,6 +40,7 @@ def stampede(*args: str, timeout: float = 120, cwd: Path = REPO, env: dict | Non
         (["run", "--provider-option", "novalue"], "takes KEY=VALUE"),
         (["summary", "/nonexistent"], "is not a stampede run folder"),
         (["bogus"], "invalid choice: 'bogus'"),
+        (["run", "--provider", "docker", "--local"], "has no simulated vendor"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle):
@@ -58,7 +59,7 @@ def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
         "--out", str(tmp_path), "--progress-interval", "0",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "complete" and manifest["schema_version"] == 1
     assert manifest["shape"]["stages"] == [4, 8]

@@ -27,7 +27,7 @@ def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def only_run(out: Path) -> Path:
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.is_symlink()]
     return run_dir
 
 

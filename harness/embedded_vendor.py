@@ -1,8 +1,14 @@
-"""The embedded Prime-like stub: started for a run on 127.0.0.1 (a free port), stopped with it.
+"""The embedded simulated vendor: started for a run on 127.0.0.1 (a free port), stopped with it.
 
-It runs in its own plain-asyncio interpreter (`python -m providers.sim.serve`), not inside the Locust process:
-that process is gevent-patched, and the server's CPU would otherwise distort the very latencies it serves.
-The child watches its stdin, so it never outlives the harness that started it.
+The Prime-like stub by default; for `--local` runs of other providers, the simulated vendor that speaks their
+wire protocol (`providers.LOCAL_VENDORS`). It runs in its own plain-asyncio interpreter, not inside the Locust
+process: that process is gevent-patched, and the server's CPU would otherwise distort the very latencies it
+serves. The child watches its stdin, so it never outlives the harness that started it.
+
+A serve module takes `--profile --seed --host --port --token --exit-on-stdin-eof [--time-scale] [--set K=V]`
+and, once listening, prints one JSON line: `url`, `time_scale`, `profile`, and optionally `truth_url` (an
+HTTP base serving `/api/v1/_stampede/truth`; defaults to `url`) and `provider_options` (merged into the
+provider's options, e.g. credentials the local vendor accepts).
 """
 
 from __future__ import annotations
@@ -21,28 +27,36 @@ from typing import Any
 import gevent
 import gevent.subprocess
 
-STUB_START_TIMEOUT_S = 30.0
+VENDOR_START_TIMEOUT_S = 30.0
 
 
-class StubStartError(Exception):
-    """The stub did not come up; the message is the child's own one-line complaint."""
+class VendorStartError(Exception):
+    """The local vendor did not come up; the message is the child's own one-line complaint."""
 
 
 @dataclass(slots=True)
-class EmbeddedStub:
+class EmbeddedVendor:
     process: gevent.subprocess.Popen
     url: str
     token: str
     profile: str
     time_scale: float
     seed: int
+    truth_url: str
+    provider_options: dict[str, Any]
 
     @classmethod
     def start(
-        cls, profile: str, *, seed: int, time_scale: float | None, overrides: dict[str, str] | None = None
-    ) -> EmbeddedStub:
+        cls,
+        module: str,
+        profile: str,
+        *,
+        seed: int,
+        time_scale: float | None,
+        overrides: dict[str, str] | None = None,
+    ) -> EmbeddedVendor:
         token = secrets.token_urlsafe(24)
-        argv = [sys.executable, "-m", "providers.sim.serve", "--profile", profile, "--seed", str(seed),
+        argv = [sys.executable, "-m", module, "--profile", profile, "--seed", str(seed),
                 "--host", "127.0.0.1", "--port", "0", "--token", token, "--exit-on-stdin-eof"]  # fmt: skip
         if time_scale is not None:
             argv += ["--time-scale", repr(time_scale)]
@@ -61,12 +75,12 @@ class EmbeddedStub:
             start_new_session=True,
         )
         try:
-            with gevent.Timeout(STUB_START_TIMEOUT_S, StubStartError("the embedded stub did not start in time")):
+            with gevent.Timeout(VENDOR_START_TIMEOUT_S, VendorStartError(f"{module} did not start in time")):
                 line = process.stdout.readline().decode(errors="replace").strip()
                 if not line:
                     process.wait()
                     complaint = process.stderr.read().decode(errors="replace").strip().splitlines()
-                    raise StubStartError(complaint[-1] if complaint else f"stub exited with {process.returncode}")
+                    raise VendorStartError(complaint[-1] if complaint else f"{module} exited with {process.returncode}")
                 info = json.loads(line)
         except BaseException:
             if process.poll() is None:
@@ -75,10 +89,19 @@ class EmbeddedStub:
             raise
         # Keep draining its stderr so a chatty server can never block on a full pipe.
         gevent.spawn(_drain, process.stderr)
-        return cls(process, info["url"], token, info.get("profile", profile), float(info["time_scale"]), seed)
+        return cls(
+            process,
+            info["url"],
+            token,
+            info.get("profile", profile),
+            float(info["time_scale"]),
+            seed,
+            info.get("truth_url") or info["url"],
+            dict(info.get("provider_options") or {}),
+        )
 
     def fetch_json(self, path: str, timeout: float = 30.0) -> Any:
-        request = urllib.request.Request(f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"})
+        request = urllib.request.Request(f"{self.truth_url}{path}", headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
 
