@@ -67,6 +67,10 @@ def build_parser() -> OneLineParser:
     summary = sub.add_parser("summary", help="print the per-stage table of a finished run")
     summary.add_argument("run_dir")
     _add_cleanup(sub)
+    docker = sub.add_parser("docker", help="the local Docker provider's helpers")
+    docker_sub = docker.add_subparsers(dest="docker_command", metavar="COMMAND", parser_class=OneLineParser)
+    docker_sub.required = True
+    docker_sub.add_parser("image", help="build the offline busybox sandbox image (options: stampede docker image --help)")
     return parser
 
 
@@ -152,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
     if argv[:2] == ["stub", "serve"]:
         return _cmd_stub_serve(argv[2:])
+    if argv[:2] == ["docker", "image"]:
+        from providers.docker_image import main as docker_image_main
+
+        return int(docker_image_main(argv[2:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

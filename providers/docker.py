@@ -1,0 +1,750 @@
+"""The local Docker Engine behind the provider contract, on aiodocker over the daemon's socket.
+
+Users run it to learn what their own hardware can do as a sandbox fleet. One sandbox is one container:
+`create` posts the container (labelled with the run and rollout ids) and returns once the daemon gave it an
+id; `wait_ready` starts it and returns once it is running, so a slow start shows up as readiness time (and
+`ready_timeout`) the way a vendor's boot does; `exec` goes through the exec API; `terminate` force-removes.
+The container's own process is `sleep <lifetime>` (under docker-init), so the daemon side also bounds a
+leak. Sandboxes get no network, no privileges, no host mounts, fewer capabilities, and the spec's cpu,
+memory (no swap) and pids limits.
+
+The connection pool is sized for thousands of calls in flight: aiohttp's default limit of 100 would
+silently queue requests client-side and make the daemon look faster (or slower) than it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import re
+import resource
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import aiodocker
+import aiohttp
+import psutil  # type: ignore[import-untyped]
+from aiodocker.exceptions import DockerError
+from aiodocker.execs import Exec
+
+from providers.base import (
+    ROLLOUT_LABEL,
+    RUN_LABEL,
+    ExecResult,
+    FailureKind,
+    Phase,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    SandboxRef,
+    SandboxSpec,
+    classify_common,
+)
+from providers.docker_image import DEFAULT_IMAGE, default_host, ensure_image, image_id
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+TRANSPORT_STATUS = 900  # aiodocker's status for "could not connect to the daemon"
+SIGKILL_EXIT = 128 + 9
+RUNTIME_REFUSED_EXIT = 126  # docker's exit code when the runtime could not start the exec'd command
+_DYING_HINTS = (b"stopped state", b"not running", b" not found: not found", b"container not found")
+DEFAULT_CAP_DROP: tuple[str, ...] = (
+    # Docker's default set minus what a tool call seldom needs; CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
+    # SETUID and SETGID stay so that package managers and ordinary scripts work as root in the sandbox.
+    "NET_RAW",
+    "NET_BIND_SERVICE",
+    "MKNOD",
+    "AUDIT_WRITE",
+    "SETFCAP",
+    "SETPCAP",
+    "SYS_CHROOT",
+)
+_NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class DockerOptions:
+    """The provider's options (`--provider-option key=value`, or JSON to the engine)."""
+
+    host: str = ""  # docker host URL; "" = DOCKER_HOST, else unix:///var/run/docker.sock
+    image: str = DEFAULT_IMAGE  # default image; the stampede busybox one is built when missing
+    max_connections: int = 4096  # connection pool limit (aiohttp's default, 100, would queue silently)
+    api_timeout_s: float = 120.0  # bound on create / terminate / list calls to the daemon
+    command: tuple[str, ...] = ()  # the container's process; () = sleep <lifetime>; "{lifetime}" expands
+    init: bool = True  # docker-init as PID 1: reaps orphans of tool calls, dies on SIGTERM
+    network_mode: str = "bridge"  # used only when the spec asks for network
+    cap_drop: tuple[str, ...] = DEFAULT_CAP_DROP  # ("ALL",) for the strictest
+    runtime: str = ""  # OCI runtime (e.g. "crun"); "" = the daemon's default
+    pull: bool = False  # pull a missing non-stampede image (needs registry access)
+    name_containers: bool = True  # name containers stampede-<run>-<rollout> (readable `docker ps`)
+    kill_on_exec_timeout: bool = True  # kill a timed-out command's processes (local daemon only)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> DockerOptions:
+        """Typed options from plain JSON-ish values; one clear `ProviderConfigError` line on bad input."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ProviderConfigError(
+                f"docker provider: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        values: dict[str, Any] = {}
+        for key, raw in options.items():
+            default = known[key].default
+            try:
+                values[key] = _coerce(raw, default)
+            except (TypeError, ValueError):
+                raise ProviderConfigError(
+                    f"docker provider: option {key}={raw!r} should be {type(default).__name__}"
+                ) from None
+        parsed = cls(**values)
+        if parsed.max_connections < 1 or parsed.api_timeout_s <= 0:
+            raise ProviderConfigError("docker provider: max_connections and api_timeout_s must be positive")
+        return parsed
+
+
+def _coerce(raw: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(raw, str):
+            lowered = raw.strip().lower()
+            if lowered in {"1", "true", "yes", "on"}:
+                return True
+            if lowered in {"0", "false", "no", "off", ""}:
+                return False
+            raise ValueError(raw)
+        if isinstance(raw, (bool, int)):
+            return bool(raw)
+        raise TypeError(raw)
+    if isinstance(default, int):
+        if isinstance(raw, bool):
+            raise TypeError(raw)
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, tuple):
+        if isinstance(raw, str):
+            return tuple(part for part in raw.replace(",", " ").split() if part)
+        if isinstance(raw, Sequence):
+            return tuple(str(part) for part in raw)
+        raise TypeError(raw)
+    if not isinstance(raw, str):
+        raise TypeError(raw)
+    return raw
+
+
+@dataclass(slots=True)
+class _Sandbox:
+    """Mutable per-sandbox state, kept in `SandboxRef.handle` (the ref itself is frozen)."""
+
+    container_id: str
+    memory_mb: int = 0
+    started: bool = False
+    execs_ok: int = 0  # a container that dies before any command ran was never usable
+    oom_kills: int = 0  # last cgroup oom_kill count seen, so an old OOM is not blamed on a new exit
+
+
+@dataclass(slots=True)
+class _DaemonFacts:
+    version: str = ""
+    api_version: str = ""
+    runtime: str = ""  # the OCI runtime sandboxes get: runc vs crun moves lifecycles/s by ~1.5x
+    storage: str = ""
+    ncpu: int = 0
+    local_pids: bool = False  # the daemon's containers' pids are visible in our /proc (same host)
+    fetched: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class DockerProvider(Provider):
+    """Sandboxes as containers on a local (or `DOCKER_HOST`) Docker Engine."""
+
+    name: ClassVar[str] = "docker"
+
+    def __init__(self, options: DockerOptions | None = None) -> None:
+        self.options = options or DockerOptions()
+        self.host = self.options.host or default_host()
+        if not self.host.startswith(("unix://", "tcp://", "http://", "https://")):
+            raise ProviderConfigError(
+                f"docker provider: unsupported docker host {self.host!r} (unix:// or tcp://)"
+            )
+        self._docker: aiodocker.Docker | None = None
+        self._connector: aiohttp.BaseConnector | None = None
+        self._facts = _DaemonFacts()
+        self._images_ok: set[str] = set()
+        self._image_locks: dict[str, asyncio.Lock] = {}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> DockerProvider:
+        return cls(DockerOptions.parse(options))
+
+    # -- connection ---------------------------------------------------------------------------------------
+
+    def _client(self) -> aiodocker.Docker:
+        """The aiodocker client, made on first use (aiohttp connectors belong to the running loop)."""
+        if self._docker is None:
+            _raise_nofile_limit(self.options.max_connections + 1024)
+            limit = self.options.max_connections
+            if self.host.startswith("unix://"):
+                self._connector = aiohttp.UnixConnector(
+                    self.host[len("unix://") :], limit=limit, limit_per_host=0
+                )
+                url = "http://localhost"
+            else:
+                tls = self.host.startswith("https://") or os.environ.get("DOCKER_TLS_VERIFY") == "1"
+                try:  # DOCKER_CERT_PATH's ca/cert/key, as the docker CLI does
+                    ssl = aiodocker.Docker._docker_machine_ssl_context() if tls else None
+                except (ValueError, OSError) as exc:
+                    raise ProviderError(FailureKind.AUTH, f"docker TLS: {exc}") from None
+                self._connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ssl=ssl or False)
+                url = re.sub(r"^(tcp|http|https)://", "https://" if tls else "http://", self.host)
+            self._docker = aiodocker.Docker(url=url, connector=self._connector)
+        return self._docker
+
+    async def _daemon_facts(self) -> _DaemonFacts:
+        """Version, API version and CPU count, asked once (also pins the API version for every call)."""
+        facts = self._facts
+        if facts.fetched:
+            return facts
+        async with facts.lock:
+            if facts.fetched:
+                return facts
+            docker = self._client()
+            version = await docker.version()
+            info = await docker.system.info()
+            facts.version = str(version.get("Version", ""))
+            facts.api_version = str(version.get("ApiVersion", ""))
+            facts.runtime = self.options.runtime or str(info.get("DefaultRuntime", ""))
+            facts.storage = str(info.get("Driver", ""))
+            facts.ncpu = int(info.get("NCPU") or 0)
+            facts.local_pids = self.host.startswith("unix://") and os.path.isdir("/proc/1")
+            facts.fetched = True
+        return facts
+
+    async def preflight(self) -> None:
+        """Fail fast: no daemon -> `transport`; the image missing and not buildable -> `image`."""
+        try:
+            async with asyncio.timeout(15):
+                await self._daemon_facts()
+        except (DockerError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if isinstance(exc, DockerError) and exc.status != TRANSPORT_STATUS:
+                raise ProviderError(
+                    FailureKind.TRANSPORT, f"docker daemon at {self.host} answered {exc}"
+                ) from None
+            raise ProviderError(
+                FailureKind.TRANSPORT,
+                f"docker daemon unreachable at {self.host} (scripts/ensure-docker starts one)",
+            ) from None
+        await self._obtain_image(self.options.image)
+
+    def versions(self) -> Mapping[str, str]:
+        versions = {"aiodocker": aiodocker.__version__}
+        if self._facts.fetched:
+            versions["docker-daemon"] = self._facts.version
+            versions["docker-api"] = self._facts.api_version
+            versions["docker-runtime"] = self._facts.runtime  # not versions, but they move every number
+            versions["docker-storage"] = self._facts.storage
+        return versions
+
+    async def aclose(self) -> None:
+        if self._docker is not None:
+            await self._docker.close()
+            self._docker = None
+        if self._connector is not None:
+            await self._connector.close()
+            self._connector = None
+
+    # -- images ---------------------------------------------------------------------------------------------
+
+    async def _obtain_image(self, image: str) -> None:
+        """Make sure the daemon has `image`: build the stampede busybox one, pull others if allowed."""
+        if image in self._images_ok:
+            return
+        lock = self._image_locks.setdefault(image, asyncio.Lock())
+        async with lock:
+            if image in self._images_ok:
+                return
+            docker = self._client()
+            try:
+                if _is_stampede_image(image):
+                    await ensure_image(docker, image)
+                elif await image_id(docker, image) is None:
+                    if not self.options.pull:
+                        raise ProviderError(
+                            FailureKind.IMAGE,
+                            f"image {image} is not in the docker daemon (pull it, or set option pull=true)",
+                        )
+                    await docker.images.pull(image)
+            except DockerError as exc:
+                kind = FailureKind.TRANSPORT if exc.status == TRANSPORT_STATUS else FailureKind.IMAGE
+                raise ProviderError(kind, f"image {image}: {_short(exc)}") from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise ProviderError(FailureKind.TRANSPORT, f"image {image}: {_short(exc)}") from None
+            self._images_ok.add(image)
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def container_config(self, spec: SandboxSpec, ncpu: int = 0) -> dict[str, Any]:
+        """The `POST /containers/create` body for a spec: the sandbox's isolation and limits live here."""
+        lifetime = str(max(1, math.ceil(spec.lifetime_s)))
+        command = [part.replace("{lifetime}", lifetime) for part in self.options.command] or [
+            "sleep",
+            lifetime,
+        ]
+        cpu = min(spec.cpu, ncpu) if ncpu else spec.cpu  # the daemon refuses more cpus than the host has
+        memory = int(spec.memory_mb) * MIB
+        host_config: dict[str, Any] = {
+            "NetworkMode": self.options.network_mode if spec.network else "none",
+            "Privileged": False,
+            "CapAdd": None,
+            "CapDrop": list(self.options.cap_drop),
+            "SecurityOpt": ["no-new-privileges"],
+            "NanoCpus": max(int(cpu * 1e9), 10_000_000),
+            "Memory": memory,
+            "MemorySwap": memory,  # equal to Memory: no swap beyond the limit
+            "PidsLimit": int(spec.pids_limit),
+            "Init": self.options.init,
+            "AutoRemove": False,  # keep the exit state: OOMKilled and the exit code classify a death
+            "RestartPolicy": {"Name": "no"},
+            "Binds": None,
+            "Mounts": [],
+            "Devices": [],
+            "LogConfig": {"Type": "none", "Config": {}},  # the keep-alive prints nothing; exec output is ours
+        }
+        if self.options.runtime:
+            host_config["Runtime"] = self.options.runtime
+        return {
+            "Image": spec.image or self.options.image,
+            "Entrypoint": command,  # an image's own ENTRYPOINT/CMD would not keep the sandbox alive
+            "Cmd": None,
+            "Labels": {str(k): str(v) for k, v in spec.tags().items()},
+            "Env": [f"{k}={v}" for k, v in spec.env.items()],
+            "Tty": False,
+            "OpenStdin": False,
+            "AttachStdin": False,
+            "AttachStdout": False,
+            "AttachStderr": False,
+            "NetworkDisabled": not spec.network,
+            "StopTimeout": 2,
+            "HostConfig": host_config,
+        }
+
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        """Post the container; returns once the daemon gave it an id (start happens in `wait_ready`)."""
+        image = spec.image or self.options.image
+        name = _container_name(spec) if self.options.name_containers else None
+        try:
+            async with asyncio.timeout(self.options.api_timeout_s):
+                facts = await self._daemon_facts()
+                if _is_stampede_image(image) and image not in self._images_ok:
+                    await self._obtain_image(image)
+                config = self.container_config(spec, facts.ncpu)
+                docker = self._client()
+                try:
+                    container = await docker.containers.create(config, name=name)
+                except DockerError as exc:
+                    if not (exc.status == 404 and "image" in exc.message.lower()):
+                        raise
+                    self._images_ok.discard(image)  # removed behind our back, or never there
+                    await self._obtain_image(image)
+                    container = await docker.containers.create(config, name=name)
+        except TimeoutError:
+            raise ProviderError(
+                FailureKind.CREATE_ERROR,
+                f"docker did not acknowledge the create within {self.options.api_timeout_s:g}s",
+            ) from None
+        except DockerError as exc:
+            raise ProviderError(docker_error_kind(exc, Phase.CREATE), f"create: {_short(exc)}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"create: {_short(exc)}") from None
+        box = _Sandbox(container.id, memory_mb=int(spec.memory_mb))
+        return SandboxRef(
+            sandbox_id=container.id,
+            provider=self.name,
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            handle=box,
+            meta={"image": image, "name": name or ""},
+        )
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+        """Start the container (once) and return when it is running; a death or OOM is classified."""
+        box = _box(ref)
+        container = self._client().containers.container(box.container_id)
+        try:
+            async with asyncio.timeout(timeout):
+                if not box.started:
+                    await container.start()
+                    box.started = True
+                delay = 0.01
+                while True:
+                    state = (await container.show())["State"]
+                    if _running(state):
+                        return
+                    if state.get("Status") == "created" and not box.started:
+                        await container.start()  # a ref from list_owned: never started
+                        box.started = True
+                        continue
+                    if state.get("Status") in {"exited", "dead", "removing"}:
+                        raise _death(state, box, Phase.READY)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.25)
+        except TimeoutError:
+            raise ProviderError(
+                FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"
+            ) from None
+        except DockerError as exc:
+            raise ProviderError(docker_error_kind(exc, Phase.READY), f"start: {_short(exc)}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"start: {_short(exc)}") from None
+
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        """Run one command through the exec API: demultiplexed stdout/stderr, exit code from exec inspect."""
+        if not argv:
+            raise ProviderError(FailureKind.INVALID_REQUEST, "exec needs a command (empty argv)")
+        box = _box(ref)
+        docker = self._client()
+        container = docker.containers.container(box.container_id)
+        execution: Exec | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                execution = await container.exec([str(part) for part in argv], stdout=True, stderr=True)
+                stdout, stderr = await _collect(execution)
+                exit_code = await _exit_code(execution)
+        except TimeoutError:
+            if execution is not None and self.options.kill_on_exec_timeout:
+                await self._kill_exec(execution, box)
+            raise ProviderError(
+                FailureKind.EXEC_TIMEOUT, f"{argv[0]} still running after {timeout:g}s"
+            ) from None
+        except DockerError as exc:
+            raise await self._exec_failure(exc, box) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"exec: {_short(exc)}") from None
+        if exit_code in (SIGKILL_EXIT, RUNTIME_REFUSED_EXIT):
+            # SIGKILL: the OOM killer, or the container dying under the command. 126: the runtime could not
+            # start the command; a dying container is one reason ("cannot exec in a stopped state").
+            dying = exit_code == SIGKILL_EXIT or any(hint in stdout for hint in _DYING_HINTS)
+            await self._check_killed(box, count_ooms=exit_code == SIGKILL_EXIT, patient=dying)
+        box.execs_ok += 1
+        return ExecResult(exit_code, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
+
+    async def terminate(self, ref: SandboxRef) -> None:
+        """Force-remove (SIGKILL, then delete with its anonymous volumes); returns once it is gone.
+
+        Gone already is success. When another removal of it is in progress (the engine's sweep racing a
+        cancelled rollout's own terminate), wait for that one rather than report a sandbox gone early.
+        """
+        container = self._client().containers.container(ref.sandbox_id)
+        try:
+            async with asyncio.timeout(self.options.api_timeout_s):
+                failures, pause = 0, 0.02
+                while True:
+                    try:
+                        await container.delete(force=True, v=True)
+                        return
+                    except DockerError as exc:
+                        if exc.status == 404:
+                            return
+                        if not (exc.status == 409 and "in progress" in exc.message):
+                            failures += 1
+                            if exc.status < 500 or failures == 3:
+                                raise
+                    await asyncio.sleep(pause)  # in progress elsewhere, or "device or resource busy"
+                    pause = min(pause * 2, 0.5)
+        except TimeoutError:
+            raise ProviderError(
+                FailureKind.TRANSPORT,
+                f"docker did not answer the remove within {self.options.api_timeout_s:g}s",
+            ) from None
+        except DockerError as exc:
+            raise ProviderError(docker_error_kind(exc, Phase.TERMINATE), f"remove: {_short(exc)}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"remove: {_short(exc)}") from None
+
+    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+        """Every container (running or not) carrying this run's label."""
+        try:
+            async with asyncio.timeout(self.options.api_timeout_s):
+                containers = await self._client().containers.list(
+                    all=True, filters={"label": [f"{RUN_LABEL}={run_id}"]}
+                )
+        except TimeoutError:
+            raise ProviderError(FailureKind.TRANSPORT, "docker did not answer the container list") from None
+        except DockerError as exc:
+            raise ProviderError(docker_error_kind(exc, None), f"list: {_short(exc)}") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"list: {_short(exc)}") from None
+        refs = []
+        for container in containers:
+            labels = (container["Labels"] if "Labels" in container else None) or {}  # noqa: SIM401 - no .get()
+            refs.append(
+                SandboxRef(
+                    sandbox_id=container.id,
+                    provider=self.name,
+                    run_id=run_id,
+                    rollout_id=str(labels.get(ROLLOUT_LABEL, "")),
+                    meta={
+                        key.lower(): container[key] for key in ("State", "Image", "Names") if key in container
+                    },
+                )
+            )
+        return refs
+
+    async def cleanup(self, run_id: str) -> int:
+        """Remove every container of the run; list again, since creates in flight may land meanwhile."""
+        reaped: set[str] = set()
+        for _ in range(3):
+            # a container whose removal is still in progress is listed again: count each one once
+            refs = [ref for ref in await self.list_owned(run_id) if ref.sandbox_id not in reaped]
+            if not refs:
+                break
+            results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
+            reaped.update(
+                ref.sandbox_id for ref, result in zip(refs, results, strict=True) if result is None
+            )
+        return len(reaped)
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        """Our raises are already `ProviderError`s; this covers raw SDK errors and the caller's timeouts."""
+        if isinstance(exc, DockerError):
+            return docker_error_kind(exc, phase)
+        if isinstance(exc, aiohttp.ClientError):
+            return FailureKind.TRANSPORT
+        if isinstance(exc, TimeoutError) and phase is Phase.CREATE:
+            return FailureKind.CREATE_ERROR  # the daemon was slower than the caller's create budget
+        return classify_common(exc, phase)
+
+    # -- exec helpers ---------------------------------------------------------------------------------------
+
+    async def _exec_failure(self, exc: DockerError, box: _Sandbox) -> ProviderError:
+        """Why an exec call failed: a gone or stopped container is a death (or OOM), the rest exec_error."""
+        if exc.status == TRANSPORT_STATUS:
+            return ProviderError(FailureKind.TRANSPORT, f"exec: {_short(exc)}")
+        if exc.status == 404 or "not running" in exc.message:
+            try:
+                state = (await self._client().containers.container(box.container_id).show())["State"]
+            except DockerError as again:
+                if again.status == TRANSPORT_STATUS:
+                    return ProviderError(FailureKind.TRANSPORT, f"exec: {_short(again)}")
+                state = {"Status": "removed"}
+            return _death(state, box, Phase.EXEC)
+        return ProviderError(docker_error_kind(exc, Phase.EXEC), f"exec: {_short(exc)}")
+
+    async def _check_killed(self, box: _Sandbox, *, count_ooms: bool, patient: bool) -> None:
+        """Raise `oom` / `died_*` when an exec's end was the container dying or the OOM killer."""
+        container = self._client().containers.container(box.container_id)
+        # The exec can end a moment before the daemon marks a dying container exited: look a few times.
+        for pause in (0.0, 0.05, 0.1, 0.2) if patient else (0.0,):
+            await asyncio.sleep(pause)
+            try:
+                state = (await container.show())["State"]
+            except DockerError as exc:
+                if exc.status == 404:
+                    raise _death({"Status": "removed"}, box, Phase.EXEC) from None
+                return  # the command's exit code stands; the next call will tell what happened
+            if not _running(state):
+                raise _death(state, box, Phase.EXEC)
+            kills = await self._oom_kills(state, box) if count_ooms else None
+            if kills is not None and kills > box.oom_kills:
+                box.oom_kills = kills
+                raise ProviderError(
+                    FailureKind.OOM, f"command killed by the OOM killer (memory limit {box.memory_mb} MB)"
+                )
+
+    async def _oom_kills(self, state: Mapping[str, Any], box: _Sandbox) -> int | None:
+        """The container's cgroup oom_kill count: read on the host when local, else from inside."""
+        pid = int(state.get("Pid") or 0)
+        if self._facts.local_pids and pid:
+            count = _host_oom_kills(pid)
+            if count is not None:
+                return count
+        try:
+            container = self._client().containers.container(box.container_id)
+            probe = await container.exec(
+                ["cat", "/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"],
+                stdout=True,
+                stderr=False,
+            )
+            async with asyncio.timeout(10):
+                out, _ = await _collect(probe)
+        except (DockerError, aiohttp.ClientError, OSError, TimeoutError):
+            return None
+        return _parse_oom_kills(out.decode("utf-8", "replace"))
+
+    async def _kill_exec(self, execution: Exec, box: _Sandbox) -> None:
+        """Best effort: SIGKILL the timed-out command and its children (Docker has no exec-kill call)."""
+        if not self._facts.local_pids:
+            return  # a remote daemon: the processes go with the sandbox at terminate
+        try:
+            async with asyncio.timeout(5):
+                pid = int((await execution.inspect()).get("Pid") or 0)
+        except (DockerError, aiohttp.ClientError, OSError, TimeoutError):
+            return
+        if pid:
+            await asyncio.to_thread(_kill_tree, pid, box.container_id)
+
+
+# -- classification -----------------------------------------------------------------------------------------
+
+
+def docker_error_kind(exc: DockerError, phase: Phase | None) -> FailureKind:
+    """Map a daemon answer (HTTP status + message) in a phase onto the taxonomy."""
+    status, message = exc.status, (exc.message or "").lower()
+    if status == TRANSPORT_STATUS:
+        return FailureKind.TRANSPORT
+    if status in (401, 403):
+        return FailureKind.AUTH
+    if status == 429:
+        return FailureKind.RATE_LIMITED
+    if phase is Phase.CREATE or phase is None:
+        if status == 404 and "image" in message:
+            return FailureKind.IMAGE
+        if status == 400 or (status == 404 and "network" in message):
+            return FailureKind.INVALID_REQUEST
+        if "no space left" in message:
+            return FailureKind.CAPACITY
+        return FailureKind.CREATE_ERROR  # conflicts (name in use), 5xx
+    if phase is Phase.READY:
+        if status in (404, 409):
+            return FailureKind.DIED_BEFORE_READY  # removed, or marked for removal, under our feet
+        if status == 400:
+            return FailureKind.INVALID_REQUEST  # e.g. the command is not in the image
+        return FailureKind.CREATE_ERROR  # the runtime could not create the container's process
+    if phase is Phase.EXEC:
+        if status == 404 or "not running" in message:
+            return FailureKind.DIED_DURING_EXEC
+        return FailureKind.EXEC_ERROR
+    return FailureKind.UNKNOWN  # terminate: a 5xx after retries (the taxonomy has no terminate kind)
+
+
+def _death(state: Mapping[str, Any], box: _Sandbox, phase: Phase) -> ProviderError:
+    """The container is gone or stopped: OOM, or died before/after it ever ran a command."""
+    status = state.get("Status", "removed")
+    code = state.get("ExitCode")
+    if state.get("OOMKilled"):
+        return ProviderError(
+            FailureKind.OOM, f"container killed by the OOM killer (memory limit {box.memory_mb} MB)"
+        )
+    detail = f"container {status}" + (f" with code {code}" if status in {"exited", "dead"} else "")
+    if state.get("Error"):
+        detail += f": {str(state['Error'])[:200]}"
+    if phase is Phase.READY or box.execs_ok == 0:
+        return ProviderError(FailureKind.DIED_BEFORE_READY, f"{detail} before it was usable")
+    return ProviderError(FailureKind.DIED_DURING_EXEC, f"{detail} during exec")
+
+
+# -- small helpers ------------------------------------------------------------------------------------------
+
+
+def _box(ref: SandboxRef) -> _Sandbox:
+    if isinstance(ref.handle, _Sandbox):
+        return ref.handle
+    # a ref from list_owned or another process: no local state yet
+    box = _Sandbox(ref.sandbox_id)
+    object.__setattr__(ref, "handle", box)
+    return box
+
+
+def _running(state: Mapping[str, Any]) -> bool:
+    return bool(state.get("Running")) and not state.get("Restarting") and not state.get("Paused")
+
+
+def _is_stampede_image(image: str) -> bool:
+    return image == DEFAULT_IMAGE or image.rpartition(":")[0] == DEFAULT_IMAGE.rpartition(":")[0]
+
+
+def _container_name(spec: SandboxSpec) -> str:
+    name = _NAME_BAD.sub("-", f"stampede-{spec.run_id}-{spec.rollout_id}").strip("-.")
+    return name[:200]
+
+
+def _short(exc: BaseException) -> str:
+    text = exc.message if isinstance(exc, DockerError) else (str(exc) or type(exc).__name__)
+    text = " ".join(str(text).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+async def _collect(execution: Exec) -> tuple[bytes, bytes]:
+    """Start the exec attached and read its demultiplexed streams to the end."""
+    stdout, stderr = bytearray(), bytearray()
+    async with execution.start(detach=False) as stream:
+        while (message := await stream.read_out()) is not None:
+            (stderr if message.stream == 2 else stdout).extend(message.data)
+    return bytes(stdout), bytes(stderr)
+
+
+async def _exit_code(execution: Exec) -> int:
+    """The exit code; the attach stream can close a moment before the daemon records the exit."""
+    delay = 0.002
+    while True:
+        info = await execution.inspect()
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return int(info["ExitCode"])
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _parse_oom_kills(text: str) -> int | None:
+    """`oom_kill N` from cgroup v1 memory.oom_control or v2 memory.events."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "oom_kill" and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
+def _host_oom_kills(pid: int) -> int | None:
+    """Read the OOM counter of the cgroup a local container's process lives in."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            candidates.append(f"/sys/fs/cgroup/memory{path}/memory.oom_control")
+        elif controllers == "":
+            candidates.append(f"/sys/fs/cgroup{path}/memory.events")
+    for candidate in candidates:
+        try:
+            with open(candidate, encoding="utf-8") as handle:
+                count = _parse_oom_kills(handle.read())
+        except OSError:
+            continue
+        if count is not None:
+            return count
+    return None
+
+
+def _kill_tree(pid: int, container_id: str) -> None:
+    """SIGKILL a process and its descendants, after checking it is in this container's cgroup."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
+            if container_id not in handle.read():
+                return  # the pid was reused: never kill a stranger
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except (OSError, psutil.Error):
+        return
+    for victim in victims:
+        try:
+            victim.kill()
+        except psutil.Error:
+            pass
+
+
+def _raise_nofile_limit(wanted: int) -> None:
+    """Each connection in flight is a file descriptor: lift the soft limit toward the hard one."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):  # not permitted here: the pool still works, up to the soft limit
+        log.debug("could not raise RLIMIT_NOFILE", exc_info=True)
