@@ -56,12 +56,13 @@ class EmbeddedVendor:
         overrides: dict[str, str] | None = None,
     ) -> EmbeddedVendor:
         token = secrets.token_urlsafe(24)
-        argv = [sys.executable, "-m", module, "--profile", profile, "--seed", str(seed),
-                "--host", "127.0.0.1", "--port", "0", "--token", token, "--exit-on-stdin-eof"]  # fmt: skip
+        # `--opt=value` throughout: a token (or a path) may begin with "-" and must not read as an option.
+        argv = [sys.executable, "-m", module, f"--profile={profile}", f"--seed={seed}", "--host=127.0.0.1",
+                "--port=0", f"--token={token}", "--exit-on-stdin-eof"]  # fmt: skip
         if time_scale is not None:
-            argv += ["--time-scale", repr(time_scale)]
+            argv.append(f"--time-scale={time_scale!r}")
         for key, value in (overrides or {}).items():
-            argv += ["--set", f"{key}={value}"]
+            argv.append(f"--set={key}={value}")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]

@@ -295,7 +295,12 @@ class StampedeSession:
             lines.append(
                 f"teardown: {self.engine_summary.get('terminated_leftovers', 0)} sandboxes terminated at drain, "
                 f"{reaped if reaped is not None else '?'} reaped by run label"
-                + (f" (sweep failed: {self.engine_summary['sweep_error']})" if self.engine_summary.get("sweep_error") else "")
+                + (
+                    f" (sweep failed: {self.engine_summary['sweep_error']}; once the vendor answers again, "
+                    f"`stampede cleanup --provider {self.settings.provider} --run-id {self.run_id}` reaps what is left)"
+                    if self.engine_summary.get("sweep_error") or self.engine_summary.get("terminate_errors")
+                    else ""
+                )
                 + f"; engine loop lag p99 {health.get('loop_lag_p99_ms', 0):.1f} ms, "
                 f"max {health.get('loop_lag_max_ms', 0):.1f} ms, cpu {health.get('cpu_seconds', 0):.1f} s"
             )
