@@ -28,15 +28,29 @@ class OneLineParser(argparse.ArgumentParser):
 def _add_run(sub: argparse._SubParsersAction) -> None:
     from harness.options import add_arguments
 
-    run = sub.add_parser("run", help="run a scenario headless and write results/<run_id>/",
-                         description="Ramp rollouts against a sandbox provider (default: the embedded Prime-like stub).")  # fmt: skip
+    run = sub.add_parser(
+        "run",
+        help="run a scenario headless and write results/<run_id>/",
+        description="Ramp rollouts against a sandbox provider (default: the embedded Prime-like stub).",
+    )
     run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
-    run.add_argument("-u", "--users", type=int, default=None,
-                     help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)")
+    run.add_argument(
+        "-u",
+        "--users",
+        type=int,
+        default=None,
+        help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)",
+    )
     run.add_argument("-r", "--spawn-rate", type=float, default=None, help="users started per second between stages")
-    run.add_argument("-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)")
-    run.add_argument("--stop-timeout", type=float, default=None,
-                     help="seconds in-flight rollouts get to finish when the run ends (default: 60)")
+    run.add_argument(
+        "-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)"
+    )
+    run.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=None,
+        help="seconds in-flight rollouts get to finish when the run ends (default: 60)",
+    )
     add_arguments(run, locust=False)
 
 
@@ -70,7 +84,9 @@ def build_parser() -> OneLineParser:
     docker = sub.add_parser("docker", help="the local Docker provider's helpers")
     docker_sub = docker.add_subparsers(dest="docker_command", metavar="COMMAND", parser_class=OneLineParser)
     docker_sub.required = True
-    docker_sub.add_parser("image", help="build the offline busybox sandbox image (options: stampede docker image --help)")
+    docker_sub.add_parser(
+        "image", help="build the offline busybox sandbox image (options: stampede docker image --help)"
+    )
     return parser
 
 

@@ -113,18 +113,20 @@ class EngineRun:
             attempt=int(request.get("attempt", 1)),
             secrets=tuple(self.config.secrets),
         )
-        task = asyncio.get_running_loop().create_task(self._run_and_record(ctx, request))
+        task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task
         return rollout_id, task
 
-    async def _run_and_record(self, ctx: RolloutContext, request: Mapping[str, Any]) -> RolloutRecord:
+    async def _run_and_record(self, ctx: RolloutContext) -> RolloutRecord:
         """The record is kept whatever happens to the rollout (done, failed, cancelled, or our own bug)."""
         try:
             record = await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
         except RolloutCancelled as cancelled:
             record = cancelled.record
-        except Exception as exc:
-            record = _harness_failure(self, ctx.rollout_id, request, exc)
+        except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
+            record = ctx.new_record()
+            record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
+            record.error = f"{type(exc).__name__}: {exc}"[:300]
         self.finish(ctx.rollout_id, record)
         return record
 
@@ -216,7 +218,9 @@ class EngineRun:
             "t_start": self.t_start,
             "t_end": time.time(),
         }
-        await asyncio.to_thread(_write_json, self.config.run_dir / f"engine-{safe_name(self.config.worker)}.json", summary)
+        await asyncio.to_thread(
+            _write_json, self.config.run_dir / f"engine-{safe_name(self.config.worker)}.json", summary
+        )
         with contextlib.suppress(Exception):
             await self.provider.aclose()
         return summary
@@ -224,7 +228,7 @@ class EngineRun:
 
 async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:
     tasks = [asyncio.ensure_future(call) for call in calls]
-    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
     for task in pending:
         task.cancel()
     results: list[Any] = []
@@ -309,7 +313,13 @@ class Engine:
                 elif op == "stats":
                     send({"op": "stats", "id": req_id, "stats": self.run.stats() if self.run else None})
                 elif op == "drain":
-                    send({"op": "drained", "id": req_id, "summary": await self.drain(message.get("timeout_s", DRAIN_TIMEOUT_S))})
+                    send(
+                        {
+                            "op": "drained",
+                            "id": req_id,
+                            "summary": await self.drain(message.get("timeout_s", DRAIN_TIMEOUT_S)),
+                        }
+                    )
                 elif op == "shutdown":
                     send({"op": "drained", "id": req_id, "summary": await self.drain()})
                     self.stopped.set()
@@ -370,25 +380,6 @@ class Engine:
                 writer.close()
 
 
-def _harness_failure(run: EngineRun, rollout_id: str, message: Mapping[str, Any], exc: BaseException) -> RolloutRecord:
-    return RolloutRecord(
-        run_id=run.config.run_id,
-        worker=run.config.worker,
-        rollout_id=rollout_id,
-        provider=run.config.provider,
-        profile=run.config.profile,
-        scenario=run.config.scenario,
-        stage=str(message.get("stage", "")),
-        target_users=int(message.get("target_users", 0)),
-        inflight_at_submit=0,
-        t_submit=time.time(),
-        outcome=OUTCOME_FAILED,
-        failure_kind="harness",
-        failure_phase="create",
-        error=f"{type(exc).__name__}: {exc}"[:300],
-    )
-
-
 def _raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else 65536
@@ -438,7 +429,9 @@ async def _watch_parent(stopped: asyncio.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.engine", description=__doc__)
     parser.add_argument("--socket", required=True, help="Unix socket path to listen on")
-    parser.add_argument("--worker", default=f"{socket.gethostname()}-{os.getpid()}", help="name of this engine in the results")
+    parser.add_argument(
+        "--worker", default=f"{socket.gethostname()}-{os.getpid()}", help="name of this engine in the results"
+    )
     parser.add_argument("--watch-stdin", action="store_true", help="drain and exit when stdin closes")
     args = parser.parse_args(argv)
     return asyncio.run(serve_engine(args.socket, args.worker, watch_stdin=args.watch_stdin))

@@ -234,7 +234,7 @@ class StampedeSession:
                 "t_end": now,
                 "wall_s": round(now - float(self.manifest["t_start"]), 3),
                 "status": "complete",
-                "rows": {"rollouts": int(len(rollouts))},
+                "rows": {"rollouts": len(rollouts)},
                 "engines": [self.engine_summary] if self.engine_summary else [],
             }
         )
@@ -385,4 +385,3 @@ def _on_quitting(environment: Environment, **_: Any) -> None:
     session: StampedeSession | None = getattr(environment, "stampede", None)
     if session is not None:
         session.close()
-

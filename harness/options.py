@@ -49,46 +49,123 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
                 kwargs["default"] = [raw] if kwargs.get("action") == "append" else raw
         group.add_argument(*names, **kwargs)
 
-    add("--provider", default=DEFAULT_PROVIDER, env_var="STAMPEDE_PROVIDER", include_in_web_ui=True,
-        help="sandbox vendor: stub (embedded Prime-like stub), prime, docker, modal, or module:Class")
-    add("--base-url", default=None, env_var="STAMPEDE_BASE_URL", include_in_web_ui=True,
-        help="API endpoint; for --provider stub, a standalone stub instead of the embedded one")
-    add("--local", "--modal-local", "--prime-local", dest="local", action="store_true", default=False,
+    add(
+        "--provider",
+        default=DEFAULT_PROVIDER,
+        env_var="STAMPEDE_PROVIDER",
+        include_in_web_ui=True,
+        help="sandbox vendor: stub (embedded Prime-like stub), prime, docker, modal, or module:Class",
+    )
+    add(
+        "--base-url",
+        default=None,
+        env_var="STAMPEDE_BASE_URL",
+        include_in_web_ui=True,
+        help="API endpoint; for --provider stub, a standalone stub instead of the embedded one",
+    )
+    add(
+        "--local",
+        "--modal-local",
+        "--prime-local",
+        dest="local",
+        action="store_true",
+        default=False,
         env_var="STAMPEDE_LOCAL",
-        help="run the provider against its simulated vendor, started for the run on 127.0.0.1 (implied for stub)")
-    add("--token", default=None, env_var="STAMPEDE_TOKEN", is_secret=True, include_in_web_ui=True,
-        help="bearer token for --base-url")
+        help="run the provider against its simulated vendor, started for the run on 127.0.0.1 (implied for stub)",
+    )
+    add(
+        "--token",
+        default=None,
+        env_var="STAMPEDE_TOKEN",
+        is_secret=True,
+        include_in_web_ui=True,
+        help="bearer token for --base-url",
+    )
     # Locust owns `--profile` (a label for grouping runs), so under `locust -f` ours is `--sim-profile`.
-    add(*(("--sim-profile",) if locust else ("--profile", "--sim-profile")), dest="sim_profile",
-        default=DEFAULT_PROFILE, env_var="STAMPEDE_PROFILE", include_in_web_ui=True,
-        help="simulated vendor behaviour for the embedded stub: modal-like, prime-like, ideal, or a .toml path")
-    add("--profile-set", action="append", default=None, env_var="STAMPEDE_PROFILE_SET", include_in_web_ui=False,
-        help="override one profile value, e.g. quota.max_active=100 (repeatable)")
-    add("--time-scale", type=float, default=None, env_var="STAMPEDE_TIME_SCALE", include_in_web_ui=True,
-        help="simulated vendor seconds x this = real seconds (default: the profile's)")
+    add(
+        *(("--sim-profile",) if locust else ("--profile", "--sim-profile")),
+        dest="sim_profile",
+        default=DEFAULT_PROFILE,
+        env_var="STAMPEDE_PROFILE",
+        include_in_web_ui=True,
+        help="simulated vendor behaviour for the embedded stub: modal-like, prime-like, ideal, or a .toml path",
+    )
+    add(
+        "--profile-set",
+        action="append",
+        default=None,
+        env_var="STAMPEDE_PROFILE_SET",
+        include_in_web_ui=False,
+        help="override one profile value, e.g. quota.max_active=100 (repeatable)",
+    )
+    add(
+        "--time-scale",
+        type=float,
+        default=None,
+        env_var="STAMPEDE_TIME_SCALE",
+        include_in_web_ui=True,
+        help="simulated vendor seconds x this = real seconds (default: the profile's)",
+    )
     add("--seed", type=int, default=0, env_var="STAMPEDE_SEED", include_in_web_ui=True, help="simulator seed")
     add("--out", default=DEFAULT_OUT, env_var="STAMPEDE_OUT", help="results folder (a run lands in OUT/RUN_ID)")
     add("--run-id", default=None, env_var="STAMPEDE_RUN_ID", help="run id (default: time, scenario and a nonce)")
-    add("--stages", default=",".join(map(str, DEFAULT_STAGES)), env_var="STAMPEDE_STAGES", include_in_web_ui=True,
-        help="ramp: comma-separated concurrency levels")
-    add("--hold", type=float, default=DEFAULT_HOLD_S, env_var="STAMPEDE_HOLD", include_in_web_ui=True,
-        help="ramp: seconds to hold each stage once reached")
-    add("--burst-steps", type=int, default=1, env_var="STAMPEDE_BURST_STEPS", include_in_web_ui=True,
-        help="burst: how many synchronous steps of -u rollouts")
-    add("--commands", default=commands_to_text(DEFAULT_COMMANDS), env_var="STAMPEDE_COMMANDS",
-        include_in_web_ui=True, help="commands each rollout runs, ';'-separated; the first one ends TTI")
+    add(
+        "--stages",
+        default=",".join(map(str, DEFAULT_STAGES)),
+        env_var="STAMPEDE_STAGES",
+        include_in_web_ui=True,
+        help="ramp: comma-separated concurrency levels",
+    )
+    add(
+        "--hold",
+        type=float,
+        default=DEFAULT_HOLD_S,
+        env_var="STAMPEDE_HOLD",
+        include_in_web_ui=True,
+        help="ramp: seconds to hold each stage once reached",
+    )
+    add(
+        "--burst-steps",
+        type=int,
+        default=1,
+        env_var="STAMPEDE_BURST_STEPS",
+        include_in_web_ui=True,
+        help="burst: how many synchronous steps of -u rollouts",
+    )
+    add(
+        "--commands",
+        default=commands_to_text(DEFAULT_COMMANDS),
+        env_var="STAMPEDE_COMMANDS",
+        include_in_web_ui=True,
+        help="commands each rollout runs, ';'-separated; the first one ends TTI",
+    )
     add("--create-timeout", type=float, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
     add("--ready-timeout", type=float, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
     add("--exec-timeout", type=float, default=120.0, env_var="STAMPEDE_EXEC_TIMEOUT", help="seconds per command")
     add("--image", default=None, env_var="STAMPEDE_IMAGE", help="sandbox image (default: the provider's)")
     add("--cpu", type=float, default=1.0, env_var="STAMPEDE_CPU", help="cores per sandbox")
     add("--memory-mb", type=int, default=1024, env_var="STAMPEDE_MEMORY_MB", help="memory per sandbox")
-    add("--lifetime", type=float, default=3600.0, env_var="STAMPEDE_LIFETIME",
-        help="seconds after which the vendor reaps a sandbox even if we die")
-    add("--provider-option", action="append", default=None, env_var="STAMPEDE_PROVIDER_OPTION",
-        help="KEY=VALUE passed to the provider (repeatable)")
-    add("--progress-interval", type=float, default=5.0, env_var="STAMPEDE_PROGRESS_INTERVAL",
-        help="seconds between progress lines (0: none)")
+    add(
+        "--lifetime",
+        type=float,
+        default=3600.0,
+        env_var="STAMPEDE_LIFETIME",
+        help="seconds after which the vendor reaps a sandbox even if we die",
+    )
+    add(
+        "--provider-option",
+        action="append",
+        default=None,
+        env_var="STAMPEDE_PROVIDER_OPTION",
+        help="KEY=VALUE passed to the provider (repeatable)",
+    )
+    add(
+        "--progress-interval",
+        type=float,
+        default=5.0,
+        env_var="STAMPEDE_PROGRESS_INTERVAL",
+        help="seconds between progress lines (0: none)",
+    )
 
 
 def _positive(name: str, value: float | None) -> None:
@@ -146,7 +223,9 @@ class RunSettings:
 
     @classmethod
     def from_options(cls, options: Any) -> RunSettings:
-        get = lambda name, default=None: getattr(options, name, default)  # noqa: E731
+        def get(name: str, default: Any = None) -> Any:
+            return getattr(options, name, default)
+
         for name in ("hold", "create_timeout", "ready_timeout", "exec_timeout", "cpu", "lifetime"):
             _positive(name.replace("_", "-"), get(name))
         if get("memory_mb") is None or int(get("memory_mb")) <= 0:

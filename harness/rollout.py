@@ -121,6 +121,24 @@ class RolloutContext:
     attempt: int = 1
     secrets: tuple[str, ...] = ()
 
+    def new_record(self) -> RolloutRecord:
+        """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
+        return RolloutRecord(
+            run_id=self.run_id,
+            worker=self.worker,
+            rollout_id=self.rollout_id,
+            provider=self.provider,
+            profile=self.profile,
+            scenario=self.scenario,
+            stage=self.stage,
+            target_users=self.target_users,
+            inflight_at_submit=self.inflight_at_submit,
+            t_submit=time.time(),
+            sdk_version=self.sdk_version,
+            t_intended=self.t_intended,
+            attempt=self.attempt,
+        )
+
 
 class SandboxRegistry:
     """Live sandboxes by id, so the engine can terminate whatever a cancelled rollout left behind."""
@@ -161,21 +179,7 @@ class _Rollout:
         self.on_op = on_op
         self.registry = registry
         self.t0 = time.monotonic()
-        self.record = RolloutRecord(
-            run_id=ctx.run_id,
-            worker=ctx.worker,
-            rollout_id=ctx.rollout_id,
-            provider=ctx.provider,
-            profile=ctx.profile,
-            scenario=ctx.scenario,
-            stage=ctx.stage,
-            target_users=ctx.target_users,
-            inflight_at_submit=ctx.inflight_at_submit,
-            t_submit=time.time(),
-            sdk_version=ctx.sdk_version,
-            t_intended=ctx.t_intended,
-            attempt=ctx.attempt,
-        )
+        self.record = ctx.new_record()
         self.ref: SandboxRef | None = None
         self.phase = Phase.CREATE
 

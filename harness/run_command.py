@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         _quit(environment)
         return 2
 
-    interrupted = []
+    interrupted: list[int | None] = []
 
     def stop(signum: int | None = None) -> None:
         """Ctrl-C / SIGTERM: stop now. In-flight rollouts are cancelled (not waited for) and every sandbox

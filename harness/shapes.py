@@ -90,13 +90,17 @@ class RampShape(StampedeShape):
             stages = self.settings().stages
             cap = self.settings().users
             if cap:
-                stages = tuple(level for level in stages if level < int(cap)) + (int(cap),)
+                stages = (*tuple(level for level in stages if level < int(cap)), int(cap))
             self._levels = stages
         return self._levels
 
     def describe(self) -> dict[str, Any]:
-        return {"shape": "ramp", "stages": list(self.levels()), "hold_s": self.settings().hold_s,
-                "spawn_rate": self.spawn_rate()}
+        return {
+            "shape": "ramp",
+            "stages": list(self.levels()),
+            "hold_s": self.settings().hold_s,
+            "spawn_rate": self.spawn_rate(),
+        }
 
     def tick(self) -> tuple[int, float] | None:
         levels = self.levels()

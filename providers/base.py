@@ -190,4 +190,3 @@ def classify_common(exc: BaseException, phase: Phase | None = None) -> FailureKi
     if isinstance(exc, OSError):
         return FailureKind.TRANSPORT
     return FailureKind.UNKNOWN
-

@@ -165,12 +165,14 @@ class StatusPoller:
     async def _poll(self, ids: list[str]) -> float:
         """Resolve the waiters whose sandboxes settled; return how long the server asked us to back off."""
         try:
-            body = await self.provider.request("POST", "/sandbox/status:batchGet", Phase.READY, json={"sandbox_ids": ids})
+            body = await self.provider.request(
+                "POST", "/sandbox/status:batchGet", Phase.READY, json={"sandbox_ids": ids}
+            )
         except ProviderError as exc:
             if exc.kind in (FailureKind.AUTH,):
                 self._fail(ids, exc)
             return exc.retry_after or 0.0
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return 0.0  # one lost poll is not a failed rollout; the rollout's own deadline still holds
         for snapshot in body.get("statuses", []):
             status = snapshot.get("status")
@@ -178,7 +180,10 @@ class StatusPoller:
                 self._resolve(snapshot["sandbox_id"], snapshot)
         for error in body.get("errors", []):
             sandbox_id = error.get("sandbox_id")
-            self._fail([sandbox_id], ProviderError(FailureKind.DIED_BEFORE_READY, f"{error.get('code')}: {error.get('message')}"))
+            self._fail(
+                [sandbox_id],
+                ProviderError(FailureKind.DIED_BEFORE_READY, f"{error.get('code')}: {error.get('message')}"),
+            )
         return 0.0
 
     def _resolve(self, sandbox_id: str, snapshot: dict[str, Any]) -> None:
@@ -242,9 +247,11 @@ class StubProvider(Provider):
             await self.request("GET", "/sandbox", Phase.CREATE, params={"page": 1, "per_page": 1})
         except ProviderError as exc:
             if exc.kind is FailureKind.AUTH:
-                raise ProviderError(FailureKind.AUTH, f"{self.options.base_url} refused the token ({exc.args[0]})") from None
+                raise ProviderError(
+                    FailureKind.AUTH, f"{self.options.base_url} refused the token ({exc.args[0]})"
+                ) from None
             raise
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ProviderError(FailureKind.TRANSPORT, f"{self.options.base_url} is unreachable: {exc}") from None
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
@@ -307,14 +314,16 @@ class StubProvider(Provider):
             ) as response:
                 body = await _json_or_text(response)
                 status = response.status
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + 5:g}s") from None
         if status >= 400:
             error = error_from_response(status, body, Phase.EXEC)
             if error.kind is FailureKind.DIED_DURING_EXEC:
                 error = await self._explain_death(ref, error)
             raise error
-        return ExecResult(exit_code=int(body["exit_code"]), stdout=body.get("stdout", ""), stderr=body.get("stderr", ""))
+        return ExecResult(
+            exit_code=int(body["exit_code"]), stdout=body.get("stdout", ""), stderr=body.get("stderr", "")
+        )
 
     async def _explain_death(self, ref: SandboxRef, error: ProviderError) -> ProviderError:
         """A sandbox that vanished mid-command: ask the control plane why (OOM is its own kind)."""

@@ -16,11 +16,17 @@ from harness.records import SCHEMA_V1_OP_COLUMNS, SCHEMA_V1_ROLLOUT_COLUMNS
 REPO = Path(__file__).resolve().parent.parent
 
 
-def stampede(*args: str, timeout: float = 120, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+def stampede(
+    *args: str, timeout: float = 120, cwd: Path = REPO, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,10 +60,20 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
     """A provider from the user's own module (`module:Class`), the ramp shape, results read back by pandas."""
     result = stampede(
-        "run", "--provider", "tests.support.scripted_provider:ScriptedProvider",
-        "--provider-option", "ready_delay_s=0.05", "--stages", "4,8", "--hold", "2",
-        "--out", str(tmp_path), "--progress-interval", "0",
-    )  # fmt: skip
+        "run",
+        "--provider",
+        "tests.support.scripted_provider:ScriptedProvider",
+        "--provider-option",
+        "ready_delay_s=0.05",
+        "--stages",
+        "4,8",
+        "--hold",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     manifest = json.loads((run_dir / "run.json").read_text())

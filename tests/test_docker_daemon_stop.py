@@ -8,46 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterator
 
 import pytest
 
 from providers import create_provider
 from providers.base import SandboxSpec
 
-try:
-    from docker_support import (
+from tests.docker_support import (
         PrivateDaemon,
         lifecycle,
-        may_start_daemon,
         new_run_id,
-        private_daemon_possible,
-        unavailable,
-    )
-except ImportError:  # tests/ became a package
-    from tests.docker_support import (
-        PrivateDaemon,
-        lifecycle,
-        may_start_daemon,
-        new_run_id,
-        private_daemon_possible,
-        unavailable,
     )
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def private_daemon() -> Iterator[PrivateDaemon]:
-    if not may_start_daemon():
-        pytest.skip("starts and stops a private dockerd: set STAMPEDE_ALLOW_DOCKER_INSTALL=1 (or CI=true)")
-    reason = private_daemon_possible()
-    if reason:
-        unavailable(reason)
-    daemon = PrivateDaemon()
-    daemon.start()
-    yield daemon
-    daemon.stop()
 
 
 async def test_daemon_stopped_mid_batch_gives_classified_failures(private_daemon: PrivateDaemon) -> None:

@@ -14,17 +14,11 @@ from providers import create_provider
 from providers.base import SandboxSpec
 from providers.docker_image import DEFAULT_IMAGE, build_rootfs_tar, busybox_path, ensure_image_result, main
 
-try:
-    from docker_support import lifecycle, machine_daemon, new_run_id, run_ensure_docker, unavailable
-except ImportError:  # tests/ became a package
-    from tests.docker_support import lifecycle, machine_daemon, new_run_id, run_ensure_docker, unavailable
+from tests.docker_support import lifecycle, new_run_id, run_ensure_docker, unavailable
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def docker_host() -> str:
-    return machine_daemon()
 
 
 def test_rootfs_tar_has_busybox_applets_and_etc() -> None:

@@ -13,17 +13,11 @@ from providers import create_provider
 from providers.base import RUN_LABEL, FailureKind, ProviderConfigError, ProviderError, SandboxSpec
 from providers.docker import DockerProvider
 
-try:
-    from docker_support import lifecycle, machine_daemon, new_run_id
-except ImportError:  # tests/ became a package
-    from tests.docker_support import lifecycle, machine_daemon, new_run_id
+from tests.docker_support import lifecycle, new_run_id
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="session")
-def docker_host() -> str:
-    return machine_daemon()
 
 
 @pytest.fixture

@@ -7,19 +7,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from tests.docker_support import (
-    PrivateDaemon,
-    machine_daemon,
-    may_start_daemon,
-    private_daemon_possible,
-    unavailable,
-)
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -29,25 +20,26 @@ CLASSIFIED_DAEMON_LOSS = {"transport", "create_error", "died_before_ready", "die
 def containers(host: str, run_id: str) -> list[str]:
     result = subprocess.run(
         ["docker", "-H", host, "ps", "-aq", "--filter", f"label=stampede-run={run_id}"],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return result.stdout.split()
 
 
 def stampede_run(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", "--provider", "docker", "--progress-interval", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
 
 
 def rollouts(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> str:
-    return machine_daemon()
 
 
 @pytest.mark.parametrize(
@@ -57,7 +49,7 @@ def docker_host() -> str:
 def test_every_scenario_runs_on_docker_and_leaves_nothing(docker_host, tmp_path, scenario, args):
     run_id = f"docker-{scenario}-{time.monotonic_ns()}"
     process = stampede_run("--scenario", scenario, "--run-id", run_id, "--out", str(tmp_path), *args)
-    out, err = process.communicate(timeout=300)
+    _out, err = process.communicate(timeout=300)
     assert process.returncode == 0, err
     frame = rollouts(tmp_path / run_id)
     assert len(frame) > 0 and (frame["outcome"] == "ok").all(), frame[["outcome", "failure_kind", "error"]]
@@ -67,15 +59,16 @@ def test_every_scenario_runs_on_docker_and_leaves_nothing(docker_host, tmp_path,
 
 def test_sigterm_mid_run_leaves_zero_containers(docker_host, tmp_path):
     run_id = f"docker-cut-{time.monotonic_ns()}"
-    process = stampede_run("--stages", "6", "--hold", "120", "--commands", "true; sleep 60", "--run-id", run_id,
-                           "--out", str(tmp_path))  # fmt: skip
+    process = stampede_run(
+        "--stages", "6", "--hold", "120", "--commands", "true; sleep 60", "--run-id", run_id, "--out", str(tmp_path)
+    )
     deadline = time.monotonic() + 120
     while len(containers(docker_host, run_id)) < 6 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert len(containers(docker_host, run_id)) >= 6
     time.sleep(2)  # some rollouts are in their `sleep 60` tool call now
     process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=180)
+    _out, err = process.communicate(timeout=180)
     assert process.returncode == 130, err
     assert containers(docker_host, run_id) == []
     frame = rollouts(tmp_path / run_id)
@@ -83,26 +76,24 @@ def test_sigterm_mid_run_leaves_zero_containers(docker_host, tmp_path):
     assert json.loads((tmp_path / run_id / "run.json").read_text())["status"] == "complete"
 
 
-@pytest.fixture(scope="module")
-def private_daemon() -> Iterator[PrivateDaemon]:
-    if not may_start_daemon():
-        pytest.skip("starts and stops a private dockerd: set STAMPEDE_ALLOW_DOCKER_INSTALL=1 (or CI=true)")
-    reason = private_daemon_possible()
-    if reason:
-        unavailable(reason)
-    daemon = PrivateDaemon()
-    daemon.start()
-    yield daemon
-    daemon.stop()
-
-
 def test_daemon_stopped_mid_run_gives_classified_failures_and_an_orderly_end(private_daemon, tmp_path):
     run_id = f"docker-daemon-stop-{time.monotonic_ns()}"
     process = stampede_run(
-        "--provider-option", f"host={private_daemon.host}", "--stages", "4", "--hold", "25",
-        "--commands", "true; sleep 0.5; sleep 0.5", "--ready-timeout", "20", "--run-id", run_id,
-        "--out", str(tmp_path),
-    )  # fmt: skip
+        "--provider-option",
+        f"host={private_daemon.host}",
+        "--stages",
+        "4",
+        "--hold",
+        "25",
+        "--commands",
+        "true; sleep 0.5; sleep 0.5",
+        "--ready-timeout",
+        "20",
+        "--run-id",
+        run_id,
+        "--out",
+        str(tmp_path),
+    )
     deadline = time.monotonic() + 120
     run_dir = tmp_path / run_id
     while time.monotonic() < deadline:  # wait until some rollouts completed against the live daemon

@@ -71,8 +71,9 @@ def test_every_readme_command_runs():
                 continue
             command = command.removeprefix("pip install -e . && ")  # CI installed the package already
             if command.startswith("stampede stub serve"):
-                server = subprocess.Popen(shlex.split(command), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          text=True, cwd=REPO)  # fmt: skip
+                server = subprocess.Popen(
+                    shlex.split(command), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+                )
                 servers.append(server)
                 assert json.loads(server.stdout.readline())["url"]
                 continue
@@ -82,8 +83,9 @@ def test_every_readme_command_runs():
                 else:
                     skipped.append(command)
                     continue
-            result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=REPO, env=env,
-                                    timeout=600)  # fmt: skip
+            result = subprocess.run(
+                ["bash", "-c", command], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+            )
             assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
             assert "Traceback" not in result.stderr, command
             result.args = [command]

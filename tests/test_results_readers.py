@@ -16,13 +16,29 @@ from harness.records import ROLLOUT_SCHEMA, SCHEMA_V1_ROLLOUT_COLUMNS, OpRecord,
 def record(i: int, outcome: str = "ok") -> RolloutRecord:
     failed = outcome == "failed"
     return RolloutRecord(
-        run_id="run", worker="w0", rollout_id=f"w0-{i:07d}", provider="stub", profile="ideal", scenario="ramp",
-        stage="01-ramp60" if i < 5 else "02-ramp120", target_users=60, inflight_at_submit=i + 1,
-        t_submit=1.8e9 + i, create_s=0.1, ready_s=None if failed else 0.2, tti_s=None if failed else 0.35 + i / 100,
-        exec_count=0 if failed else 3, exec_s=None if failed else 2.1, terminate_s=0.01, total_s=2.5,
-        outcome=outcome, failure_kind="ready_timeout" if failed else None, failure_phase="ready" if failed else None,
-        error="ProviderError: ready_timeout" if failed else None, sandbox_id=f"sb{i}",
-    )  # fmt: skip
+        run_id="run",
+        worker="w0",
+        rollout_id=f"w0-{i:07d}",
+        provider="stub",
+        profile="ideal",
+        scenario="ramp",
+        stage="01-ramp60" if i < 5 else "02-ramp120",
+        target_users=60,
+        inflight_at_submit=i + 1,
+        t_submit=1.8e9 + i,
+        create_s=0.1,
+        ready_s=None if failed else 0.2,
+        tti_s=None if failed else 0.35 + i / 100,
+        exec_count=0 if failed else 3,
+        exec_s=None if failed else 2.1,
+        terminate_s=0.01,
+        total_s=2.5,
+        outcome=outcome,
+        failure_kind="ready_timeout" if failed else None,
+        failure_phase="ready" if failed else None,
+        error="ProviderError: ready_timeout" if failed else None,
+        sandbox_id=f"sb{i}",
+    )
 
 
 def write_shards(run_dir: Path) -> None:

@@ -21,15 +21,25 @@ from tests.support.scripted_provider import ScriptedProvider
 
 def context(rollout_id: str = "r1", secrets: tuple[str, ...] = ()) -> RolloutContext:
     return RolloutContext(
-        run_id="run", worker="w", rollout_id=rollout_id, provider="scripted", profile="p", scenario="s",
-        stage="01-x", target_users=10, inflight_at_submit=3, secrets=secrets,
-    )  # fmt: skip
+        run_id="run",
+        worker="w",
+        rollout_id=rollout_id,
+        provider="scripted",
+        profile="p",
+        scenario="s",
+        stage="01-x",
+        target_users=10,
+        inflight_at_submit=3,
+        secrets=secrets,
+    )
 
 
 async def run(provider: ScriptedProvider, plan: RolloutPlan | None = None, **kw: object):
     ops: list[OpRecord] = []
     registry = SandboxRegistry()
-    record = await run_rollout(provider, plan or RolloutPlan(commands=(("true",), ("echo", "hi"))), context(**kw), ops.append, registry)  # type: ignore[arg-type]
+    record = await run_rollout(
+        provider, plan or RolloutPlan(commands=(("true",), ("echo", "hi"))), context(**kw), ops.append, registry
+    )  # type: ignore[arg-type]
     return record, ops, registry
 
 

@@ -4,7 +4,6 @@ process, real HTTP on loopback and the parquet they leave behind."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 
 def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 def only_run(out: Path) -> Path:
@@ -36,8 +36,21 @@ def rollouts(run_dir: Path) -> pd.DataFrame:
 
 
 def test_ideal_profile_reaches_960_in_flight_with_zero_failures(tmp_path):
-    result = stampede("run", "--profile", "ideal", "--stages", "480,960", "--hold", "3", "--spawn-rate", "400",
-                      "--out", str(tmp_path), "--progress-interval", "0")  # fmt: skip
+    result = stampede(
+        "run",
+        "--profile",
+        "ideal",
+        "--stages",
+        "480,960",
+        "--hold",
+        "3",
+        "--spawn-rate",
+        "400",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     run_dir = only_run(tmp_path)
     frame = rollouts(run_dir)
@@ -52,10 +65,24 @@ def test_ideal_profile_reaches_960_in_flight_with_zero_failures(tmp_path):
 
 def _serve_stub(token: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", "prime-like", "--port", "0",
-         "--token", token],  # fmt: skip
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "stub",
+            "serve",
+            "--profile",
+            "prime-like",
+            "--port",
+            "0",
+            "--token",
+            token,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     info = json.loads(process.stdout.readline())
     return process, info["url"]
 
@@ -74,17 +101,39 @@ def test_ctrl_c_terminates_every_sandbox_and_keeps_the_results(tmp_path):
     stub, url = _serve_stub(token)
     try:
         run = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", "run", "--base-url", url, "--token", token, "--run-id", "cut-short",
-             "--stages", "200", "--hold", "120", "--commands", "true; sleep 30", "--out", str(tmp_path),
-             "--progress-interval", "0"],  # fmt: skip
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                "run",
+                "--base-url",
+                url,
+                "--token",
+                token,
+                "--run-id",
+                "cut-short",
+                "--stages",
+                "200",
+                "--hold",
+                "120",
+                "--commands",
+                "true; sleep 30",
+                "--out",
+                str(tmp_path),
+                "--progress-interval",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         deadline = time.monotonic() + 60
         while _active(url, token, "cut-short") < 150 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert _active(url, token, "cut-short") >= 150
         run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=120)
+        _out, err = run.communicate(timeout=120)
         assert run.returncode == 130, err
         assert _active(url, token, "cut-short") == 0
         frame = rollouts(tmp_path / "cut-short")
@@ -98,10 +147,29 @@ def test_ctrl_c_terminates_every_sandbox_and_keeps_the_results(tmp_path):
 
 def test_locust_command_line_runs_the_same_scenario(tmp_path):
     result = subprocess.run(
-        ["locust", "-f", str(REPO / "scenarios" / "ramp.py"), "--headless", "-s", "30", "--sim-profile", "ideal",
-         "--stages", "10,20", "--hold", "2", "--out", str(tmp_path), "--progress-interval", "0"],  # fmt: skip
-        capture_output=True, text=True, timeout=180, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            "locust",
+            "-f",
+            str(REPO / "scenarios" / "ramp.py"),
+            "--headless",
+            "-s",
+            "30",
+            "--sim-profile",
+            "ideal",
+            "--stages",
+            "10,20",
+            "--hold",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     frame = rollouts(only_run(tmp_path))
     assert set(frame["stage"]) == {"01-ramp10", "02-ramp20"} and (frame["outcome"] == "ok").all()

@@ -109,7 +109,9 @@ def format_stage_table(rows: list[StageRow]) -> str:
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     lines = []
     for n, line in enumerate(table):
-        cells = [cell.ljust(widths[i]) if i in (0, len(header) - 1) else cell.rjust(widths[i]) for i, cell in enumerate(line)]
+        cells = [
+            cell.ljust(widths[i]) if i in (0, len(header) - 1) else cell.rjust(widths[i]) for i, cell in enumerate(line)
+        ]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * width for width in widths))
@@ -127,14 +129,16 @@ def measurement_error(rollouts: pd.DataFrame, truth: pd.DataFrame) -> dict[str, 
     if rollouts.empty or truth.empty or "ready_wall" not in truth or "created_wall" not in truth:
         return None
     ok = rollouts.loc[(rollouts["outcome"] == "ok") & rollouts["tti_s"].notna(), ["sandbox_id", "tti_s"]]
-    columns = ["id", "created_wall", "ready_wall"] + (["first_exec_done_wall"] if "first_exec_done_wall" in truth else [])
+    columns = ["id", "created_wall", "ready_wall"] + (
+        ["first_exec_done_wall"] if "first_exec_done_wall" in truth else []
+    )
     vendor = truth.dropna(subset=["ready_wall", "created_wall"])[columns]
     joined = ok.merge(vendor, left_on="sandbox_id", right_on="id", how="inner")
     if joined.empty:
         return None
     vendor_s = joined["ready_wall"] - joined["created_wall"]
     result: dict[str, Any] = {
-        "samples": int(len(joined)),
+        "samples": len(joined),
         "vs_usable_ms": quantiles((joined["tti_s"] - vendor_s) * 1000.0),
         "vendor_ready_p50_s": float(np.quantile(vendor_s, 0.5, method="inverted_cdf")),
         "harness_tti_p50_s": float(np.quantile(joined["tti_s"], 0.5, method="inverted_cdf")),
