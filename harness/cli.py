@@ -81,6 +81,10 @@ def build_parser() -> OneLineParser:
     summary = sub.add_parser("summary", help="print the per-stage table of a finished run")
     summary.add_argument("run_dir")
     _add_cleanup(sub)
+    modal_local = sub.add_parser("modal-local", help="the local Modal control plane over the vendor simulator")
+    modal_sub = modal_local.add_subparsers(dest="modal_command", metavar="COMMAND", parser_class=OneLineParser)
+    modal_sub.required = True
+    modal_sub.add_parser("serve", help="run it standalone (options: stampede modal-local serve --help)")
     docker = sub.add_parser("docker", help="the local Docker provider's helpers")
     docker_sub = docker.add_subparsers(dest="docker_command", metavar="COMMAND", parser_class=OneLineParser)
     docker_sub.required = True
@@ -172,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
     if argv[:2] == ["stub", "serve"]:
         return _cmd_stub_serve(argv[2:])
+    if argv[:2] == ["modal-local", "serve"]:
+        from providers.sim.modal_serve import main as modal_serve_main
+
+        return int(modal_serve_main(argv[2:], prog="stampede modal-local serve"))
     if argv[:2] == ["docker", "image"]:
         from providers.docker_image import main as docker_image_main
 

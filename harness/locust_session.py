@@ -247,7 +247,7 @@ class StampedeSession:
         try:
             sandboxes = self.vendor.truth()
         except Exception as exc:  # the run's own data matters more than this cross-check
-            log.warning("could not read the stub's own records: %s", exc)
+            log.warning("could not read the simulated vendor's own records: %s", exc)
             return
         if self.run_id:
             sandboxes = [s for s in sandboxes if f"stampede-run={self.run_id}" in (s.get("labels") or [])]
@@ -308,7 +308,7 @@ class StampedeSession:
         if error:
             usable, first = error["vs_usable_ms"], error["vs_first_command_ms"]
             lines.append(
-                f"harness vs the stub's own records (n={error['samples']}): TTI - accept->RUNNING "
+                f"harness vs the simulated vendor's own records (n={error['samples']}): TTI - accept->RUNNING "
                 f"p50 {usable['p50']:.0f} ms, p99 {usable['p99']:.0f} ms (poll interval, round trips, first command); "
                 f"TTI - accept->first command done p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms, "
                 f"max {first['max']:.0f} ms (the timing error)"

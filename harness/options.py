@@ -22,6 +22,14 @@ DEFAULT_OUT = "results"
 SECRET_OPTIONS = ("token",)
 
 
+DEFAULT_PROFILES = {"modal": "modal-like"}
+
+
+def default_profile(provider: str) -> str:
+    """The simulated vendor a provider's --local run gets unless --profile says otherwise."""
+    return DEFAULT_PROFILES.get(provider, DEFAULT_PROFILE)
+
+
 class SettingsError(ValueError):
     """A setting a user gave that cannot work; its message is the one line we print."""
 
@@ -85,10 +93,11 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     add(
         *(("--sim-profile",) if locust else ("--profile", "--sim-profile")),
         dest="sim_profile",
-        default=DEFAULT_PROFILE,
+        default=None,
         env_var="STAMPEDE_PROFILE",
         include_in_web_ui=True,
-        help="simulated vendor behaviour for the embedded stub: modal-like, prime-like, ideal, or a .toml path",
+        help="simulated vendor behaviour (embedded stub, or --local): modal-like, prime-like, ideal, or a .toml"
+        " path (default: modal-like for --provider modal, else prime-like)",
     )
     add(
         "--profile-set",
@@ -253,7 +262,7 @@ class RunSettings:
             base_url=(get("base_url") or None),
             local=bool(get("local", False)),
             token=token or None,
-            profile=str(get("sim_profile") or DEFAULT_PROFILE),
+            profile=str(get("sim_profile") or default_profile(str(get("provider") or DEFAULT_PROVIDER))),
             profile_overrides=parse_key_values(get("profile_set"), "profile-set"),
             time_scale=get("time_scale"),
             seed=int(get("seed") or 0),

@@ -25,6 +25,7 @@ PROVIDERS: dict[str, str] = {
 LOCAL_VENDORS: dict[str, str] = {
     "stub": "providers.sim.serve",
     "prime": "providers.sim.serve",
+    "modal": "providers.sim.modal_serve",
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
 

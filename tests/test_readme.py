@@ -70,7 +70,7 @@ def test_every_readme_command_runs():
             if command == RUN_BY_CI:
                 continue
             command = command.removeprefix("pip install -e . && ")  # CI installed the package already
-            if command.startswith("stampede stub serve"):
+            if command.startswith(("stampede stub serve", "stampede modal-local serve")):
                 server = subprocess.Popen(
                     shlex.split(command), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
                 )

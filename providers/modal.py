@@ -1,0 +1,456 @@
+"""The `modal` provider: Modal Sandboxes through the real `modal` SDK (pinned: `modal==1.6.4`), `.aio` only.
+
+One `modal.Client` per provider, built for an explicit server URL and token pair: the user's Modal
+workspace (`MODAL_TOKEN_ID`/`MODAL_TOKEN_SECRET` or `~/.modal.toml`, server from their Modal config), or,
+with `base_url`, any Modal-compatible control plane such as our local one (`--local`). A rollout is
+`App.lookup(app_name, create_if_missing=True)` (once), `Sandbox.create` tagged with the run and rollout
+ids, `wait_until_ready` on a `Probe.with_exec("true")` readiness probe (the SDK's own notion of "a command
+can run"), `exec` with both streams read and the exit code waited for, `terminate` + `detach`;
+`Sandbox.list(app_id=..., tags=...)` finds a run's leftovers.
+
+Two SDK settings are process-global (read by the SDK from the environment on every call), so the provider
+sets them for its process (the engine runs one provider per process) and restores them on `aclose`:
+`MODAL_SANDBOX_V2` (option `sandbox_v2`, default 1: the 1.6 default backend) and `MODAL_MAX_THROTTLE_WAIT`
+(option `max_throttle_wait`, default 0), so that throttling surfaces as `rate_limited` instead of being
+absorbed into TTI by the SDK's server-directed retries.
+
+Timing notes (why TTI, not create latency, is the comparable metric): on V1, `Sandbox.create` blocks until
+the sandbox is scheduled (polling `SandboxGetTaskId` every 0.5 s); on V2 it returns at once with a task
+id and the container boots while `wait_until_ready` waits.
+
+Options (`--provider-option K=V`): `token_id`, `token_secret` (default: `token` when `base_url` is set,
+else the user's Modal config), `sandbox_v2` (1/0), `max_throttle_wait` (seconds, `none` for the SDK's
+default of unlimited), `app_name` (stampede), `environment`, `readiness` (`probe`, or `none`: the first
+command absorbs the boot), `region`, `preflight_timeout` (seconds to connect, authenticate and resolve
+the default image: 30 with `base_url`, else 180; the SDK itself retries an unreachable server for a minute).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpclib
+import grpclib.exceptions
+import modal
+import modal.exception as mexc
+from modal_proto import api_pb2
+
+from providers.base import (
+    RUN_LABEL,
+    ExecResult,
+    FailureKind,
+    Phase,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    SandboxRef,
+    SandboxSpec,
+    classify_common,
+)
+
+PINNED_SDK = "1.6.4"
+LOCAL_TOKEN_ID = "ak-stampede-local"
+DEFAULT_APP = "stampede"
+_ENV_V2 = "MODAL_SANDBOX_V2"
+_ENV_THROTTLE = "MODAL_MAX_THROTTLE_WAIT"
+_READY_GRACE_S = 5.0
+
+# Message patterns, checked against the SDK's exception text (Modal's wording where it is known).
+_DID_NOT_START = re.compile(r"did not start within|not scheduled within", re.I)
+_OOM = re.compile(r"out of memory|\boom(?:_killed)?\b|oom kill", re.I)
+_IMAGE = re.compile(r"pull image|image pull|image_pull|image build|build failed", re.I)
+_CAPACITY = re.compile(r"insufficient capacity|no capacity", re.I)
+_RATE = re.compile(r"rate limit|creation rate|too many requests|throttl", re.I)
+_QUOTA = re.compile(r"limit reached|concurrent|quota|maximum number of|max containers|allows \d", re.I)
+_DEATH = re.compile(r"terminated|finished|not running|timed out|lifetime|shut down|crashed|killed|exited", re.I)
+
+
+def _flag(value: Any, name: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on", "v2"):
+        return True
+    if text in ("0", "false", "no", "off", "v1"):
+        return False
+    raise ProviderConfigError(f"modal provider: {name} must be 1 or 0 (got {value!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class ModalOptions:
+    """Where the SDK connects, as whom, and how it behaves; built from `--provider-option` strings."""
+
+    server_url: str
+    token_id: str
+    token_secret: str
+    local: bool = False
+    sandbox_v2: bool = True
+    max_throttle_wait: int | None = 0
+    app_name: str = DEFAULT_APP
+    environment: str | None = None
+    readiness: str = "probe"
+    region: str | None = None
+    preflight_timeout_s: float = 30.0  # 180 s against the real Modal: a first image build may be slow
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> ModalOptions:
+        base_url = str(options.get("base_url") or "").strip().rstrip("/")
+        if base_url:
+            if not base_url.startswith(("http://", "https://")):
+                raise ProviderConfigError(f"modal provider: base_url must be http(s)://host:port (got {base_url!r})")
+            token_id = str(options.get("token_id") or LOCAL_TOKEN_ID)
+            token_secret = str(options.get("token_secret") or options.get("token") or "")
+            if not token_secret:
+                raise ProviderConfigError("modal provider: base_url needs a token (--token or token_secret=...)")
+            server_url = base_url
+        else:
+            from modal.config import config
+
+            server_url = str(config.get("server_url"))
+            token_id = str(options.get("token_id") or config.get("token_id") or "")
+            token_secret = str(options.get("token_secret") or config.get("token_secret") or "")
+            if not token_id or not token_secret:
+                raise ProviderConfigError(
+                    "modal provider: no Modal credentials; set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, "
+                    "run `modal token new`, or use --local"
+                )
+        throttle_text = str(options.get("max_throttle_wait", "0")).strip().lower()
+        max_throttle: int | None
+        if throttle_text in ("", "none", "default"):
+            max_throttle = None
+        else:
+            try:
+                max_throttle = int(float(throttle_text))
+            except ValueError:
+                raise ProviderConfigError(
+                    f"modal provider: max_throttle_wait must be whole seconds or none (got {throttle_text!r})"
+                ) from None
+            if max_throttle < 0:
+                raise ProviderConfigError("modal provider: max_throttle_wait must be >= 0")
+        try:
+            preflight_timeout = float(options.get("preflight_timeout", 30.0 if base_url else 180.0))
+        except ValueError:
+            preflight_timeout = -1.0
+        if not 0 < preflight_timeout < math.inf:
+            raise ProviderConfigError("modal provider: preflight_timeout must be a positive number of seconds")
+        readiness = str(options.get("readiness", "probe")).strip().lower()
+        if readiness not in ("probe", "none"):
+            raise ProviderConfigError(f"modal provider: readiness must be probe or none (got {readiness!r})")
+        return cls(
+            server_url=server_url,
+            token_id=token_id,
+            token_secret=token_secret,
+            local=bool(base_url),
+            sandbox_v2=_flag(options.get("sandbox_v2", "1"), "sandbox_v2"),
+            max_throttle_wait=max_throttle,
+            app_name=str(options.get("app_name") or DEFAULT_APP),
+            environment=str(options["environment"]) if options.get("environment") else None,
+            readiness=readiness,
+            region=str(options["region"]) if options.get("region") else None,
+            preflight_timeout_s=preflight_timeout,
+        )
+
+    @property
+    def backend(self) -> str:
+        return "v2" if self.sandbox_v2 else "v1"
+
+
+class ModalProvider(Provider):
+    """Modal Sandboxes through the `modal` SDK's async interface."""
+
+    name = "modal"
+
+    def __init__(self, options: ModalOptions) -> None:
+        self.options = options
+        self._client: Any = None
+        self._app: Any = None
+        self._images: dict[str | None, Any] = {}
+        self._lock = asyncio.Lock()
+        self._image_locks: dict[str | None, asyncio.Lock] = {}
+        self._saved_env = {name: os.environ.get(name) for name in (_ENV_V2, _ENV_THROTTLE)}
+        os.environ[_ENV_V2] = "1" if options.sandbox_v2 else "0"
+        if options.max_throttle_wait is None:
+            os.environ.pop(_ENV_THROTTLE, None)
+        else:
+            os.environ[_ENV_THROTTLE] = str(options.max_throttle_wait)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> ModalProvider:
+        return cls(ModalOptions.from_mapping(options))
+
+    # --- SDK objects, created once --------------------------------------------------------------------
+
+    async def client(self) -> Any:
+        if self._client is None:
+            async with self._lock:
+                if self._client is None:
+                    client = modal.Client(
+                        self.options.server_url,
+                        api_pb2.CLIENT_TYPE_CLIENT,
+                        (self.options.token_id, self.options.token_secret),
+                    )
+                    await client.__aenter__()  # type: ignore[no-untyped-call]
+                    self._client = client
+        return self._client
+
+    async def app(self) -> Any:
+        if self._app is None:
+            client = await self.client()
+            async with self._lock:
+                if self._app is None:
+                    self._app = await modal.App.lookup.aio(
+                        self.options.app_name,
+                        create_if_missing=True,
+                        environment_name=self.options.environment,
+                        client=client,
+                    )
+        return self._app
+
+    async def image(self, name: str | None) -> Any:
+        """The image, built (resolved) once so that a burst of creates does not resolve it N times."""
+        found = self._images.get(name)
+        if found is not None:
+            return found
+        lock = self._image_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            found = self._images.get(name)
+            if found is None:
+                app = await self.app()
+                image = modal.Image.debian_slim() if name is None else modal.Image.from_registry(name)
+                found = await image.build.aio(app)
+                self._images[name] = found
+        return found
+
+    # --- contract ---------------------------------------------------------------------------------------
+
+    async def preflight(self) -> None:
+        where = "the local Modal" if self.options.local else self.options.server_url
+        budget = asyncio.timeout(self.options.preflight_timeout_s)
+        try:
+            async with budget:
+                client = await self.client()
+                await client.hello.aio()
+                await self.image(None)
+        except TimeoutError:
+            if not budget.expired():
+                raise
+            raise ProviderError(
+                FailureKind.TRANSPORT,
+                f"{where} did not answer within {self.options.preflight_timeout_s:g}s "
+                "(connect, authenticate, resolve the default image)",
+            ) from None
+        except (mexc.AuthError, mexc.PermissionDeniedError) as exc:
+            raise ProviderError(FailureKind.AUTH, f"{where} refused the Modal token ({_short(exc)})") from None
+        except Exception as exc:
+            kind = self.classify(exc, Phase.CREATE)
+            raise ProviderError(kind, f"{where} is not usable: {type(exc).__name__}: {_short(exc)}") from None
+
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        client = await self.client()
+        app = await self.app()
+        image = await self.image(spec.image)
+        kwargs: dict[str, Any] = {
+            "app": app,
+            "image": image,
+            "tags": spec.tags(),
+            "timeout": max(1, math.ceil(spec.lifetime_s)),
+            "cpu": float(spec.cpu),
+            "memory": int(spec.memory_mb),
+            "block_network": not spec.network,
+            "client": client,
+        }
+        if spec.env:
+            kwargs["env"] = dict(spec.env)
+        if self.options.region:
+            kwargs["region"] = self.options.region
+        if self.options.readiness == "probe":
+            kwargs["readiness_probe"] = modal.Probe.with_exec("true")
+        sandbox = await modal.Sandbox.create.aio(**kwargs)
+        return SandboxRef(
+            sandbox_id=sandbox.object_id,
+            provider=self.name,
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            handle=sandbox,
+            meta={"backend": self.options.backend},
+        )
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+        if self.options.readiness != "probe":
+            return  # nothing to wait on (V1's create already waited for scheduling): the first command absorbs the boot
+        sandbox = await self._sandbox(ref)
+        budget = asyncio.timeout(timeout + _READY_GRACE_S)
+        try:
+            async with budget:
+                await sandbox.wait_until_ready.aio(timeout=max(1, math.ceil(timeout)))
+        except TimeoutError:
+            if budget.expired():
+                raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s") from None
+            raise
+
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        sandbox = await self._sandbox(ref)
+        budget = asyncio.timeout(timeout)
+        try:
+            async with budget:
+                process = await sandbox.exec.aio(*argv, text=False)
+                stdout, stderr = await asyncio.gather(process.stdout.read.aio(), process.stderr.read.aio())
+                code = await process.wait.aio()
+        except TimeoutError:
+            if budget.expired():
+                raise ProviderError(FailureKind.EXEC_TIMEOUT, f"command did not finish within {timeout:g}s") from None
+            raise
+        return ExecResult(
+            exit_code=int(code),
+            stdout=stdout.decode(errors="replace") if isinstance(stdout, bytes) else str(stdout),
+            stderr=stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr),
+        )
+
+    async def terminate(self, ref: SandboxRef) -> None:
+        try:
+            sandbox = await self._sandbox(ref)
+        except mexc.NotFoundError:
+            return  # never existed or long gone: terminate is idempotent
+        try:
+            try:
+                await sandbox.terminate.aio()
+            except mexc.ClientClosed:  # a handle we detached after an earlier terminate: ask by id
+                sandbox = await modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client())
+                await sandbox.terminate.aio()
+        except mexc.NotFoundError:
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await sandbox.detach.aio()
+
+    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+        client = await self.client()
+        app = await self.app()
+        refs: list[SandboxRef] = []
+        async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, tags={RUN_LABEL: run_id}, client=client):
+            refs.append(SandboxRef(sandbox_id=sandbox.object_id, provider=self.name, run_id=run_id, handle=sandbox))
+        return refs
+
+    async def _sandbox(self, ref: SandboxRef) -> Any:
+        if isinstance(ref.handle, modal.Sandbox):
+            return ref.handle
+        return await modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client())
+
+    def versions(self) -> Mapping[str, str]:
+        return {"modal": modal.__version__, "modal_backend": self.options.backend}
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        self._app = None
+        self._images.clear()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close.aio()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    # --- classification ---------------------------------------------------------------------------------
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        return classify_modal(exc, phase)
+
+
+def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKind:
+    """`modal.exception` classes, raw gRPC statuses and Modal's messages onto the taxonomy."""
+    if isinstance(exc, ProviderError):
+        return exc.kind
+    message = str(exc)
+    if isinstance(exc, mexc.ResourceExhaustedError):
+        if _CAPACITY.search(message):
+            return FailureKind.CAPACITY
+        if _RATE.search(message):
+            return FailureKind.RATE_LIMITED
+        if _QUOTA.search(message):
+            return FailureKind.QUOTA_EXHAUSTED
+        return FailureKind.RATE_LIMITED
+    if isinstance(exc, (mexc.AuthError, mexc.PermissionDeniedError)):
+        return FailureKind.AUTH
+    if isinstance(exc, mexc.ImageBuildError):
+        return FailureKind.IMAGE
+    if isinstance(exc, mexc.ExecTimeoutError):
+        return FailureKind.EXEC_TIMEOUT
+    if isinstance(exc, (mexc.SandboxTimeoutError, mexc.SandboxTerminatedError)):
+        return _ended(message, phase, died=True)
+    if isinstance(exc, mexc.TimeoutError):
+        if _DID_NOT_START.search(message) or phase is Phase.READY:
+            return FailureKind.READY_TIMEOUT
+        if phase is Phase.EXEC:
+            return FailureKind.EXEC_TIMEOUT
+        return FailureKind.TRANSPORT
+    if isinstance(exc, mexc.ConflictError):  # e.g. V1 create: "Sandbox already finished" / the reason it ended
+        return _ended(message, phase, died=False)
+    if isinstance(exc, (mexc.NotFoundError, mexc.ExecutionError)):
+        if phase is Phase.CREATE and _cause(message) is None:
+            return FailureKind.CREATE_ERROR  # the App or image is missing: nothing was started
+        return _ended(message, phase, died=False)
+    if isinstance(exc, (mexc.InvalidError, mexc.AlreadyExistsError, mexc.UnimplementedError)):
+        return FailureKind.INVALID_REQUEST
+    if isinstance(
+        exc,
+        (mexc.ServiceError, mexc.InternalError, mexc.DataLossError, mexc.ConnectionError, mexc.ClientClosed),
+    ):
+        if _DID_NOT_START.search(message):
+            return FailureKind.READY_TIMEOUT
+        return FailureKind.TRANSPORT
+    if isinstance(exc, grpclib.GRPCError):
+        return _grpc_status(exc, phase)
+    if isinstance(exc, (grpclib.exceptions.StreamTerminatedError, grpclib.exceptions.ProtocolError)):
+        return FailureKind.TRANSPORT
+    return classify_common(exc, phase)
+
+
+def _cause(message: str) -> FailureKind | None:
+    """A cause named in the message (Modal's startup deadline, an OOM kill, an image failure), if any."""
+    if _DID_NOT_START.search(message):
+        return FailureKind.READY_TIMEOUT
+    if _OOM.search(message):
+        return FailureKind.OOM
+    if _IMAGE.search(message):
+        return FailureKind.IMAGE
+    return None
+
+
+def _ended(message: str, phase: Phase | None, *, died: bool) -> FailureKind:
+    """A sandbox (or command) that is gone: why, from the message; when, from the phase."""
+    cause = _cause(message)
+    if cause is not None:
+        return cause
+    if phase is Phase.EXEC:
+        return FailureKind.DIED_DURING_EXEC if died or _DEATH.search(message) else FailureKind.EXEC_ERROR
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.DIED_BEFORE_READY
+
+
+def _grpc_status(exc: grpclib.GRPCError, phase: Phase | None) -> FailureKind:
+    status = exc.status
+    if status is grpclib.Status.RESOURCE_EXHAUSTED:
+        return classify_modal(mexc.ResourceExhaustedError(exc.message or ""), phase)
+    if status in (grpclib.Status.UNAUTHENTICATED, grpclib.Status.PERMISSION_DENIED):
+        return FailureKind.AUTH
+    if status in (grpclib.Status.INVALID_ARGUMENT, grpclib.Status.OUT_OF_RANGE, grpclib.Status.UNIMPLEMENTED,
+                  grpclib.Status.ALREADY_EXISTS):  # fmt: skip
+        return FailureKind.INVALID_REQUEST
+    if status in (grpclib.Status.NOT_FOUND, grpclib.Status.FAILED_PRECONDITION, grpclib.Status.ABORTED):
+        return _ended(exc.message or "", phase, died=False)
+    if status is grpclib.Status.DEADLINE_EXCEEDED and phase in (Phase.READY, Phase.EXEC):
+        return FailureKind.READY_TIMEOUT if phase is Phase.READY else FailureKind.EXEC_TIMEOUT
+    return FailureKind.TRANSPORT
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else type(exc).__name__

@@ -1,0 +1,195 @@
+"""The local Modal vendor assembled: simulator, control plane, command router and the truth endpoint.
+
+Three listeners on one asyncio loop over one `VendorSimulator`:
+- the control plane (grpclib, `modal.client.ModalClient`) at `url`: what `MODAL_SERVER_URL` names;
+- the task command router (grpclib) at `router_url`, handed to clients by the control plane;
+- a small HTTP server at `truth_url` serving the simulator's own records, `GET /api/v1/_stampede/truth`
+  and `/stats` with `Authorization: Bearer <token>`, in the stub's JSON shape, with Modal's sandbox ids.
+
+The workspace token the control plane accepts is (`token_id`, `token`): the harness passes its run token
+as the secret, so no extra secret is ever printed or recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpclib.server
+from aiohttp import web
+
+from providers.sim.clock import LoopClock
+from providers.sim.modal_control_plane import ModalControlPlane
+from providers.sim.modal_grpc import start_grpc_server, stop_grpc_server
+from providers.sim.modal_registry import ModalRegistry
+from providers.sim.modal_router import ModalCommandRouter
+from providers.sim.modal_tokens import DEFAULT_TOKEN_ID, Credentials, JwtSigner
+from providers.sim.profile import Profile, load_profile
+from providers.sim.simulator import VendorSimulator
+
+DEFAULT_PROFILE = "modal-like"
+
+
+@dataclass(frozen=True)
+class ModalSettings:
+    """Which vendor behaviour, how fast, where, and which workspace token the local Modal accepts."""
+
+    profile: Profile | str = DEFAULT_PROFILE
+    seed: int = 0
+    time_scale: float | None = None  # None: the profile's default_time_scale
+    host: str = "127.0.0.1"
+    port: int = 0  # control plane; 0: a free port
+    router_port: int = 0
+    truth_port: int = 0
+    token: str = field(default_factory=lambda: "stampede-" + secrets.token_urlsafe(18))
+    token_id: str = DEFAULT_TOKEN_ID
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    def resolved_profile(self) -> Profile:
+        profile = self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
+        return profile.with_overrides(dict(self.overrides)) if self.overrides else profile
+
+    def resolved_time_scale(self, profile: Profile) -> float:
+        scale = profile.default_time_scale if self.time_scale is None else float(self.time_scale)
+        if not scale > 0 or math.isinf(scale):
+            raise ValueError(f"time scale must be a positive finite number, got {scale!r}")
+        return scale
+
+
+@dataclass
+class RunningModal:
+    """A local Modal listening on this loop. `close()` stops it (sandboxes are left as they are)."""
+
+    url: str
+    router_url: str
+    truth_url: str
+    token: str
+    token_id: str
+    simulator: VendorSimulator
+    registry: ModalRegistry
+    _servers: list[grpclib.server.Server]
+    _http: web.AppRunner
+
+    @property
+    def time_scale(self) -> float:
+        return float(getattr(self.simulator.clock, "time_scale", 1.0))
+
+    def truth(self) -> list[dict[str, Any]]:
+        """The simulator's records with Modal's sandbox ids (`sim_id` keeps the simulator's own)."""
+        rows = self.simulator.truth()
+        for row in rows:
+            record = self.registry.by_sim.get(row["id"])
+            row["sim_id"] = row["id"]
+            if record is not None:
+                row["id"] = record.modal_id
+                row["backend"] = f"v{record.version}"
+                row["task_id"] = record.task_id
+        return rows
+
+    async def close(self) -> None:
+        self.registry.close()
+        for server in self._servers:
+            await stop_grpc_server(server)
+        await self._http.cleanup()
+        self.simulator.close()
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _truth_app(running: Callable[[], RunningModal], token: str) -> web.Application:
+    @web.middleware
+    async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), token):
+            return web.json_response({"detail": "Invalid API key"}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def info() -> dict[str, Any]:
+        modal = running()
+        sim = modal.simulator
+        return {"profile": sim.profile.name, "seed": sim.seed, "time_scale": modal.time_scale}
+
+    async def truth(request: web.Request) -> web.Response:
+        return web.json_response({**info(), "sandboxes": running().truth()})
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response({**info(), "stats": running().simulator.stats()})
+
+    app = web.Application(middlewares=[auth])
+    app.router.add_get("/api/v1/_stampede/truth", truth)
+    app.router.add_get("/api/v1/_stampede/stats", stats)
+    return app
+
+
+async def start_modal(settings: ModalSettings) -> RunningModal:
+    """Start the local Modal on the running loop. Profile problems raise ProfileError before anything listens."""
+    profile = settings.resolved_profile()
+    scale = settings.resolved_time_scale(profile)
+    clock = LoopClock(scale)
+    clock.start()
+    sim = VendorSimulator(profile, seed=settings.seed, clock=clock)
+    registry = ModalRegistry(sim)
+    signer = JwtSigner()
+    credentials = Credentials(settings.token_id, settings.token)
+    servers: list[grpclib.server.Server] = []
+    holder: list[RunningModal] = []
+    runner: web.AppRunner | None = None
+    try:
+        router, router_port = await start_grpc_server(
+            [ModalCommandRouter(registry, signer)], settings.host, settings.router_port
+        )
+        servers.append(router)
+        router_url = _url(settings.host, router_port)
+        control, port = await start_grpc_server(
+            [ModalControlPlane(registry, credentials, signer, router_url)], settings.host, settings.port
+        )
+        servers.append(control)
+        runner = web.AppRunner(_truth_app(lambda: holder[0], settings.token), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, settings.host, settings.truth_port, reuse_address=True)
+        await site.start()
+        truth_port = int(runner.addresses[0][1])
+    except BaseException:
+        for server in servers:
+            await stop_grpc_server(server)
+        if runner is not None:
+            await runner.cleanup()
+        sim.close()
+        raise
+    running = RunningModal(
+        url=_url(settings.host, port),
+        router_url=router_url,
+        truth_url=_url(settings.host, truth_port),
+        token=settings.token,
+        token_id=settings.token_id,
+        simulator=sim,
+        registry=registry,
+        _servers=servers,
+        _http=runner,
+    )
+    holder.append(running)
+    return running
+
+
+async def serve_modal(
+    settings: ModalSettings,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[RunningModal], None] | None = None,
+) -> None:
+    """Serve until `stop` is set (forever without one)."""
+    modal = await start_modal(settings)
+    try:
+        if on_ready is not None:
+            on_ready(modal)
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await modal.close()
