@@ -46,13 +46,18 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
     rows: list[StageRow] = []
     if rollouts.empty:
         return rows
+    # A stage lasts from its first submit to the next stage's first submit (the last one: to the run's end),
+    # so the start rate is starts per second of the stage, not per second of a burst's release instant.
+    firsts = rollouts.groupby("stage", sort=True)["t_submit"].min()
+    ends = list(firsts.iloc[1:]) + [float((rollouts["t_submit"] + rollouts["total_s"].fillna(0)).max())]
+    spans = dict(zip(firsts.index, [end - first for first, end in zip(firsts, ends, strict=True)], strict=True))
     for stage, group in rollouts.groupby("stage", sort=True):
         ok = int((group["outcome"] == "ok").sum())
         failed = int((group["outcome"] == "failed").sum())
         cancelled = int((group["outcome"] == "cancelled").sum())
         finished = ok + failed
         failures = group.loc[group["outcome"] == "failed", "failure_kind"].value_counts().to_dict()
-        span = float(group["t_submit"].max() - group["t_submit"].min())
+        span = float(spans[stage])
         rows.append(
             StageRow(
                 stage=str(stage),

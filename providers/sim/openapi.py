@@ -473,6 +473,62 @@ def openapi_document() -> dict[str, Any]:
                 tag="gateway",
             )
         },
+        "/gateway/{user_ns}/{job_id}/command_session.CommandSession/{method}": {
+            "post": {
+                "summary": "Prime's ConnectRPC gateway (prime-sandboxes 0.5.x): Start (server stream), List, "
+                "SendSignal; other methods answer unimplemented",
+                "description": "Connect protocol, not JSON/REST. Start takes `application/connect+proto` (or "
+                "`+json`): one enveloped command_session.StartRequest in, enveloped StartResponse events out "
+                "(start, keepalive, data, end), then an end-of-stream JSON envelope carrying any error "
+                "(unauthenticated, not_found, unavailable, deadline_exceeded) with HTTP 200. Unary methods take "
+                "`application/proto` or `application/json`; their errors are HTTP statuses with "
+                '`{"code", "message"}`. `connect-timeout-ms` is the real-time deadline of the call.',
+                "tags": ["gateway"],
+                "security": [{"gatewayToken": []}],
+                "parameters": [
+                    {"name": "user_ns", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {
+                        "name": "method",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["Start", "List", "SendSignal"]},
+                    },
+                    {
+                        "name": "connect-timeout-ms",
+                        "in": "header",
+                        "schema": {"type": "integer", "maximum": 9999999999},
+                    },
+                    {"name": "connect-protocol-version", "in": "header", "schema": {"const": "1"}},
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        media: {"schema": {"type": "string", "format": "binary"}}
+                        for media in (
+                            "application/connect+proto",
+                            "application/connect+json",
+                            "application/proto",
+                            "application/json",
+                        )
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "a stream of envelopes (Start) or one message (unary)",
+                        "content": {
+                            media: {"schema": {"type": "string", "format": "binary"}}
+                            for media in ("application/connect+proto", "application/connect+json", "application/proto")
+                        },
+                    },
+                    "404": _json(
+                        {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}},
+                        "unknown method (unimplemented), or a unary call's not_found",
+                    ),
+                    "415": {"description": "unsupported content type (see the Accept-Post header)"},
+                },
+            }
+        },
         "/openapi.json": {
             "get": _op(
                 "This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}, auth="none", tag="meta"

@@ -14,9 +14,10 @@ Error shapes (every body is JSON):
 - 503 `{"detail": "Insufficient capacity to create sandbox", "errorCode": "INSUFFICIENT_CAPACITY"}`;
 - injected transient create errors: 500 `{"detail": "Internal server error"}`, 502 `{"detail": "Bad gateway"}`
   or 503 `{"detail": "Service temporarily unavailable"}` (by create-attempt number, so deterministic);
-- gateway: 401 `{"detail": "Invalid or expired gateway token"}`, 408 `{"detail": "Command timed out after
-  N seconds"}`, 409 `{"detail": "Sandbox is not running"}`, 502 `{"error": "sandbox_not_found",
-  "detail": "Sandbox not found: ..."}`, 503 `{"detail": "Gateway error: ..."}` (injected exec error).
+- REST gateway exec: 401 `{"detail": "Invalid or expired gateway token"}`, 408 `{"detail": "Command timed
+  out after N seconds"}`, 409 `{"detail": "Sandbox is not running"}`, 502 `{"error": "sandbox_not_found",
+  "detail": "Sandbox not found: ..."}`, 503 `{"detail": "Gateway error: ..."}` (injected exec error);
+- ConnectRPC gateway exec (`command_session.CommandSession`): Connect codes, see prime_command_session.py.
 
 Time: durations the vendor enforces (lifetimes, exec timeouts, `sleep` in commands, the startup
 deadline) are vendor seconds and play at the stub's time scale; values a client acts on (Retry-After,
@@ -25,8 +26,9 @@ timestamps, token expiry) are real.
 Divergences from Prime, on purpose: stub-only `GET /api/v1/_stampede/truth` and `/_stampede/stats`;
 `startedAt` is when the sandbox became RUNNING; `is_active=false` lists everything (as the SDK's
 `exclude_terminated=False` reads); checkpoints, volumes, networks, GPUs and image builds are not
-modelled (422 / 404); one account and team; exec speaks the REST gateway shape of prime-sandboxes 0.2.x,
-not 0.5.x's ConnectRPC (see prime_gateway.py).
+modelled (422 / 404); one account and team. Exec speaks both the REST gateway shape of prime-sandboxes
+0.2.x (prime_gateway.py, what the lean `stub` client uses) and 0.5.x's ConnectRPC `CommandSession`
+(prime_command_session.py over connect_protocol.py, what Prime's current SDK uses).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from aiohttp import web
 
 from providers.sim.clock import LoopClock, SimClock
 from providers.sim.openapi import openapi_document
+from providers.sim.prime_command_session import SERVICE as COMMAND_SESSION
+from providers.sim.prime_command_session import build_service, connect_handler
 from providers.sim.prime_gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
 from providers.sim.profile import Profile, load_profile
 from providers.sim.simulator import (
@@ -748,6 +752,10 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
     r.add_get(f"{p}/_stampede/truth", stampede_truth)
     r.add_get(f"{p}/_stampede/stats", stampede_stats)
     r.add_post(f"{GATEWAY_PREFIX}/{{user_ns}}/{{job_id}}/exec", exec_handler(_sim, _tokens))
+    r.add_post(
+        f"{GATEWAY_PREFIX}/{{user_ns}}/{{job_id}}/{COMMAND_SESSION}/{{method}}",
+        connect_handler(build_service(_sim, _tokens)),
+    )
     r.add_get("/openapi.json", openapi)
     return app
 

@@ -1,0 +1,570 @@
+"""The `prime` provider: Prime Intellect sandboxes through Prime's own SDK (pinned: `prime-sandboxes==0.5.1`).
+
+One `AsyncSandboxClient` per provider. A rollout is `create` (labels `stampede-run=<run>`,
+`stampede-rollout=<rollout>`), `wait_for_creation` (the SDK's batching status coalescer, then its
+gateway probe `echo 'sandbox ready'`: both count as ready), `execute_command` (ConnectRPC
+`command_session.CommandSession/Start` on the gateway) and `delete`; a run's leftovers are found with
+`list(labels=..., exclude_terminated=True)` and reaped with one `bulk_delete(labels=...)`.
+
+Where it talks, as whom: without `base_url`, the SDK's own configuration (`PRIME_API_KEY`, optional
+`PRIME_TEAM_ID`, `PRIME_API_BASE_URL`, or `~/.prime/config.json`: what `prime login` writes); with
+`base_url` (`--base-url`, or `--local` for the embedded Prime-like stub), that URL and `token`. Both are
+set on this provider's SDK client object, never in the process environment.
+
+SDK behaviour the adapter changes, per instance, so that the vendor shows through (options restore it):
+- `retry_429` (default 0): the SDK retries a 429 on create twice, after 10 s and 30 s, so throttling
+  would hide inside create latency. A create answered 429 fails at once as `rate_limited`
+  (`quota_exhausted` when the body says the sandbox limit was reached), with the server's Retry-After.
+  With 1 the SDK retries as shipped; `ref.meta["throttled_429"]` counts the 429s a create absorbed.
+- `auth_cache` (default `memory`): the SDK persists gateway tokens to `~/.prime/sandbox_auth_cache.json`,
+  re-serialising the whole cache (it never shrinks) on every create. `memory` keeps them in this
+  process and drops a sandbox's token when it is deleted; `file` is the SDK as shipped.
+- `api_max_connections` (default 1000): the SDK's control-plane httpx client has httpx's default pool of
+  100 connections (30 s pool timeout); a wider pool keeps client-side queueing out of vendor latency.
+  `api_keepalive` (default 20, httpx's) bounds the idle connections kept: httpcore scans every pooled
+  connection on each request, so a large keep-alive pool costs CPU quadratic in concurrency (measured:
+  1000 kept alive doubles the engine's CPU per rollout at 480 in flight).
+
+Options (`--provider-option K=V`): `api_key`, `team_id`, `image` (python:3.11-slim), `retry_429`,
+`auth_cache`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own, 1000),
+`preflight_timeout` (30 s), `check_sdk` (1: refuse any prime-sandboxes but the pinned one, whose wire
+protocol, internals and error texts this adapter and the stub were checked against).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import math
+import re
+import shlex
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import prime_sandboxes
+import pydantic
+import pyqwest
+from connectrpc.code import Code as ConnectCode
+from connectrpc.errors import ConnectError
+from prime_sandboxes import (
+    APIError,
+    APITimeoutError,
+    AsyncSandboxClient,
+    CommandTimeoutError,
+    Config,
+    CreateSandboxRequest,
+    PaymentRequiredError,
+    SandboxImagePullError,
+    SandboxNotRunningError,
+    SandboxOOMError,
+    SandboxTimeoutError,
+    UnauthorizedError,
+)
+
+from providers.base import (
+    RUN_LABEL,
+    ExecResult,
+    FailureKind,
+    Phase,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    SandboxRef,
+    SandboxSpec,
+    classify_common,
+)
+
+T = TypeVar("T")
+
+PINNED_SDK = "0.5.1"
+DEFAULT_IMAGE = "python:3.11-slim"
+LIST_PAGE = 100
+_EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
+
+# The SDK's error texts (0.5.1): `APIError("HTTP <status>: <detail>")` from the control plane,
+# `APIError("Connect RPC failed (<code>): <message>")` from the gateway.
+_HTTP = re.compile(r"^HTTP (\d{3}): (.*)$", re.S)
+_CONNECT = re.compile(r"^Connect RPC failed \((\w+)\): (.*)$", re.S)
+_QUOTA = re.compile(r"limit reached|SANDBOX_LIMIT|quota|concurren", re.I)
+_CAPACITY = re.compile(r"capacity", re.I)
+_READY_TIMEOUT_TYPES = frozenset({"PROVISIONING_TIMEOUT", "GATEWAY_REACHABILITY_TIMEOUT"})
+_TRANSPORT_ERRORS = (
+    httpx.TransportError,
+    pyqwest.ReadError,
+    pyqwest.WriteError,
+    pyqwest.RemoteProtocolError,
+    OSError,
+    EOFError,
+)
+
+
+def label_strings(tags: Mapping[str, str]) -> list[str]:
+    """Prime labels are plain strings; ours are `key=value`."""
+    return [f"{key}={value}" for key, value in sorted(tags.items())]
+
+
+def _flag(value: Any, name: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ProviderConfigError(f"prime provider: {name} must be 1 or 0 (got {value!r})")
+
+
+def _positive(value: Any, name: str, kind: type[int] | type[float]) -> Any:
+    try:
+        number = kind(str(value))
+    except ValueError:
+        number = -1
+    if not 0 < number < math.inf:
+        raise ProviderConfigError(f"prime provider: {name} must be a positive number (got {value!r})")
+    return number
+
+
+def _non_negative_int(value: Any, name: str) -> int:
+    text = str(value).strip()
+    if not text.isdigit():
+        raise ProviderConfigError(f"prime provider: {name} must be a whole number >= 0 (got {value!r})")
+    return int(text)
+
+
+@dataclass(frozen=True, slots=True)
+class PrimeOptions:
+    """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings."""
+
+    api_key: str
+    base_url: str | None = None  # None: the SDK's own (PRIME_API_BASE_URL, ~/.prime, the real API)
+    team_id: str | None = None
+    image: str = DEFAULT_IMAGE
+    retry_429: bool = False
+    auth_cache: str = "memory"
+    api_max_connections: int = 1000
+    api_keepalive: int = 20
+    gateway_max_connections: int = 1000
+    preflight_timeout_s: float = 30.0
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:
+        installed = prime_sandboxes.__version__
+        if installed != PINNED_SDK and _flag(options.get("check_sdk", "1"), "check_sdk"):
+            raise ProviderConfigError(
+                f"prime provider: checked against prime-sandboxes=={PINNED_SDK}, found {installed}; "
+                f"pip install prime-sandboxes=={PINNED_SDK} (or check_sdk=0 to try this one)"
+            )
+        base_url = str(options.get("base_url") or "").strip().rstrip("/").removesuffix("/api/v1") or None
+        if base_url is not None:
+            if not base_url.startswith(("http://", "https://")):
+                raise ProviderConfigError(f"prime provider: base_url must be http(s)://host:port (got {base_url!r})")
+            api_key = str(options.get("api_key") or options.get("token") or "")
+            if not api_key:
+                raise ProviderConfigError(
+                    "prime provider: base_url needs a token (--token, STAMPEDE_TOKEN or api_key=...)"
+                )
+        else:
+            api_key = str(options.get("api_key") or _sdk_config().api_key or "")
+            if not api_key:
+                raise ProviderConfigError(
+                    "prime provider: no API key; set PRIME_API_KEY (a key with the sandbox scope), "
+                    "run `prime login`, or use --local for the embedded stub"
+                )
+        auth_cache = str(options.get("auth_cache", "memory")).strip().lower()
+        if auth_cache not in ("memory", "file"):
+            raise ProviderConfigError(f"prime provider: auth_cache must be memory or file (got {auth_cache!r})")
+        team_id = options.get("team_id")
+        return cls(
+            api_key=api_key,
+            base_url=base_url,
+            team_id=str(team_id) if team_id else None,
+            image=str(options.get("image") or DEFAULT_IMAGE),
+            retry_429=_flag(options.get("retry_429", "0"), "retry_429"),
+            auth_cache=auth_cache,
+            api_max_connections=_positive(options.get("api_max_connections", 1000), "api_max_connections", int),
+            api_keepalive=_non_negative_int(options.get("api_keepalive", 20), "api_keepalive"),
+            gateway_max_connections=_positive(
+                options.get("gateway_max_connections", 1000), "gateway_max_connections", int
+            ),
+            preflight_timeout_s=_positive(options.get("preflight_timeout", 30.0), "preflight_timeout", float),
+        )
+
+
+def _sdk_config() -> Config:
+    try:
+        return Config()
+    except ValueError as exc:  # a bad PRIME_CONTEXT
+        raise ProviderConfigError(f"prime provider: the Prime SDK's configuration is unusable: {exc}") from None
+
+
+@dataclass
+class _CreateCall:
+    """The create in progress in this task: what its 429 answers were."""
+
+    surface_429: bool
+    throttled: int = 0
+
+
+_CREATE_CALL: contextvars.ContextVar[_CreateCall | None] = contextvars.ContextVar("stampede_prime_create", default=None)
+
+
+def _throttle_error(status: int, body: Any, headers: Mapping[str, str]) -> ProviderError:
+    detail = body.get("detail") if isinstance(body, dict) else None
+    code = body.get("errorCode") if isinstance(body, dict) else None
+    text = str(detail) if detail is not None else str(body)[:200]
+    raw: Any = headers.get("Retry-After") or (body.get("retryAfter") if isinstance(body, dict) else None)
+    retry_after: float | None = None
+    with contextlib.suppress(TypeError, ValueError):
+        retry_after = float(raw)
+    quota = code == "SANDBOX_LIMIT_REACHED" or bool(_QUOTA.search(text))
+    kind = FailureKind.QUOTA_EXHAUSTED if quota else FailureKind.RATE_LIMITED
+    return ProviderError(kind, f"HTTP {status}: {text}", retry_after=retry_after)
+
+
+class PrimeProvider(Provider):
+    """Prime sandboxes through `prime_sandboxes.AsyncSandboxClient`."""
+
+    name = "prime"
+
+    def __init__(self, options: PrimeOptions) -> None:
+        self.options = options
+        self._sdk: AsyncSandboxClient | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> PrimeProvider:
+        return cls(PrimeOptions.from_mapping(options))
+
+    # --- the SDK client, built once --------------------------------------------------------------------
+
+    @property
+    def sdk(self) -> AsyncSandboxClient:
+        if self._sdk is None:
+            self._sdk = self._build_sdk()
+        return self._sdk
+
+    def _build_sdk(self) -> AsyncSandboxClient:
+        try:
+            sdk = AsyncSandboxClient(api_key=self.options.api_key, max_connections=self.options.gateway_max_connections)
+        except ValueError as exc:
+            raise ProviderConfigError(f"prime provider: the Prime SDK's configuration is unusable: {exc}") from None
+        api = sdk.client
+        if self.options.base_url is not None:
+            api.base_url = self.options.base_url
+        # Same headers, timeouts and redirects as the SDK's own control-plane client; a wider pool and our
+        # response hook (429s on create).
+        old = api.client
+        api.client = httpx.AsyncClient(
+            headers=old.headers,
+            follow_redirects=old.follow_redirects,
+            timeout=old.timeout,
+            limits=httpx.Limits(
+                max_connections=self.options.api_max_connections,
+                max_keepalive_connections=min(self.options.api_keepalive, self.options.api_max_connections),
+            ),
+            event_hooks={"response": [self._on_response]},
+        )
+        if self.options.auth_cache == "memory":
+            _keep_auth_cache_in_memory(sdk)
+        return sdk
+
+    async def _on_response(self, response: httpx.Response) -> None:
+        """A 429 answering a create: counted, and (unless `retry_429`) raised past the SDK's retries."""
+        call = _CREATE_CALL.get()
+        if call is None or response.status_code != 429:
+            return
+        call.throttled += 1
+        if not call.surface_429:
+            return
+        await response.aread()
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": response.text[:200]}
+        raise _throttle_error(response.status_code, body, response.headers)
+
+    @property
+    def where(self) -> str:
+        return self.options.base_url or self.sdk.client.base_url
+
+    # --- the contract ----------------------------------------------------------------------------------
+
+    async def preflight(self) -> None:
+        try:
+            async with asyncio.timeout(self.options.preflight_timeout_s):
+                await self.sdk.list(per_page=1, team_id=self.options.team_id)
+        except UnauthorizedError:
+            raise ProviderError(FailureKind.AUTH, f"{self.where} refused the API key (HTTP 401)") from None
+        except PaymentRequiredError:
+            raise ProviderError(FailureKind.QUOTA_EXHAUSTED, f"{self.where}: payment required (HTTP 402)") from None
+        except TimeoutError:
+            raise ProviderError(
+                FailureKind.TRANSPORT, f"{self.where} did not answer within {self.options.preflight_timeout_s:g}s"
+            ) from None
+        except APIError as exc:
+            kind = self.classify(exc, Phase.CREATE)
+            if kind is FailureKind.TRANSPORT:
+                raise ProviderError(kind, f"{self.where} is unreachable: {exc}") from None
+            raise ProviderError(kind, f"{self.where}: {exc}") from None
+
+    def create_request(self, spec: SandboxSpec) -> CreateSandboxRequest:
+        """The SDK request for a spec; a spec the SDK refuses is `invalid_request`."""
+        lifetime = -1 if math.isinf(spec.lifetime_s) else max(1, math.ceil(spec.lifetime_s / 60))
+        try:
+            return CreateSandboxRequest(  # type: ignore[call-arg]
+                name=f"stampede-{spec.rollout_id}",
+                docker_image=spec.image or self.options.image,
+                cpu_cores=spec.cpu,
+                memory_gb=spec.memory_mb / 1024,
+                disk_size_gb=spec.disk_gb,
+                timeout_minutes=lifetime,
+                environment_vars=dict(spec.env) or None,
+                labels=label_strings(spec.tags()),
+                network_allowlist=None if spec.network else [],  # an empty allowlist: no egress
+                team_id=self.options.team_id,
+            )
+        except pydantic.ValidationError as exc:
+            raise ProviderError(FailureKind.INVALID_REQUEST, f"the Prime SDK refused the spec: {exc}") from None
+
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        request = self.create_request(spec)
+        call = _CreateCall(surface_429=not self.options.retry_429)
+        token = _CREATE_CALL.set(call)
+        try:
+            sandbox = await self.sdk.create(request)
+        finally:
+            _CREATE_CALL.reset(token)
+        meta = {"throttled_429": call.throttled} if call.throttled else {}
+        return SandboxRef(
+            sandbox_id=sandbox.id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id, meta=meta
+        )
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await cancellable(self.sdk.wait_for_creation(ref.sandbox_id, max_attempts=_max_attempts(timeout)))
+        except TimeoutError:
+            raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s") from None
+
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        seconds = max(1, math.ceil(timeout))
+        try:
+            async with asyncio.timeout(seconds + _EXEC_GRACE_S):
+                result = await cancellable(self.sdk.execute_command(ref.sandbox_id, shlex.join(argv), timeout=seconds))
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {seconds + _EXEC_GRACE_S:g}s") from None
+        return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def terminate(self, ref: SandboxRef) -> None:
+        try:
+            await self.sdk.delete(ref.sandbox_id)
+        except APIError as exc:
+            if not str(exc).startswith("HTTP 404"):
+                raise  # anything but "already gone": terminate is idempotent
+        finally:
+            if self.options.auth_cache == "memory":
+                await self.sdk._auth_cache.invalidate(ref.sandbox_id)
+
+    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+        refs: list[SandboxRef] = []
+        page = 1
+        while True:
+            listed = await self.sdk.list(
+                labels=[f"{RUN_LABEL}={run_id}"],
+                exclude_terminated=True,
+                page=page,
+                per_page=LIST_PAGE,
+                team_id=self.options.team_id,
+            )
+            refs.extend(SandboxRef(sandbox_id=s.id, provider=self.name, run_id=run_id) for s in listed.sandboxes)
+            if not listed.has_next:
+                return refs
+            page += 1
+
+    async def cleanup(self, run_id: str) -> int:
+        result = await self.sdk.bulk_delete(labels=[f"{RUN_LABEL}={run_id}"], team_id=self.options.team_id)
+        return len(result.succeeded)
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        return classify_prime(exc, phase)
+
+    def versions(self) -> Mapping[str, str]:
+        return {"prime-sandboxes": prime_sandboxes.__version__}
+
+    async def aclose(self) -> None:
+        sdk, self._sdk = self._sdk, None
+        if sdk is not None:
+            await sdk.aclose()
+
+
+async def cancellable(call: Awaitable[T]) -> T:
+    """Await an SDK call so that cancelling the task still ends in `CancelledError`.
+
+    connectrpc turns a cancelled stream into `ConnectError(CANCELED)` and the SDK wraps that in `APIError`,
+    swallowing the cancellation: `asyncio.timeout` would then never fire and a rollout cut off by the
+    harness would be recorded as failed instead of cancelled.
+    """
+    try:
+        return await call
+    except Exception:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError from None
+        raise
+
+
+def _max_attempts(timeout: float) -> int:
+    """The SDK's `max_attempts` whose wall-clock budget covers `timeout` (5 x 1 s, then 2 s each)."""
+    if timeout <= 5:
+        return max(1, math.ceil(timeout))
+    return 5 + math.ceil((timeout - 5) / 2)
+
+
+def _keep_auth_cache_in_memory(sdk: AsyncSandboxClient) -> None:
+    """Gateway tokens stay in this process: no reading or rewriting ~/.prime/sandbox_auth_cache.json."""
+    cache = sdk._auth_cache
+
+    async def no_save() -> None:
+        return None
+
+    cache._loaded = True
+    cache._save_cache = no_save  # type: ignore[method-assign]
+
+
+# --- classification ----------------------------------------------------------------------------------
+
+
+def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
+    """Every exception prime-sandboxes 0.5.1 raises, onto the taxonomy (the README's table)."""
+    if isinstance(exc, ProviderError):
+        return exc.kind
+    if isinstance(exc, UnauthorizedError):
+        return FailureKind.AUTH
+    if isinstance(exc, PaymentRequiredError):
+        return FailureKind.QUOTA_EXHAUSTED
+    if isinstance(exc, SandboxOOMError):
+        return FailureKind.OOM
+    if isinstance(exc, SandboxImagePullError):
+        return FailureKind.IMAGE
+    if isinstance(exc, CommandTimeoutError):
+        return FailureKind.READY_TIMEOUT if phase is Phase.READY else FailureKind.EXEC_TIMEOUT
+    if isinstance(exc, SandboxTimeoutError):  # the sandbox's lifetime ran out
+        return _gone(phase)
+    if isinstance(exc, SandboxNotRunningError):
+        return _not_running(exc, phase)
+    if isinstance(exc, APITimeoutError):
+        return classify_common(TimeoutError(), phase)
+    if isinstance(exc, APIError):
+        return _api_error(exc, phase)
+    if isinstance(exc, ConnectError):
+        return _connect_code(exc.code.value, exc, phase)
+    if isinstance(exc, pyqwest.ConnectTimeout):
+        return FailureKind.TRANSPORT
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):  # TimeoutError is an OSError: first
+        return classify_common(TimeoutError(), phase)
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return FailureKind.TRANSPORT
+    if type(exc).__name__ == "_BatcherClosedError":
+        return FailureKind.HARNESS  # the client was closed under a rollout still running: ours
+    if isinstance(exc, pydantic.ValidationError):
+        return _vendor_error(phase)  # the API answered something the SDK's models cannot read
+    return classify_common(exc, phase)
+
+
+def _gone(phase: Phase | None) -> FailureKind:
+    if phase is Phase.EXEC:
+        return FailureKind.DIED_DURING_EXEC
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.DIED_BEFORE_READY
+
+
+def _not_running(exc: SandboxNotRunningError, phase: Phase | None) -> FailureKind:
+    error_type = exc.error_type or ""
+    message = str(exc)
+    if error_type in _READY_TIMEOUT_TYPES or "did not reach RUNNING" in message or "image build" in message:
+        return FailureKind.READY_TIMEOUT
+    if error_type == "OOM_KILLED":
+        return FailureKind.OOM
+    if error_type == "IMAGE_PULL_FAILED":
+        return FailureKind.IMAGE
+    return _gone(phase)
+
+
+def _vendor_error(phase: Phase | None) -> FailureKind:
+    """A vendor answer that is an error and nothing more specific, by phase."""
+    return {
+        Phase.CREATE: FailureKind.CREATE_ERROR,
+        Phase.READY: FailureKind.DIED_BEFORE_READY,
+        Phase.EXEC: FailureKind.EXEC_ERROR,
+    }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)
+
+
+def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
+    message = str(exc)
+    if any(isinstance(cause, _TRANSPORT_ERRORS) for cause in _causes(exc)) or message.startswith("Request failed"):
+        return FailureKind.TRANSPORT  # httpx / pyqwest never got an answer
+    if match := _HTTP.match(message):
+        return _http_status(int(match.group(1)), match.group(2), phase)
+    if match := _CONNECT.match(message):
+        cause = exc.__cause__
+        if (
+            isinstance(cause, ConnectError)
+            and cause.__cause__ is not None
+            and not isinstance(cause.__cause__, ConnectError)
+        ):
+            return FailureKind.TRANSPORT  # minted client-side from a transport failure, not sent by the gateway
+        return _connect_code(match.group(1), exc, phase)
+    if "status lookup failed" in message:  # a batch-status error item: NOT_FOUND, FORBIDDEN, MANAGED
+        return FailureKind.AUTH if "FORBIDDEN" in message else _gone(phase)
+    if "is being deleted" in message:
+        return FailureKind.HARNESS  # our own terminate raced our own call on the same sandbox
+    return _vendor_error(phase)
+
+
+def _http_status(status: int, detail: str, phase: Phase | None) -> FailureKind:
+    if status in (401, 403):
+        return FailureKind.AUTH
+    if status == 402:
+        return FailureKind.QUOTA_EXHAUSTED
+    if status == 429:
+        return FailureKind.QUOTA_EXHAUSTED if _QUOTA.search(detail) else FailureKind.RATE_LIMITED
+    if status == 503 and _CAPACITY.search(detail):
+        return FailureKind.CAPACITY
+    if status in (400, 409, 422):
+        return FailureKind.INVALID_REQUEST
+    if status == 404 and phase in (Phase.READY, Phase.EXEC):
+        return _gone(phase)
+    if status == 408:
+        return classify_common(TimeoutError(), phase)
+    if phase is Phase.READY:
+        return FailureKind.TRANSPORT  # the status API failing is not the sandbox failing (as the stub client)
+    return _vendor_error(phase)
+
+
+def _connect_code(code: str, exc: BaseException, phase: Phase | None) -> FailureKind:
+    if code in (ConnectCode.UNAUTHENTICATED.value, ConnectCode.PERMISSION_DENIED.value):
+        return FailureKind.AUTH
+    if code == ConnectCode.CANCELED.value:
+        return FailureKind.TRANSPORT  # not ours (that is re-raised as CancelledError): a stream the far end reset
+    if code == ConnectCode.RESOURCE_EXHAUSTED.value:
+        return FailureKind.RATE_LIMITED
+    if code == ConnectCode.DEADLINE_EXCEEDED.value:
+        return classify_common(TimeoutError(), phase)
+    if code == ConnectCode.NOT_FOUND.value:
+        return _gone(phase)
+    if code in (ConnectCode.INVALID_ARGUMENT.value, ConnectCode.UNIMPLEMENTED.value, ConnectCode.OUT_OF_RANGE.value):
+        return FailureKind.INVALID_REQUEST
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.EXEC_ERROR if phase is Phase.EXEC else _vendor_error(phase)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The explicit `raise ... from` chain (what the SDK wraps), not incidental contexts."""
+    chain: list[BaseException] = []
+    current = exc.__cause__
+    while current is not None and current not in chain and len(chain) < 8:
+        chain.append(current)
+        current = current.__cause__
+    return chain
