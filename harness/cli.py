@@ -34,6 +34,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         description="Ramp rollouts against a sandbox provider (default: the embedded Prime-like stub).",
     )
     run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
+    dist = run.add_argument_group("distributed (Locust master and workers, each worker with its own engine)")
+    dist.add_argument("--workers", type=int, default=0, help="run a master here and N local worker processes")
+    dist.add_argument("--master", action="store_true", help="be the master for workers on other machines")
+    dist.add_argument("--expect-workers", type=int, default=1, help="--master: wait for this many workers")
+    dist.add_argument("--master-bind-host", default="*", help="--master: interface to listen on (default: all)")
+    dist.add_argument("--worker", action="store_true", help="be a worker of the master at --master-host")
+    dist.add_argument("--master-host", default="127.0.0.1", help="--worker: the master's address")
+    dist.add_argument("--master-port", type=int, default=5557, help="the master's port (default 5557)")
     run.add_argument(
         "-u",
         "--users",

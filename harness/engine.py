@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -29,9 +30,10 @@ from harness.collector import ShardWriter, safe_name
 from harness.engine_protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 from harness.health import LoopHealth
 from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
+from harness.stage_stats import StageStats
 from harness.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
 from providers import create_provider
-from providers.base import Provider, ProviderConfigError, ProviderError
+from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
 
 RECENT_WINDOW_S = 10.0
 DRAIN_TIMEOUT_S = 120.0
@@ -86,6 +88,7 @@ class EngineRun:
         self.outcomes: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.recent: deque[tuple[float, float | None, bool]] = deque()
+        self.stage_stats: dict[str, StageStats] = {}
         self.accepting = True
         self.t_start = time.time()
 
@@ -118,21 +121,45 @@ class EngineRun:
         return rollout_id, task
 
     async def _run_and_record(self, ctx: RolloutContext) -> RolloutRecord:
-        """The record is kept whatever happens to the rollout (done, failed, cancelled, or our own bug)."""
+        """Every attempt is kept whatever happens to it (done, failed, cancelled, or our own bug).
+
+        Init failures (the sandbox never became usable) are retried up to `plan.retries` times, as an RL
+        generator's retry policy would; each attempt is its own row, numbered by `attempt`.
+        """
         try:
-            record = await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
+            while True:
+                record = await self._attempt(ctx)
+                self.record_row(record)
+                if not self._retryable(record) or ctx.attempt > self.plan.retries:
+                    return record
+                await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
+                ctx = dataclasses.replace(ctx, attempt=ctx.attempt + 1, inflight_at_submit=self.inflight)
+        finally:
+            self.tasks.pop(ctx.rollout_id, None)
+            self.inflight -= 1
+            self.stage_stats.setdefault(ctx.stage, StageStats()).ended += 1
+
+    async def _attempt(self, ctx: RolloutContext) -> RolloutRecord:
+        try:
+            return await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
         except RolloutCancelled as cancelled:
-            record = cancelled.record
+            return cancelled.record
         except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
             record = ctx.new_record()
             record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
             record.error = f"{type(exc).__name__}: {exc}"[:300]
-        self.finish(ctx.rollout_id, record)
-        return record
+            return record
 
-    def finish(self, rollout_id: str, record: RolloutRecord) -> None:
-        self.tasks.pop(rollout_id, None)
-        self.inflight -= 1
+    @staticmethod
+    def _retryable(record: RolloutRecord) -> bool:
+        return (
+            record.outcome == OUTCOME_FAILED
+            and record.failure_phase in ("create", "ready")
+            and record.failure_kind in INIT_FAILURE_KINDS
+        )
+
+    def record_row(self, record: RolloutRecord) -> None:
+        self.stage_stats.setdefault(record.stage, StageStats()).add(record.outcome, record.failure_kind, record.tti_s)
         self.writer.add_rollout(record)
         self.outcomes[record.outcome] += 1
         if record.failure_kind:
@@ -168,6 +195,7 @@ class EngineRun:
             "recent_completed": len(self.recent),
             "health": asdict(health),
             "rows_written": self.writer.counts.rollouts,
+            "stages": {name: stats.to_wire() for name, stats in self.stage_stats.items()},
         }
 
     async def drain(self, timeout_s: float) -> dict[str, Any]:
@@ -194,7 +222,8 @@ class EngineRun:
         sweep_error: str | None = None
         try:
             async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
-                reaped = await self.provider.cleanup(self.config.run_id)
+                # this engine's leftovers only: in a distributed run the others are still working
+                reaped = await self.provider.cleanup(self.config.run_id, self.config.worker)
         except Exception as exc:  # an unreachable vendor must not lose the results
             sweep_error = f"{type(exc).__name__}: {exc}"[:300]
         await self.writer.close()

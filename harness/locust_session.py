@@ -1,10 +1,11 @@
-"""Stampede inside a Locust process: the engine, the embedded stub, the run folder, progress and summary.
+"""Stampede inside a Locust process: the engine, the local vendor, the run folder, stages, progress, summary.
 
 Wired to Locust's events, so the same code serves `locust -f scenarios/ramp.py` (web UI or headless) and
-`stampede run` (Locust as a library). Roles:
-- local runner: starts the stub (if embedded) and an engine; owns the run folder and prints the summary;
-- master: starts the stub and owns the run folder; runs no users, so no engine;
-- worker: starts an engine (after any fork: `init` fires in the child) and takes the run id from the master.
+`stampede run` (Locust as a library, alone or as master and workers). Roles:
+- local runner: starts the local vendor (if any) and an engine; owns the run folder and prints the summary;
+- master: starts the local vendor and owns the run folder; runs no users, so no engine; hears from workers;
+- worker: starts an engine (after any fork: `init` fires in the child), takes the run from the master, ships
+  its records to it (`harness.worker_link`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import logging
 import socket
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.event
 import pyarrow as pa
 import pyarrow.parquet as pq
 from locust import events
@@ -25,16 +28,32 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from harness.analysis.dataset import load_rollouts
-from harness.analysis.summary import format_stage_table, load_truth, measurement_error, stage_rows
+from harness.analysis.run_summary import render_run_summary
 from harness.embedded_vendor import EmbeddedVendor, VendorStartError
 from harness.engine_client import EngineClient, EngineError
+from harness.live_view import LiveView
+from harness.locust_reports import LocustReports
 from harness.options import RunSettings, SettingsError, add_arguments
 from harness.progress import ProgressPrinter
 from harness.run_manifest import base_manifest, iso, new_run_id, point_latest_at, write_manifest
-from harness.shapes import StampedeShape
+from harness.shapes import IDLE_STAGE, Stage, StampedeShape
+from harness.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
+LOCAL_POLL_INTERVAL_S = 0.5
+
+TRUTH_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("status", pa.string()),
+        ("error_type", pa.string()),
+        ("created_wall", pa.float64()),
+        ("ready_wall", pa.float64()),
+        ("ended_wall", pa.float64()),
+        ("first_exec_done_wall", pa.float64()),
+    ]
+)
 
 
 class SessionError(Exception):
@@ -52,15 +71,28 @@ class StampedeSession:
         self.run_id: str | None = None
         self.run_dir: Path | None = None
         self.manifest: dict[str, Any] | None = None
-        self.engine_summary: dict[str, Any] | None = None
+        self.engine_summaries: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
         self.progress: ProgressPrinter | None = None
+        self.reports: LocustReports | None = None
         self.time_scale: float | None = settings.time_scale
         self.profile_label = settings.profile if settings.embedded_vendor else ""
         self.ended = False
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
         self.runs = 0
+        self.live = LiveView()
+        self.stage: Stage = IDLE_STAGE
+        self.gate_step = 0
+        self.gate_closed = False
+        self._gate = gevent.event.Event()
+        self.dropped: Counter[str] = Counter()  # open model: starts dropped at the in-flight cap, per stage
+        self.master_link: MasterLink | None = None
+        self.worker_link: WorkerLink | None = None
+        self._poller: gevent.Greenlet | None = None
+        self._finishing: gevent.Greenlet | None = None
+        self.services_ready = gevent.event.Event()
+        self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
 
     # -- roles -----------------------------------------------------------------------------------------
     @property
@@ -98,58 +130,118 @@ class StampedeSession:
         shape = self.environment.shape_class
         return shape if isinstance(shape, StampedeShape) else None
 
+    # -- stages and the burst gate ---------------------------------------------------------------------
+    def enter_stage(self, stage: Stage) -> None:
+        """The shape moved on (local/master): every rollout submitted from now on records this stage."""
+        self.stage = stage
+        if self.master_link is not None:
+            self.master_link.broadcast(MSG_STAGE, stage.to_wire())
+
+    def release(self, step: int, *, broadcast: bool = True) -> None:
+        """Open the gate for step `step`: every user waiting for it starts its rollout now."""
+        self.gate_step = max(self.gate_step, step)
+        gate, self._gate = self._gate, gevent.event.Event()
+        gate.set()
+        if broadcast and self.master_link is not None:
+            self.master_link.broadcast(MSG_GATE, {"step": step})
+
+    def close_gate(self, *, broadcast: bool = True) -> None:
+        """No more steps: users waiting at the gate leave at once."""
+        self.gate_closed = True
+        self._gate.set()
+        if broadcast and self.master_link is not None:
+            self.master_link.broadcast(MSG_GATE, {"closed": True})
+
+    def before_rollout(self, user: Any) -> Stage | None:
+        """In a user's greenlet, before each rollout: the stage it runs in, or None when the shape is done."""
+        shape = self.shape
+        if shape is None or not shape.gated:
+            return self.stage
+        done_step = getattr(user, "_stampede_step", 0)
+        while self.gate_step <= done_step:
+            if self.gate_closed:
+                return None
+            self._gate.wait()
+        if self.gate_closed and self.gate_step <= done_step:
+            return None
+        user._stampede_step = self.gate_step
+        return self.stage
+
     # -- lifecycle -------------------------------------------------------------------------------------
     def start_services(self) -> None:
-        """At `init`: the stub (if embedded, not on workers) and the engine (where users run)."""
-        if self.settings.embedded_vendor and not self.is_worker:
-            module = LOCAL_VENDORS.get(self.settings.provider)
-            if module is None:
-                raise SessionError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
-            try:
-                self.vendor = EmbeddedVendor.start(
-                    module,
-                    self.settings.profile,
-                    seed=self.settings.seed,
-                    time_scale=self.settings.time_scale,
-                    overrides=self.settings.profile_overrides,
-                )
-            except VendorStartError as exc:
-                raise SessionError(f"local vendor: {exc}") from None
-            extra = {key: str(value) for key, value in self.vendor.provider_options.items()}
-            self.settings = dataclasses.replace(
-                self.settings,
-                base_url=self.vendor.url,
-                token=self.vendor.token,
-                provider_options={**extra, **self.settings.provider_options},
+        """At `init`: the links, the local vendor (if any, not on workers), the engine (where users run).
+
+        A worker already listens to its master while this runs (the engine takes a second to start), so the
+        master may start the test meanwhile: `begin_run` and the users wait for `services_ready`.
+        """
+        try:
+            if self.is_master:
+                self.master_link = MasterLink(self)
+            elif self.is_worker:
+                self.worker_link = WorkerLink(self)
+            if self.settings.embedded_vendor and not self.is_worker:
+                self._start_vendor()
+            if self.runs_users:
+                self.engine = EngineClient.spawn(self.worker_name())
+        finally:
+            self.services_ready.set()
+
+    def wait_until_ready(self, timeout_s: float = 120.0) -> bool:
+        """In a user's greenlet: until this run's engine is configured. False if it never will be."""
+        self.run_ready.wait(timeout_s)
+        return self.run_ready.is_set() and self.engine is not None and not self.failed_to_start
+
+    def _start_vendor(self) -> None:
+        module = LOCAL_VENDORS.get(self.settings.provider)
+        if module is None:
+            raise SessionError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
+        try:
+            self.vendor = EmbeddedVendor.start(
+                module,
+                self.settings.profile,
+                seed=self.settings.seed,
+                time_scale=self.settings.time_scale,
+                overrides=self.settings.profile_overrides,
             )
-            self.time_scale = self.vendor.time_scale
-            self.profile_label = self.vendor.profile
-            options = self.environment.parsed_options
-            if options is not None:  # workers receive these with the master's spawn message
-                options.base_url, options.token = self.vendor.url, self.vendor.token
-                options.time_scale = self.vendor.time_scale
-                options.provider_option = [f"{k}={v}" for k, v in self.settings.provider_options.items()]
-        if self.runs_users:
-            self.engine = EngineClient.spawn(self.worker_name())
+        except VendorStartError as exc:
+            raise SessionError(f"local vendor: {exc}") from None
+        extra = {key: str(value) for key, value in self.vendor.provider_options.items()}
+        self.settings = dataclasses.replace(
+            self.settings,
+            base_url=self.vendor.url,
+            token=self.vendor.token,
+            provider_options={**extra, **self.settings.provider_options},
+        )
+        self.time_scale = self.vendor.time_scale
+        self.profile_label = self.vendor.profile
+        options = self.environment.parsed_options
+        if options is not None:  # workers receive these with the master's spawn message
+            options.base_url, options.token = self.vendor.url, self.vendor.token
+            options.time_scale = self.vendor.time_scale
+            options.provider_option = [f"{k}={v}" for k, v in self.settings.provider_options.items()]
 
     def begin_run(self) -> None:
         """At `test_start`: a run id and folder (local/master), the engine configured (local/worker)."""
         if self.run_id is not None and not self.ended:
             return
+        self.services_ready.wait(120)
         self.ended = False
-        self.engine_summary = None
+        self.engine_summaries = []
         self.runs += 1
+        self.live = LiveView()
+        self.dropped = Counter()
+        # Stage and gate are not reset here: the shape's first tick (and a master's first broadcast) comes
+        # before test_start. They are reset when a run ends.
         options = self.environment.parsed_options
         if self.is_worker:
             self.settings = RunSettings.from_options(options)
+            self.time_scale = getattr(options, "time_scale", None)
             self.run_id = getattr(options, "run_id", None)
             if not self.run_id:
                 raise SessionError("worker got no run id from the master")
         else:
             first_run = self.runs == 1
-            self.run_id = (self.settings.run_id if first_run else None) or new_run_id(
-                self.scenario, self.settings.provider
-            )
+            self.run_id = (self.settings.run_id if first_run else None) or new_run_id(self.scenario, self.settings.provider)
             if options is not None:
                 options.run_id = self.run_id
         self.run_dir = Path(self.settings.out) / self.run_id
@@ -158,18 +250,37 @@ class StampedeSession:
             self.manifest = self._initial_manifest()
             write_manifest(self.run_dir, self.manifest)
             point_latest_at(self.run_dir)
+            self.reports = LocustReports(self.environment, self.run_dir)
+            self.reports.start()
         if self.engine is not None:
             try:
                 reply = self.engine.configure(self._engine_config())
             except EngineError as exc:
                 raise SessionError(str(exc)) from None
             self.versions = dict(reply.get("versions", {}))
-            if self.manifest is not None:
+            if self.manifest is not None and self.run_dir is not None:
                 self.manifest["provider_versions"] = self.versions
                 write_manifest(self.run_dir, self.manifest)
+        if self.master_link is not None:
+            self.master_link.start_run()
+        if self.worker_link is not None:
+            self.worker_link.start_run()
+        if not self.is_master and not self.is_worker:
+            self._poller = gevent.spawn(self._poll_engine)
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
             self.progress = ProgressPrinter(self, self.settings.progress_interval_s)
             self.progress.start()
+        self.run_ready.set()
+
+    def _poll_engine(self) -> None:
+        """Local runs: the live view straight from the engine (a master hears from its workers instead)."""
+        while True:
+            if self.engine is not None and self.engine.alive:
+                try:
+                    self.live.update("local", self.engine.stats(timeout=5), dict(self.dropped))
+                except EngineError:
+                    pass
+            gevent.sleep(LOCAL_POLL_INTERVAL_S)
 
     def _engine_config(self) -> dict[str, Any]:
         settings = self.settings
@@ -178,15 +289,17 @@ class StampedeSession:
             provider_options.setdefault("base_url", settings.base_url)
         if settings.token:
             provider_options.setdefault("token", settings.token)
+        out_dir = self.worker_link.spool if self.worker_link is not None else Path(settings.out)
+        plan = dataclasses.replace(settings.plan, time_scale=self.time_scale or 1.0).to_dict()
         return {
             "run_id": self.run_id,
             "worker": self.worker_name(),
-            "out_dir": str(Path(settings.out).resolve()),
+            "out_dir": str(Path(out_dir).resolve()),
             "provider": settings.provider,
             "provider_options": provider_options,
             "profile": self.profile_label,
             "scenario": self.scenario,
-            "plan": settings.plan.to_dict(),
+            "plan": plan,
             "secrets": [secret for secret in (settings.token,) if secret],
         }
 
@@ -205,29 +318,46 @@ class StampedeSession:
                 "shape": self.shape.describe() if self.shape else None,
                 "stop_timeout_s": self.environment.stop_timeout,
                 "role": "master" if self.is_master else "local",
+                "workers": getattr(self.runner, "worker_count", None) if self.is_master else None,
             }
         )
         return manifest
 
     def end_run(self) -> None:
-        """At `test_stop`: drain the engine, keep the stub's truth, finish run.json, print the summary."""
+        """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary."""
         if self.ended or self.run_id is None:
             return
         self.ended = True
+        self.run_ready.clear()
+        final_stage = self.stage
+        self.stage, self.gate_step, self.gate_closed = IDLE_STAGE, 0, False
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+        if self._poller is not None:
+            self._poller.kill(block=False)
+            self._poller = None
+        if self.worker_link is not None:
+            # Off Locust's message loop: a long drain must not starve the master's heartbeats.
+            self._finishing = gevent.spawn(self._finish_worker)
+            return
         if self.engine is not None and self.engine.alive:
             try:
-                self.engine_summary = self.engine.drain()
+                self.engine_summaries = [self.engine.drain()]
             except EngineError as exc:
                 log.error("engine drain failed: %s", exc)
+        if self.master_link is not None:
+            self.engine_summaries = self.master_link.wait_for_workers()
         if not self.owns_run_folder or self.run_dir is None or self.manifest is None:
             return
+        if self.reports is not None:
+            self.reports.finish()
+            self.reports = None
         if self.vendor is not None:
             self._save_truth()
         now = time.time()
         rollouts = load_rollouts(self.run_dir)
+        shape = self.shape
         self.manifest.update(
             {
                 "ended_at": iso(now),
@@ -235,12 +365,25 @@ class StampedeSession:
                 "wall_s": round(now - float(self.manifest["t_start"]), 3),
                 "status": "complete",
                 "rows": {"rollouts": len(rollouts)},
-                "engines": [self.engine_summary] if self.engine_summary else [],
+                "engines": self.engine_summaries,
+                "dropped_starts": dict(self.live.dropped),
+                "shape_outcome": shape.outcome if shape is not None else None,
+                "final_stage": final_stage.name,
             }
         )
         write_manifest(self.run_dir, self.manifest)
-        self.summary_text = self.render_summary(rollouts)
+        self.summary_text = render_run_summary(self.run_dir, self.manifest, rollouts, self.engine_summaries)
         print(self.summary_text, flush=True)
+
+    def _finish_worker(self) -> None:
+        summary: dict[str, Any] | None = None
+        if self.engine is not None and self.engine.alive:
+            try:
+                summary = self.engine.drain()
+            except EngineError as exc:
+                log.error("engine drain failed: %s", exc)
+        if self.worker_link is not None:
+            self.worker_link.finish_run(summary)
 
     def _save_truth(self) -> None:
         assert self.vendor is not None and self.run_dir is not None
@@ -249,8 +392,7 @@ class StampedeSession:
         except Exception as exc:  # the run's own data matters more than this cross-check
             log.warning("could not read the simulated vendor's own records: %s", exc)
             return
-        if self.run_id:
-            sandboxes = [s for s in sandboxes if f"stampede-run={self.run_id}" in (s.get("labels") or [])]
+        label = f"stampede-run={self.run_id}"
         rows = [
             {
                 "id": sandbox.get("id"),
@@ -262,70 +404,24 @@ class StampedeSession:
                 "first_exec_done_wall": sandbox.get("first_exec_done_wall"),
             }
             for sandbox in sandboxes
+            if label in (sandbox.get("labels") or [])
         ]
-        schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("error_type", pa.string()),
-                            ("created_wall", pa.float64()), ("ready_wall", pa.float64()), ("ended_wall", pa.float64()),
-                            ("first_exec_done_wall", pa.float64())])  # fmt: skip
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), self.run_dir / "sim_truth.parquet")
-
-    def render_summary(self, rollouts: Any) -> str:
-        assert self.manifest is not None and self.run_dir is not None
-        lines = [
-            "",
-            f"stampede run {self.run_id} — scenario {self.scenario}, provider {self.settings.provider}"
-            + (f", profile {self.profile_label}" if self.profile_label else ""),
-        ]
-        if self.time_scale is not None and self.time_scale != 1:
-            lines.append(
-                f"time scale {self.time_scale:g}: the simulated vendor ran {1 / self.time_scale:g}x faster than real"
-                f" time; durations below are wall seconds (divide by {self.time_scale:g} for vendor seconds)"
-            )
-        lines.append(format_stage_table(stage_rows(rollouts)) if len(rollouts) else "(no rollouts recorded)")
-        total = len(rollouts)
-        unknown = int((rollouts["failure_kind"] == "unknown").sum()) if total else 0
-        harness = int((rollouts["failure_kind"] == "harness").sum()) if total else 0
-        lines.append(
-            f"{total} rollouts in {self.manifest.get('wall_s', 0):.1f}s wall; "
-            f"peak in flight {int(rollouts['inflight_at_submit'].max()) if total else 0}; "
-            f"unknown failures {unknown}; harness failures {harness}"
-        )
-        if self.engine_summary:
-            reaped = self.engine_summary.get("reaped_by_label")
-            health = self.engine_summary.get("health", {})
-            lines.append(
-                f"teardown: {self.engine_summary.get('terminated_leftovers', 0)} sandboxes terminated at drain, "
-                f"{reaped if reaped is not None else '?'} reaped by run label"
-                + (
-                    f" (sweep failed: {self.engine_summary['sweep_error']}; once the vendor answers again, "
-                    f"`stampede cleanup --provider {self.settings.provider} --run-id {self.run_id}` reaps what is left)"
-                    if self.engine_summary.get("sweep_error") or self.engine_summary.get("terminate_errors")
-                    else ""
-                )
-                + f"; engine loop lag p99 {health.get('loop_lag_p99_ms', 0):.1f} ms, "
-                f"max {health.get('loop_lag_max_ms', 0):.1f} ms, cpu {health.get('cpu_seconds', 0):.1f} s"
-            )
-        error = measurement_error(rollouts, load_truth(self.run_dir))
-        if error:
-            usable, first = error["vs_usable_ms"], error["vs_first_command_ms"]
-            lines.append(
-                f"harness vs the simulated vendor's own records (n={error['samples']}): TTI - accept->RUNNING "
-                f"p50 {usable['p50']:.0f} ms, p99 {usable['p99']:.0f} ms (poll interval, round trips, first command); "
-                f"TTI - accept->first command done p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms, "
-                f"max {first['max']:.0f} ms (the timing error)"
-            )
-        lines.append(f"results: {self.run_dir}")
-        return "\n".join(lines)
+        pq.write_table(pa.Table.from_pylist(rows, schema=TRUTH_SCHEMA), self.run_dir / "sim_truth.parquet")
 
     def close(self) -> None:
-        """At `quitting`: stop the engine and the stub."""
+        """At `quitting`: stop the engine and the local vendor."""
         if not self.ended and self.run_id is not None:
             self.end_run()
+        if self._finishing is not None:
+            self._finishing.join(timeout=300)
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
         if self.vendor is not None:
             self.vendor.stop()
             self.vendor = None
+        if self.worker_link is not None:
+            self.worker_link.close()
 
 
 def _fail(environment: Environment, message: str) -> None:

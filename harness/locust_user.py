@@ -1,21 +1,30 @@
-"""The rollout user: each task is one whole rollout, run in the engine, reported to Locust phase by phase.
+"""Locust users that run rollouts in the engine and report them to Locust phase by phase.
 
 Importing this module into a locustfile registers stampede's arguments and event listeners with Locust.
 Locust's own statistics are a live view only (it rounds samples of 10 s and more to whole seconds); the
 engine's parquet records are the source of truth.
+
+- `RolloutUser`: closed model. One rollout at a time, back to back, as an RL generator keeps N in flight.
+- `OpenModelUser`: open model. A dispatcher (one per engine) that starts rollouts on a schedule of intended
+  start times (fixed interval or Poisson), whatever the vendor does; a start that finds the in-flight cap
+  reached is dropped and counted, so a slow vendor cannot hide behind fewer requests.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
+import gevent
+import gevent.pool
 from locust import User, constant, task
 from locust.exception import StopUser
+from locust.user.users import LOCUST_STATE_STOPPING
 
 from harness import locust_session  # noqa: F401  (registers stampede's Locust listeners and arguments)
 from harness.engine_client import EngineError
-from harness.shapes import IDLE_STAGE
+from harness.shapes import Stage
 
 PHASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("create", "create_s"),
@@ -31,49 +40,111 @@ class RolloutFailed(Exception):
     """How a failed rollout shows in Locust's failure table: kind and phase first."""
 
 
+def report(user: User, record: dict[str, Any]) -> None:
+    """Fire one Locust request event per phase (request type = phase), failures on the phase that failed."""
+    failed_phase = record.get("failure_phase") if record.get("outcome") == "failed" else None
+    failure = RolloutFailed(f"{record.get('failure_kind')} in {failed_phase}: {record.get('error') or ''}")
+    for phase, field in PHASE_FIELDS:
+        value = record.get(field)
+        if phase == failed_phase:
+            fire(user, phase, record.get("total_s") or 0.0, failure)
+        elif value is not None:
+            fire(user, phase, value, None, length=record.get("exec_count", 0) if phase == "exec" else 0)
+    if record.get("outcome") == "failed":
+        fire(user, "rollout", record.get("total_s") or 0.0, failure)
+
+
+def fire(user: User, phase: str, seconds: float, exception: Exception | None, length: int = 0) -> None:
+    session = getattr(user.environment, "stampede", None)
+    user.environment.events.request.fire(
+        request_type=phase,
+        name=session.settings.provider if session is not None else "-",
+        response_time=seconds * 1000.0,
+        response_length=length,
+        response=None,
+        context={},
+        exception=exception,
+    )
+
+
 class RolloutUser(User):
-    """One rollout at a time, back to back: the closed model, as an RL generator keeps N rollouts in flight."""
+    """One rollout at a time, back to back: the closed model."""
 
     wait_time = constant(0)
 
     @task
     def rollout(self) -> None:
         session = getattr(self.environment, "stampede", None)
-        if session is None or session.engine is None:
+        if session is None or not session.wait_until_ready():
             raise StopUser()  # stampede could not start in this process; that was already reported
-        shape = session.shape
-        stage = shape.before_rollout(self) if shape is not None else IDLE_STAGE
+        stage = session.before_rollout(self)
         if stage is None:
             raise StopUser()  # the shape is done with this user
         target = stage.target_users or int(getattr(self.environment.runner, "target_user_count", 0) or 0)
         try:
             record = session.engine.run_rollout(stage=stage.name, target_users=target, t_intended=time.time())
         except EngineError as exc:
-            self._fire("rollout", 0.0, RolloutFailed(f"harness: {exc}"))
+            fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             return
-        if shape is not None:
-            shape.after_rollout(self, stage, record)
-        self.report(record)
+        report(self, record)
 
-    def report(self, record: dict[str, Any]) -> None:
-        failed_phase = record.get("failure_phase") if record.get("outcome") == "failed" else None
-        failure = RolloutFailed(f"{record.get('failure_kind')} in {failed_phase}: {record.get('error') or ''}")
-        for phase, field in PHASE_FIELDS:
-            value = record.get(field)
-            if phase == failed_phase:
-                self._fire(phase, record.get("total_s") or 0.0, failure)
-            elif value is not None:
-                self._fire(phase, value, None, length=record.get("exec_count", 0) if phase == "exec" else 0)
-        if record.get("outcome") == "failed":
-            self._fire("rollout", record.get("total_s") or 0.0, failure)
 
-    def _fire(self, phase: str, seconds: float, exception: Exception | None, length: int = 0) -> None:
-        self.environment.events.request.fire(
-            request_type=phase,
-            name=self.environment.stampede.settings.provider if getattr(self.environment, "stampede", None) else "-",
-            response_time=seconds * 1000.0,
-            response_length=length,
-            response=None,
-            context={},
-            exception=exception,
-        )
+class OpenModelUser(User):
+    """A schedule dispatcher: one per engine, each taking every n-th slot of the stage's schedule."""
+
+    wait_time = constant(0)
+
+    @task
+    def dispatch(self) -> None:
+        session = getattr(self.environment, "stampede", None)
+        if session is None or not session.wait_until_ready():
+            raise StopUser()
+        inflight = gevent.pool.Group()
+        try:
+            while self._state != LOCUST_STATE_STOPPING:
+                stage = session.stage
+                if stage.rate is None:
+                    gevent.sleep(0.05)
+                    continue
+                self._run_schedule(session, stage, inflight)
+            inflight.join()  # a graceful stop lets started rollouts finish (within Locust's stop timeout)
+        finally:
+            inflight.kill(block=True)  # killed: each waiting greenlet cancels its rollout in the engine
+        raise StopUser()
+
+    def _index(self) -> int:
+        return int(getattr(self.environment.runner, "worker_index", 0) or 0)
+
+    def _run_schedule(self, session: Any, stage: Stage, inflight: gevent.pool.Group) -> None:
+        dispatchers = max(1, stage.dispatchers)
+        index = self._index() % dispatchers
+        rng = random.Random(f"{session.settings.seed}:{stage.name}:{index}")
+        cap = max(1, session.settings.max_inflight // dispatchers)
+        rate = float(stage.rate or 1.0)
+        slot, t_next = index, stage.t_start
+        if stage.poisson:
+            t_next += rng.expovariate(rate / dispatchers)
+        else:
+            t_next += slot / rate
+        while session.stage is stage and self._state != LOCUST_STATE_STOPPING:
+            if stage.count is not None and slot >= stage.count:
+                gevent.sleep(0.1)  # this dispatcher's share is done; wait for the shape to move on
+                continue
+            delay = t_next - time.time()
+            if delay > 0:
+                gevent.sleep(min(delay, 0.25))
+                continue
+            if len(inflight) >= cap:
+                session.dropped[stage.name] += 1
+            else:
+                inflight.spawn(self._one, session, stage, t_next)
+            slot += dispatchers
+            t_next += rng.expovariate(rate / dispatchers) if stage.poisson else dispatchers / rate
+
+    def _one(self, session: Any, stage: Stage, t_intended: float) -> None:
+        try:
+            record = session.engine.run_rollout(stage=stage.name, target_users=stage.target_users, t_intended=t_intended)
+        except EngineError as exc:
+            fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
+            return
+        report(self, record)

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.rollout import DEFAULT_COMMANDS, PlanError, RolloutPlan, commands_to_text, parse_commands
+from harness.rollout import (
+    DEFAULT_COMMANDS,
+    DEFAULT_TURN_COMMAND,
+    PlanError,
+    RolloutPlan,
+    commands_to_text,
+    parse_commands,
+)
 
 DEFAULT_PROVIDER = "stub"
 DEFAULT_PROFILE = "prime-like"
 DEFAULT_STAGES = (60, 120, 240, 480, 960)
-DEFAULT_HOLD_S = 15.0
 DEFAULT_OUT = "results"
 SECRET_OPTIONS = ("token",)
 
@@ -128,19 +135,42 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     add(
         "--hold",
         type=float,
-        default=DEFAULT_HOLD_S,
+        default=None,
         env_var="STAMPEDE_HOLD",
         include_in_web_ui=True,
-        help="ramp: seconds to hold each stage once reached",
+        help="seconds to hold each stage once reached (ramp/knee 15, steady 60, soak 600, arrival 30)",
     )
-    add(
-        "--burst-steps",
-        type=int,
-        default=1,
-        env_var="STAMPEDE_BURST_STEPS",
-        include_in_web_ui=True,
-        help="burst: how many synchronous steps of -u rollouts",
-    )
+    add("--burst-steps", type=int, default=1, env_var="STAMPEDE_BURST_STEPS", include_in_web_ui=True,
+        help="burst: how many synchronous steps")  # fmt: skip
+    add("--batch", type=int, default=None, env_var="STAMPEDE_BATCH", include_in_web_ui=True,
+        help="burst: prompts per step B (with --group G, a step is B x G rollouts)")  # fmt: skip
+    add("--group", type=int, default=None, env_var="STAMPEDE_GROUP", include_in_web_ui=True,
+        help="burst: rollouts per prompt G")  # fmt: skip
+    add("--stagger-ms", type=float, default=200.0, env_var="STAMPEDE_STAGGER_MS", include_in_web_ui=True,
+        help="staggered: milliseconds between starts")  # fmt: skip
+    add("--rates", default="2", env_var="STAMPEDE_RATES", include_in_web_ui=True,
+        help="arrival: comma-separated start rates (per second), one stage each")  # fmt: skip
+    add("--poisson", action="store_true", default=False, env_var="STAMPEDE_POISSON", include_in_web_ui=True,
+        help="arrival: Poisson arrivals instead of a fixed interval")  # fmt: skip
+    add("--max-inflight", type=int, default=10000, env_var="STAMPEDE_MAX_INFLIGHT", include_in_web_ui=True,
+        help="open model: a start finding this many rollouts running is dropped (and counted)")  # fmt: skip
+    add("--knee-max-failure", type=float, default=0.05, env_var="STAMPEDE_KNEE_MAX_FAILURE", include_in_web_ui=True,
+        help="knee: a stage with a higher failure rate is past the knee")  # fmt: skip
+    add("--knee-max-p99", type=float, default=None, env_var="STAMPEDE_KNEE_MAX_P99", include_in_web_ui=True,
+        help="knee: TTI p99 seconds past the knee (default: 5x the first stage's p99)")  # fmt: skip
+    add("--turns", default="0", env_var="STAMPEDE_TURNS", include_in_web_ui=True,
+        help="agentic rollouts: tool-call turns after the commands, N or MIN..MAX")  # fmt: skip
+    add("--turn-command", default="sh -c 'echo turn {turn}'", env_var="STAMPEDE_TURN_COMMAND", include_in_web_ui=True,
+        help="the command each turn runs ({turn} is the turn number)")  # fmt: skip
+    add("--gen-time", default="const:0", env_var="STAMPEDE_GEN_TIME", include_in_web_ui=True,
+        help="emulated model generation time before each turn: const:S, uniform:A,B, lognormal:MEDIAN,SIGMA, exp:MEAN")  # fmt: skip
+    add("--reward-command", default=None, env_var="STAMPEDE_REWARD_COMMAND", include_in_web_ui=True,
+        help="a final command scoring the episode")  # fmt: skip
+    add("--rollout-timeout", type=float, default=None, env_var="STAMPEDE_ROLLOUT_TIMEOUT",
+        help="one deadline in seconds for a whole rollout")  # fmt: skip
+    add("--retries", type=int, default=0, env_var="STAMPEDE_RETRIES", include_in_web_ui=True,
+        help="retry init failures (create/ready) this many times; each attempt is its own row")  # fmt: skip
+    add("--retry-backoff", type=float, default=1.0, env_var="STAMPEDE_RETRY_BACKOFF", help="seconds between attempts")
     add(
         "--commands",
         default=commands_to_text(DEFAULT_COMMANDS),
@@ -182,14 +212,63 @@ def _positive(name: str, value: float | None) -> None:
         raise SettingsError(f"--{name} must be a positive number (got {value!r})")
 
 
+MAX_STAGES = 64
+
+
 def parse_stages(text: str) -> tuple[int, ...]:
+    """`60,120,240` as given, or `60..3840`: doubling from the first to the last (the last always included)."""
+    text = str(text).replace(" ", "")
     try:
-        stages = tuple(int(part) for part in str(text).replace(" ", "").split(",") if part)
+        if ".." in text:
+            low, high = (int(part) for part in text.split("..", 1))
+            if low <= 0 or high < low:
+                raise ValueError
+            stages: list[int] = []
+            level = low
+            while level < high and len(stages) < MAX_STAGES:
+                stages.append(level)
+                level *= 2
+            return (*stages, high)
+        parsed = tuple(int(part) for part in text.split(",") if part)
     except ValueError:
-        raise SettingsError(f"--stages must be comma-separated whole numbers (got {text!r})") from None
-    if not stages or any(stage <= 0 for stage in stages):
+        raise SettingsError(f"--stages must be whole numbers, A,B,C or LOW..HIGH (got {text!r})") from None
+    if not parsed or any(stage <= 0 for stage in parsed):
         raise SettingsError(f"--stages must list positive concurrency levels (got {text!r})")
-    return stages
+    return parsed
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(part) for part in str(text).replace(" ", "").split(",") if part)
+    except ValueError:
+        raise SettingsError(f"--rates must be comma-separated numbers (got {text!r})") from None
+    if not rates or any(not (math.isfinite(rate) and rate > 0) for rate in rates):
+        raise SettingsError(f"--rates must be positive starts per second (got {text!r})")
+    return rates
+
+
+def parse_turns(text: str) -> tuple[int, int | None]:
+    text = str(text).replace(" ", "")
+    try:
+        if ".." in text:
+            low, high = (int(part) for part in text.split("..", 1))
+        else:
+            low, high = int(text), None
+    except ValueError:
+        raise SettingsError(f"--turns takes N or MIN..MAX (got {text!r})") from None
+    if low < 0 or (high is not None and high < low):
+        raise SettingsError(f"--turns takes N >= 0 or MIN..MAX with MIN <= MAX (got {text!r})")
+    return low, high
+
+
+def parse_argv(text: str | None, flag: str) -> tuple[str, ...] | None:
+    if not text:
+        return None
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise SettingsError(f"--{flag}: {exc}") from None
+    return words or None
 
 
 def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -217,8 +296,16 @@ class RunSettings:
     out: str = DEFAULT_OUT
     run_id: str | None = None
     stages: tuple[int, ...] = DEFAULT_STAGES
-    hold_s: float = DEFAULT_HOLD_S
+    hold_s: float | None = None  # None: the shape's own default
     burst_steps: int = 1
+    batch: int | None = None
+    group: int | None = None
+    stagger_ms: float = 200.0
+    rates: tuple[float, ...] = (2.0,)
+    poisson: bool = False
+    max_inflight: int = 10000
+    knee_max_failure: float = 0.05
+    knee_max_p99_s: float | None = None
     plan: RolloutPlan = field(default_factory=RolloutPlan)
     provider_options: dict[str, str] = field(default_factory=dict)
     progress_interval_s: float = 5.0
@@ -235,17 +322,37 @@ class RunSettings:
         def get(name: str, default: Any = None) -> Any:
             return getattr(options, name, default)
 
-        for name in ("hold", "create_timeout", "ready_timeout", "exec_timeout", "cpu", "lifetime"):
-            _positive(name.replace("_", "-"), get(name))
+        for name in ("create_timeout", "ready_timeout", "exec_timeout", "cpu", "lifetime", "stagger_ms"):
+            _positive(name.replace("_", "-"), get(name, 1.0))
+        for name in ("hold", "rollout_timeout", "knee_max_p99"):
+            if get(name) is not None:
+                _positive(name.replace("_", "-"), get(name))
+        for name in ("batch", "group", "max_inflight"):
+            if get(name) is not None and int(get(name)) <= 0:
+                raise SettingsError(f"--{name.replace('_', '-')} must be a positive whole number")
+        if int(get("retries", 0) or 0) < 0 or float(get("retry_backoff", 0) or 0) < 0:
+            raise SettingsError("--retries and --retry-backoff must not be negative")
+        if not 0 <= float(get("knee_max_failure", 0.05)) <= 1:
+            raise SettingsError("--knee-max-failure is a fraction between 0 and 1")
         if get("memory_mb") is None or int(get("memory_mb")) <= 0:
             raise SettingsError("--memory-mb must be a positive whole number")
         if get("time_scale") is not None:
             _positive("time-scale", get("time_scale"))
         if int(get("burst_steps", 1)) <= 0:
             raise SettingsError("--burst-steps must be a positive whole number")
+        turns, turns_max = parse_turns(get("turns", "0") or "0")
         try:
             plan = RolloutPlan(
                 commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
+                turns=turns,
+                turns_max=turns_max,
+                turn_command=parse_argv(get("turn_command"), "turn-command") or DEFAULT_TURN_COMMAND,
+                gen_time=str(get("gen_time") or "const:0"),
+                reward_command=parse_argv(get("reward_command"), "reward-command"),
+                rollout_timeout_s=get("rollout_timeout"),
+                retries=int(get("retries", 0) or 0),
+                retry_backoff_s=float(get("retry_backoff", 1.0) if get("retry_backoff") is not None else 1.0),
+                seed=int(get("seed") or 0),
                 create_timeout_s=float(get("create_timeout")),
                 ready_timeout_s=float(get("ready_timeout")),
                 exec_timeout_s=float(get("exec_timeout")),
@@ -269,8 +376,16 @@ class RunSettings:
             out=str(get("out") or DEFAULT_OUT),
             run_id=get("run_id") or None,
             stages=parse_stages(get("stages") or ",".join(map(str, DEFAULT_STAGES))),
-            hold_s=float(get("hold")),
+            hold_s=float(get("hold")) if get("hold") is not None else None,
             burst_steps=int(get("burst_steps", 1)),
+            batch=int(get("batch")) if get("batch") else None,
+            group=int(get("group")) if get("group") else None,
+            stagger_ms=float(get("stagger_ms", 200.0) or 200.0),
+            rates=parse_rates(get("rates") or "2"),
+            poisson=bool(get("poisson", False)),
+            max_inflight=int(get("max_inflight", 10000) or 10000),
+            knee_max_failure=float(get("knee_max_failure", 0.05) if get("knee_max_failure") is not None else 0.05),
+            knee_max_p99_s=get("knee_max_p99"),
             plan=plan,
             provider_options=parse_key_values(get("provider_option"), "provider-option"),
             progress_interval_s=float(get("progress_interval") or 0.0),

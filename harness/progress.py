@@ -1,4 +1,4 @@
-"""A progress line every few seconds while a run goes, from the engine's own counters (not Locust's)."""
+"""A progress line every few seconds while a run goes, from the engines' own counters (not Locust's)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,22 @@ from typing import Any
 import gevent
 
 
-def format_progress(elapsed_s: float, stage: str, users: int, target: int, stats: dict[str, Any] | None) -> str:
-    head = f"[{elapsed_s:6.0f}s] {stage or '-':<14} users {users}/{target}"
-    if not stats:
+def format_progress(elapsed_s: float, stage: str, users: int, target: int, live: Any) -> str:
+    totals = live.totals()
+    head = f"[{elapsed_s:6.0f}s] {stage or '-':<16} users {users}/{target}"
+    if not totals["engines"]:
         return head
-    failures = stats.get("failures") or {}
-    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(failures.items(), key=lambda kv: -kv[1])[:3])
-    p50, p99 = stats.get("recent_tti_p50_s"), stats.get("recent_tti_p99_s")
-    tti = f"TTI p50 {p50:.2f}s p99 {p99:.2f}s" if p50 is not None and p99 is not None else "TTI -"
-    health = stats.get("health") or {}
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(totals["failures"].items(), key=lambda kv: -kv[1])[:3])
+    stats = live.stage(stage) if stage else None
+    p50 = stats.tti_quantile(0.5) if stats else None
+    p99 = stats.tti_quantile(0.99) if stats else None
+    tti = f"TTI p50 {p50:.2f}s p99 {p99:.2f}s (stage)" if p50 is not None and p99 is not None else "TTI -"
+    engines = f" over {totals['engines']} engines" if totals["engines"] > 1 else ""
+    dropped = f" dropped {totals['dropped']}" if totals["dropped"] else ""
     return (
-        f"{head} | in flight {stats.get('inflight', 0)} | ok {stats.get('ok', 0)} failed {stats.get('failed', 0)}"
+        f"{head} | in flight {totals['inflight']}{engines} | ok {totals['ok']} failed {totals['failed']}"
         + (f" ({kinds})" if kinds else "")
-        + f" | {tti} (last 10s) | loop lag p99 {health.get('loop_lag_p99_ms', 0):.0f}ms"
-        f" cpu {health.get('cpu_percent', 0):.0f}%"
+        + f"{dropped} | {tti} | loop lag p99 {totals['loop_lag_p99_ms']:.0f}ms cpu {'/'.join(map(str, totals['cpu_percent']))}%"
     )
 
 
@@ -51,18 +53,11 @@ class ProgressPrinter:
     def line(self) -> str:
         session = self.session
         runner = session.environment.runner
-        shape = session.shape
-        stage = shape.stage if shape is not None else None
-        stats = None
-        if session.engine is not None and session.engine.alive:
-            try:
-                stats = session.engine.stats(timeout=5)
-            except Exception:
-                stats = None
+        stage = session.stage
         return format_progress(
             time.monotonic() - self.t0,
-            stage.name if stage else "",
+            stage.name,
             int(getattr(runner, "user_count", 0)),
-            stage.target_users if stage else int(getattr(runner, "target_user_count", 0) or 0),
-            stats,
+            stage.target_users or int(getattr(runner, "target_user_count", 0) or 0),
+            session.live,
         )

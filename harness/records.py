@@ -48,6 +48,8 @@ class RolloutRecord:
     sdk_version: str = ""
     t_intended: float | None = None  # open model: when the schedule wanted this rollout to start (epoch s)
     attempt: int = 1
+    turns: int = 0  # agentic turns completed
+    gen_s: float | None = None  # emulated model generation time, summed over turns (wall seconds)
 
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +100,8 @@ ROLLOUT_SCHEMA = pa.schema(
         ("sdk_version", pa.string()),
         ("t_intended", pa.float64()),
         ("attempt", pa.int16()),
+        ("turns", pa.int16()),
+        ("gen_s", pa.float64()),
     ],
     metadata={b"stampede.schema_version": str(SCHEMA_VERSION).encode(), b"stampede.table": b"rollouts"},
 )

@@ -8,12 +8,14 @@ mid-phase: a load test that leaks sandboxes costs users money and fills their ac
 from __future__ import annotations
 
 import asyncio
+import random
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from harness.distributions import Distribution, DistributionError
 from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
 from harness.redact import short_error
 from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
@@ -22,6 +24,8 @@ T = TypeVar("T")
 
 DEFAULT_COMMANDS: tuple[tuple[str, ...], ...] = (("true",), ("echo", "stampede"), ("sleep", "2"))
 """A minimal rollout: a readiness probe (ends TTI), one tool call with output, one that holds the sandbox."""
+
+DEFAULT_TURN_COMMAND: tuple[str, ...] = ("sh", "-c", "echo turn {turn}")
 
 WATCHDOG_GRACE_S = 30.0
 """Extra time past a phase's own deadline before the harness itself gives up on a stuck vendor call."""
@@ -69,6 +73,18 @@ class RolloutPlan:
     lifetime_s: float = 3600.0
     network: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Agentic episodes: after `commands` (the setup; the first command ends TTI), `turns` rounds of
+    # "the model generates for a while, then calls a tool", then a final reward command.
+    turns: int = 0
+    turns_max: int | None = None  # turns drawn uniformly from turns..turns_max
+    turn_command: tuple[str, ...] = DEFAULT_TURN_COMMAND  # "{turn}" is replaced by the turn number
+    gen_time: str = "const:0"  # a harness.distributions spec, in vendor seconds
+    reward_command: tuple[str, ...] | None = None
+    rollout_timeout_s: float | None = None  # one deadline for the whole rollout
+    retries: int = 0  # init failures (create/ready) are retried this many times, each attempt its own row
+    retry_backoff_s: float = 1.0
+    time_scale: float = 1.0  # generation time plays at the simulated vendor's time scale
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if not self.commands:
@@ -76,11 +92,28 @@ class RolloutPlan:
         for name in ("create_timeout_s", "ready_timeout_s", "exec_timeout_s", "terminate_timeout_s", "lifetime_s"):
             if getattr(self, name) <= 0:
                 raise PlanError(f"{name} must be positive")
+        if self.turns < 0 or (self.turns_max is not None and self.turns_max < self.turns):
+            raise PlanError("turns must be >= 0 (and turns_max >= turns)")
+        if self.retries < 0 or self.retry_backoff_s < 0:
+            raise PlanError("retries and retry backoff must be >= 0")
+        if self.rollout_timeout_s is not None and self.rollout_timeout_s <= 0:
+            raise PlanError("rollout_timeout_s must be positive")
+        if not self.time_scale > 0:
+            raise PlanError("time_scale must be positive")
+        try:
+            Distribution.parse(self.gen_time)
+        except DistributionError as exc:
+            raise PlanError(str(exc)) from None
 
-    def spec(self, run_id: str, rollout_id: str) -> SandboxSpec:
+    @property
+    def generation(self) -> Distribution:
+        return Distribution.parse(self.gen_time)
+
+    def spec(self, run_id: str, rollout_id: str, engine: str = "") -> SandboxSpec:
         return SandboxSpec(
             run_id=run_id,
             rollout_id=rollout_id,
+            engine=engine,
             image=self.image,
             cpu=self.cpu,
             memory_mb=self.memory_mb,
@@ -92,6 +125,8 @@ class RolloutPlan:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["commands"] = [list(argv) for argv in self.commands]
+        data["turn_command"] = list(self.turn_command)
+        data["reward_command"] = list(self.reward_command) if self.reward_command else None
         data["labels"] = dict(self.labels)
         return data
 
@@ -100,6 +135,9 @@ class RolloutPlan:
         values = dict(data)
         if "commands" in values:
             values["commands"] = tuple(tuple(str(word) for word in argv) for argv in values["commands"])
+        for key in ("turn_command", "reward_command"):
+            if values.get(key) is not None:
+                values[key] = tuple(str(word) for word in values[key])
         return cls(**values)
 
 
@@ -182,6 +220,8 @@ class _Rollout:
         self.record = ctx.new_record()
         self.ref: SandboxRef | None = None
         self.phase = Phase.CREATE
+        # Generation times and turn counts are drawn per rollout and attempt: reproducible for a seed.
+        self.rng = random.Random(f"{plan.seed}:{ctx.rollout_id}:{ctx.attempt}")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -235,7 +275,7 @@ class _Rollout:
 
     async def lifecycle(self) -> None:
         plan, record = self.plan, self.record
-        spec = plan.spec(self.ctx.run_id, self.ctx.rollout_id)
+        spec = plan.spec(self.ctx.run_id, self.ctx.rollout_id, self.ctx.worker)
         self.phase = Phase.CREATE
         self.ref = await self.timed("create", Phase.CREATE, self.provider.create(spec), plan.create_timeout_s)
         self.registry.add(self.ref)
@@ -250,17 +290,28 @@ class _Rollout:
         record.ready_s = self.elapsed() - ready_start
 
         self.phase = Phase.EXEC
-        exec_total = 0.0
         for argv in plan.commands:
-            exec_start = self.elapsed()
-            await self.timed(
-                "exec", Phase.EXEC, self.provider.exec(self.ref, argv, plan.exec_timeout_s), plan.exec_timeout_s
-            )
-            exec_total += self.elapsed() - exec_start
-            record.exec_count += 1
-            record.exec_s = exec_total
-            if record.tti_s is None:
-                record.tti_s = self.elapsed()
+            await self.run_command(argv)
+        turns = plan.turns if plan.turns_max is None else self.rng.randint(plan.turns, plan.turns_max)
+        generation = plan.generation
+        for turn in range(1, turns + 1):
+            pause = generation.sample(self.rng) * plan.time_scale  # the model thinks; the sandbox is held
+            if pause > 0:
+                await asyncio.sleep(pause)
+            record.gen_s = (record.gen_s or 0.0) + pause
+            await self.run_command(tuple(word.replace("{turn}", str(turn)) for word in plan.turn_command))
+            record.turns = turn
+        if plan.reward_command:
+            await self.run_command(plan.reward_command)
+
+    async def run_command(self, argv: Sequence[str]) -> None:
+        plan, record = self.plan, self.record
+        exec_start = self.elapsed()
+        await self.timed("exec", Phase.EXEC, self.provider.exec(self.ref, argv, plan.exec_timeout_s), plan.exec_timeout_s)  # type: ignore[arg-type]
+        record.exec_count += 1
+        record.exec_s = (record.exec_s or 0.0) + self.elapsed() - exec_start
+        if record.tti_s is None:
+            record.tti_s = self.elapsed()
 
     async def terminate(self) -> None:
         if self.ref is None:
@@ -280,7 +331,11 @@ class _Rollout:
 
     async def run(self) -> RolloutRecord:
         try:
-            await self.lifecycle()
+            if self.plan.rollout_timeout_s is None:
+                await self.lifecycle()
+            else:
+                async with asyncio.timeout(self.plan.rollout_timeout_s):
+                    await self.lifecycle()
         except asyncio.CancelledError:
             self.record.outcome = OUTCOME_CANCELLED
             self.record.failure_phase = str(self.phase)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import gevent
+import gevent.subprocess
 import locust
 import locust.argument_parser
 from locust.env import Environment
@@ -29,6 +33,7 @@ from harness.options import RunSettings, SettingsError
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
 EXIT_INTERRUPTED = 130
+WORKER_CONNECT_TIMEOUT_S = 60.0
 
 
 def resolve_scenario(name_or_path: str) -> Path:
@@ -88,7 +93,8 @@ def _locust_options(args: argparse.Namespace, scenario: Path) -> Any:
     argv = ["-f", str(scenario), "--headless", "--only-summary"]
     options = parser.parse_args(argv)
     for key, value in vars(args).items():
-        if key in ("command", "scenario", "users", "spawn_rate", "run_time", "stop_timeout"):
+        if key in ("command", "scenario", "users", "spawn_rate", "run_time", "stop_timeout", "workers", "master",
+                   "expect_workers", "master_bind_host", "worker", "master_host", "master_port"):  # fmt: skip
             continue
         setattr(options, key, value)
     options.num_users = args.users
@@ -107,11 +113,52 @@ def _parse_run_time(text: str) -> int:
         raise UsageError(f"--run-time {text!r} is not a time span like 90s, 5m or 1h30m") from None
 
 
+def _role(args: argparse.Namespace) -> str:
+    roles = [name for name, on in (("workers", args.workers > 0), ("master", args.master), ("worker", args.worker)) if on]
+    if len(roles) > 1:
+        raise UsageError(f"choose one of --workers N, --master and --worker (got {', '.join('--' + r for r in roles)})")
+    if args.workers < 0 or args.expect_workers < 1 or not 0 < args.master_port < 65536:
+        raise UsageError("--workers, --expect-workers and --master-port must be positive")
+    return roles[0] if roles else "local"
+
+
+def _spawn_local_workers(args: argparse.Namespace, scenario: Path, port: int) -> list[gevent.subprocess.Popen]:
+    """N `stampede run --worker` processes of this machine, each a Locust worker with its own engine."""
+    argv = [sys.executable, "-m", "harness.cli", "run", "--worker", "--master-host", "127.0.0.1",
+            "--master-port", str(port), "--scenario", str(scenario)]  # fmt: skip
+    return [gevent.subprocess.Popen(argv, start_new_session=True) for _ in range(args.workers)]
+
+
+def _wait_for_workers(runner: Any, count: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while len(runner.clients.ready) < count:
+        if time.monotonic() > deadline:
+            return False
+        gevent.sleep(0.2)
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        return int(probe_socket.getsockname()[1])
+
+
+def _dump_greenlets() -> None:
+    """SIGUSR1: every greenlet's stack to stderr (py-spy cannot see inside gevent)."""
+    import gevent.util
+
+    print("\n".join(gevent.util.format_run_info()), file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
+    gevent.signal_handler(signal.SIGUSR1, _dump_greenlets)
+    role = _role(args)
     scenario = resolve_scenario(args.scenario)
-    _validate(args)
+    if role != "worker":  # a worker takes every setting from its master
+        _validate(args)
     options = _locust_options(args, scenario)
-    setup_logging("WARNING")
+    setup_logging(os.environ.get("STAMPEDE_LOCUST_LOG", "WARNING"))
     logging.getLogger("stampede").setLevel(logging.INFO)
 
     try:
@@ -129,7 +176,18 @@ def run(args: argparse.Namespace) -> int:
         locustfile=scenario.name,
         stop_timeout=options.stop_timeout,
     )
-    runner = environment.create_local_runner()
+    workers: list[gevent.subprocess.Popen] = []
+    if role == "worker":
+        try:
+            runner = environment.create_worker_runner(args.master_host, args.master_port)
+        except OSError as exc:
+            raise UsageError(f"cannot reach the master at {args.master_host}:{args.master_port}: {exc}") from None
+    elif role in ("master", "workers"):
+        port = _free_port() if role == "workers" else args.master_port
+        bind = "127.0.0.1" if role == "workers" else args.master_bind_host
+        runner = environment.create_master_runner(master_bind_host=bind, master_bind_port=port)
+    else:
+        runner = environment.create_local_runner()
     if shape is not None:
         shape.runner = runner
     environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
@@ -137,6 +195,18 @@ def run(args: argparse.Namespace) -> int:
     if session is None or session.failed_to_start:
         _quit(environment)
         return 2
+    if role == "worker":
+        return _run_worker(environment, runner)
+    if role in ("master", "workers"):
+        expected = args.workers if role == "workers" else args.expect_workers
+        if role == "workers":
+            workers = _spawn_local_workers(args, scenario, port)
+        print(f"stampede: waiting for {expected} worker(s)…", file=sys.stderr, flush=True)
+        if not _wait_for_workers(runner, expected, WORKER_CONNECT_TIMEOUT_S):
+            _quit(environment)
+            _stop_workers(workers)
+            raise UsageError(f"only {len(runner.clients.ready)} of {expected} workers connected within "
+                             f"{WORKER_CONNECT_TIMEOUT_S:.0f}s")  # fmt: skip
 
     interrupted: list[int | None] = []
 
@@ -167,9 +237,38 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             runner.greenlet.join()
     _quit(environment)
+    _stop_workers(workers)
     if environment.process_exit_code not in (None, 0):
         return int(environment.process_exit_code)
     return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _run_worker(environment: Environment, runner: Any) -> int:
+    """Until the master says quit (or SIGTERM / Ctrl-C): the master drives everything."""
+
+    def stop(*_: Any) -> None:
+        gevent.spawn(runner.quit)
+
+    gevent.signal_handler(signal.SIGTERM, stop)
+    try:
+        runner.greenlet.join()
+    except KeyboardInterrupt:
+        runner.quit()
+    _quit(environment)
+    return int(environment.process_exit_code or 0)
+
+
+def _stop_workers(workers: list[gevent.subprocess.Popen]) -> None:
+    """Local workers have drained and shipped their records by now (the master waited for them)."""
+    for process in workers:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in workers:
+        try:
+            process.wait(timeout=60)
+        except gevent.subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _quit(environment: Environment) -> None:

@@ -1,77 +1,164 @@
-"""Load shapes: how many rollouts are in flight over time (closed model: one rollout per Locust user).
+"""Load shapes: how many rollouts are in flight, or how many start per second, over time.
 
-A shape also tells each user which stage it is in (recorded with every rollout) and may hold users at a gate
-(a burst releases B x G rollouts at once, as a synchronous RL step does).
+Closed model (ramp, burst, steady, soak, knee): one rollout at a time per Locust user, so the user count is the
+number in flight, as an RL generator keeps N rollouts going. Open model (staggered, arrival): a schedule of
+intended start times that does not wait for the vendor, so a slow vendor cannot hide behind fewer requests
+(coordinated omission); starts the schedule could not make are counted as dropped.
+
+Shapes run where Locust ticks them (a local runner or the master) and talk to users only through the session:
+`session.enter_stage` (every rollout records its stage and target) and, for bursts, the session's gate.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-import gevent.event
 from locust import LoadTestShape
 
 from harness.options import RunSettings
 
+if TYPE_CHECKING:
+    from harness.locust_session import StampedeSession
+
 DEFAULT_SPAWN_RATE = 100.0
 DEFAULT_BURST_SIZE = 100
+DEFAULT_STEADY_USERS = 100
+DEFAULT_KNEE_MAX_FAILURE = 0.05
+DEFAULT_KNEE_P99_FACTOR = 5.0
+SCHEDULER_LEAD_S = 1.0  # open-model stages start a little in the future so every dispatcher sees them first
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
+    """One stage of a shape; open-model stages also carry their schedule."""
+
     index: int
     name: str
     target_users: int
+    rate: float | None = None  # open model: intended starts per second
+    count: int | None = None  # open model: stop after this many intended starts
+    poisson: bool = False
+    t_start: float = 0.0  # epoch seconds the schedule counts from
+    dispatchers: int = 1
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Stage:
+        return cls(**data)
 
 
 IDLE_STAGE = Stage(0, "", 0)
 
 
 class StampedeShape(LoadTestShape):
-    """Base of stampede's shapes: stage bookkeeping and the per-rollout gate hooks (no gate by default)."""
+    """Base of stampede's shapes."""
 
     abstract = True
     use_common_options = True
+    gated = False  # users wait at the session's gate before each rollout (a synchronous step)
+    open_model = False  # users are schedule dispatchers, one per engine
 
     def __init__(self) -> None:
         super().__init__()
         self.stage: Stage = IDLE_STAGE
-        self.t_stage_started = time.monotonic()
+        self.t_stage = time.monotonic()
+        self.outcome: dict[str, Any] | None = None  # what the shape found (the knee), for run.json
+
+    def session(self) -> StampedeSession | None:
+        return getattr(self.runner.environment, "stampede", None) if self.runner else None
 
     def settings(self) -> RunSettings:
+        session = self.session()
+        if session is not None:
+            return session.settings
         assert self.runner is not None
-        session = getattr(self.runner.environment, "stampede", None)
-        if session is None:
-            return RunSettings.from_options(self.runner.environment.parsed_options)
-        settings: RunSettings = session.settings
-        return settings
+        return RunSettings.from_options(self.runner.environment.parsed_options)
 
     def spawn_rate(self, default: float = DEFAULT_SPAWN_RATE) -> float:
-        rate = self.settings().spawn_rate
-        return float(rate) if rate else default
+        return self.settings().spawn_rate or default
+
+    def hold(self, default: float) -> float:
+        return self.settings().hold_s or default
 
     def enter(self, stage: Stage) -> None:
         if stage != self.stage:
             self.stage = stage
-            self.t_stage_started = time.monotonic()
+            self.t_stage = time.monotonic()
+            session = self.session()
+            if session is not None:
+                session.enter_stage(stage)
+
+    def stage_age(self) -> float:
+        return time.monotonic() - self.t_stage
 
     def describe(self) -> dict[str, Any]:
         """Shape parameters for run.json."""
         return {"shape": type(self).__name__}
 
-    # Hooks called by RolloutUser around each rollout (in the user's greenlet).
-    def before_rollout(self, user: Any) -> Stage | None:
-        """Block until this user may start a rollout; return the stage it runs in (None: no more rollouts)."""
-        return self.stage
+    def live_stage(self, name: str) -> Any:
+        session = self.session()
+        from harness.stage_stats import StageStats
 
-    def after_rollout(self, user: Any, stage: Stage, record: dict[str, Any]) -> None:
-        """A rollout of `stage` ended (any outcome)."""
+        return session.live.stage(name) if session is not None else StageStats()
+
+    def dispatchers(self) -> int:
+        """Open model: one dispatcher user per engine (each worker's share of the schedule)."""
+        runner = self.runner
+        count = getattr(runner, "worker_count", None)
+        return max(1, int(count)) if count is not None else 1
 
 
-class RampShape(StampedeShape):
-    """Doubling stages (60, 120, 240, 480, 960 by default): reach each level, hold it, move on.
+class _HoldingShape(StampedeShape):
+    """Reach a level, hold it for `hold` seconds once Locust reports it reached, move on."""
+
+    abstract = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._index = 0
+        self._reached_at: float | None = None
+
+    def levels(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def label(self) -> str:
+        raise NotImplementedError
+
+    def default_hold(self) -> float:
+        return 15.0
+
+    def level_stage(self, index: int) -> Stage:
+        target = self.levels()[index]
+        return Stage(index + 1, f"{index + 1:02d}-{self.label()}{target}", target)
+
+    def stage_done(self, stage: Stage) -> bool:
+        """Called once the hold of `stage` is over; True stops the shape (the knee uses it)."""
+        return False
+
+    def tick(self) -> tuple[int, float] | None:
+        levels = self.levels()
+        if self._index >= len(levels):
+            return None
+        self.enter(self.level_stage(self._index))
+        if self._reached_at is None and self.get_current_user_count() >= self.stage.target_users:
+            self._reached_at = time.monotonic()
+        if self._reached_at is not None and time.monotonic() - self._reached_at >= self.hold(self.default_hold()):
+            if self.stage_done(self.stage):
+                return None
+            self._index += 1
+            self._reached_at = None
+            if self._index >= len(levels):
+                return None
+            self.enter(self.level_stage(self._index))
+        return self.stage.target_users, self.spawn_rate()
+
+
+class RampShape(_HoldingShape):
+    """Doubling stages (60, 120, 240, 480, 960 by default; `--stages 60..3840` doubles up to 3840), each held.
 
     Holds start once Locust reports the level reached, so a slow spawn never shortens a hold. `-u N` caps the
     ramp: stages above N are dropped and N becomes the last stage.
@@ -79,106 +166,235 @@ class RampShape(StampedeShape):
 
     abstract = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._levels: tuple[int, ...] | None = None
-        self._index = 0
-        self._reached_at: float | None = None
-
     def levels(self) -> tuple[int, ...]:
-        if self._levels is None:
-            stages = self.settings().stages
-            cap = self.settings().users
-            if cap:
-                stages = (*tuple(level for level in stages if level < int(cap)), int(cap))
-            self._levels = stages
-        return self._levels
+        stages = self.settings().stages
+        cap = self.settings().users
+        if cap:
+            stages = (*(level for level in stages if level < cap), cap)
+        return stages
+
+    def label(self) -> str:
+        return "ramp"
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "shape": "ramp",
-            "stages": list(self.levels()),
-            "hold_s": self.settings().hold_s,
-            "spawn_rate": self.spawn_rate(),
-        }
-
-    def tick(self) -> tuple[int, float] | None:
-        levels = self.levels()
-        if self._index >= len(levels):
-            return None
-        target = levels[self._index]
-        self.enter(Stage(self._index + 1, f"{self._index + 1:02d}-ramp{target}", target))
-        if self._reached_at is None and self.get_current_user_count() >= target:
-            self._reached_at = time.monotonic()
-        if self._reached_at is not None and time.monotonic() - self._reached_at >= self.settings().hold_s:
-            self._index += 1
-            self._reached_at = None
-            if self._index >= len(levels):
-                return None
-            target = levels[self._index]
-            self.enter(Stage(self._index + 1, f"{self._index + 1:02d}-ramp{target}", target))
-        return target, self.spawn_rate()
+        return {"shape": "ramp", "stages": list(self.levels()), "hold_s": self.hold(self.default_hold()),
+                "spawn_rate": self.spawn_rate()}  # fmt: skip
 
 
-class BurstShape(StampedeShape):
-    """A synchronous RL step: N rollouts released at the same instant; the next step once the last one ends.
+class SteadyShape(_HoldingShape):
+    """An asynchronous (PipelineRL-style) generator: N rollouts in flight at all times, a new one as each ends."""
 
-    Users are spawned first and wait at a gate; the gate opens when all N are there, so the vendor sees N
-    creates within milliseconds, not a spawn ramp.
+    abstract = True
+
+    def levels(self) -> tuple[int, ...]:
+        return (self.settings().users or DEFAULT_STEADY_USERS,)
+
+    def label(self) -> str:
+        return "steady"
+
+    def default_hold(self) -> float:
+        return 60.0
+
+    def describe(self) -> dict[str, Any]:
+        return {"shape": "steady", "users": self.levels()[0], "hold_s": self.hold(self.default_hold())}
+
+
+class SoakShape(SteadyShape):
+    """A constant level for a bounded long time (10 minutes unless `--hold` says otherwise)."""
+
+    abstract = True
+
+    def label(self) -> str:
+        return "soak"
+
+    def default_hold(self) -> float:
+        return 600.0
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "shape": "soak"}
+
+
+class KneeShape(_HoldingShape):
+    """Raise concurrency stage by stage until the failure rate or TTI p99 crosses its threshold, then stop.
+
+    The knee is the highest level that stayed clean. Thresholds: `--knee-max-failure` (default 5%) and
+    `--knee-max-p99` seconds (default: 5x the first stage's TTI p99, i.e. "the tail blew up").
     """
 
     abstract = True
 
+    def levels(self) -> tuple[int, ...]:
+        return RampShape.levels(self)  # type: ignore[arg-type]
+
+    def label(self) -> str:
+        return "knee"
+
+    def thresholds(self, first_p99: float | None) -> tuple[float, float | None]:
+        settings = self.settings()
+        max_p99 = settings.knee_max_p99_s
+        if max_p99 is None and first_p99 is not None:
+            max_p99 = DEFAULT_KNEE_P99_FACTOR * first_p99
+        return settings.knee_max_failure, max_p99
+
+    def stage_done(self, stage: Stage) -> bool:
+        stats = self.live_stage(stage.name)
+        first = self.live_stage(self.level_stage(0).name)
+        max_failure, max_p99 = self.thresholds(first.tti_quantile(0.99))
+        p99 = stats.tti_quantile(0.99)
+        verdicts = []
+        if stats.failure_rate > max_failure:
+            verdicts.append(f"failure rate {stats.failure_rate:.1%} > {max_failure:.1%}")
+        if max_p99 is not None and p99 is not None and p99 > max_p99:
+            verdicts.append(f"TTI p99 {p99:.2f}s > {max_p99:.2f}s")
+        if stats.finished == 0:
+            verdicts.append("no rollout finished during the hold")
+        clean = not verdicts
+        history = [*(self.outcome or {}).get("stages", []), {
+            "stage": stage.name, "level": stage.target_users, "finished": stats.finished,
+            "failure_rate": stats.failure_rate, "tti_p99_s": p99, "clean": clean,
+        }]  # fmt: skip
+        clean_levels = [entry["level"] for entry in history if entry["clean"]]
+        last = stage.index == len(self.levels())
+        self.outcome = {
+            "knee": clean_levels[-1] if clean_levels else None,  # the highest level that stayed clean
+            "crossed_at": None if clean else stage.target_users,
+            "reason": "; ".join(verdicts)
+            if verdicts
+            else ("every level stayed clean: the knee is at or above the highest level tried" if last else None),
+            "max_failure_rate": max_failure,
+            "max_tti_p99_s": max_p99,
+            "stages": history,
+        }
+        return not clean
+
+    def describe(self) -> dict[str, Any]:
+        return {"shape": "knee", "stages": list(self.levels()), "hold_s": self.hold(self.default_hold()),
+                "max_failure_rate": self.settings().knee_max_failure, "max_tti_p99_s": self.settings().knee_max_p99_s}  # fmt: skip
+
+
+class BurstShape(StampedeShape):
+    """A synchronous RL step: B x G rollouts released at the same instant; the next step once the last one ends.
+
+    Users are spawned first and wait at the session's gate; the gate opens when all are there, so the vendor
+    sees every create of a step within milliseconds, not a spawn ramp. `--batch B --group G` (or `-u N`).
+    """
+
+    abstract = True
+    gated = True
+
     def __init__(self) -> None:
         super().__init__()
-        self._released_step = 0
-        self._finished: dict[int, int] = {}
-        self._waiting = 0
-        self._gate = gevent.event.Event()
+        self._step = 0
+        self._all_spawned_at: float | None = None
         self._done = False
 
     def size(self) -> int:
-        return self.settings().users or DEFAULT_BURST_SIZE
-
-    def steps(self) -> int:
-        return self.settings().burst_steps
+        settings = self.settings()
+        if settings.batch and settings.group:
+            return settings.batch * settings.group
+        return settings.users or DEFAULT_BURST_SIZE
 
     def describe(self) -> dict[str, Any]:
-        return {"shape": "burst", "size": self.size(), "steps": self.steps()}
+        settings = self.settings()
+        return {"shape": "burst", "size": self.size(), "steps": settings.burst_steps,
+                "batch": settings.batch, "group": settings.group}  # fmt: skip
 
     def tick(self) -> tuple[int, float] | None:
         size = self.size()
-        if self._done:
+        session = self.session()
+        if self._done or session is None:
             return None
-        if self._released_step == 0:
-            if self.get_current_user_count() >= size and self._waiting >= size:
-                self._release(1, size)
-        elif self._finished.get(self._released_step, 0) >= size:
-            if self._released_step >= self.steps():
+        if self._step == 0:
+            if self.get_current_user_count() >= size:
+                self._all_spawned_at = self._all_spawned_at or time.monotonic()
+                if time.monotonic() - self._all_spawned_at >= 1.0:  # every user reached the gate
+                    self._release(1, size)
+        elif self.live_stage(self.stage.name).ended >= size:
+            if self._step >= self.settings().burst_steps:
                 self._done = True
-                self._gate.set()  # let waiting users leave at once instead of sitting out the stop timeout
+                session.close_gate()  # waiting users leave at once instead of sitting out the stop timeout
                 return None
-            self._release(self._released_step + 1, size)
+            self._release(self._step + 1, size)
         return size, max(self.spawn_rate(default=float(size)), 1.0)
 
     def _release(self, step: int, size: int) -> None:
+        self._step = step
         self.enter(Stage(step, f"{step:02d}-burst{size}", size))
-        self._released_step = step
-        gate, self._gate = self._gate, gevent.event.Event()
-        gate.set()
+        session = self.session()
+        if session is not None:
+            session.release(step)
 
-    def before_rollout(self, user: Any) -> Stage | None:
-        done_step = getattr(user, "_stampede_step", 0)
-        while self._released_step <= done_step:
-            if self._done:
+
+class _OpenShape(StampedeShape):
+    """Open model: one dispatcher user per engine; the stage carries the schedule they share."""
+
+    abstract = True
+    open_model = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._index = 0
+        self._done = False
+
+    def stages(self) -> list[Stage]:
+        raise NotImplementedError
+
+    def stage_over(self, stage: Stage) -> bool:
+        raise NotImplementedError
+
+    def tick(self) -> tuple[int, float] | None:
+        if self._done:
+            return None
+        stages = self.stages()
+        if self.stage.index == 0 or self.stage_over(self.stage):
+            if self.stage.index >= len(stages):
+                self._done = True
                 return None
-            self._waiting += 1
-            try:
-                self._gate.wait()
-            finally:
-                self._waiting -= 1
-        user._stampede_step = self._released_step
-        return self.stage
+            stage = stages[self.stage.index]
+            self.enter(replace(stage, t_start=time.time() + SCHEDULER_LEAD_S, dispatchers=self.dispatchers()))
+        return self.stage.dispatchers, 100.0
 
-    def after_rollout(self, user: Any, stage: Stage, record: dict[str, Any]) -> None:
-        self._finished[stage.index] = self._finished.get(stage.index, 0) + 1
+
+class StaggeredShape(_OpenShape):
+    """One start every D ms (`--stagger-ms`), N starts in all (`-u N`), as the public sandbox benchmarks do."""
+
+    abstract = True
+
+    def stages(self) -> list[Stage]:
+        settings = self.settings()
+        count = settings.users or DEFAULT_BURST_SIZE
+        return [Stage(1, f"01-stagger{settings.stagger_ms:g}ms", count, rate=1000.0 / settings.stagger_ms, count=count)]
+
+    def stage_over(self, stage: Stage) -> bool:
+        session = self.session()
+        dropped = session.live.dropped.get(stage.name, 0) if session else 0
+        return self.live_stage(stage.name).ended + dropped >= (stage.count or 0)
+
+    def describe(self) -> dict[str, Any]:
+        settings = self.settings()
+        return {"shape": "staggered", "starts": settings.users or DEFAULT_BURST_SIZE, "stagger_ms": settings.stagger_ms}
+
+
+class ArrivalShape(_OpenShape):
+    """Starts at a fixed or Poisson rate (`--rates 2,4,8`, starts per second), each rate held `--hold` seconds.
+
+    Intended start times are recorded with every rollout (`t_intended`); a start that finds `--max-inflight`
+    rollouts already running is dropped and counted, never silently skipped.
+    """
+
+    abstract = True
+
+    def stages(self) -> list[Stage]:
+        settings = self.settings()
+        return [
+            Stage(i + 1, f"{i + 1:02d}-arrival{rate:g}ps", settings.max_inflight, rate=rate, poisson=settings.poisson)
+            for i, rate in enumerate(settings.rates)
+        ]
+
+    def stage_over(self, stage: Stage) -> bool:
+        return time.time() - stage.t_start >= self.hold(30.0)
+
+    def describe(self) -> dict[str, Any]:
+        settings = self.settings()
+        return {"shape": "arrival", "rates": list(settings.rates), "poisson": settings.poisson,
+                "hold_s": self.hold(30.0), "max_inflight": settings.max_inflight}  # fmt: skip

@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2  # 2: sandboxes also carry their engine (ENGINE_LABEL); list_owned/cleanup may scope to it
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
+ENGINE_LABEL = "stampede-engine"
 
 
 class FailureKind(enum.StrEnum):
@@ -79,10 +80,22 @@ class SandboxSpec:
     network: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    engine: str = ""  # the engine (one per Locust process) that owns it; several share a distributed run
 
     def tags(self) -> dict[str, str]:
-        """Labels every sandbox carries so that leaks can be found and reaped by run."""
-        return {**self.labels, RUN_LABEL: self.run_id, ROLLOUT_LABEL: self.rollout_id}
+        """Labels every sandbox carries so that leaks can be found and reaped by run (and by engine)."""
+        tags = {**self.labels, RUN_LABEL: self.run_id, ROLLOUT_LABEL: self.rollout_id}
+        if self.engine:
+            tags[ENGINE_LABEL] = self.engine
+        return tags
+
+
+def owner_labels(run_id: str, engine: str | None = None) -> dict[str, str]:
+    """The labels `list_owned` / `cleanup` filter on: the run, and within it one engine when given."""
+    labels = {RUN_LABEL: run_id}
+    if engine:
+        labels[ENGINE_LABEL] = engine
+    return labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +161,12 @@ class Provider(abc.ABC):
         """Destroy the sandbox. Idempotent: terminating a gone sandbox is not an error."""
 
     @abc.abstractmethod
-    async def list_owned(self, run_id: str) -> list[SandboxRef]:
-        """Sandboxes still alive that carry this run's label."""
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        """Sandboxes still alive that carry this run's label (and this engine's, when given): `owner_labels`."""
 
-    async def cleanup(self, run_id: str) -> int:
-        """Terminate every live sandbox of the run; return how many were reaped."""
-        refs = await self.list_owned(run_id)
+    async def cleanup(self, run_id: str, engine: str | None = None) -> int:
+        """Terminate every live sandbox of the run (of one engine of it, when given); return how many."""
+        refs = await self.list_owned(run_id, engine)
         results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
         return sum(1 for result in results if not isinstance(result, BaseException))
 

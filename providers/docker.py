@@ -32,7 +32,6 @@ from aiodocker.execs import Exec
 
 from providers.base import (
     ROLLOUT_LABEL,
-    RUN_LABEL,
     ExecResult,
     FailureKind,
     Phase,
@@ -42,6 +41,7 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    owner_labels,
 )
 from providers.docker_image import DEFAULT_IMAGE, default_host, ensure_image, image_id
 
@@ -465,12 +465,12 @@ class DockerProvider(Provider):
         except (aiohttp.ClientError, OSError) as exc:
             raise ProviderError(FailureKind.TRANSPORT, f"remove: {_short(exc)}") from None
 
-    async def list_owned(self, run_id: str) -> list[SandboxRef]:
-        """Every container (running or not) carrying this run's label."""
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        """Every container (running or not) carrying this run's label (and the engine's, when given)."""
         try:
             async with asyncio.timeout(self.options.api_timeout_s):
                 containers = await self._client().containers.list(
-                    all=True, filters={"label": [f"{RUN_LABEL}={run_id}"]}
+                    all=True, filters={"label": [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]}
                 )
         except TimeoutError:
             raise ProviderError(FailureKind.TRANSPORT, "docker did not answer the container list") from None
@@ -494,12 +494,12 @@ class DockerProvider(Provider):
             )
         return refs
 
-    async def cleanup(self, run_id: str) -> int:
+    async def cleanup(self, run_id: str, engine: str | None = None) -> int:
         """Remove every container of the run; list again, since creates in flight may land meanwhile."""
         reaped: set[str] = set()
         for _ in range(3):
             # a container whose removal is still in progress is listed again: count each one once
-            refs = [ref for ref in await self.list_owned(run_id) if ref.sandbox_id not in reaped]
+            refs = [ref for ref in await self.list_owned(run_id, engine) if ref.sandbox_id not in reaped]
             if not refs:
                 break
             results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)

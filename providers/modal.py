@@ -43,7 +43,6 @@ import modal.exception as mexc
 from modal_proto import api_pb2
 
 from providers.base import (
-    RUN_LABEL,
     ExecResult,
     FailureKind,
     Phase,
@@ -53,6 +52,7 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    owner_labels,
 )
 
 PINNED_SDK = "1.6.4"
@@ -328,11 +328,11 @@ class ModalProvider(Provider):
             with contextlib.suppress(Exception):
                 await sandbox.detach.aio()
 
-    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         client = await self.client()
         app = await self.app()
         refs: list[SandboxRef] = []
-        async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, tags={RUN_LABEL: run_id}, client=client):
+        async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, tags=owner_labels(run_id, engine), client=client):
             refs.append(SandboxRef(sandbox_id=sandbox.object_id, provider=self.name, run_id=run_id, handle=sandbox))
         return refs
 

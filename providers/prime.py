@@ -65,7 +65,6 @@ from prime_sandboxes import (
 )
 
 from providers.base import (
-    RUN_LABEL,
     ExecResult,
     FailureKind,
     Phase,
@@ -75,6 +74,7 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    owner_labels,
 )
 
 T = TypeVar("T")
@@ -365,12 +365,12 @@ class PrimeProvider(Provider):
             if self.options.auth_cache == "memory":
                 await self.sdk._auth_cache.invalidate(ref.sandbox_id)
 
-    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         refs: list[SandboxRef] = []
         page = 1
         while True:
             listed = await self.sdk.list(
-                labels=[f"{RUN_LABEL}={run_id}"],
+                labels=[f"{k}={v}" for k, v in owner_labels(run_id, engine).items()],
                 exclude_terminated=True,
                 page=page,
                 per_page=LIST_PAGE,
@@ -381,8 +381,9 @@ class PrimeProvider(Provider):
                 return refs
             page += 1
 
-    async def cleanup(self, run_id: str) -> int:
-        result = await self.sdk.bulk_delete(labels=[f"{RUN_LABEL}={run_id}"], team_id=self.options.team_id)
+    async def cleanup(self, run_id: str, engine: str | None = None) -> int:
+        labels = [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]
+        result = await self.sdk.bulk_delete(labels=labels, team_id=self.options.team_id)
         return len(result.succeeded)
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:

@@ -21,7 +21,6 @@ from urllib.parse import quote
 import aiohttp
 
 from providers.base import (
-    RUN_LABEL,
     ExecResult,
     FailureKind,
     Phase,
@@ -31,6 +30,7 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    owner_labels,
 )
 
 DEFAULT_IMAGE = "python:3.11-slim"
@@ -344,7 +344,7 @@ class StubProvider(Provider):
                 return  # already gone: terminate is idempotent
             raise
 
-    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         refs: list[SandboxRef] = []
         page = 1
         while True:
@@ -352,7 +352,12 @@ class StubProvider(Provider):
                 "GET",
                 "/sandbox",
                 Phase.TERMINATE,
-                params=[("page", page), ("per_page", 100), ("labels", f"{RUN_LABEL}={run_id}"), ("is_active", "true")],
+                params=[
+                    ("page", page),
+                    ("per_page", 100),
+                    *(("labels", label) for label in label_strings(owner_labels(run_id, engine))),
+                    ("is_active", "true"),
+                ],
             )
             for sandbox in body.get("sandboxes", []):
                 refs.append(SandboxRef(sandbox_id=sandbox["id"], provider=self.name, run_id=run_id))
@@ -360,8 +365,9 @@ class StubProvider(Provider):
                 return refs
             page += 1
 
-    async def cleanup(self, run_id: str) -> int:
-        body = await self.request("DELETE", "/sandbox", Phase.TERMINATE, json={"labels": [f"{RUN_LABEL}={run_id}"]})
+    async def cleanup(self, run_id: str, engine: str | None = None) -> int:
+        labels = label_strings(owner_labels(run_id, engine))
+        body = await self.request("DELETE", "/sandbox", Phase.TERMINATE, json={"labels": labels})
         return len(body.get("succeeded", []))
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:

@@ -1,7 +1,9 @@
-"""Burst: N rollouts released at the same instant, as a synchronous RL step (B x G) does.
+"""Burst: a synchronous RL step: B x G rollouts released at once, the next step when the last one ends.
 
     locust -f scenarios/burst.py --headless -u 960
-    stampede run --scenario burst --users 960 --profile modal-like
+    stampede run --scenario burst --batch 64 --group 8 --burst-steps 3 --profile modal-like
+
+Between steps the in-flight count drops to zero, as a synchronous trainer's generator does.
 """
 
 from harness.locust_user import RolloutUser

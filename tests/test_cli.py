@@ -38,7 +38,7 @@ def stampede(
         (["run", "--users", "many"], "invalid int value: 'many'"),
         (["run", "--users", "0"], "--users must be a positive"),
         (["run", "--hold", "-3"], "--hold must be a positive number"),
-        (["run", "--stages", "60,lots"], "--stages must be comma-separated whole numbers"),
+        (["run", "--stages", "60,lots"], "--stages must be whole numbers"),
         (["run", "--commands", " ; "], "at least one command"),
         (["run", "--seed", "x"], "invalid int value: 'x'"),
         (["run", "--base-url", "http://127.0.0.1:9", "--token", "t"], "is unreachable"),

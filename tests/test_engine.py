@@ -127,3 +127,29 @@ def test_a_new_run_drains_the_previous_one(engine, tmp_path):
     engine.drain()
     assert len(pd.read_parquet(sorted((tmp_path / "run-1").glob("rollouts-*.parquet")))) == 1
     assert len(pd.read_parquet(sorted((tmp_path / "run-2").glob("rollouts-*.parquet")))) == 1
+
+
+def test_init_failures_are_retried_each_attempt_a_row_but_exec_failures_are_not(engine, tmp_path):
+    cfg = config(tmp_path, fail="create:rate_limited")
+    cfg["plan"] = {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0.01}
+    engine.configure(cfg)
+    record = engine.run_rollout("01-s", 1)
+    assert (record["attempt"], record["failure_kind"]) == (3, "rate_limited")
+    cfg = config(tmp_path, run_id="run-b", fail="exec:exec_error")
+    cfg["plan"] = {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0.01}
+    engine.configure(cfg)
+    assert engine.run_rollout("01-s", 1)["attempt"] == 1
+    engine.drain()
+    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    assert list(frame["attempt"]) == [1, 2, 3] and frame["rollout_id"].nunique() == 1
+    assert len(pd.read_parquet(sorted((tmp_path / "run-b").glob("rollouts-*.parquet")))) == 1
+
+
+def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):
+    from harness.stage_stats import merge_stages
+
+    engine.configure(config(tmp_path, ready_delay_s=0.02))
+    gevent.joinall([gevent.spawn(engine.run_rollout, stage, 5) for stage in ["01-a"] * 6 + ["02-b"] * 4])
+    stages = merge_stages([engine.stats()["stages"]] * 2)  # as a master merges two workers
+    assert (stages["01-a"].ok, stages["02-b"].ok) == (12, 8)
+    assert 0.02 <= stages["01-a"].tti_quantile(0.5) < 1

@@ -59,6 +59,7 @@ CHECKS = {
 }
 
 
+@pytest.mark.timeout(1800)
 def test_every_readme_command_runs():
     commands = readme_commands()
     assert RUN_BY_CI in commands and "pip install -e . && stampede run" in commands

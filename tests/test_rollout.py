@@ -131,3 +131,30 @@ def test_plan_round_trips_through_json():
     assert RolloutPlan.from_dict(plan.to_dict()) == plan
     with pytest.raises(PlanError):
         RolloutPlan(ready_timeout_s=0)
+
+
+async def test_agentic_rollout_runs_turns_with_generation_time_and_a_reward():
+    provider = ScriptedProvider({})
+    plan = RolloutPlan(
+        commands=(("true",),), turns=3, gen_time="const:0.05", reward_command=("echo", "reward"),
+        turn_command=("echo", "turn {turn}"),
+    )
+    record, ops, _ = await run(provider, plan)
+    assert record.outcome == "ok" and record.turns == 3 and record.exec_count == 5
+    assert abs(record.gen_s - 0.15) < 1e-9 and record.total_s >= 0.15
+    assert record.tti_s < 0.05  # TTI ends with the setup command, before any generation
+    assert [op.op for op in ops].count("exec") == 5
+
+
+async def test_generation_time_plays_at_the_time_scale_and_turns_are_reproducible():
+    plan = RolloutPlan(commands=(("true",),), turns=2, turns_max=6, gen_time="uniform:0.1,0.2", time_scale=0.1, seed=4)
+    first, _, _ = await run(ScriptedProvider({}), plan)
+    again, _, _ = await run(ScriptedProvider({}), plan)
+    assert 2 <= first.turns <= 6 and first.turns == again.turns and first.gen_s == again.gen_s
+    assert 0.01 * first.turns <= first.gen_s <= 0.02 * first.turns
+
+
+async def test_a_rollout_deadline_ends_a_stuck_episode():
+    plan = RolloutPlan(commands=(("true",),), turns=10, gen_time="const:1", rollout_timeout_s=0.2)
+    record, _, _ = await run(ScriptedProvider({}), plan)
+    assert (record.outcome, record.failure_phase) == ("failed", "exec") and record.total_s < 1

@@ -42,10 +42,28 @@ class StageRow:
     start_rate: float
 
 
+def concurrency_at_submit(rollouts: pd.DataFrame) -> np.ndarray:
+    """How many rollouts were in flight, over every engine of the run, when each one was submitted.
+
+    A sweep over the intervals [t_submit, t_submit + total_s): unlike `inflight_at_submit` (one engine's count),
+    this is the run's true concurrency however many workers made it. Ends sort before starts at equal times.
+    """
+    starts = rollouts["t_submit"].to_numpy(dtype=float)
+    ends = starts + rollouts["total_s"].fillna(0.0).to_numpy(dtype=float)
+    times = np.concatenate([ends, starts])
+    deltas = np.concatenate([-np.ones(len(ends)), np.ones(len(starts))])
+    order = np.lexsort((deltas, times))  # by time, then -1 before +1
+    level = np.cumsum(deltas[order])
+    at = np.empty(len(times))
+    at[order] = level
+    return at[len(ends) :].astype(int)
+
+
 def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
     rows: list[StageRow] = []
     if rollouts.empty:
         return rows
+    rollouts = rollouts.assign(_concurrency=concurrency_at_submit(rollouts))
     # A stage lasts from its first submit to the next stage's first submit (the last one: to the run's end),
     # so the start rate is starts per second of the stage, not per second of a burst's release instant.
     firsts = rollouts.groupby("stage", sort=True)["t_submit"].min()
@@ -69,7 +87,7 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
                 failure_rate=failed / finished if finished else 0.0,
                 failures={str(k): int(v) for k, v in failures.items()},
                 tti=quantiles(group.loc[group["outcome"] == "ok", "tti_s"]),
-                max_inflight=int(group["inflight_at_submit"].max()),
+                max_inflight=int(group["_concurrency"].max()),
                 start_rate=len(group) / span if span > 0 else float("nan"),
             )
         )

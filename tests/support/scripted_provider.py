@@ -91,11 +91,11 @@ class ScriptedProvider(Provider):
             self.terminated.append(ref.sandbox_id)
             self._log("terminate", ref.sandbox_id)
 
-    async def list_owned(self, run_id: str) -> list[SandboxRef]:
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         return [
             SandboxRef(sandbox_id=sid, provider=self.name, run_id=run_id)
             for sid, spec in self.live.items()
-            if spec.run_id == run_id
+            if spec.run_id == run_id and (not engine or spec.engine == engine)
         ]
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:

@@ -1,0 +1,84 @@
+"""The text a run prints when it ends: the stage table, and what the harness knows about its own accuracy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.summary import (
+    concurrency_at_submit,
+    format_stage_table,
+    load_truth,
+    measurement_error,
+    stage_rows,
+)
+
+
+def render_run_summary(
+    run_dir: Path,
+    manifest: Mapping[str, Any],
+    rollouts: pd.DataFrame,
+    engines: Sequence[Mapping[str, Any]],
+) -> str:
+    run_id, scenario, provider = manifest.get("run_id"), manifest.get("scenario"), manifest.get("provider")
+    profile, time_scale = manifest.get("profile"), manifest.get("time_scale")
+    lines = ["", f"stampede run {run_id} — scenario {scenario}, provider {provider}" + (f", profile {profile}" if profile else "")]
+    if time_scale is not None and time_scale != 1:
+        lines.append(
+            f"time scale {time_scale:g}: the simulated vendor ran {1 / time_scale:g}x faster than real time;"
+            f" durations below are wall seconds (divide by {time_scale:g} for vendor seconds)"
+        )
+    total = len(rollouts)
+    lines.append(format_stage_table(stage_rows(rollouts)) if total else "(no rollouts recorded)")
+    unknown = int((rollouts["failure_kind"] == "unknown").sum()) if total else 0
+    harness = int((rollouts["failure_kind"] == "harness").sum()) if total else 0
+    peak = int(concurrency_at_submit(rollouts).max()) if total else 0
+    workers = f" over {len(engines)} engines" if len(engines) > 1 else ""
+    lines.append(
+        f"{total} rollouts in {float(manifest.get('wall_s') or 0):.1f}s wall{workers}; peak in flight {peak}; "
+        f"unknown failures {unknown}; harness failures {harness}"
+    )
+    dropped = manifest.get("dropped_starts") or {}
+    if dropped:
+        lines.append(f"open model: starts dropped at the in-flight cap: {sum(dropped.values())} ({dict(dropped)})")
+    knee = manifest.get("shape_outcome") or {}
+    if "knee" in knee:
+        lines.append(f"knee: {knee.get('knee')} in flight" + (f" ({knee['reason']})" if knee.get("reason") else ""))
+    for engine in engines:
+        lines.append(_engine_line(engine, provider, run_id))
+    error = measurement_error(rollouts, load_truth(run_dir))
+    if error:
+        usable, first = error["vs_usable_ms"], error.get("vs_first_command_ms")
+        line = (
+            f"harness vs the simulated vendor's own records (n={error['samples']}): TTI - accept->RUNNING "
+            f"p50 {usable['p50']:.0f} ms, p99 {usable['p99']:.0f} ms (poll interval, round trips, first command)"
+        )
+        if first:
+            line += (
+                f"; TTI - accept->first command done p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms, "
+                f"max {first['max']:.0f} ms (the timing error)"
+            )
+        lines.append(line)
+    lines.append(f"results: {run_dir}")
+    return "\n".join(lines)
+
+
+def _engine_line(engine: Mapping[str, Any], provider: Any, run_id: Any) -> str:
+    reaped = engine.get("reaped_by_label")
+    health = engine.get("health") or {}
+    trouble = engine.get("sweep_error") or engine.get("terminate_errors")
+    return (
+        f"engine {engine.get('worker', '?')}: {engine.get('terminated_leftovers', 0)} sandboxes terminated at drain, "
+        f"{reaped if reaped is not None else '?'} reaped by run label"
+        + (
+            f" (sweep failed: {engine.get('sweep_error')}; once the vendor answers again, "
+            f"`stampede cleanup --provider {provider} --run-id {run_id}` reaps what is left)"
+            if trouble
+            else ""
+        )
+        + f"; loop lag p99 {health.get('loop_lag_p99_ms', 0):.1f} ms, max {health.get('loop_lag_max_ms', 0):.1f} ms,"
+        f" cpu {health.get('cpu_seconds', 0):.1f} s"
+    )

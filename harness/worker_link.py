@@ -1,0 +1,207 @@
+"""Distributed runs: what a master and its workers tell each other, over Locust's own messages.
+
+- master -> workers: the current stage (every rollout records it) and the burst gate (release a step, close);
+- workers -> master: engine stats every second (counters and mergeable TTI histograms: the master's live view,
+  burst steps and knee search run on them), the parquet shards their engines write (so the master's results
+  folder holds the whole run however many machines took part), and a final `done` with the engine's summary.
+
+Locust's messages travel over its master/worker connection (ZeroMQ over TCP), so the same route works for
+workers on this machine and on others; nothing relies on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from locust.rpc import Message
+
+if TYPE_CHECKING:
+    from harness.locust_session import StampedeSession
+
+log = logging.getLogger("stampede")
+
+STATS_INTERVAL_S = 1.0
+FORWARD_INTERVAL_S = 1.0
+DONE_TIMEOUT_S = 240.0
+
+MSG_STAGE = "stampede_stage"
+MSG_GATE = "stampede_gate"
+MSG_STATS = "stampede_stats"
+MSG_FILE = "stampede_file"
+MSG_DONE = "stampede_done"
+
+
+class MasterLink:
+    """The master's side: broadcasts stage and gate, collects stats, files and summaries from workers."""
+
+    def __init__(self, session: StampedeSession) -> None:
+        self.session = session
+        self.files: dict[str, int] = {}  # worker node id -> files received
+        self.done: dict[str, dict[str, Any]] = {}  # worker node id -> its `done` message
+        self._repeater: gevent.Greenlet | None = None
+        runner = session.runner
+        runner.register_message(MSG_STATS, self._on_stats)
+        runner.register_message(MSG_FILE, self._on_file)
+        runner.register_message(MSG_DONE, self._on_done)
+
+    def broadcast(self, kind: str, data: dict[str, Any]) -> None:
+        self.session.runner.send_message(kind, data)
+
+    def start_run(self) -> None:
+        self.files.clear()
+        self.done.clear()
+        if self._repeater is None:
+            self._repeater = gevent.spawn(self._repeat_state)
+
+    def _repeat_state(self) -> None:
+        """Stage and gate again every second: a worker that joined late (or missed one) catches up."""
+        while True:
+            gevent.sleep(STATS_INTERVAL_S)
+            session = self.session
+            if session.run_id is None or session.ended:
+                continue
+            self.broadcast(MSG_STAGE, session.stage.to_wire())
+            if session.gate_closed:
+                self.broadcast(MSG_GATE, {"closed": True})
+            elif session.gate_step:
+                self.broadcast(MSG_GATE, {"step": session.gate_step})
+
+    def _on_stats(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data or {}
+        if data.get("run_id") == self.session.run_id:
+            self.session.live.update(data.get("engine") or msg.node_id, data.get("stats"), data.get("dropped"))
+
+    def _on_file(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data or {}
+        run_dir = self.session.run_dir
+        if run_dir is None or data.get("run_id") != self.session.run_id:
+            return
+        name = os.path.basename(str(data.get("name", "")))
+        if not name or name.startswith("."):
+            return
+        tmp = run_dir / f".{name}.part"
+        tmp.write_bytes(data["data"])
+        os.replace(tmp, run_dir / name)
+        self.files[msg.node_id] = self.files.get(msg.node_id, 0) + 1
+
+    def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data or {}
+        if data.get("run_id") == self.session.run_id:
+            self.done[msg.node_id] = data
+
+    def wait_for_workers(self, timeout_s: float = DONE_TIMEOUT_S) -> list[dict[str, Any]]:
+        """Until every worker that took part said `done` (bounded): its last shards are in by then.
+
+        When the shape ends, Locust's master quits without telling workers to stop first (they only hear
+        `quit` after test_stop): so stop them here, and they drain their engines and report.
+        """
+        runner = self.session.runner
+        if runner.user_count > 0:
+            for client in runner.clients.all:
+                runner.server.send_to_client(Message("stop", None, client.id))
+        expected = {client.id for client in runner.clients.all} | set(self.files)
+        deadline = time.monotonic() + timeout_s
+        while expected - set(self.done) and time.monotonic() < deadline:
+            gevent.sleep(0.2)
+        missing = expected - set(self.done)
+        if missing:
+            log.warning("no final report from %d worker(s) within %.0fs: %s", len(missing), timeout_s, sorted(missing))
+        for node, done in self.done.items():
+            if done.get("files") != self.files.get(node, 0):
+                log.warning("worker %s sent %s files but %s arrived", node, done.get("files"), self.files.get(node, 0))
+        return [done.get("summary") or {} for done in self.done.values()]
+
+
+class WorkerLink:
+    """A worker's side: follows stage and gate, reports stats, ships its engine's shards to the master."""
+
+    def __init__(self, session: StampedeSession) -> None:
+        self.session = session
+        self.spool = Path(tempfile.mkdtemp(prefix="stampede-spool-"))
+        self.sent = 0
+        self._greenlets: list[gevent.Greenlet] = []
+        runner = session.runner
+        runner.register_message(MSG_STAGE, self._on_stage)
+        runner.register_message(MSG_GATE, self._on_gate)
+
+    def _on_stage(self, environment: Any, msg: Any, **_: Any) -> None:
+        from harness.shapes import Stage
+
+        self.session.stage = Stage.from_wire(msg.data)
+
+    def _on_gate(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data or {}
+        if data.get("closed"):
+            self.session.close_gate(broadcast=False)
+        else:
+            self.session.release(int(data["step"]), broadcast=False)
+
+    def start_run(self) -> None:
+        self.sent = 0
+        self._greenlets = [gevent.spawn(self._report_loop), gevent.spawn(self._forward_loop)]
+
+    def run_dir(self) -> Path:
+        return self.spool / str(self.session.run_id)
+
+    def _send(self, kind: str, data: dict[str, Any]) -> None:
+        self.session.runner.send_message(kind, data)
+
+    def _report(self) -> None:
+        engine = self.session.engine
+        if engine is None or not engine.alive:
+            return
+        try:
+            stats = engine.stats(timeout=5)
+        except Exception:  # a slow answer now is a fresher one next second
+            return
+        self._send(
+            MSG_STATS,
+            {
+                "run_id": self.session.run_id,
+                "engine": self.session.worker_name(),
+                "stats": stats,
+                "dropped": dict(self.session.dropped),
+            },
+        )
+
+    def _report_loop(self) -> None:
+        while True:
+            gevent.sleep(STATS_INTERVAL_S)
+            self._report()
+
+    def _forward_loop(self) -> None:
+        while True:
+            gevent.sleep(FORWARD_INTERVAL_S)
+            self.forward()
+
+    def forward(self) -> None:
+        """Ship every complete file the engine wrote (shards are renamed into place when complete)."""
+        run_dir = self.run_dir()
+        if not run_dir.is_dir():
+            return
+        sent_dir = run_dir / "sent"
+        for path in sorted(run_dir.iterdir()):
+            if not path.is_file() or path.name.startswith("."):
+                continue
+            self._send(MSG_FILE, {"run_id": self.session.run_id, "name": path.name, "data": path.read_bytes()})
+            sent_dir.mkdir(exist_ok=True)
+            os.replace(path, sent_dir / path.name)  # kept until the spool is removed: nothing is lost in transit
+            self.sent += 1
+
+    def finish_run(self, engine_summary: dict[str, Any] | None) -> None:
+        """After the engine drained: the last shards, the last stats, then `done`."""
+        for greenlet in self._greenlets:
+            greenlet.kill(block=False)
+        self._report()
+        self.forward()
+        self._send(MSG_DONE, {"run_id": self.session.run_id, "files": self.sent, "summary": engine_summary or {}})
+
+    def close(self) -> None:
+        shutil.rmtree(self.spool, ignore_errors=True)

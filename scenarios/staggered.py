@@ -1,0 +1,16 @@
+"""Staggered: one start every D ms, N starts in all, as the public sandbox benchmarks do.
+
+    stampede run --scenario staggered --users 100 --stagger-ms 200
+
+An open schedule: starts do not wait for earlier rollouts to finish.
+"""
+
+from harness.locust_user import OpenModelUser
+from harness.shapes import StaggeredShape
+
+
+class Staggered(StaggeredShape):
+    pass
+
+
+__all__ = ["Staggered", "OpenModelUser"]
