@@ -79,6 +79,17 @@ def _add_cleanup(sub: argparse._SubParsersAction) -> None:
     cleanup.add_argument("--run-id", required=True)
 
 
+def _add_analysis(sub: argparse._SubParsersAction) -> None:
+    from harness.analysis import export_command, model_command, report_command
+
+    for name, module, text in (
+        ("report", report_command, "tables, figures and report.html for one or more runs (side by side)"),
+        ("export", export_command, "write the latency model (latency_model.json, v1) of one or more runs"),
+        ("model", model_command, "generator throughput and trainer idle from a latency model and an RL config"),
+    ):
+        module.add_arguments(sub.add_parser(name, help=text, description=text))
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="stampede", description="Load-test a fleet of code-execution sandboxes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -89,6 +100,7 @@ def build_parser() -> OneLineParser:
     summary = sub.add_parser("summary", help="print the per-stage table of a finished run")
     summary.add_argument("run_dir")
     _add_cleanup(sub)
+    _add_analysis(sub)
     modal_local = sub.add_parser("modal-local", help="the local Modal control plane over the vendor simulator")
     modal_sub = modal_local.add_subparsers(dest="modal_command", metavar="COMMAND", parser_class=OneLineParser)
     modal_sub.required = True
@@ -164,6 +176,13 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_analysis(args: argparse.Namespace) -> int:
+    from harness.analysis import export_command, model_command, report_command
+
+    module = {"report": report_command, "export": export_command, "model": model_command}[args.command]
+    return int(module.run(args))
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.run_command import run
 
@@ -175,6 +194,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "profiles": _cmd_profiles,
     "summary": _cmd_summary,
     "cleanup": _cmd_cleanup,
+    "report": _cmd_analysis,
+    "export": _cmd_analysis,
+    "model": _cmd_analysis,
 }
 
 

@@ -30,8 +30,8 @@ from harness.collector import ShardWriter, safe_name
 from harness.engine_protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 from harness.health import LoopHealth
 from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
-from harness.stage_stats import StageStats
 from harness.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
+from harness.stage_stats import StageStats
 from providers import create_provider
 from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
 

@@ -14,6 +14,7 @@ import psutil
 from hdrh.histogram import HdrHistogram
 
 LAG_PROBE_INTERVAL_S = 0.1
+RECENT_WINDOW_S = 10.0
 _LAG_MAX_US = 3_600_000_000  # one hour, in microseconds
 
 
@@ -23,6 +24,8 @@ class HealthSnapshot:
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
     loop_lag_samples: int
+    recent_lag_p99_ms: float  # over the last 10 to 20 seconds: what the load looks like now
+    recent_lag_max_ms: float
     cpu_percent: float  # of one core, since the previous snapshot
     cpu_seconds: float  # user + system, whole life of the process
     rss_mb: float
@@ -34,6 +37,8 @@ class LoopHealth:
     def __init__(self, interval_s: float = LAG_PROBE_INTERVAL_S) -> None:
         self.interval_s = interval_s
         self.histogram = HdrHistogram(1, _LAG_MAX_US, 3)
+        self._recent = [HdrHistogram(1, _LAG_MAX_US, 3), HdrHistogram(1, _LAG_MAX_US, 3)]
+        self._rotated = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._process = psutil.Process()
         self._process.cpu_percent(None)
@@ -55,16 +60,30 @@ class LoopHealth:
         while True:
             start = time.monotonic()
             await asyncio.sleep(self.interval_s)
-            lag_us = max(1, int((time.monotonic() - start - self.interval_s) * 1e6))
-            self.histogram.record_value(min(lag_us, _LAG_MAX_US))
+            now = time.monotonic()
+            lag_us = min(max(1, int((now - start - self.interval_s) * 1e6)), _LAG_MAX_US)
+            self.histogram.record_value(lag_us)
+            if now - self._rotated >= RECENT_WINDOW_S:
+                self._recent = [self._recent[1], self._recent[0]]
+                self._recent[1].reset()
+                self._rotated = now
+            self._recent[1].record_value(lag_us)
 
     def reset(self) -> None:
         self.histogram.reset()
+        for histogram in self._recent:
+            histogram.reset()
 
     def snapshot(self) -> HealthSnapshot:
         times = self._process.cpu_times()
         count = self.histogram.get_total_count()
+        recent = HdrHistogram(1, _LAG_MAX_US, 3)
+        for histogram in self._recent:
+            recent.add(histogram)
+        has_recent = recent.get_total_count() > 0
         return HealthSnapshot(
+            recent_lag_p99_ms=recent.get_value_at_percentile(99) / 1000 if has_recent else 0.0,
+            recent_lag_max_ms=recent.get_max_value() / 1000 if has_recent else 0.0,
             loop_lag_p50_ms=self.histogram.get_value_at_percentile(50) / 1000 if count else 0.0,
             loop_lag_p99_ms=self.histogram.get_value_at_percentile(99) / 1000 if count else 0.0,
             loop_lag_max_ms=self.histogram.get_max_value() / 1000 if count else 0.0,

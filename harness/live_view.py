@@ -46,7 +46,7 @@ class LiveView:
             "cancelled": sum(int(s.get("cancelled", 0)) for s in snapshots),
             "failures": dict(failures),
             "live_sandboxes": sum(int(s.get("live_sandboxes", 0)) for s in snapshots),
-            "loop_lag_p99_ms": max((float(h.get("loop_lag_p99_ms", 0)) for h in healths), default=0.0),
+            "loop_lag_p99_ms": max((float(h.get("recent_lag_p99_ms", 0)) for h in healths), default=0.0),
             "cpu_percent": [round(float(h.get("cpu_percent", 0))) for h in healths],
             "dropped": sum(self.dropped.values()),
         }

@@ -37,7 +37,7 @@ from harness.options import RunSettings, SettingsError, add_arguments
 from harness.progress import ProgressPrinter
 from harness.run_manifest import base_manifest, iso, new_run_id, point_latest_at, write_manifest
 from harness.shapes import IDLE_STAGE, Stage, StampedeShape
-from harness.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink
+from harness.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink, process_usage
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -218,6 +218,7 @@ class StampedeSession:
         if options is not None:  # workers receive these with the master's spawn message
             options.base_url, options.token = self.vendor.url, self.vendor.token
             options.time_scale = self.vendor.time_scale
+            options.profile_label = self.profile_label  # a custom attribute: workers receive it too
             options.provider_option = [f"{k}={v}" for k, v in self.settings.provider_options.items()]
 
     def begin_run(self) -> None:
@@ -236,6 +237,7 @@ class StampedeSession:
         if self.is_worker:
             self.settings = RunSettings.from_options(options)
             self.time_scale = getattr(options, "time_scale", None)
+            self.profile_label = getattr(options, "profile_label", "") or ""
             self.run_id = getattr(options, "run_id", None)
             if not self.run_id:
                 raise SessionError("worker got no run id from the master")
@@ -343,7 +345,7 @@ class StampedeSession:
             return
         if self.engine is not None and self.engine.alive:
             try:
-                self.engine_summaries = [self.engine.drain()]
+                self.engine_summaries = [{**self.engine.drain(), "locust_process": process_usage()}]
             except EngineError as exc:
                 log.error("engine drain failed: %s", exc)
         if self.master_link is not None:
@@ -367,6 +369,7 @@ class StampedeSession:
                 "rows": {"rollouts": len(rollouts)},
                 "engines": self.engine_summaries,
                 "dropped_starts": dict(self.live.dropped),
+                "master_process": process_usage() if self.is_master else None,
                 "shape_outcome": shape.outcome if shape is not None else None,
                 "final_stage": final_stage.name,
             }

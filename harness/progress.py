@@ -24,7 +24,7 @@ def format_progress(elapsed_s: float, stage: str, users: int, target: int, live:
     return (
         f"{head} | in flight {totals['inflight']}{engines} | ok {totals['ok']} failed {totals['failed']}"
         + (f" ({kinds})" if kinds else "")
-        + f"{dropped} | {tti} | loop lag p99 {totals['loop_lag_p99_ms']:.0f}ms cpu {'/'.join(map(str, totals['cpu_percent']))}%"
+        + f"{dropped} | {tti} | loop lag p99 {totals['loop_lag_p99_ms']:.0f}ms (last 10-20s) cpu {'/'.join(map(str, totals['cpu_percent']))}%"
     )
 
 

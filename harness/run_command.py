@@ -177,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         stop_timeout=options.stop_timeout,
     )
     workers: list[gevent.subprocess.Popen] = []
+    runner: Any
     if role == "worker":
         try:
             runner = environment.create_worker_runner(args.master_host, args.master_port)

@@ -51,10 +51,10 @@ class StageStats:
         return float(self.tti.get_value_at_percentile(q * 100)) / 1e6
 
     def add(self, outcome: str, failure_kind: str | None, tti_s: float | None) -> None:
+        if tti_s is not None:  # any rollout that got its first command back has a TTI
+            self.tti.record_value(min(max(_LOWEST_US, int(tti_s * 1e6)), _HIGHEST_US))
         if outcome == "ok":
             self.ok += 1
-            if tti_s is not None:
-                self.tti.record_value(min(max(_LOWEST_US, int(tti_s * 1e6)), _HIGHEST_US))
         elif outcome == "failed":
             self.failed += 1
             self.failures[failure_kind or "unknown"] += 1

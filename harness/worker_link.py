@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
+import psutil
 from locust.rpc import Message
 
 if TYPE_CHECKING:
@@ -36,6 +37,13 @@ MSG_GATE = "stampede_gate"
 MSG_STATS = "stampede_stats"
 MSG_FILE = "stampede_file"
 MSG_DONE = "stampede_done"
+
+
+def process_usage() -> dict[str, float]:
+    """This Locust process's own CPU and memory: the harness's cost, beside the engine's."""
+    process = psutil.Process()
+    times = process.cpu_times()
+    return {"cpu_seconds": round(times.user + times.system, 3), "rss_mb": round(process.memory_info().rss / 2**20, 1)}
 
 
 class MasterLink:
@@ -201,7 +209,8 @@ class WorkerLink:
             greenlet.kill(block=False)
         self._report()
         self.forward()
-        self._send(MSG_DONE, {"run_id": self.session.run_id, "files": self.sent, "summary": engine_summary or {}})
+        summary = {**(engine_summary or {}), "locust_process": process_usage()}
+        self._send(MSG_DONE, {"run_id": self.session.run_id, "files": self.sent, "summary": summary})
 
     def close(self) -> None:
         shutil.rmtree(self.spool, ignore_errors=True)

@@ -81,4 +81,9 @@ def _engine_line(engine: Mapping[str, Any], provider: Any, run_id: Any) -> str:
         )
         + f"; loop lag p99 {health.get('loop_lag_p99_ms', 0):.1f} ms, max {health.get('loop_lag_max_ms', 0):.1f} ms,"
         f" cpu {health.get('cpu_seconds', 0):.1f} s"
+        + (
+            f" (its Locust process {engine['locust_process'].get('cpu_seconds', 0):.1f} s)"
+            if engine.get("locust_process")
+            else ""
+        )
     )

@@ -67,7 +67,7 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
     # A stage lasts from its first submit to the next stage's first submit (the last one: to the run's end),
     # so the start rate is starts per second of the stage, not per second of a burst's release instant.
     firsts = rollouts.groupby("stage", sort=True)["t_submit"].min()
-    ends = list(firsts.iloc[1:]) + [float((rollouts["t_submit"] + rollouts["total_s"].fillna(0)).max())]
+    ends = [*list(firsts.iloc[1:]), float((rollouts["t_submit"] + rollouts["total_s"].fillna(0)).max())]
     spans = dict(zip(firsts.index, [end - first for first, end in zip(firsts, ends, strict=True)], strict=True))
     for stage, group in rollouts.groupby("stage", sort=True):
         ok = int((group["outcome"] == "ok").sum())
@@ -86,7 +86,8 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
                 cancelled=cancelled,
                 failure_rate=failed / finished if finished else 0.0,
                 failures={str(k): int(v) for k, v in failures.items()},
-                tti=quantiles(group.loc[group["outcome"] == "ok", "tti_s"]),
+                # any rollout that got its first command back has a TTI, even if cut off or failed later
+                tti=quantiles(group["tti_s"]),
                 max_inflight=int(group["_concurrency"].max()),
                 start_rate=len(group) / span if span > 0 else float("nan"),
             )

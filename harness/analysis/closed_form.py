@@ -1,0 +1,305 @@
+"""The generator-side model in closed form (SemiAnalysis' throughput formulas, made exact where they can be).
+
+Async (steady state):
+  effective concurrency C = min(target, vendor cap, inference cap)
+  dispatch rate λ_d = C / E[slot time], bounded by create_rate / E[attempts per rollout]
+  production λ_gen = λ_d · P(start within retries) · (1 − p_exec)
+  effective production λ_eff = acceptance · λ_gen · (1 − p_stale)
+  trainer idle = max(0, 1 − λ_eff / μ); when λ_eff > μ the generator is throttled (async_level steps of
+  finished samples at most), so the trainer runs at μ and the generator at μ / acceptance.
+Sync (one step at a time):
+  generation time = E[time until k of the N dispatched rollouts succeeded] (k = N without oversampling: the
+  expected maximum of the step's rollout latencies) ; step time = generation time + training time;
+  trainer idle = generation time / step time.
+
+A rollout's latency is a random sum: (failed starts + backoff) × retries + startup + turns × (generation + tool)
++ reward. Its distribution is computed exactly on a fine lattice (characteristic functions by FFT), so the
+expected maximum and order statistics use the whole distribution, not a normal or lognormal guess.
+The closed forms assume a steady state with one wave per sync step; `holds` is False (with the reason in
+`notes`) when inputs break that: waves (N > concurrency), a binding create rate in sync, staleness drops
+above 1% (the drop rate is then itself an approximation), or a step that may not reach its k successes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from harness.analysis.distributions import ConstantDist, Dist
+from harness.analysis.model_result import ModelResult
+from harness.analysis.rollout_plan import Plan
+
+BINS = 1 << 16
+
+
+def _sum_upper(dist: Dist, count: int) -> float:
+    """A bound on the sum of `count` draws: one extreme draw plus (count − 1) ordinary ones."""
+    if count <= 0:
+        return 0.0
+    return dist.upper(1e-10) + (count - 1) * dist.upper(1e-4)
+
+
+@dataclass(frozen=True, slots=True)
+class Lattice:
+    """Distributions as probability masses on 0, dt, 2dt, … (bin i holds the mass of [(i−½)dt, (i+½)dt))."""
+
+    dt: float
+    bins: int
+
+    @property
+    def n_fft(self) -> int:
+        return 2 * self.bins
+
+    def pmf(self, dist: Dist) -> np.ndarray:
+        edges = (np.arange(self.bins) + 0.5) * self.dt
+        cdf = np.clip(dist.cdf(edges), 0.0, 1.0)
+        pmf = np.diff(np.concatenate(([0.0], cdf)))
+        pmf[-1] += 1.0 - cdf[-1]
+        return np.maximum(pmf, 0.0)
+
+    def spectrum(self, dist: Dist) -> np.ndarray:
+        return np.fft.rfft(self.pmf(dist), n=self.n_fft)
+
+    def inverse(self, spectrum: np.ndarray) -> np.ndarray:
+        full = np.fft.irfft(spectrum, n=self.n_fft)
+        pmf = np.maximum(full[: self.bins], 0.0)
+        pmf[-1] += max(0.0, float(np.maximum(full[self.bins :], 0.0).sum()))
+        total = pmf.sum()
+        return pmf / total if total > 0 else pmf
+
+    def expected(self, survival: np.ndarray) -> float:
+        """E[X] = Σ P(X > i·dt)·dt for a variable on the lattice."""
+        return float(np.sum(survival) * self.dt)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutLaws:
+    """CDFs on the lattice of one dispatched rollout: delivery (success), loss (start never succeeded), end."""
+
+    lattice: Lattice
+    p_success: float
+    delivery_cdf: np.ndarray  # given success: dispatch -> sample ready
+    lost_cdf: np.ndarray  # given every attempt failed: dispatch -> given up
+    mean_delivery: float
+    mean_lost: float
+    mean_attempts: float
+
+    def end_cdf(self) -> np.ndarray:
+        return self.p_success * self.delivery_cdf + (1 - self.p_success) * self.lost_cdf
+
+
+def rollout_laws(plan: Plan) -> RolloutLaws:
+    cfg = plan.config
+    retries, backoff = cfg.max_retries, cfg.backoff_s
+    p = plan.p_init
+    tool_count = plan.turns if plan.tool_per_turn else 1
+    work_upper = _sum_upper(plan.generation, plan.turns) + _sum_upper(plan.tool, tool_count) + plan.reward.upper()
+    fail_upper = _sum_upper(plan.init_failure_time, retries + 1) + retries * backoff
+    upper = max(plan.startup.upper() + fail_upper + work_upper, fail_upper) + plan.teardown.upper()
+    lattice = Lattice(dt=max(upper, 1e-6) * 1.02 / BINS, bins=BINS)
+
+    start = lattice.spectrum(plan.startup)
+    work = lattice.spectrum(plan.generation) ** plan.turns * lattice.spectrum(plan.tool) ** tool_count
+    work = work * lattice.spectrum(plan.reward)
+    fail_and_wait = lattice.spectrum(plan.init_failure_time) * lattice.spectrum(ConstantDist(backoff))
+    weights = np.array([p**j * (1 - p) for j in range(retries + 1)])
+    p_success = float(weights.sum())
+    mixture = np.zeros_like(start)
+    power = np.ones_like(start)
+    for weight in weights:  # at most max_retries + 1 terms
+        mixture = mixture + (weight / p_success) * power
+        power = power * fail_and_wait
+    delivery = lattice.inverse(start * work * mixture)
+    lost = lattice.inverse(lattice.spectrum(plan.init_failure_time) ** (retries + 1)
+                           * lattice.spectrum(ConstantDist(backoff)) ** retries)  # fmt: skip
+    failed_before = float(np.sum(np.arange(retries + 1) * weights) / p_success)
+    mean_delivery = plan.startup.mean() + plan.mean_work() + failed_before * (plan.init_failure_time.mean() + backoff)
+    mean_lost = (retries + 1) * plan.init_failure_time.mean() + retries * backoff
+    attempts = float(np.sum((np.arange(retries + 1) + 1) * weights) + (1 - p_success) * (retries + 1))
+    return RolloutLaws(lattice, p_success, np.cumsum(delivery), np.cumsum(lost), mean_delivery, mean_lost, attempts)
+
+
+def _cdf_at(lattice: Lattice, cdf: np.ndarray, t: float) -> float:
+    index = int(min(max(math.floor(t / lattice.dt), 0), lattice.bins - 1))
+    return float(cdf[index])
+
+
+def _mean_min(lattice: Lattice, cdf: np.ndarray, t: float) -> float:
+    """E[min(X, t)] = ∫₀ᵗ P(X > u) du."""
+    index = int(min(max(math.floor(t / lattice.dt), 0), lattice.bins))
+    return float(np.sum(1.0 - cdf[:index]) * lattice.dt)
+
+
+def solve(plan: Plan) -> ModelResult:
+    laws = rollout_laws(plan)
+    return _solve_async(plan, laws) if plan.mode == "async" else _solve_sync(plan, laws)
+
+
+def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:
+    cfg = plan.config
+    notes: list[str] = []
+    holds = True
+    samples = plan.samples_per_step
+    teardown = plan.teardown.mean()
+    ps, p_exec, accept = laws.p_success, plan.p_exec, plan.acceptance_filter
+    mean_slot = ps * (laws.mean_delivery + (teardown if cfg.teardown_holds_slot else 0.0)) + (1 - ps) * laws.mean_lost
+    mean_sandbox = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
+    dispatch_cap = plan.concurrency / mean_slot if mean_slot > 0 else math.inf
+    create_wait = 0.0  # time a rollout holds its slot waiting for the create rate (Little's law)
+    if cfg.create_rate:
+        start_bound = cfg.create_rate / laws.mean_attempts
+        if start_bound < dispatch_cap:
+            notes.append(f"the create rate ({cfg.create_rate:g}/s) bounds production, not concurrency")
+            dispatch_cap = start_bound
+            create_wait = plan.concurrency / dispatch_cap - mean_slot  # spread over every attempt's create
+    gen_cap = dispatch_cap * ps * (1 - p_exec)
+    train_time = samples / plan.trainer_rate + cfg.weight_sync_s
+    capacity = samples / train_time
+
+    # group completion: a group's samples reach the trainer together, when its last member ends
+    end_cdf = laws.end_cdf()
+    lattice = laws.lattice
+    group_done = lattice.expected(1.0 - end_cdf**cfg.group_size)
+    spread = (cfg.group_size - 1) / (2 * dispatch_cap) if dispatch_cap > 0 else 0.0
+    p_stale = 0.0
+    for _ in range(50):  # fixed point: drops lower λ_eff, which lengthens steps, which lowers drops
+        eff_cap = gen_cap * accept * (1 - p_stale)
+        trainer = min(eff_cap, capacity)
+        step = samples / trainer if trainer > 0 else math.inf
+        idle = max(0.0, 1.0 - eff_cap / capacity)
+        extra = cfg.async_level if eff_cap > capacity else (1.0 - idle)
+        if not math.isfinite(step):
+            break
+        threshold = (cfg.max_off_policy_steps + 0.5 - extra) * step - spread - create_wait
+        new = 1.0 - _cdf_at(lattice, end_cdf**cfg.group_size, threshold) if threshold > 0 else 1.0
+        if abs(new - p_stale) < 1e-9:
+            break
+        p_stale = 0.5 * (p_stale + new)
+    eff_cap = gen_cap * accept * (1 - p_stale)
+    if eff_cap <= capacity:
+        trainer, idle, generator, dispatch = eff_cap, 1.0 - eff_cap / capacity, gen_cap, dispatch_cap
+    else:
+        trainer, idle = capacity, 0.0
+        generator = capacity / (accept * (1 - p_stale))
+        dispatch = generator / (ps * (1 - p_exec))
+        notes.append("trainer-bound: the generator is throttled (async_level steps of finished samples wait)")
+    step = samples / trainer if trainer > 0 else math.inf
+    if create_wait and dispatch < dispatch_cap:
+        create_wait = 0.0  # throttled below the create rate: no queue for creates
+    # staleness (approximate; the simulation gives the distribution): generator-bound, a sample ages by the
+    # versions published while its group completes, plus one if it waits out a training step; trainer-bound,
+    # the gate holds async_level steps of samples, consumed FIFO half a step late on average
+    in_flight = (group_done + spread + create_wait) / step
+    if eff_cap > capacity:
+        mean_lag = max(in_flight + cfg.async_level, cfg.async_level + 0.5)
+    else:
+        mean_lag = in_flight + (1.0 - idle)
+    # retries queue for the create rate too, with a sandbox already billed: (attempts − 1) of the waits
+    sandbox_time = mean_sandbox + create_wait * (laws.mean_attempts - 1) / laws.mean_attempts
+    if p_stale > 0.01:
+        holds = False
+        notes.append(f"staleness drops {100 * p_stale:.1f}%: the closed form's drop rate is approximate")
+    return ModelResult(
+        engine="closed form",
+        mode="async",
+        concurrency=plan.concurrency,
+        generator_samples_per_s=generator,
+        generator_capacity_samples_per_s=gen_cap,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=capacity,
+        trainer_idle_ratio=idle,
+        step_time_s=step,
+        generation_time_s=laws.mean_delivery + create_wait,
+        lost_to_init_failures=1 - ps,
+        lost_to_exec_failures=ps * p_exec,
+        lost_to_staleness=p_stale,
+        killed_by_oversampling=0.0,
+        filtered_by_acceptance=1 - accept,
+        sandbox_seconds_per_step=dispatch * sandbox_time * step,
+        sandbox_seconds_per_trained_sample=dispatch * sandbox_time / trainer if trainer > 0 else math.inf,
+        mean_staleness_steps=mean_lag,
+        concurrency_used=dispatch * (mean_slot + create_wait),
+        holds=holds,
+        notes=notes,
+    )
+
+
+def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
+    cfg = plan.config
+    notes: list[str] = []
+    holds = True
+    lattice = laws.lattice
+    n, k = plan.dispatched_per_step, plan.finish_target
+    ps, p_exec, accept = laws.p_success, plan.p_exec, plan.acceptance_filter
+    p_good = ps * (1 - p_exec)
+    delivered_cdf = p_good * laws.delivery_cdf  # P(a rollout has succeeded by t)
+    end_cdf = laws.end_cdf()
+    teardown = plan.teardown.mean()
+    if k >= n:
+        generation = lattice.expected(1.0 - end_cdf**n)
+        successes = n * p_good
+        killed = 0.0
+        lost_init = 1 - ps
+        sandbox = n * (ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost)
+    else:
+        reach = special.betainc(k, n - k + 1, p_good)  # P(at least k of n ever succeed)
+        if reach < 0.999:
+            holds = False
+            notes.append(
+                f"only {100 * reach:.1f}% of steps reach {k} successes among {n}: the step may end on the last rollout"
+            )
+        by_t = special.betainc(k, n - k + 1, np.clip(delivered_cdf, 0.0, 1.0))
+        generation = lattice.expected(1.0 - by_t / max(reach, 1e-12))
+        successes = float(k)
+        ended = _cdf_at(lattice, end_cdf, generation)
+        killed = max(0.0, 1.0 - ended)
+        lost_init = (1 - ps) * _cdf_at(lattice, laws.lost_cdf, generation)
+        # sandboxes run until they end or the step's end (then torn down)
+        sandbox_cdf = ps * laws.delivery_cdf + (1 - ps) * laws.lost_cdf
+        sandbox = n * _mean_min(lattice, sandbox_cdf, generation) + n * teardown * (ps * ended + killed)
+    waves = math.ceil(n / plan.concurrency)
+    if waves > 1:
+        holds = False
+        mean_slot = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
+        little = n * mean_slot / plan.concurrency
+        notes.append(f"{n} rollouts per step over {plan.concurrency} slots: {waves} waves (closed form approximates)")
+        generation = max(generation, little)
+    if cfg.create_rate:
+        spread = n * laws.mean_attempts / cfg.create_rate
+        if spread > 0.01 * generation:
+            holds = False
+            notes.append(f"creating {n} sandboxes at {cfg.create_rate:g}/s takes ~{spread:.3g} s of the step")
+            generation = max(generation, spread)
+    trained = accept * successes
+    busy = trained / plan.trainer_rate + cfg.weight_sync_s
+    step = generation + busy
+    trainer = trained / step
+    return ModelResult(
+        engine="closed form",
+        mode="sync",
+        concurrency=plan.concurrency,
+        generator_samples_per_s=successes / step,
+        generator_capacity_samples_per_s=successes / generation if generation > 0 else math.inf,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=trained / busy if busy > 0 else math.inf,
+        trainer_idle_ratio=generation / step,
+        step_time_s=step,
+        generation_time_s=generation,
+        lost_to_init_failures=lost_init,
+        lost_to_exec_failures=ps * p_exec if k >= n else ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
+        lost_to_staleness=0.0,
+        killed_by_oversampling=killed,
+        filtered_by_acceptance=1 - accept,
+        sandbox_seconds_per_step=sandbox,
+        sandbox_seconds_per_trained_sample=sandbox / trained if trained > 0 else math.inf,
+        mean_staleness_steps=0.0,
+        staleness_distribution={0: 1.0},
+        concurrency_used=sandbox / step,
+        holds=holds,
+        notes=notes,
+    )

@@ -1,0 +1,463 @@
+"""The generator-side model as a discrete-event simulation (SimPy): the check on the closed forms, and the
+answer where they do not hold (waves, create-rate limits, staleness drops, stragglers within groups).
+
+Every rollout is a process: wait for a sandbox slot (effective concurrency), create (at most `create_rate`
+per second), fail to start with the latency model's per-attempt probability (after a time drawn from its
+time-to-failure distribution, then back off and retry) or start (startup drawn from the model at this
+concurrency), work (turns × generation and tool time, reward), fail in exec with the model's probability, and
+tear down. A group's samples reach the trainer together when its last member ends.
+- async: the generator keeps the slots full while fewer than async_level × B·G accepted samples wait; the
+  trainer takes B·G samples per step (FIFO, dropping those more than max_off_policy_steps policy versions
+  old), trains, and publishes a new version.
+- sync: each step dispatches N = B·G·oversampling rollouts, ends generation when k = B·G succeeded (or all
+  ended without oversampling), cancels the rest, then trains.
+Measured over `steps` trainer steps after `warmup_steps`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from harness.analysis.distributions import Dist
+from harness.analysis.model_result import ModelResult
+from harness.analysis.rollout_plan import Plan
+
+BLOCK = 4096
+
+
+class _Draws:
+    """Buffered inverse-transform draws from one distribution (numpy in blocks, not one call per value)."""
+
+    def __init__(self, dist: Dist, rng: np.random.Generator, columns: int = 1) -> None:
+        self.dist, self.rng, self.columns = dist, rng, columns
+        self.buffer: np.ndarray = np.empty(0)
+        self.index = 0
+
+    def __call__(self) -> float:
+        if self.index >= self.buffer.size:
+            draws = np.maximum(self.dist.ppf(self.rng.random((BLOCK, self.columns))), 0.0)
+            self.buffer = draws.sum(axis=1)
+            self.index = 0
+        value = float(self.buffer[self.index])
+        self.index += 1
+        return value
+
+
+class _Area:
+    """Time integral of a counter (sandboxes alive, slots held)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env, self.value, self.area, self.t = env, 0, 0.0, 0.0
+
+    def add(self, delta: int) -> None:
+        now = self.env.now
+        self.area += self.value * (now - self.t)
+        self.t, self.value = now, self.value + delta
+
+    def at_now(self) -> float:
+        return self.area + self.value * (self.env.now - self.t)
+
+
+@dataclass(slots=True)
+class _Group:
+    size: int
+    accepted: bool
+    ended: int = 0
+    samples: list[int] = field(default_factory=list)  # policy version at dispatch, per accepted sample
+    on_end: Any = None  # sync: told every outcome of its members
+
+
+@dataclass(slots=True)
+class _Handle:
+    cancellable: bool = True  # False once its sample is delivered (or lost): an oversampling kill skips it
+    sandbox: bool = False  # a create has been sent (sandbox-seconds count from here)
+
+
+@dataclass(slots=True)
+class _Counts:
+    dispatched_ended: int = 0
+    lost_init: int = 0
+    lost_exec: int = 0
+    successes: int = 0
+    produced_accepted: int = 0
+    delivery_sum: float = 0.0
+    killed: int = 0
+    dispatched: int = 0
+
+
+class Simulation:
+    def __init__(self, plan: Plan, seed: int | None = None, steps: int | None = None, warmup: int | None = None):
+        cfg = plan.config
+        self.plan = plan
+        self.cfg = cfg
+        self.steps = steps if steps is not None else cfg.steps
+        self.warmup = warmup if warmup is not None else cfg.warmup_steps
+        self.rng = np.random.default_rng(cfg.seed if seed is None else seed)
+        self.env = simpy.Environment()
+        self.slots = simpy.Resource(self.env, capacity=plan.concurrency)
+        self.sandboxes = _Area(self.env)
+        self.held = _Area(self.env)
+        rng = self.rng
+        self.startup = _Draws(plan.startup, rng)
+        self.fail_time = _Draws(plan.init_failure_time, rng)
+        self.teardown = _Draws(plan.teardown, rng)
+        self.generation = _Draws(plan.generation, rng, columns=plan.turns)
+        self.tool = _Draws(plan.tool, rng, columns=plan.turns if plan.tool_per_turn else 1)
+        self.reward = _Draws(plan.reward, rng)
+        self.uniform = _Draws(_Uniform(), rng)
+        self.next_create = 0.0
+        self.inflight = 0  # dispatched and not yet released (a new process asks for its slot only when it runs)
+        self.version = 0
+        self.counting = False
+        self.counts = _Counts()
+        self.group: _Group | None = None
+        # async
+        self.queue: deque[int] = deque()
+        self.wake_dispatcher: simpy.Event = self.env.event()
+        self.wake_trainer: simpy.Event | None = None
+        self.lags: Counter[int] = Counter()
+        self.dropped_stale = 0
+        self.idle = 0.0
+        self.step_ends: list[float] = []
+
+    # -- one rollout ---------------------------------------------------------------------------------
+    def rollout(self, group: _Group, on_success: Any, handle: _Handle) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        request = self.slots.request()
+        try:
+            yield request
+        except simpy.Interrupt:  # cancelled before it got a slot: no sandbox, nothing to tear down
+            request.cancel()
+            self.inflight -= 1
+            if self.counting:
+                self.counts.killed += 1
+            return
+        self.held.add(1)
+        handle.sandbox = False
+        torn_down = False
+        try:
+            outcome = yield from self._attempts(group, on_success, handle)
+            handle.cancellable = False
+            if outcome == "lost_init":
+                torn_down = True  # the failed attempt's time already includes its terminate
+            elif self.cfg.teardown_holds_slot:
+                yield env.timeout(self.teardown())
+                torn_down = True
+        except simpy.Interrupt:
+            if self.counting:
+                self.counts.killed += 1
+        self.slots.release(request)
+        self.held.add(-1)
+        self.inflight -= 1
+        self.wake()
+        if not handle.sandbox:  # cancelled while waiting for its first create
+            return
+        if torn_down:
+            self.sandboxes.add(-1)
+        else:  # the slot is free; the sandbox lives on through its teardown
+            env.process(self._teardown_after())
+
+    def _attempts(self, group: _Group, on_success: Any, handle: _Handle) -> Generator[simpy.Event, Any, str]:
+        plan, cfg, env = self.plan, self.cfg, self.env
+        version = self.version
+        t0 = env.now
+        failures = 0
+        while True:
+            if cfg.create_rate:
+                start = max(env.now, self.next_create)
+                self.next_create = start + 1.0 / cfg.create_rate
+                if start > env.now:
+                    yield env.timeout(start - env.now)
+            if not handle.sandbox:  # sandbox time runs from the first create (the vendor's bill)
+                handle.sandbox = True
+                self.sandboxes.add(1)
+            if self.uniform() < plan.p_init:
+                yield env.timeout(self.fail_time())
+                failures += 1
+                if failures > cfg.max_retries:
+                    self._end(group, "lost_init")
+                    return "lost_init"
+                if cfg.backoff_s:
+                    yield env.timeout(cfg.backoff_s)
+                continue
+            yield env.timeout(self.startup())
+            break
+        yield env.timeout(self.generation() + self.tool() + self.reward())
+        if self.uniform() < plan.p_exec:
+            self._end(group, "lost_exec")
+            return "lost_exec"
+        handle.cancellable = False
+        if self.counting:
+            self.counts.delivery_sum += env.now - t0
+        accepted = group.accepted and self.uniform() >= cfg.filtered_samples
+        self._end(group, "success", version if accepted else None)
+        on_success(group, version, accepted)
+        return "success"
+
+    def _teardown_after(self) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(self.teardown())
+        self.sandboxes.add(-1)
+
+    def _end(self, group: _Group, outcome: str, sample_version: int | None = None) -> None:
+        if self.counting:
+            self.counts.dispatched_ended += 1
+            if outcome == "lost_init":
+                self.counts.lost_init += 1
+            elif outcome == "lost_exec":
+                self.counts.lost_exec += 1
+            else:
+                self.counts.successes += 1
+                if sample_version is not None:
+                    self.counts.produced_accepted += 1
+        if sample_version is not None:
+            group.samples.append(sample_version)
+        group.ended += 1
+        if group.on_end is not None:
+            group.on_end(outcome)
+        if self.plan.mode == "async" and group.ended == group.size:
+            self.queue.extend(group.samples)
+            if self.wake_trainer is not None and not self.wake_trainer.triggered:
+                self.wake_trainer.succeed()
+
+    def wake(self) -> None:
+        if not self.wake_dispatcher.triggered:
+            self.wake_dispatcher.succeed()
+
+    # -- async -------------------------------------------------------------------------------------
+    def _dispatcher(self) -> Generator[simpy.Event, Any, None]:
+        cfg = self.cfg
+        cap = cfg.async_level * self.plan.samples_per_step
+        group: _Group | None = None
+        members = 0
+        while True:
+            while self.inflight < self.plan.concurrency and len(self.queue) < cap:
+                if group is None or members == group.size:
+                    group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
+                    members = 0
+                members += 1
+                self.inflight += 1
+                if self.counting:
+                    self.counts.dispatched += 1
+                self.env.process(self.rollout(group, _noop, _Handle()))
+            self.wake_dispatcher = self.env.event()
+            yield self.wake_dispatcher
+
+    def _async_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        cfg, plan, env = self.cfg, self.plan, self.env
+        samples = plan.samples_per_step
+        step = 0
+        while True:
+            batch = 0
+            while batch < samples:
+                if not self.queue:
+                    self.wake_trainer = env.event()
+                    waited_from = env.now
+                    yield self.wake_trainer
+                    if self.counting:
+                        self.idle += env.now - waited_from
+                    continue
+                version = self.queue.popleft()
+                lag = step - version
+                if lag > cfg.max_off_policy_steps:
+                    if self.counting:
+                        self.dropped_stale += 1
+                    continue
+                batch += 1
+                if self.counting:
+                    self.lags[lag] += 1
+            self.wake()
+            yield env.timeout(samples / plan.trainer_rate + cfg.weight_sync_s)
+            step += 1
+            self.version = step
+            self.step_ends.append(env.now)
+            if step == self.warmup:
+                self._start_window()
+            if step == self.warmup + self.steps:
+                done.succeed()
+                return
+
+    # -- sync --------------------------------------------------------------------------------------
+    def _sync_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        cfg, plan, env = self.cfg, self.plan, self.env
+        n, k = plan.dispatched_per_step, plan.finish_target
+        self.generation_sum = 0.0
+        self.trained_sum = 0
+        for step in range(self.warmup + self.steps):
+            state = {"successes": 0, "ended": 0, "trained": 0}
+            finished = env.event()
+
+            def on_success(group: _Group, version: int, accepted: bool, state: dict = state) -> None:
+                if state["successes"] < k:
+                    state["successes"] += 1
+                    state["trained"] += int(accepted)
+
+            processes = []
+            group: _Group | None = None
+            for index in range(n):
+                if index % cfg.group_size == 0:
+                    group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
+                    group.on_end = lambda outcome, state=state, finished=finished: _count_end(state, finished, n)
+                assert group is not None
+                handle = _Handle()
+                self.inflight += 1
+                process = env.process(self._sync_rollout(group, on_success, state, finished, n, k, handle))
+                processes.append((process, handle))
+                if self.counting:
+                    self.counts.dispatched += 1
+            t0 = env.now
+            yield finished
+            if self.counting:
+                self.generation_sum += env.now - t0
+            for process, handle in processes:
+                if process.is_alive and handle.cancellable:
+                    process.interrupt()
+            if self.counting:
+                self.trained_sum += state["trained"]
+                self.idle += env.now - t0
+            yield env.timeout(state["trained"] / plan.trainer_rate + cfg.weight_sync_s)
+            self.version = step + 1
+            self.step_ends.append(env.now)
+            if step + 1 == self.warmup:
+                self._start_window()
+        done.succeed()
+
+    def _sync_rollout(
+        self, group: _Group, on_success: Any, state: dict, finished: simpy.Event, n: int, k: int, handle: _Handle
+    ) -> Generator[simpy.Event, Any, None]:
+        def success(g: _Group, version: int, accepted: bool) -> None:
+            on_success(g, version, accepted)
+            if state["successes"] >= k and not finished.triggered:
+                finished.succeed()
+
+        yield from self.rollout(group, success, handle)
+
+    # -- measurement -------------------------------------------------------------------------------
+    def _start_window(self) -> None:
+        self.counting = True
+        self.window_start = self.env.now
+        self.sandbox_area0 = self.sandboxes.at_now()
+        self.held_area0 = self.held.at_now()
+
+    def run(self) -> ModelResult:
+        env, plan = self.env, self.plan
+        done = env.event()
+        if self.warmup == 0:
+            self._start_window()
+        if plan.mode == "async":
+            env.process(self._dispatcher())
+            env.process(self._async_trainer(done))
+        else:
+            env.process(self._sync_trainer(done))
+        limit = self._time_limit()
+        env.run(until=simpy.AnyOf(env, [done, env.timeout(limit)]))
+        return self._result(done.triggered)
+
+    def _time_limit(self) -> float:
+        plan = self.plan
+        per_rollout = (
+            plan.startup.upper()
+            + plan.mean_work() * 10
+            + 10 * (self.cfg.max_retries + 1) * plan.init_failure_time.upper()
+        )
+        per_step = plan.samples_per_step / plan.trainer_rate + per_rollout * max(
+            1, math.ceil(plan.dispatched_per_step / plan.concurrency)
+        )
+        return 100.0 * (self.warmup + self.steps + 1) * max(per_step, 1.0)
+
+    def _result(self, complete: bool) -> ModelResult:
+        plan, cfg, env = self.plan, self.cfg, self.env
+        notes = [] if complete else ["the simulation hit its time limit before finishing its steps"]
+        if not self.counting:
+            self._start_window()
+        window = max(env.now - self.window_start, 1e-12)
+        steps_done = max(len(self.step_ends) - self.warmup, 0)
+        samples = plan.samples_per_step
+        c = self.counts
+        if plan.mode == "async":
+            trained = samples * steps_done
+        else:
+            trained = self.trained_sum
+        step_time = window / steps_done if steps_done else math.inf
+        trainer = trained / window
+        train_busy = samples / plan.trainer_rate + cfg.weight_sync_s
+        ended = max(c.dispatched_ended, 1)
+        consumed = sum(self.lags.values())
+        stale_base = consumed + self.dropped_stale
+        lags = {lag: count / consumed for lag, count in sorted(self.lags.items())} if consumed else {}
+        if plan.mode == "sync":
+            lags = {0: 1.0}
+        sandbox_area = self.sandboxes.at_now() - self.sandbox_area0
+        held_area = self.held.at_now() - self.held_area0
+        return ModelResult(
+            engine="simulation",
+            mode=plan.mode,
+            concurrency=plan.concurrency,
+            generator_samples_per_s=c.successes / window,
+            generator_capacity_samples_per_s=(
+                c.successes / self.generation_sum
+                if plan.mode == "sync" and self.generation_sum > 0
+                else c.successes / window
+            ),
+            effective_samples_per_s=trainer,
+            trainer_samples_per_s=trainer,
+            trainer_capacity_samples_per_s=(
+                samples / train_busy if plan.mode == "async" else trained / max(window - self.idle, 1e-12)
+            ),
+            trainer_idle_ratio=self.idle / window,
+            step_time_s=step_time,
+            generation_time_s=(
+                self.generation_sum / steps_done
+                if plan.mode == "sync" and steps_done
+                else c.delivery_sum / max(c.successes, 1)
+            ),
+            lost_to_init_failures=c.lost_init / max(c.dispatched if plan.mode == "sync" else ended, 1),
+            lost_to_exec_failures=c.lost_exec / max(c.dispatched if plan.mode == "sync" else ended, 1),
+            lost_to_staleness=self.dropped_stale / stale_base if stale_base else 0.0,
+            killed_by_oversampling=c.killed / max(c.dispatched, 1) if plan.mode == "sync" else 0.0,
+            filtered_by_acceptance=1 - c.produced_accepted / max(c.successes, 1),
+            sandbox_seconds_per_step=sandbox_area / steps_done if steps_done else math.inf,
+            sandbox_seconds_per_trained_sample=sandbox_area / trained if trained else math.inf,
+            mean_staleness_steps=sum(lag * share for lag, share in lags.items()),
+            staleness_distribution=lags,
+            concurrency_used=held_area / window,
+            holds=True,
+            notes=notes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Uniform:
+    label: str = "uniform"
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return u
+
+    def mean(self) -> float:
+        return 0.5
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        return np.clip(t, 0, 1)
+
+    def upper(self, eps: float = 0.0) -> float:
+        return 1.0
+
+
+def _count_end(state: dict, finished: simpy.Event, n: int) -> None:
+    state["ended"] += 1
+    if state["ended"] >= n and not finished.triggered:
+        finished.succeed()
+
+
+def _noop(group: _Group, version: int, accepted: bool) -> None:
+    return None
+
+
+def simulate(plan: Plan, seed: int | None = None, steps: int | None = None, warmup: int | None = None) -> ModelResult:
+    return Simulation(plan, seed, steps, warmup).run()

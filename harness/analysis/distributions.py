@@ -1,0 +1,175 @@
+"""Duration distributions both model engines share: the closed forms read their CDF and mean, the simulation
+draws from them. One object per distribution, so the two engines can only disagree through their method.
+
+- EmpiricalDist: a quantile grid from the latency model, read as a piecewise-linear inverse CDF (sampling is
+  interpolation between grid points; the mean is that of the interpolated distribution, exactly).
+- ScipyDist: a parametric form (a config's generation time, or a fit from the latency model).
+- ConstantDist: a fixed duration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+TAIL_EPS = 1e-9  # mass past which an unbounded distribution is cut for the closed forms' grid
+
+
+class Dist(Protocol):
+    @property
+    def label(self) -> str: ...
+
+    def mean(self) -> float: ...
+    def cdf(self, t: np.ndarray) -> np.ndarray: ...
+    def ppf(self, u: np.ndarray) -> np.ndarray: ...
+    def upper(self, eps: float = TAIL_EPS) -> float: ...
+
+
+def sample(dist: Dist, rng: np.random.Generator, size: int) -> np.ndarray:
+    """Inverse-transform draws (one uniform per value), clipped at zero: durations are never negative."""
+    return np.maximum(dist.ppf(rng.random(size)), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantDist:
+    value: float
+    label: str = ""
+
+    def mean(self) -> float:
+        return self.value
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        return (np.asarray(t, dtype=float) >= self.value).astype(float)
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(u), self.value, dtype=float)
+
+    def upper(self, eps: float = TAIL_EPS) -> float:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class EmpiricalDist:
+    levels: np.ndarray  # increasing, from 0 to 1
+    values: np.ndarray  # non-decreasing
+    label: str = ""
+
+    def mean(self) -> float:
+        widths = np.diff(self.levels)
+        return float(np.sum(widths * (self.values[:-1] + self.values[1:]) / 2.0))
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.interp(u, self.levels, self.values)
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        values, levels = self.values, self.levels
+        index = np.searchsorted(values, t, side="right") - 1
+        out = np.where(index < 0, 0.0, 1.0)
+        inside = (index >= 0) & (index < values.size - 1)
+        i = index[inside]
+        lo, hi = values[i], values[i + 1]
+        span = np.where(hi > lo, hi - lo, 1.0)
+        out[inside] = levels[i] + (t[inside] - lo) / span * (levels[i + 1] - levels[i])
+        return np.clip(out, 0.0, 1.0)
+
+    def upper(self, eps: float = TAIL_EPS) -> float:
+        return float(self.values[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class ScipyDist:
+    frozen: Any  # a scipy.stats frozen distribution
+    label: str = ""
+
+    def mean(self) -> float:
+        return float(self.frozen.mean())
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        return np.asarray(self.frozen.cdf(np.asarray(t, dtype=float)), dtype=float)
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.asarray(self.frozen.ppf(np.clip(u, 0.0, 1.0 - 1e-12)), dtype=float)
+
+    def upper(self, eps: float = TAIL_EPS) -> float:
+        return float(self.frozen.ppf(1.0 - eps))
+
+
+_TEXT_KINDS = {"const": ("constant", ("value",)), "uniform": ("uniform", ("low", "high")),
+               "lognormal": ("lognormal", ("median", "sigma")), "exp": ("exponential", ("mean",))}  # fmt: skip
+
+
+def _from_text(text: str, where: str) -> Any:
+    """`stampede run --gen-time` syntax (`lognormal:20,0.8`, `const:5`, `uniform:1,3`, `exp:20`), so a
+    rehearsal and the model can be given the same spec."""
+    kind, sep, rest = text.strip().partition(":")
+    if not sep:
+        kind, rest = "const", text
+    if kind.strip().lower() not in _TEXT_KINDS:
+        raise ValueError(f"{where}: unknown distribution {text!r} (use {', '.join(_TEXT_KINDS)}, or a table)")
+    name, keys = _TEXT_KINDS[kind.strip().lower()]
+    try:
+        values = [float(part) for part in rest.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{where}: distribution {text!r}: parameters must be numbers") from None
+    if len(values) != len(keys):
+        raise ValueError(f"{where}: distribution {text!r} takes {', '.join(keys)}")
+    return {"dist": name, **dict(zip(keys, values, strict=True))}
+
+
+def from_spec(spec: Any, where: str) -> Dist:
+    """A distribution from a config value: a number (constant), a table {dist = ..., ...}, or a string in
+    `stampede run --gen-time` syntax.
+
+    dist = "constant" (value) | "lognormal" (median, sigma) | "gamma" (mean, cv) | "exponential" (mean) |
+    "uniform" (low, high) | "weibull" (shape, scale). Raises ValueError naming `where` on bad input.
+    """
+    from scipy import stats
+
+    if isinstance(spec, str):
+        spec = _from_text(spec, where)
+    if isinstance(spec, bool):
+        raise ValueError(f"{where}: expected a number of seconds or a distribution table")
+    if isinstance(spec, int | float):
+        if spec < 0:
+            raise ValueError(f"{where}: a duration cannot be negative")
+        return ConstantDist(float(spec), label=f"{spec:g} s")
+    if not isinstance(spec, dict) or "dist" not in spec:
+        raise ValueError(
+            f'{where}: expected a number of seconds or a table like {{ dist = "lognormal", median = 30, sigma = 0.8 }}'
+        )
+    kind = spec["dist"]
+    known = {"constant": {"value"}, "lognormal": {"median", "sigma"}, "gamma": {"mean", "cv"},
+             "exponential": {"mean"}, "uniform": {"low", "high"}, "weibull": {"shape", "scale"}}  # fmt: skip
+    if kind not in known:
+        raise ValueError(f"{where}: unknown dist {kind!r} (one of {', '.join(known)})")
+    params = {k: v for k, v in spec.items() if k != "dist"}
+    if set(params) != known[kind]:
+        raise ValueError(
+            f"{where}: dist {kind!r} takes {', '.join(sorted(known[kind]))}, got {', '.join(sorted(params)) or 'nothing'}"
+        )
+    for key, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{where}: {key} must be a non-negative number")
+    p = {k: float(v) for k, v in params.items()}
+    label = f"{kind}(" + ", ".join(f"{k}={v:g}" for k, v in p.items()) + ")"
+    if kind == "constant":
+        return ConstantDist(p["value"], label=label)
+    positive = [k for k in p if k not in ("low",)]
+    if any(p[k] <= 0 for k in positive):
+        raise ValueError(f"{where}: {', '.join(positive)} must be positive")
+    if kind == "lognormal":
+        return ScipyDist(stats.lognorm(s=p["sigma"], scale=p["median"]), label)
+    if kind == "gamma":
+        shape = 1.0 / p["cv"] ** 2
+        return ScipyDist(stats.gamma(a=shape, scale=p["mean"] / shape), label)
+    if kind == "exponential":
+        return ScipyDist(stats.expon(scale=p["mean"]), label)
+    if kind == "uniform":
+        if p["high"] <= p["low"]:
+            raise ValueError(f"{where}: high must exceed low")
+        return ScipyDist(stats.uniform(loc=p["low"], scale=p["high"] - p["low"]), label)
+    return ScipyDist(stats.weibull_min(c=p["shape"], scale=p["scale"]), label)

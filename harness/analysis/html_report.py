@@ -1,0 +1,61 @@
+"""One self-contained report.html: the tables and the PNG figures embedded as base64, no external assets."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from harness.analysis.report_tables import Table
+
+_STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1300px;color:#222}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0 18px;font:12px ui-monospace,Menlo,monospace}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.note{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee;margin:6px 0}
+caption{text-align:left;font-weight:600;padding:4px 0}
+"""
+
+
+def table_html(table: Table) -> str:
+    def cell(tag: str, index: int, text: str) -> str:
+        cls = ' class="l"' if index in table.left else ""
+        return f"<{tag}{cls}>{html.escape(text)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(table.header))
+    body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in table.rows)
+    caption = f"<caption>{html.escape(table.title)}</caption>" if table.title else ""
+    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def image_html(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def render(
+    title: str,
+    notes: Sequence[str],
+    sections: Sequence[tuple[str, Sequence[Table], Sequence[tuple[str, bytes]]]],
+    footnotes: Sequence[str] = (),
+) -> str:
+    """Sections are (heading, tables, figures as (alt, png)); notes go under the title, footnotes at the end."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p class='note'>generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%SZ')}</p>",
+    ]
+    parts += [f"<p class='note'>{html.escape(note)}</p>" for note in notes]
+    for heading, tables, figures in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        parts += [table_html(t) for t in tables]
+        parts += [image_html(png, alt) for alt, png in figures]
+    if footnotes:
+        parts.append("<h2>How to read this</h2><ul class='note'>")
+        parts += [f"<li>{html.escape(f)}</li>" for f in footnotes]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,261 @@
+"""`stampede export`: the latency model (DESIGN.md "Latency model export", version 1) from one or more runs.
+
+Runs of the same provider and profile are pooled after conversion to vendor seconds (wall / time scale), so
+a run at time scale 0.1 and one in real time describe one vendor. Rows are bucketed by concurrency: the
+stage's target in flight for closed-model stages, else the median fleet-wide in-flight count at submit
+(sweep line over the rollout intervals) rounded to a power of two.
+
+Per bucket and metric, the quantile grid is computed on every row (nearest rank, untrimmed); fits run on a
+bounded random subset (see fits.py). Metrics:
+- tti: submit → first command returned, rollouts that ended ok;
+- startup: create + ready (submit → usable), rollouts that ended ok — what a rollout waits before its work;
+- exec: all commands of a rollout, ok rollouts (with emulated generation, gen_s is recorded apart and is not
+  in it);
+- teardown: terminate, every rollout that terminated;
+- init_failure_time: submit → failure for rollouts that failed in the create or ready phase (the time a failed
+  start costs before a retry).
+Failure probabilities are over finished rollouts (ok + failed); cancelled ones are censored and only counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.concurrency import concurrency_at_submit
+from harness.analysis.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.analysis.errors import AnalysisInputError
+from harness.analysis.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
+from harness.analysis.latency_schema import validate_latency_model
+from harness.analysis.stage_stats import stage_order
+from harness.analysis.stats import group_sorted
+
+QUANTILE_LEVELS: tuple[float, ...] = (
+    0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
+    0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 0.995, 0.999, 0.9999, 1.0,
+)  # fmt: skip
+
+METRICS: tuple[str, ...] = ("tti", "startup", "exec", "teardown", "init_failure_time")
+FITTED_METRICS: frozenset[str] = frozenset({"tti", "startup", "exec", "teardown", "init_failure_time"})
+INIT_PHASES = ("create", "ready")
+CONCURRENCY_BASIS = (
+    "target in flight of closed-model stages (target_users); otherwise the median fleet-wide in-flight count at "
+    "submit from the rollout intervals, rounded to a power of two"
+)
+
+
+def _stampede_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("stampede")
+    except Exception:  # not installed (a checkout on sys.path)
+        return "unknown"
+
+
+def _prepare(info: RunInfo) -> pd.DataFrame:
+    """One run's rows in vendor seconds, with the bucket each row falls in."""
+    frame = load_rollout_frame(info.run_dir)
+    if frame.empty:
+        return frame
+    factor = info.to_vendor_seconds()
+    out = pd.DataFrame(
+        {
+            "stage": frame["stage"].astype(str).to_numpy(),
+            "outcome": frame["outcome"].astype(str).to_numpy(),
+            "failure_kind": frame["failure_kind"].astype(object).to_numpy(),
+            "failure_phase": frame["failure_phase"].astype(object).to_numpy(),
+            "t_submit": frame["t_submit"].to_numpy(dtype=float),
+        }
+    )
+    for column in ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s"):
+        out[column] = frame[column].to_numpy(dtype=float) * factor
+    measured = concurrency_at_submit(frame).astype(float)
+    out["measured"] = measured
+    target = frame["target_users"].to_numpy(dtype=float)
+    stage_codes = pd.Categorical(out["stage"], categories=stage_order(frame)).codes
+    per_stage_target = pd.Series(target).groupby(stage_codes).max()
+    per_stage_measured = pd.Series(measured).groupby(stage_codes).median()
+    bucket = {}
+    source = {}
+    for code in per_stage_target.index:  # one per stage
+        if per_stage_target[code] > 0:
+            bucket[code], source[code] = int(per_stage_target[code]), "target"
+        else:
+            level = max(float(per_stage_measured[code]), 1.0)
+            bucket[code], source[code] = int(2 ** round(np.log2(level))), "measured"
+    out["bucket"] = pd.Series(stage_codes).map(bucket).to_numpy()
+    out["source"] = pd.Series(stage_codes).map(source).to_numpy()
+    out["run_id"] = info.run_id
+    span = frame.groupby(stage_codes, observed=True)["t_submit"].agg(["min", "max", "size"])
+    rates = {code: (row["size"] / ((row["max"] - row["min"]) * factor) if row["max"] > row["min"] else np.nan)
+             for code, row in span.iterrows()}  # fmt: skip
+    out["stage_start_rate"] = pd.Series(stage_codes).map(rates).to_numpy()
+    return out
+
+
+def _metric_values(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    ok = (rows["outcome"] == "ok").to_numpy()
+    failed = (rows["outcome"] == "failed").to_numpy()
+    init_failed = failed & rows["failure_phase"].isin(INIT_PHASES).to_numpy()
+    nan = np.nan
+    return {
+        "tti": np.where(ok, rows["tti_s"], nan),
+        "startup": np.where(ok, rows["create_s"] + rows["ready_s"], nan),
+        "exec": np.where(ok, rows["exec_s"], nan),
+        "teardown": rows["terminate_s"].to_numpy(dtype=float),
+        "init_failure_time": np.where(init_failed, rows["total_s"], nan),
+    }
+
+
+def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[str, Any]]:
+    levels = sorted(int(b) for b in rows["bucket"].unique())
+    codes = pd.Categorical(rows["bucket"], categories=levels).codes.astype(np.int64)
+    n = len(levels)
+    grouped = {name: group_sorted(codes, values, n) for name, values in _metric_values(rows).items()}
+    grids = {name: sample.quantiles(QUANTILE_LEVELS) for name, sample in grouped.items()}
+    means = {name: sample.means() for name, sample in grouped.items()}
+    result = []
+    for i, level in enumerate(levels):  # one iteration per bucket
+        part = rows.loc[codes == i]
+        outcome = part["outcome"]
+        ok, failed, cancelled = (int((outcome == o).sum()) for o in ("ok", "failed", "cancelled"))
+        finished = ok + failed
+        failed_rows = part.loc[outcome == "failed"]
+        by_kind = failed_rows["failure_kind"].fillna("unknown").value_counts()
+        by_phase = failed_rows["failure_phase"].dropna().value_counts()
+        init = int(failed_rows["failure_phase"].isin(INIT_PHASES).sum())
+        exec_failed = int((failed_rows["failure_phase"] == "exec").sum())
+        denominator = finished or 1  # no finished rollout: every probability is 0
+        metrics: dict[str, Any] = {}
+        for name, sample in grouped.items():
+            count = int(sample.counts[i])
+            if count == 0:
+                continue
+            values = sample.group(i)
+            fits = fit_sample(values, max_fit_samples=max_fit_samples) if fit and name in FITTED_METRICS else []
+            metrics[name] = {
+                "n": count,
+                "mean": float(max(means[name][i], 0.0)),
+                "quantiles": [float(max(v, 0.0)) for v in grids[name][i]],
+                "fits": [f.to_json() for f in fits],
+                "selected_fit": fits[0].family if fits else None,
+            }
+        stages = part.groupby(["run_id", "stage"], observed=True).size()
+        rate = part["stage_start_rate"].dropna()
+        result.append(
+            {
+                "concurrency": max(int(level), 1),
+                "concurrency_source": str(part["source"].iloc[0]),
+                "measured_concurrency": {
+                    "median": float(part["measured"].median()),
+                    "max": float(part["measured"].max()),
+                },
+                "stages": [{"run_id": str(r), "stage": str(s), "rollouts": int(c)} for (r, s), c in stages.items()],
+                "samples": {
+                    "rollouts": len(part),
+                    "ok": ok,
+                    "failed": failed,
+                    "cancelled": cancelled,
+                    "cancelled_before_tti": int(((outcome == "cancelled") & part["tti_s"].isna()).sum()),
+                    "finished": finished,
+                },
+                "failure_probability": {
+                    "total": failed / denominator,
+                    "init": init / denominator,
+                    "exec": exec_failed / denominator,
+                    "by_kind": {str(k): int(v) / denominator for k, v in by_kind.items() if v},
+                    "by_phase": {str(k): int(v) / denominator for k, v in by_phase.items() if v},
+                },
+                "start_rate_per_s": float(rate.median()) if len(rate) else None,
+                "metrics": metrics,
+            }
+        )
+    return result
+
+
+def build_latency_model(
+    run_dirs: Sequence[str | Path], fit: bool = True, max_fit_samples: int = DEFAULT_MAX_FIT_SAMPLES
+) -> dict[str, Any]:
+    if not run_dirs:
+        raise AnalysisInputError("give at least one run folder")
+    infos = [read_run_info(d) for d in run_dirs]
+    seen: set[str] = set()
+    unique = []
+    for info in infos:
+        resolved = str(info.run_dir.resolve())
+        if resolved not in seen:
+            seen.add(resolved)
+            unique.append(info)
+    groups: dict[tuple[str, str], list[pd.DataFrame]] = {}
+    run_ids: dict[tuple[str, str], list[str]] = {}
+    provenance = []
+    for info in unique:
+        rows = _prepare(info)
+        provenance.append(
+            {
+                "run_id": info.run_id,
+                "path": str(info.run_dir),
+                "provider": info.provider,
+                "profile": info.profile,
+                "scenario": info.scenario,
+                "status": info.status,
+                "time_scale": info.time_scale,
+                "time_scale_recorded": info.time_scale_recorded,
+                "rollouts": len(rows),
+                "started_at": info.started_at,
+                "stampede_version": info.stampede_version,
+            }
+        )
+        if rows.empty:
+            continue
+        key = (info.provider, info.profile)
+        groups.setdefault(key, []).append(rows)
+        run_ids.setdefault(key, []).append(info.run_id)
+    if not groups:
+        raise AnalysisInputError("the runs have no rollouts to export")
+    models = [
+        {
+            "provider": provider,
+            "profile": profile,
+            "run_ids": run_ids[(provider, profile)],
+            "buckets": _buckets(pd.concat(frames, ignore_index=True), fit, max_fit_samples),
+        }
+        for (provider, profile), frames in sorted(groups.items())
+    ]
+    document = {
+        "format": "stampede.latency_model",
+        "version": 1,
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "units": "seconds",
+        "time_basis": "vendor",
+        "concurrency_basis": CONCURRENCY_BASIS,
+        "quantile_levels": list(QUANTILE_LEVELS),
+        "provenance": {
+            "stampede_version": _stampede_version(),
+            "generated_by": "stampede export",
+            "fit_settings": {
+                "max_fit_samples": max_fit_samples,
+                "min_fit_samples": MIN_FIT_SAMPLES,
+                "selection": "smallest Kolmogorov-Smirnov statistic",
+            },
+            "runs": provenance,
+        },
+        "models": models,
+    }
+    validate_latency_model(document, "export")
+    return document
+
+
+def write_latency_model(document: dict[str, Any], path: Path) -> None:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise AnalysisInputError(f"cannot write {path}: {exc}") from None

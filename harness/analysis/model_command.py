@@ -1,0 +1,158 @@
+"""`stampede model --latency latency_model.json --config rl.toml [--sweep concurrency|oversampling]`: wiring."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from harness.analysis.errors import AnalysisInputError, one_line_errors
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--latency", required=True, metavar="JSON", help="a latency model from `stampede export`")
+    parser.add_argument("--config", required=True, metavar="TOML", help="the RL configuration (see examples/rl-*.toml)")
+    parser.add_argument("--vendor", default=None, metavar="PROVIDER/PROFILE",
+                        help="which vendor of the latency model (default: [sandbox] vendor, or the only one)")  # fmt: skip
+    parser.add_argument("--sweep", choices=("concurrency", "oversampling"), default=None,
+                        help="run the model over a range and recommend a setting")  # fmt: skip
+    parser.add_argument(
+        "--values", default=None, metavar="A,B,...", help="sweep values (default: a range around the config's)"
+    )
+    parser.add_argument("--engine", choices=("both", "closed", "simulation"), default="both",
+                        help="closed forms, the SimPy simulation, or both side by side (default)")  # fmt: skip
+    parser.add_argument("--steps", type=int, default=None, help="simulated trainer steps (default: [simulation] steps)")
+    parser.add_argument("-o", "--out", default=None, metavar="DIR",
+                        help="write model.json (and sweep.png) here (default: ./stampede-model when sweeping)")  # fmt: skip
+
+
+def _values(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise AnalysisInputError(f"--values must be comma-separated numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise AnalysisInputError("--values must be positive numbers")
+    return values
+
+
+def _fmt(result: Any, key: str, pattern: str) -> str:
+    value = getattr(result, key)
+    try:
+        return pattern.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def comparison_text(closed: Any, simulated: Any) -> str:
+    from harness.analysis.model_result import HEADLINE
+    from harness.analysis.report_tables import Table
+
+    results = [r for r in (closed, simulated) if r is not None]
+    header = ["quantity", *("closed form" + ("" if r.holds else " (approx.)") if r.engine == "closed form"
+                            else "simulation" for r in results)]  # fmt: skip
+    if len(results) == 2:
+        header.append("diff")
+    rows = []
+    for key, label, pattern in HEADLINE:
+        row = [label, *(_fmt(r, key, pattern) for r in results)]
+        if len(results) == 2:
+            a, b = getattr(results[0], key), getattr(results[1], key)
+            finite = all(x == x and abs(x) != float("inf") for x in (a, b))
+            if not finite:
+                row.append("-")
+            elif "%" in pattern:  # shares: the difference in percentage points
+                row.append(f"{100 * (b - a):+.1f} pt" if max(abs(a), abs(b)) >= 5e-4 else "-")
+            else:
+                row.append(f"{100 * (b - a) / a:+.1f}%" if abs(a) > 1e-9 else "-")
+        rows.append(row)
+    return Table("", header, rows, left=frozenset({0})).to_text()
+
+
+@one_line_errors
+def run(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from harness.analysis.closed_form import solve
+    from harness.analysis.des import simulate
+    from harness.analysis.latency_model import load_latency_model
+    from harness.analysis.rl_config import load_config
+    from harness.analysis.rollout_plan import build_plan
+    from harness.analysis.sweep import default_values, run_sweep, sweep_plot, sweep_table
+
+    if args.steps is not None and args.steps < 1:
+        raise AnalysisInputError("--steps must be at least 1")
+    values = _values(args.values)
+    if values is not None and args.sweep is None:
+        raise AnalysisInputError("--values needs --sweep concurrency or --sweep oversampling")
+    config = load_config(args.config)
+    vendor = load_latency_model(args.latency).choose(args.vendor or config.vendor)
+    plan = build_plan(config, vendor)
+    out = Path(args.out) if args.out else (Path("stampede-model") if args.sweep else None)
+    print(f"config {args.config}: B={config.prompts} × G={config.group_size} = {plan.samples_per_step} samples per step, "
+          f"{config.mode}, trainer {plan.trainer_rate:.4g} samples/s")  # fmt: skip
+    print(f"vendor {vendor.name}: {plan.sandbox.describe()}")
+    print(f"effective concurrency {plan.concurrency} (limited by {plan.concurrency_limited_by})"
+          + (f"; {plan.dispatched_per_step} dispatched per step, generation ends at {plan.finish_target} successes"
+             if config.mode == "sync" else ""))  # fmt: skip
+    document: dict[str, Any] = {"config": args.config, "latency_model": args.latency, "vendor": vendor.name}
+    if args.sweep is None:
+        closed = solve(plan) if args.engine in ("both", "closed") else None
+        simulated = simulate(plan, steps=args.steps) if args.engine in ("both", "simulation") else None
+        print()
+        print(comparison_text(closed, simulated))
+        for result in (closed, simulated):
+            if result is not None and result.notes:
+                print(f"{result.engine}: " + "; ".join(result.notes))
+        if simulated is not None and simulated.staleness_distribution and config.mode == "async":
+            dist = ", ".join(f"{lag}: {100 * share:.1f}%" for lag, share in simulated.staleness_distribution.items())
+            print(f"staleness (policy versions behind, share of trained samples): {dist}")
+        document["results"] = [r.to_json() for r in (closed, simulated) if r is not None]
+    else:
+        sweep = run_sweep(
+            args.sweep, config, vendor, values or default_values(args.sweep, config), args.engine, args.steps
+        )
+        print()
+        print(sweep_table(sweep).to_text())
+        print()
+        print(sweep.recommendation)
+        document["sweep"] = {
+            "kind": sweep.kind,
+            "points": [
+                {"value": p.value, "results": [r.to_json() for r in (p.closed, p.simulated) if r is not None]}
+                for p in sweep.points
+            ],
+            "recommendation": sweep.recommendation,
+        }
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "model.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
+            if args.sweep is not None:
+                (out / "sweep.png").write_bytes(sweep_plot(sweep))
+        except OSError as exc:
+            raise AnalysisInputError(f"cannot write to {out}: {exc}") from None
+        print(f"written: {out / 'model.json'}" + (f", {out / 'sweep.png'}" if args.sweep else ""))
+    return 0
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"stampede: error: {message} (see {self.prog} --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _OneLineParser(
+        prog="stampede model",
+        description="Generator throughput and trainer idle from a latency model and an RL config.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

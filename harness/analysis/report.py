@@ -1,0 +1,160 @@
+"""`stampede report`: per provider, profile and stage, for one run or several side by side.
+
+Writes report.html (self-contained), the PNG figures, stages.csv (one row per run and stage, every number in
+the tables) and returns the terminal text. Vectorised end to end: a million-row run takes seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.analysis import html_report, plots
+from harness.analysis.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.analysis.errors import AnalysisInputError
+from harness.analysis.knee import Knee, KneeThresholds, find_knee
+from harness.analysis.report_tables import (
+    Table,
+    basis_note,
+    censoring_table,
+    comparison_table,
+    knee_table,
+    phase_table,
+    stage_table,
+)
+from harness.analysis.stage_stats import QUANTILE_NAMES, RunStats, TimeBasis, compute_run_stats
+
+FIGURES: tuple[tuple[str, str], ...] = (
+    ("tti_cdf.png", "TTI CDF per stage (log x)"),
+    ("latency_vs_concurrency.png", "TTI p50 and p99 against concurrency"),
+    ("failures_vs_concurrency.png", "failure rate by kind against concurrency"),
+    ("timeline.png", "in flight, ready and failed over time"),
+)
+
+FOOTNOTES = (
+    "Percentiles are nearest-rank and untrimmed: every value printed was observed.",
+    "TTI (submit → first command returned) quantiles are over rollouts that ended ok; create / exec / teardown "
+    "quantiles are over every rollout in which that phase completed.",
+    "Failure rate = failed / (ok + failed). Cancelled rollouts were cut off by the end of the run: censored "
+    "observations, counted apart (cxl), never failures; when some were cut off before becoming interactive, "
+    "the censoring table gives TTI p99 as if they had been the slowest (an upper bound).",
+    "Concurrency is the stage's target in flight (closed model); 'measured' concurrency is the fleet-wide count "
+    "of open rollouts at each submit, from the rollout intervals (a sweep line), so distributed runs count right.",
+    "Vendor seconds = wall seconds / time scale (a simulated vendor may run faster than real time). Harness and "
+    "network overheads are not scaled by the simulator, so at time scale 0.1 a 2 ms overhead reads as 20 ms.",
+    "Start rate = rollouts submitted in the stage / the stage's submit span; a burst submits all at once.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportResult:
+    out_dir: Path
+    html_path: Path
+    figures: list[Path]
+    text: str
+    runs: list[RunStats]
+    knees: list[Knee]
+
+
+def load_runs(run_dirs: Sequence[str | Path], basis: TimeBasis) -> list[RunStats]:
+    if not run_dirs:
+        raise AnalysisInputError("give at least one run folder")
+    infos: list[RunInfo] = []
+    seen: set[Path] = set()
+    for run_dir in run_dirs:
+        info = read_run_info(run_dir)
+        resolved = info.run_dir.resolve()
+        if resolved in seen:
+            continue
+        seen.add(resolved)
+        infos.append(info)
+    return [compute_run_stats(info, load_rollout_frame(info.run_dir), basis) for info in infos]
+
+
+def default_out_dir(run_dirs: Sequence[str | Path]) -> Path:
+    """One run: RUN_DIR/report; several: ./stampede-report."""
+    return Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("stampede-report")
+
+
+def build_report(
+    run_dirs: Sequence[str | Path],
+    out_dir: Path | None = None,
+    basis: TimeBasis = "vendor",
+    thresholds: KneeThresholds = KneeThresholds(),
+    figures: bool = True,
+) -> ReportResult:
+    runs = load_runs(run_dirs, basis)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_dirs)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AnalysisInputError(f"cannot create {out}: {exc}") from None
+    knees = [find_knee(run.stages, thresholds) for run in runs]
+
+    per_run: list[tuple[RunStats, Table, Table]] = [
+        (run, stage_table(run, knee), phase_table(run)) for run, knee in zip(runs, knees, strict=True)
+    ]
+    knees_t = knee_table(runs, knees)
+    comparison = comparison_table(runs) if len(runs) > 1 else None
+    censored = censoring_table(runs)
+
+    text_parts = [basis_note(run) for run in runs]
+    for _, stages_t, _ in per_run:
+        text_parts += ["", stages_t.to_text()]
+    if comparison is not None:
+        text_parts += ["", comparison.to_text()]
+    if censored is not None:
+        text_parts += ["", censored.to_text()]
+    text_parts += ["", knees_t.to_text(), f"knee thresholds: {thresholds.describe()} (* marks the knee stage)"]
+
+    written: list[Path] = []
+    images: list[tuple[str, bytes]] = []
+    if figures:
+        makers = (plots.tti_cdf, plots.latency_vs_concurrency, plots.failures_vs_concurrency, plots.timelines)
+        for (name, alt), make in zip(FIGURES, makers, strict=True):
+            png = make(runs)
+            path = out / name
+            path.write_bytes(png)
+            written.append(path)
+            images.append((alt, png))
+
+    csv_path = out / "stages.csv"
+    _write_csv(csv_path, runs)
+    sections: list[tuple[str, list[Table], list[tuple[str, bytes]]]] = [
+        ("Knee", [knees_t], []),
+    ]
+    if comparison is not None:
+        sections.append(("Side by side", [comparison], []))
+    for run, stages_t, phases_t in per_run:
+        sections.append((run.info.label, [stages_t, phases_t], []))
+    if censored is not None:
+        sections.append(("Censored rollouts", [censored], []))
+    sections.append(("Figures", [], images))
+    notes = [basis_note(run) for run in runs] + [f"knee thresholds: {thresholds.describe()}"]
+    title = "stampede report: " + ", ".join(run.info.run_id for run in runs)
+    html_path = out / "report.html"
+    html_path.write_text(html_report.render(title, notes, sections, FOOTNOTES))
+    text_parts += ["", f"report: {html_path}"]
+    return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees)
+
+
+def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
+    header = ["run_id", "provider", "profile", "stage", "concurrency", "measured_concurrency", "rollouts", "ok",
+              "failed", "cancelled", "cancelled_before_tti", "retries", "gave_up", "success_rate", "failure_rate", "start_rate",
+              "time_scale", "basis", "failures_by_kind", "failures_by_phase"]  # fmt: skip
+    phases = ("tti", "create", "exec", "teardown")
+    header += [f"{phase}_{q}" for phase in phases for q in (*QUANTILE_NAMES, "mean", "n")]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for run in runs:
+            for s in run.stages:
+                row = [s.run_id, s.provider, s.profile, s.stage, s.concurrency, f"{s.measured_concurrency:g}",
+                       s.rollouts, s.ok, s.failed, s.cancelled, s.cancelled_before_tti, s.retries, s.gave_up, f"{s.success_rate:.6g}",
+                       f"{s.failure_rate:.6g}", f"{s.start_rate:.6g}", s.time_scale, s.basis,
+                       ";".join(f"{k}={v}" for k, v in s.failures_by_kind.items()),
+                       ";".join(f"{k}={v}" for k, v in s.failures_by_phase.items())]  # fmt: skip
+                row += [repr(float(s.phases[p][q])) for p in phases for q in (*QUANTILE_NAMES, "mean", "n")]
+                writer.writerow(row)

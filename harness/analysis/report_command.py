@@ -1,0 +1,94 @@
+"""`stampede report RUN_DIR [RUN_DIR ...] [-o OUT_DIR]`: wiring only (heavy imports happen in run())."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness.analysis.errors import AnalysisInputError, one_line_errors
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value > 1:
+        value /= 100.0  # "5" means 5%
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate between 0 and 1 (or a percentage)")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="results/<run_id> folders (several: side by side)"
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        help="output folder (default: RUN_DIR/report, or ./stampede-report for several runs)",
+    )
+    parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
+                        help="durations in vendor seconds (wall / time scale; default) or wall seconds")  # fmt: skip
+    parser.add_argument("--knee-max-failure", type=_fraction, default=None, metavar="RATE",
+                        help="knee: highest failure rate a stage may have (0.05 or 5 = 5%%; default 5%%)")  # fmt: skip
+    parser.add_argument("--knee-p99-ratio", type=_positive, default=None, metavar="X",
+                        help="knee: TTI p99 at most X times the lowest stage's (default 3)")  # fmt: skip
+    parser.add_argument("--knee-max-p99", type=_positive, default=None, metavar="SECONDS",
+                        help="knee: TTI p99 at most this many seconds (default: no absolute limit)")  # fmt: skip
+    parser.add_argument("--no-figures", action="store_true", help="tables only (no PNG; report.html without figures)")
+
+
+@one_line_errors
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.analysis.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_MAX_P99_RATIO, KneeThresholds
+    from harness.analysis.report import build_report
+
+    thresholds = KneeThresholds(
+        max_failure_rate=DEFAULT_MAX_FAILURE_RATE if args.knee_max_failure is None else args.knee_max_failure,
+        max_p99_ratio=DEFAULT_MAX_P99_RATIO if args.knee_p99_ratio is None else args.knee_p99_ratio,
+        max_p99_s=args.knee_max_p99,
+    )
+    result = build_report(
+        args.run_dirs,
+        Path(args.out) if args.out else None,
+        basis=args.seconds,
+        thresholds=thresholds,
+        figures=not args.no_figures,
+    )
+    print(result.text)
+    return 0
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"stampede: error: {message} (see {self.prog} --help)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m harness.analysis.report_command ...`: the same command before it is wired into `stampede`."""
+    parser = _OneLineParser(prog="stampede report", description="Tables, figures and report.html from run folders.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+__all__ = ["AnalysisInputError", "add_arguments", "main", "run"]

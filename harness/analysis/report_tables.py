@@ -1,0 +1,144 @@
+"""The report's tables as plain data (header + rows of strings), printed to the terminal or put in HTML."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.analysis.knee import Knee
+from harness.analysis.stage_stats import QUANTILE_NAMES, RunStats, StageStats
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    left: frozenset[int] = frozenset({0})  # left-aligned columns (the rest right-aligned)
+
+    def to_text(self) -> str:
+        table = [self.header, *self.rows]
+        widths = [max(len(line[i]) for line in table) for i in range(len(self.header))]
+        lines = [self.title] if self.title else []
+        for n, line in enumerate(table):
+            cells = [c.ljust(widths[i]) if i in self.left else c.rjust(widths[i]) for i, c in enumerate(line)]
+            lines.append("  ".join(cells).rstrip())
+            if n == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def seconds(value: float) -> str:
+    if value != value:
+        return "-"
+    if value == float("inf"):
+        return "inf"
+    if value < 10:
+        return f"{value:.3f}"
+    if value < 100:
+        return f"{value:.2f}"
+    return f"{value:.1f}"
+
+
+def _kinds(counts: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in counts.items()) or "-"
+
+
+def basis_note(run: RunStats) -> str:
+    info = run.info
+    scale = f"time scale {info.time_scale:g}" if info.time_scale_recorded else "no time scale recorded (1)"
+    if run.basis == "wall" or info.time_scale == 1.0:
+        unit = "seconds are wall seconds" + (" = vendor seconds" if info.time_scale == 1.0 else "")
+    else:
+        unit = f"seconds are vendor seconds (wall / {info.time_scale:g})"
+    return f"{info.label}: {info.scenario}, status {info.status}, {scale}; {unit}"
+
+
+def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
+    unit = "vendor s" if run.basis == "vendor" else "wall s"
+    retried = any(s.retries for s in run.stages)
+    header = ["stage", "conc", "rollouts", "ok", "failed", "cxl", "ok%", "TTI p50", "p90", "p95", "p99", "p99.9",
+              "max", "starts/s", "failures by kind", "by phase"]  # fmt: skip
+    if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
+        header[2:3] = ["attempts", "retries", "gave up"]
+    rows = []
+    for s in run.stages:
+        tti = s.phases["tti"]
+        marker = " *" if knee is not None and knee.stage == s.stage else ""
+        row = [
+            s.stage + marker,
+            str(s.concurrency),
+            str(s.rollouts),
+            str(s.ok),
+            str(s.failed),
+            _cxl(s),
+            "-" if s.success_rate != s.success_rate else f"{100 * s.success_rate:.1f}",
+            *(seconds(tti[name]) for name in QUANTILE_NAMES),
+            "-" if s.start_rate != s.start_rate else f"{s.start_rate:.1f}",
+            _kinds(s.failures_by_kind),
+            _kinds(s.failures_by_phase),
+        ]
+        if retried:
+            row[3:3] = [str(s.retries), str(s.gave_up)]
+        rows.append(row)
+    title = f"{run.info.label}  [{unit}]"
+    return Table(title, header, rows, left=frozenset({0, len(header) - 2, len(header) - 1}))
+
+
+def _cxl(s: StageStats) -> str:
+    if not s.cancelled:
+        return "0"
+    return f"{s.cancelled} ({s.cancelled_before_tti} pre-TTI)"
+
+
+def phase_table(run: RunStats) -> Table:
+    header = ["stage", "phase", "n", *QUANTILE_NAMES, "mean"]
+    rows = []
+    for s in run.stages:
+        for phase in ("create", "exec", "teardown"):
+            q = s.phases[phase]
+            rows.append(
+                [s.stage, phase, str(q["n"]), *(seconds(q[name]) for name in QUANTILE_NAMES), seconds(q["mean"])]
+            )
+    unit = "vendor s" if run.basis == "vendor" else "wall s"
+    return Table(f"{run.info.label}: create / exec / teardown [{unit}]", header, rows, left=frozenset({0, 1}))
+
+
+def censoring_table(runs: Sequence[RunStats]) -> Table | None:
+    rows = []
+    for run in runs:
+        for s in run.stages:
+            if s.cancelled:
+                rows.append([run.info.label, s.stage, str(s.cancelled), str(s.cancelled_before_tti),
+                             seconds(s.phases["tti"]["p99"]), seconds(s.tti_p99_censored_upper)])  # fmt: skip
+    if not rows:
+        return None
+    header = ["run", "stage", "cancelled", "before TTI", "TTI p99 (ok only)", "p99 if those were slowest"]
+    return Table("cancelled rollouts (censored, not failures)", header, rows, left=frozenset({0, 1}))
+
+
+def comparison_table(runs: Sequence[RunStats]) -> Table:
+    """Side by side: one row per concurrency level, TTI p50/p99 and failure % per run."""
+    levels = sorted({s.concurrency for run in runs for s in run.stages})
+    header = ["concurrency"]
+    for run in runs:
+        name = f"{run.info.provider}/{run.info.profile}"
+        header += [f"{name} p50", "p99", "fail%"]
+    rows = []
+    for level in levels:
+        row = [str(level)]
+        for run in runs:
+            match = [s for s in run.stages if s.concurrency == level]
+            if not match:
+                row += ["-", "-", "-"]
+                continue
+            best = max(match, key=lambda s: s.rollouts)
+            row += [seconds(best.phases["tti"]["p50"]), seconds(best.phases["tti"]["p99"]),
+                    f"{100 * best.failure_rate:.1f}"]  # fmt: skip
+        rows.append(row)
+    return Table("side by side: TTI and failure rate by concurrency", header, rows)
+
+
+def knee_table(runs: Sequence[RunStats], knees: Sequence[Knee]) -> Table:
+    rows = [[run.info.label, knee.describe()] for run, knee in zip(runs, knees, strict=True)]
+    return Table("knee", ["run", "knee"], rows, left=frozenset({0, 1}))

@@ -1,0 +1,226 @@
+"""The RL configuration `stampede model` reads (TOML): what one training step needs and how the generator runs.
+
+Every key, its unit and default is documented in examples/rl-*.toml. Errors name the file, the table and the
+key in one line.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.analysis.distributions import ConstantDist, Dist, from_spec
+from harness.analysis.errors import AnalysisInputError
+
+Mode = Literal["sync", "async"]
+TOOL_FROM_LATENCY_MODEL = "latency_model"
+
+
+@dataclass(frozen=True, slots=True)
+class RLConfig:
+    name: str
+    # [step]
+    prompts: int  # B
+    group_size: int  # G
+    # [rollout]
+    turns: int
+    generation: Dist  # per turn
+    tool: Dist | None  # per turn; None: the latency model's exec distribution, once per rollout
+    reward: Dist
+    # [trainer]
+    trainer_samples_per_s: float  # capacity: samples per second while training
+    weight_sync_s: float
+    # [generator]
+    mode: Mode
+    oversampling: float
+    kill_unfinished: bool
+    concurrency: int | None  # target in flight (None: B·G·oversampling)
+    max_concurrent_sequences: int | None  # inference-side bound (KV cache)
+    async_level: int
+    max_off_policy_steps: int
+    # [sandbox]
+    vendor: str | None
+    concurrency_cap: int | None
+    create_rate: float | None
+    teardown_holds_slot: bool
+    latency_source: Literal["empirical", "fitted"]
+    startup_metric: Literal["startup", "tti"]
+    # [retry]
+    max_retries: int
+    backoff_s: float
+    # [acceptance]
+    zero_advantage_groups: float
+    filtered_samples: float
+    # [simulation]
+    steps: int
+    warmup_steps: int
+    seed: int
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts * self.group_size
+
+    def with_(self, **changes: Any) -> RLConfig:
+        return replace(self, **changes)
+
+
+_TABLES: dict[str, set[str]] = {
+    "step": {"prompts", "group_size"},
+    "rollout": {"turns", "generation_s", "tool_s", "reward_s"},
+    "trainer": {"samples_per_second", "step_time_s", "weight_sync_s"},
+    "generator": {
+        "mode",
+        "oversampling",
+        "kill_unfinished",
+        "concurrency",
+        "max_concurrent_sequences",
+        "async_level",
+        "max_off_policy_steps",
+    },
+    "sandbox": {"vendor", "concurrency_cap", "create_rate", "teardown_holds_slot", "latency", "startup_metric"},
+    "retry": {"max_retries", "backoff_s"},
+    "acceptance": {"zero_advantage_groups", "filtered_samples"},
+    "simulation": {"steps", "warmup_steps", "seed"},
+}
+
+
+class _Reader:
+    def __init__(self, source: str, data: dict[str, Any]) -> None:
+        self.source = source
+        self.data = data
+
+    def fail(self, table: str, key: str, message: str) -> AnalysisInputError:
+        return AnalysisInputError(f"{self.source}: [{table}] {key}: {message}")
+
+    def get(self, table: str, key: str, default: Any = None) -> Any:
+        return self.data.get(table, {}).get(key, default)
+
+    def integer(self, table: str, key: str, default: int | None, minimum: int = 0) -> int | None:
+        value = self.get(table, key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(table, key, f"expected a whole number, got {value!r}")
+        if value < minimum:
+            raise self.fail(table, key, f"must be at least {minimum}")
+        return value
+
+    def number(self, table: str, key: str, default: float | None, minimum: float = 0.0, positive: bool = False,
+               maximum: float | None = None) -> float | None:  # fmt: skip
+        value = self.get(table, key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.fail(table, key, f"expected a number, got {value!r}")
+        if positive and value <= 0:
+            raise self.fail(table, key, "must be positive")
+        if value < minimum:
+            raise self.fail(table, key, f"must be at least {minimum:g}")
+        if maximum is not None and value > maximum:
+            raise self.fail(table, key, f"must be at most {maximum:g}")
+        return float(value)
+
+    def boolean(self, table: str, key: str, default: bool) -> bool:
+        value = self.get(table, key, default)
+        if not isinstance(value, bool):
+            raise self.fail(table, key, f"expected true or false, got {value!r}")
+        return value
+
+    def choice(self, table: str, key: str, default: str | None, choices: tuple[str, ...]) -> str | None:
+        value = self.get(table, key, default)
+        if value is None:
+            return None
+        if value not in choices:
+            raise self.fail(table, key, f"expected one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    def dist(self, table: str, key: str, default: Any) -> Dist:
+        try:
+            return from_spec(self.get(table, key, default), f"{self.source}: [{table}] {key}")
+        except ValueError as exc:
+            raise AnalysisInputError(str(exc)) from None
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
+    for table, value in data.items():
+        if table not in _TABLES:
+            raise AnalysisInputError(f"{source}: unknown table [{table}] (known: {', '.join(_TABLES)})")
+        if not isinstance(value, dict):
+            raise AnalysisInputError(f"{source}: {table} must be a table")
+        unknown = set(value) - _TABLES[table]
+        if unknown:
+            raise AnalysisInputError(
+                f"{source}: [{table}] unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_TABLES[table]))})"
+            )
+    r = _Reader(source, data)
+    if "step" not in data or "prompts" not in data["step"]:
+        raise AnalysisInputError(f"{source}: [step] prompts is required (B, prompts per step)")
+    prompts = r.integer("step", "prompts", None, minimum=1)
+    group = r.integer("step", "group_size", 1, minimum=1)
+    assert prompts is not None and group is not None
+    samples_per_step = prompts * group
+
+    rate = r.number("trainer", "samples_per_second", None, positive=True)
+    step_time = r.number("trainer", "step_time_s", None, positive=True)
+    if (rate is None) == (step_time is None):
+        raise AnalysisInputError(f"{source}: [trainer] needs exactly one of samples_per_second or step_time_s")
+    trainer_rate = rate if rate is not None else samples_per_step / float(step_time)  # type: ignore[arg-type]
+
+    tool_spec = r.get("rollout", "tool_s", TOOL_FROM_LATENCY_MODEL)
+    tool = None if tool_spec == TOOL_FROM_LATENCY_MODEL else r.dist("rollout", "tool_s", 0.0)
+    if "generation_s" not in data.get("rollout", {}):
+        raise AnalysisInputError(f"{source}: [rollout] generation_s is required (generation time per turn)")
+    mode = r.choice("generator", "mode", "async", ("sync", "async"))
+    oversampling = r.number("generator", "oversampling", 1.0, minimum=1.0)
+    concurrency = r.integer("generator", "concurrency", None, minimum=1)
+    return RLConfig(
+        name=Path(source).stem,
+        prompts=prompts,
+        group_size=group,
+        turns=r.integer("rollout", "turns", 1, minimum=1) or 1,
+        generation=r.dist("rollout", "generation_s", 0.0),
+        tool=tool,
+        reward=r.dist("rollout", "reward_s", 0.0),
+        trainer_samples_per_s=float(trainer_rate),
+        weight_sync_s=r.number("trainer", "weight_sync_s", 0.0) or 0.0,
+        mode=mode,  # type: ignore[arg-type]
+        oversampling=oversampling or 1.0,
+        kill_unfinished=r.boolean("generator", "kill_unfinished", True),
+        concurrency=concurrency,
+        max_concurrent_sequences=r.integer("generator", "max_concurrent_sequences", None, minimum=1),
+        async_level=r.integer("generator", "async_level", 1, minimum=1) or 1,
+        max_off_policy_steps=r.integer("generator", "max_off_policy_steps", 8, minimum=0) or 0,
+        vendor=r.get("sandbox", "vendor"),
+        concurrency_cap=r.integer("sandbox", "concurrency_cap", None, minimum=1),
+        create_rate=r.number("sandbox", "create_rate", None, positive=True),
+        teardown_holds_slot=r.boolean("sandbox", "teardown_holds_slot", True),
+        latency_source=r.choice("sandbox", "latency", "empirical", ("empirical", "fitted")),  # type: ignore[arg-type]
+        startup_metric=r.choice("sandbox", "startup_metric", "startup", ("startup", "tti")),  # type: ignore[arg-type]
+        max_retries=r.integer("retry", "max_retries", 0, minimum=0) or 0,
+        backoff_s=r.number("retry", "backoff_s", 0.0) or 0.0,
+        zero_advantage_groups=r.number("acceptance", "zero_advantage_groups", 0.0, maximum=0.999) or 0.0,
+        filtered_samples=r.number("acceptance", "filtered_samples", 0.0, maximum=0.999) or 0.0,
+        steps=r.integer("simulation", "steps", 40, minimum=1) or 40,
+        warmup_steps=r.integer("simulation", "warmup_steps", 5, minimum=0) or 0,
+        seed=r.integer("simulation", "seed", 0, minimum=0) or 0,
+    )
+
+
+def load_config(path: str | Path) -> RLConfig:
+    source = str(path)
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise AnalysisInputError(f"config {source} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise AnalysisInputError(f"config {source} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise AnalysisInputError(f"config {source}: {exc}") from None
+    return parse_config(data, source)
+
+
+__all__ = ["TOOL_FROM_LATENCY_MODEL", "ConstantDist", "RLConfig", "load_config", "parse_config"]

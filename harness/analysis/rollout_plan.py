@@ -1,0 +1,99 @@
+"""Config + latency model -> the resolved inputs both engines use (one place decides every number).
+
+Effective concurrency = min(target, vendor cap, inference cap). The latency model is read at the number of
+sandboxes the generator actually asks for at once: the effective concurrency (async), or min(dispatched per
+step, effective concurrency) (sync).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.analysis.distributions import ConstantDist, Dist
+from harness.analysis.latency_model import SandboxLatency, VendorModel
+from harness.analysis.rl_config import RLConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    config: RLConfig
+    vendor: str
+    samples_per_step: int  # S = B·G
+    trainer_rate: float  # μ, samples/s while training
+    concurrency_target: int
+    concurrency: int  # effective: min(target, vendor cap, inference cap)
+    concurrency_limited_by: str
+    dispatched_per_step: int  # sync: N = ceil(S · oversampling)
+    finish_target: int  # sync: the step's generation ends when this many rollouts succeeded (k)
+    sandbox: SandboxLatency
+    startup: Dist
+    init_failure_time: Dist
+    teardown: Dist
+    generation: Dist  # per turn
+    tool: Dist  # per turn (turns × ...) or the exec distribution (once per rollout): see tool_per_turn
+    tool_per_turn: bool
+    reward: Dist
+    p_init: float  # per attempt
+    p_exec: float
+    acceptance_filter: float  # (1 − zero-advantage groups) · (1 − filtered samples)
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode
+
+    @property
+    def turns(self) -> int:
+        return self.config.turns
+
+    def mean_work(self) -> float:
+        """Generation, tool calls and reward of one rollout, once it has a usable sandbox."""
+        tool = self.tool.mean() * (self.turns if self.tool_per_turn else 1)
+        return self.turns * self.generation.mean() + tool + self.reward.mean()
+
+    def p_success(self) -> float:
+        """A dispatched rollout gets a sandbox within its retries."""
+        return 1.0 - self.p_init ** (self.config.max_retries + 1)
+
+
+def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
+    samples = config.samples_per_step
+    target = config.concurrency or math.ceil(samples * config.oversampling)
+    limits = {"target": target}
+    if config.concurrency_cap:
+        limits["vendor concurrency cap"] = config.concurrency_cap
+    if config.max_concurrent_sequences:
+        limits["inference (max_concurrent_sequences)"] = config.max_concurrent_sequences
+    limited_by = min(limits, key=lambda k: (limits[k], k != "target"))
+    concurrency = limits[limited_by]
+    dispatched = math.ceil(samples * config.oversampling)
+    kill = config.kill_unfinished and config.oversampling > 1.0
+    level = concurrency if config.mode == "async" else min(dispatched, concurrency)
+    sandbox = vendor.at(level, config.latency_source, config.startup_metric)
+    if config.tool is None:
+        tool: Dist = sandbox.exec or ConstantDist(0.0, "no exec measured")
+        per_turn = False
+    else:
+        tool, per_turn = config.tool, True
+    return Plan(
+        config=config,
+        vendor=vendor.name,
+        samples_per_step=samples,
+        trainer_rate=config.trainer_samples_per_s,
+        concurrency_target=target,
+        concurrency=concurrency,
+        concurrency_limited_by=limited_by,
+        dispatched_per_step=dispatched,
+        finish_target=samples if kill else dispatched,
+        sandbox=sandbox,
+        startup=sandbox.startup,
+        init_failure_time=sandbox.init_failure_time,
+        teardown=sandbox.teardown,
+        generation=config.generation,
+        tool=tool,
+        tool_per_turn=per_turn,
+        reward=config.reward,
+        p_init=min(max(sandbox.p_init_failure, 0.0), 0.999),
+        p_exec=min(max(sandbox.p_exec_failure, 0.0), 0.999),
+        acceptance_filter=(1 - config.zero_advantage_groups) * (1 - config.filtered_samples),
+    )

@@ -1,0 +1,229 @@
+"""Per run and stage: counts, failures by kind and phase, phase-duration quantiles, start rate, concurrency.
+
+Conventions (the README states them too):
+- TTI quantiles are over rollouts that ended `ok` (as `stampede summary`); create / exec / teardown quantiles
+  are over every rollout in which that phase completed, whatever its outcome.
+- Failure rate = failed / (ok + failed). Cancelled rollouts (cut off at the end of a run) are censored, not
+  failures: counted apart, split into those cut off before and after becoming interactive, and the TTI p99 is
+  also given as if every rollout cut off before interactive had been slower than all the others (an upper
+  bound on what censoring hides).
+- Durations are converted to vendor seconds (wall / time scale) unless wall seconds are asked for; start
+  rates likewise are per vendor second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.concurrency import concurrency_at_submit
+from harness.analysis.dataset import RunInfo
+from harness.analysis.stats import REPORT_QUANTILES, GroupedSample, group_sorted, quantile_summary
+
+TimeBasis = Literal["vendor", "wall"]
+PHASES: tuple[tuple[str, str], ...] = (("tti", "tti_s"), ("create", "create_s"), ("exec", "exec_s"),
+                                       ("teardown", "terminate_s"))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StageStats:
+    run_id: str
+    provider: str
+    profile: str
+    stage: str
+    concurrency: int  # the stage's target in flight (closed model), else the measured median
+    measured_concurrency: float  # fleet-wide in flight at submit, median over the stage's rows (sweep line)
+    rollouts: int
+    ok: int
+    failed: int
+    cancelled: int
+    cancelled_before_tti: int
+    retries: int  # rows that were a retry (attempt > 1): each attempt of a rollout is its own row
+    gave_up: int  # rollouts whose last attempt failed (after the run's retries)
+    failure_rate: float
+    success_rate: float
+    failures_by_kind: dict[str, int]
+    failures_by_phase: dict[str, int]
+    phases: dict[str, dict[str, float]]  # phase -> p50 … p99.9, max, mean, n
+    tti_p99_censored_upper: float
+    start_rate: float  # rollouts submitted per (vendor or wall) second over the stage's submit span
+    time_scale: float
+    basis: TimeBasis
+
+
+@dataclass(slots=True)
+class RunStats:
+    """A run's stages plus the sorted TTI samples per stage (kept for the CDF plot)."""
+
+    info: RunInfo
+    basis: TimeBasis
+    stages: list[StageStats]
+    tti_sorted: dict[str, np.ndarray] = field(default_factory=dict)
+    frame: pd.DataFrame | None = None  # converted to the basis; for the timeline
+
+
+def scale_for(info: RunInfo, basis: TimeBasis) -> float:
+    """Factor turning the parquet's wall seconds into the report's seconds."""
+    return 1.0 if basis == "wall" else info.to_vendor_seconds()
+
+
+def stage_order(frame: pd.DataFrame) -> list[str]:
+    """Stages in the order they ran (by first submit), which for ramps is also by concurrency."""
+    if frame.empty:
+        return []
+    first = frame.groupby("stage", observed=True)["t_submit"].min().sort_values()
+    return [str(s) for s in first.index]
+
+
+def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "vendor") -> RunStats:
+    """Every per-stage statistic of one run, vectorised (one sort per phase metric for all stages)."""
+    if frame.empty:
+        return RunStats(info=info, basis=basis, stages=[], frame=frame)
+    factor = scale_for(info, basis)
+    stages = stage_order(frame)
+    codes = stage_codes(frame, stages)
+    n = len(stages)
+    is_ok = (frame["outcome"] == "ok").to_numpy(dtype=bool)
+    is_failed = (frame["outcome"] == "failed").to_numpy(dtype=bool)
+    is_cxl = (frame["outcome"] == "cancelled").to_numpy(dtype=bool)
+    ok = np.bincount(codes, weights=is_ok, minlength=n).astype(int)
+    failed = np.bincount(codes, weights=is_failed, minlength=n).astype(int)
+    cancelled = np.bincount(codes, weights=is_cxl, minlength=n).astype(int)
+    rollouts = np.bincount(codes, minlength=n)
+    tti_raw = frame["tti_s"].to_numpy(dtype=float)
+    cxl_pre = np.bincount(codes, weights=is_cxl & np.isnan(tti_raw), minlength=n).astype(int)
+
+    samples: dict[str, GroupedSample] = {}
+    for phase, column in PHASES:
+        values = frame[column].to_numpy(dtype=float) * factor
+        # TTI: every rollout that got its first command back, whatever happened to it later (a rollout cut
+        # off by the end of the run, or failing in a later command, still became interactive at that time).
+        samples[phase] = group_sorted(codes, values, n)
+
+    by_kind = _counts(frame.loc[is_failed], "failure_kind", stages)
+    by_phase = _counts(frame.loc[is_failed], "failure_phase", stages)
+
+    t_submit = frame["t_submit"].to_numpy(dtype=float)
+    span_min = np.full(n, np.inf)
+    span_max = np.full(n, -np.inf)
+    np.minimum.at(span_min, codes, t_submit)
+    np.maximum.at(span_max, codes, t_submit)
+    # A stage lasts from its first submit to the next stage's first submit (the last: to the run's end), so the
+    # start rate is starts per second of the stage, not per second of a burst's release instant.
+    if "total_s" in frame:
+        run_end = float(np.nanmax(t_submit + frame["total_s"].fillna(0.0).to_numpy(dtype=float)))
+    else:
+        run_end = float(np.max(t_submit))
+    order = np.argsort(span_min)
+    stage_end = np.empty(n)
+    stage_end[order[:-1]] = span_min[order[1:]]
+    stage_end[order[-1]] = max(run_end, span_max[order[-1]])
+    span_max = stage_end
+    measured = concurrency_at_submit(frame)
+    measured_median = pd.Series(measured).groupby(codes).median().reindex(range(n)).to_numpy(dtype=float)
+    target = pd.Series(frame["target_users"].to_numpy()).groupby(codes).max().reindex(range(n)).to_numpy()
+
+    attempt = frame["attempt"].to_numpy() if "attempt" in frame else np.ones(len(frame))
+    retries = np.bincount(codes, weights=attempt > 1, minlength=n).astype(int)
+    gave_up = _gave_up(info, frame, codes, n, is_failed) if retries.any() else failed.copy()
+
+    tti = samples["tti"]
+    levels = np.array([0.99])
+    stats: list[StageStats] = []
+    sorted_tti: dict[str, np.ndarray] = {}
+    for i, stage in enumerate(stages):  # one iteration per stage, never per row
+        finished = ok[i] + failed[i]
+        span_wall = span_max[i] - span_min[i]
+        span = span_wall * factor
+        phases = {phase: quantile_summary(sample, i) for phase, sample in samples.items()}
+        stats.append(
+            StageStats(
+                run_id=info.run_id,
+                provider=info.provider,
+                profile=info.profile,
+                stage=stage,
+                concurrency=int(target[i]) if target[i] and target[i] > 0 else round(measured_median[i]),
+                measured_concurrency=float(measured_median[i]),
+                rollouts=int(rollouts[i]),
+                ok=int(ok[i]),
+                failed=int(failed[i]),
+                cancelled=int(cancelled[i]),
+                cancelled_before_tti=int(cxl_pre[i]),
+                retries=int(retries[i]),
+                gave_up=int(gave_up[i]),
+                failure_rate=failed[i] / finished if finished else 0.0,
+                success_rate=ok[i] / finished if finished else float("nan"),
+                failures_by_kind=by_kind.get(stage, {}),
+                failures_by_phase=by_phase.get(stage, {}),
+                phases=phases,
+                tti_p99_censored_upper=_censored_upper(tti.group(i), int(cxl_pre[i]), levels)[0],
+                start_rate=rollouts[i] / span if span > 0 else float("nan"),
+                time_scale=info.time_scale,
+                basis=basis,
+            )
+        )
+        sorted_tti[stage] = tti.group(i)
+    # what the timeline needs, in the report's seconds
+    first = float(t_submit.min())
+    converted = pd.DataFrame(
+        {
+            "t_submit": first + (t_submit - first) * factor,
+            "total_s": frame["total_s"].to_numpy(dtype=float) * factor,
+            "create_s": frame["create_s"].to_numpy(dtype=float) * factor,
+            "ready_s": frame["ready_s"].to_numpy(dtype=float) * factor,
+            "outcome": frame["outcome"],
+        }
+    )
+    return RunStats(info=info, basis=basis, stages=stats, tti_sorted=sorted_tti, frame=converted)
+
+
+def _gave_up(info: RunInfo, frame: pd.DataFrame, codes: np.ndarray, n: int, is_failed: np.ndarray) -> np.ndarray:
+    """Per stage, rollouts whose last attempt failed: read rollout ids only when a run retried at all."""
+    from harness.analysis.dataset import load_rollout_frame
+
+    ids = load_rollout_frame(info.run_dir, ("rollout_id", "worker"))
+    if len(ids) != len(frame):
+        return np.bincount(codes, weights=is_failed, minlength=n).astype(int)
+    key = pd.Series(ids["worker"].astype(str).to_numpy() + "/" + ids["rollout_id"].to_numpy(dtype=object))
+    attempt = pd.Series(frame["attempt"].to_numpy())
+    last = attempt.groupby(key.to_numpy()).transform("max").to_numpy() == attempt.to_numpy()
+    return np.bincount(codes, weights=last & is_failed, minlength=n).astype(int)
+
+
+def stage_codes(frame: pd.DataFrame, stages: list[str]) -> np.ndarray:
+    """Each row's index in `stages`, from the categorical codes (no per-row strings)."""
+    column = frame["stage"]
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    position = {stage: i for i, stage in enumerate(stages)}
+    lookup = np.array([position.get(str(c), -1) for c in column.cat.categories] + [-1], dtype=np.int64)
+    return lookup[column.cat.codes.to_numpy()]  # code -1 (null stage) maps to the trailing -1
+
+
+def _counts(failed: pd.DataFrame, column: str, stages: list[str]) -> dict[str, dict[str, int]]:
+    if failed.empty:
+        return {}
+    table = failed.groupby(["stage", column], observed=True).size()
+    result: dict[str, dict[str, int]] = {}
+    for (stage, key), count in table.items():
+        if count:
+            result.setdefault(str(stage), {})[str(key)] = int(count)
+    return {stage: dict(sorted(kinds.items(), key=lambda kv: -kv[1])) for stage, kinds in result.items()}
+
+
+def _censored_upper(sorted_ok: np.ndarray, censored: int, levels: np.ndarray) -> list[float]:
+    """Quantiles if the censored rollouts had been slower than every observed one (+inf past the data)."""
+    n = sorted_ok.size + censored
+    if n == 0:
+        return [float("nan")] * len(levels)
+    out = []
+    for q in levels:
+        rank = int(min(max(np.ceil(n * q - 1.0), 0), n - 1))
+        out.append(float(sorted_ok[rank]) if rank < sorted_ok.size else float("inf"))
+    return out
+
+
+QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")

@@ -1,0 +1,195 @@
+"""`stampede model --sweep`: the model over a range of concurrency or oversampling, and what to pick.
+
+The recommendation is the cheapest setting that gets within `tolerance` (2%) of the best trainer throughput
+found: more concurrency or oversampling past that point buys sandbox-seconds (and, past a vendor's knee, init
+failures), not training speed. Numbers come from the simulation when it ran (it holds everywhere), else from
+the closed forms.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.analysis.closed_form import solve
+from harness.analysis.des import simulate
+from harness.analysis.latency_model import VendorModel
+from harness.analysis.model_result import ModelResult
+from harness.analysis.report_tables import Table
+from harness.analysis.rl_config import RLConfig
+from harness.analysis.rollout_plan import Plan, build_plan
+
+SweepKind = Literal["concurrency", "oversampling"]
+Engine = Literal["both", "closed", "simulation"]
+DEFAULT_OVERSAMPLING: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    value: float
+    plan: Plan
+    closed: ModelResult | None
+    simulated: ModelResult | None
+
+    @property
+    def best(self) -> ModelResult:
+        result = self.simulated or self.closed
+        assert result is not None
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    kind: SweepKind
+    points: list[SweepPoint]
+    recommendation: str
+
+
+def default_values(kind: SweepKind, config: RLConfig) -> list[float]:
+    if kind == "oversampling":
+        return list(DEFAULT_OVERSAMPLING)
+    target = config.concurrency or math.ceil(config.samples_per_step * config.oversampling)
+    low = max(8, 2 ** math.floor(math.log2(max(target / 16, 1))))
+    values: list[float] = []
+    level = low
+    while level <= 4 * target and len(values) < 10:
+        values.append(float(level))
+        level *= 2
+    if float(target) not in values:
+        values.append(float(target))
+    return sorted(values)
+
+
+def apply(kind: SweepKind, config: RLConfig, value: float) -> RLConfig:
+    if kind == "concurrency":
+        return config.with_(concurrency=max(round(value), 1))
+    return config.with_(oversampling=float(value))
+
+
+def run_sweep(
+    kind: SweepKind,
+    config: RLConfig,
+    vendor: VendorModel,
+    values: Sequence[float],
+    engine: Engine = "both",
+    steps: int | None = None,
+    tolerance: float = 0.02,
+) -> Sweep:
+    points = []
+    for value in values:
+        plan = build_plan(apply(kind, config, value), vendor)
+        closed = solve(plan) if engine in ("both", "closed") else None
+        simulated = simulate(plan, steps=steps) if engine in ("both", "simulation") else None
+        points.append(SweepPoint(value, plan, closed, simulated))
+    return Sweep(kind, points, recommend(kind, config, points, tolerance))
+
+
+def recommend(kind: SweepKind, config: RLConfig, points: Sequence[SweepPoint], tolerance: float) -> str:
+    usable = [p for p in points if p.best.trainer_samples_per_s > 0]
+    if not usable:
+        return "no setting produced any trained sample: check the latency model's failure rates and the config"
+    top = max(p.best.trainer_samples_per_s for p in usable)
+    good = [p for p in usable if p.best.trainer_samples_per_s >= (1 - tolerance) * top]
+    pick = min(good, key=lambda p: (p.best.sandbox_seconds_per_trained_sample, p.value))
+    r = pick.best
+    name = "concurrency" if kind == "concurrency" else "oversampling"
+    value = f"{int(pick.value)}" if kind == "concurrency" else f"{pick.value:g}"
+    text = (
+        f"recommend {name} {value}: trainer {r.trainer_samples_per_s:.3g} samples/s "
+        f"({100 * r.trainer_samples_per_s / top:.0f}% of the best found), idle {100 * r.trainer_idle_ratio:.0f}%, "
+        f"{r.sandbox_seconds_per_trained_sample:.3g} sandbox-seconds per trained sample"
+    )
+    best_idle = min(p.best.trainer_idle_ratio for p in usable)
+    if best_idle > 0.05:
+        text += (
+            f"; the trainer still idles {100 * best_idle:.0f}% at best: the generator (inference, sandboxes) is "
+            "the bottleneck, so more trainer capacity would be wasted"
+        )
+    if pick.plan.sandbox.extrapolated:
+        text += "; note: this concurrency is outside the latency model's measured range (extrapolated)"
+    falling = [
+        p for p in usable if p.value > pick.value and p.best.trainer_samples_per_s < 0.95 * r.trainer_samples_per_s
+    ]
+    if falling:
+        text += f"; throughput falls again above {name} {falling[0].value:g} (init failures and spin-up tails)"
+    return text
+
+
+def sweep_table(sweep: Sweep) -> Table:
+    header = [sweep.kind, "C eff", "gen/s", "trainer/s", "idle", "step s", "lost init", "stale", "killed",
+              "sandbox-s/step", "sandbox-s/sample", "engine"]  # fmt: skip
+    rows = []
+    for point in sweep.points:
+        for result in (point.closed, point.simulated):
+            if result is None:
+                continue
+            label = (
+                "closed" + ("" if result.holds else " (approx.)") if result.engine == "closed form" else "simulation"
+            )
+            rows.append(
+                [
+                    f"{point.value:g}",
+                    str(point.plan.concurrency),
+                    f"{result.generator_samples_per_s:.4g}",
+                    f"{result.trainer_samples_per_s:.4g}",
+                    f"{100 * result.trainer_idle_ratio:.1f}%",
+                    f"{result.step_time_s:.4g}",
+                    f"{100 * result.lost_to_init_failures:.2f}%",
+                    f"{100 * result.lost_to_staleness:.2f}%",
+                    f"{100 * result.killed_by_oversampling:.1f}%",
+                    f"{result.sandbox_seconds_per_step:.4g}",
+                    f"{result.sandbox_seconds_per_trained_sample:.4g}",
+                    label,
+                ]
+            )
+    return Table(f"sweep over {sweep.kind}", header, rows, left=frozenset({len(header) - 1}))
+
+
+def sweep_plot(sweep: Sweep) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, layout="constrained")
+    twin = top.twinx()
+    x = [p.value for p in sweep.points]
+    for engine, style in (("closed", "o-"), ("simulation", "s--")):
+        found = [p.closed if engine == "closed" else p.simulated for p in sweep.points]
+        results = [r for r in found if r is not None]
+        if len(results) != len(found):
+            continue
+        top.plot(
+            x, [r.trainer_samples_per_s for r in results], style, color="C0", label=f"trainer samples/s ({engine})"
+        )
+        top.plot(
+            x, [r.generator_samples_per_s for r in results], style, color="C1", label=f"generator samples/s ({engine})"
+        )
+        twin.plot(x, [100 * r.trainer_idle_ratio for r in results], style, color="C3", alpha=0.6)
+        bottom.plot(
+            x,
+            [r.sandbox_seconds_per_trained_sample for r in results],
+            style,
+            color="C2",
+            label=f"sandbox-s per trained sample ({engine})",
+        )
+    twin.set_ylabel("trainer idle (%)", color="C3")
+    twin.set_ylim(0, 100)
+    twin.grid(False)
+    top.set_ylabel("samples/s")
+    top.legend(fontsize=7, loc="upper left")
+    bottom.set_ylabel("sandbox-seconds per trained sample")
+    bottom.set_xlabel(sweep.kind)
+    bottom.legend(fontsize=7)
+    if sweep.kind == "concurrency":
+        bottom.set_xscale("log", base=2)
+        bottom.xaxis.set_major_formatter(ScalarFormatter())
+        bottom.xaxis.set_minor_formatter(NullFormatter())
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()

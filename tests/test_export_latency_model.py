@@ -1,0 +1,125 @@
+"""`stampede export`: the latency model (v1) validates against the shipped schema and says what the runs said."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.analysis.dataset import load_rollouts
+from harness.analysis.errors import AnalysisInputError
+from harness.analysis.fits import fit_sample
+from harness.analysis.latency_export import QUANTILE_LEVELS, build_latency_model
+from harness.analysis.latency_model import load_latency_model
+from harness.analysis.latency_schema import latency_model_schema, validate_latency_model
+from harness.analysis.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.analysis.export_command", *args], capture_output=True,
+                          text=True, timeout=180, cwd=REPO)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ramp(tmp_path_factory) -> Path:
+    return write_synthetic_run(tmp_path_factory.mktemp("runs"), SyntheticRun(run_id="ramp", stages=ramp_stages(15_000)))
+
+
+def test_export_validates_and_matches_the_rows(ramp, tmp_path):
+    out = tmp_path / "lm.json"
+    result = command(str(ramp), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    validate_latency_model(document)
+    (model,) = document["models"]
+    assert [b["concurrency"] for b in model["buckets"]] == [60, 120, 240, 480, 960]
+    rows = load_rollouts(ramp)
+    stage = rows[rows["stage"] == "05-ramp960"]
+    bucket = model["buckets"][-1]
+    finished = stage["outcome"].isin(["ok", "failed"]).sum()
+    assert bucket["samples"]["cancelled"] == (stage["outcome"] == "cancelled").sum() > 0
+    kinds = stage.loc[stage["outcome"] == "failed", "failure_kind"].value_counts()
+    assert bucket["failure_probability"]["by_kind"]["ready_timeout"] == pytest.approx(kinds["ready_timeout"] / finished)
+    ok = stage[stage["outcome"] == "ok"]
+    startup = np.sort((ok["create_s"] + ok["ready_s"]).to_numpy())
+    grid = bucket["metrics"]["startup"]["quantiles"]
+    for level, value in zip(QUANTILE_LEVELS, grid, strict=True):
+        assert value == pytest.approx(np.quantile(startup, level, method="inverted_cdf"))
+    fits = bucket["metrics"]["tti"]["fits"]
+    assert {"lognormal", "gamma", "weibull", "loglogistic"} <= {f["family"] for f in fits}
+    assert bucket["metrics"]["tti"]["selected_fit"] == fits[0]["family"]
+    assert fits == sorted(fits, key=lambda f: f["ks_statistic"])
+    assert document["provenance"]["runs"][0]["run_id"] == "ramp" and document["time_basis"] == "vendor"
+
+
+def test_runs_at_different_time_scales_pool_in_vendor_seconds(tmp_path):
+    stage = (SyntheticStage(100, 4000, ready_median_s=5.0, init_failure_p=0.0),)
+    slow = write_synthetic_run(tmp_path, SyntheticRun(run_id="real-time", time_scale=1.0, stages=stage, seed=1))
+    fast = write_synthetic_run(tmp_path, SyntheticRun(run_id="tenfold", time_scale=0.1, stages=stage, seed=2))
+    document = build_latency_model([slow, fast], fit=False)
+    (model,) = document["models"]
+    assert model["run_ids"] == ["real-time", "tenfold"]
+    (bucket,) = model["buckets"]
+    assert bucket["samples"]["rollouts"] == 8000
+    median = bucket["metrics"]["startup"]["quantiles"][QUANTILE_LEVELS.index(0.5)]
+    assert median == pytest.approx(5.05, rel=0.05)  # 5 s ready + 0.05 s create, in vendor seconds
+    assert {r["time_scale"] for r in document["provenance"]["runs"]} == {1.0, 0.1}
+
+
+def test_profile_overrides_are_another_vendor(tmp_path):
+    plain = write_synthetic_run(tmp_path, SyntheticRun(run_id="plain", stages=(SyntheticStage(100, 500),)))
+    capped = write_synthetic_run(tmp_path, SyntheticRun(run_id="capped", stages=(SyntheticStage(100, 500),)))
+    manifest = json.loads((capped / "run.json").read_text())
+    manifest["parameters"] = {"profile_overrides": {"quota.max_active": 100}}
+    (capped / "run.json").write_text(json.dumps(manifest))
+    document = build_latency_model([plain, capped], fit=False)
+    assert [m["profile"] for m in document["models"]] == ["synthetic", "synthetic[quota.max_active=100]"]
+    with pytest.raises(AnalysisInputError, match="pick one with --vendor"):
+        path = tmp_path / "lm.json"
+        path.write_text(json.dumps(document))
+        load_latency_model(path).choose(None)
+
+
+@pytest.mark.parametrize(
+    ("family", "draw"),
+    [
+        ("lognormal", lambda rng: rng.lognormal(1.0, 0.8, 20_000)),
+        ("gamma", lambda rng: rng.gamma(3.0, 2.0, 20_000)),
+        ("weibull", lambda rng: 3.0 * rng.weibull(1.5, 20_000)),
+    ],
+)
+def test_the_goodness_of_fit_test_picks_the_true_family(family, draw):
+    fits = fit_sample(draw(np.random.default_rng(0)))
+    assert fits[0].family in (family, "shifted_lognormal" if family == "lognormal" else family)
+    true = next(f for f in fits if f.family == family)
+    assert true.ks_pvalue > 0.01 and true.ks_statistic < 0.02
+
+
+def test_schema_ships_in_the_package_and_rejects_broken_models(ramp):
+    assert latency_model_schema()["title"].startswith("stampede latency model")
+    document = build_latency_model([ramp], fit=False)
+    broken = copy.deepcopy(document)
+    del broken["models"][0]["buckets"][0]["samples"]
+    with pytest.raises(AnalysisInputError, match="samples"):
+        validate_latency_model(broken)
+    decreasing = copy.deepcopy(document)
+    decreasing["models"][0]["buckets"][0]["metrics"]["tti"]["quantiles"][5] = 1e9
+    with pytest.raises(AnalysisInputError, match="quantiles decrease"):
+        validate_latency_model(decreasing)
+    wrong_kind = copy.deepcopy(document)
+    wrong_kind["models"][0]["buckets"][0]["failure_probability"]["by_kind"]["gremlins"] = 0.1
+    with pytest.raises(AnalysisInputError, match="by_kind"):
+        validate_latency_model(wrong_kind)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    for args, needle in (([str(tmp_path / "nope")], "does not exist"), ([str(tmp_path)], "not a stampede run folder")):
+        result = command(*args, "-o", str(tmp_path / "lm.json"))
+        assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,239 @@
+"""`stampede model`: the closed forms and the SimPy simulation agree where the closed forms hold, and the model
+reproduces the published regimes (SemiAnalysis: 2.75 samples/s fed at 1.95 -> ~30% idle; a trainer draining
+4-5x faster than supply -> 74-80% idle)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.analysis.closed_form import solve
+from harness.analysis.des import simulate
+from harness.analysis.errors import AnalysisInputError
+from harness.analysis.latency_export import build_latency_model
+from harness.analysis.latency_model import VendorModel, load_latency_model
+from harness.analysis.rl_config import load_config, parse_config
+from harness.analysis.rollout_plan import build_plan
+from harness.analysis.sweep import run_sweep
+from harness.analysis.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def latency_model(root: Path, name: str, stages: tuple[SyntheticStage, ...]) -> Path:
+    run = write_synthetic_run(root, SyntheticRun(run_id=name, profile=name, stages=stages, ready_timeout_s=60.0))
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(build_latency_model([run], fit=False)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("latency")
+    clean = tuple(SyntheticStage(level, 2000, ready_median_s=0.3, ready_sigma=0.3, init_failure_p=0.0)
+                  for level in (64, 512, 4096))  # fmt: skip
+    flaky = tuple(SyntheticStage(level, 3000, ready_median_s=2.0 + level / 200, ready_sigma=0.6,
+                                 init_failure_p=p, exec_failure_p=0.01)
+                  for level, p in ((64, 0.02), (256, 0.08), (1024, 0.2)))  # fmt: skip
+    return {"clean": latency_model(root, "clean", clean), "flaky": latency_model(root, "flaky", flaky)}
+
+
+def vendor(path: Path) -> VendorModel:
+    return load_latency_model(path).choose(None)
+
+
+BASE: dict[str, Any] = {
+    "step": {"prompts": 16, "group_size": 8},
+    "rollout": {"turns": 4, "generation_s": {"dist": "lognormal", "median": 5.0, "sigma": 0.5}},
+    "trainer": {"samples_per_second": 20.0},
+    "generator": {"mode": "async", "concurrency": 64},
+    "retry": {"max_retries": 2, "backoff_s": 1.0},
+    "acceptance": {"zero_advantage_groups": 0.3},
+    "simulation": {"steps": 200, "warmup_steps": 5},
+}
+
+
+def config(**tables: dict[str, Any]) -> Any:
+    data = json.loads(json.dumps(BASE))
+    for table, values in tables.items():
+        data.setdefault(table, {}).update(values)
+        data[table] = {k: v for k, v in data[table].items() if v is not None}  # None: leave the key out
+    return parse_config(data, "test.toml")
+
+
+AGREEMENT = {
+    "async, generator-bound, init failures retried": config(),
+    "async, trainer-bound (throttled generator)": config(trainer={"samples_per_second": 1.0}),
+    "async, create rate binds": config(generator={"concurrency": 256}, sandbox={"create_rate": 4.0}),
+    "async, tool time per turn, teardown off the slot": config(
+        rollout={"tool_s": {"dist": "gamma", "mean": 1.0, "cv": 0.5}, "reward_s": 2.0},
+        sandbox={"teardown_holds_slot": False},
+    ),
+    "sync, expected maximum of the step": config(
+        step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "concurrency": None},
+        trainer={"samples_per_second": 10.0}, acceptance={"zero_advantage_groups": 0.0}, simulation={"steps": 1000},
+    ),
+    "sync, oversampling kills the tail": config(
+        step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "oversampling": 2.0, "concurrency": None},
+        trainer={"samples_per_second": 10.0}, simulation={"steps": 500},
+    ),
+    "sync, weight sync and filtered samples": config(
+        step={"prompts": 8, "group_size": 8},
+        trainer={"samples_per_second": None, "step_time_s": 30.0, "weight_sync_s": 5.0}, acceptance={"filtered_samples": 0.1},
+        generator={"mode": "sync", "concurrency": None}, retry={"max_retries": 1}, simulation={"steps": 1000},
+    ),
+}  # fmt: skip
+
+
+def close(a: float, b: float, rel: float = 0.05, abs_: float = 0.0) -> bool:
+    return abs(a - b) <= max(rel * abs(a), abs_)
+
+
+@pytest.mark.parametrize("name", list(AGREEMENT))
+def test_closed_forms_and_simulation_agree_within_5_percent(models, name):
+    plan = build_plan(AGREEMENT[name], vendor(models["flaky"]))
+    closed, simulated = solve(plan), simulate(plan)
+    assert closed.holds, closed.notes
+    for key in ("generator_samples_per_s", "trainer_samples_per_s", "step_time_s"):
+        assert close(getattr(closed, key), getattr(simulated, key)), (key, closed, simulated)
+    assert close(closed.trainer_idle_ratio, simulated.trainer_idle_ratio, abs_=0.02), (closed, simulated)
+    assert close(closed.lost_to_init_failures, simulated.lost_to_init_failures, rel=0.5, abs_=0.005)
+    assert close(closed.sandbox_seconds_per_step, simulated.sandbox_seconds_per_step, rel=0.08)
+    if plan.mode == "async":
+        assert close(closed.concurrency_used, simulated.concurrency_used)
+        if (
+            not plan.config.create_rate
+        ):  # the closed form's staleness is an approximation, rougher behind a create queue
+            assert abs(closed.mean_staleness_steps - simulated.mean_staleness_steps) < 0.3
+    else:
+        assert close(closed.killed_by_oversampling, simulated.killed_by_oversampling, abs_=0.02)
+
+
+def test_closed_forms_say_when_they_do_not_hold(models):
+    waves = build_plan(config(step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "concurrency": 16}),
+                       vendor(models["flaky"]))  # fmt: skip
+    result = solve(waves)
+    assert not result.holds and "waves" in result.notes[0]
+
+
+def test_published_regime_qwen3_trainer_idle_30_percent(models):
+    """Trainer able to take 2.75 samples/s, fed at 1.95 samples/s: idle ~30% (1 − 1.95/2.75 = 29%)."""
+    plan = build_plan(load_config(EXAMPLES / "rl-qwen3-235b-prime-rl.toml"), vendor(models["clean"]))
+    assert plan.trainer_rate == 2.75
+    for result in (solve(plan), simulate(plan, steps=15, warmup=2)):
+        assert result.trainer_samples_per_s == pytest.approx(1.95, rel=0.03), result.engine
+        assert 0.27 <= result.trainer_idle_ratio <= 0.32, result.engine
+        assert result.killed_by_oversampling == pytest.approx(0.6, abs=0.02)  # "60% of dispatched discarded"
+
+
+def test_published_regime_glm5_trainer_idle_74_to_80_percent(models):
+    """55% of groups have zero advantage; the trainer drains valid samples 4-5x faster: idle 74-80%."""
+    plan = build_plan(load_config(EXAMPLES / "rl-glm5-slime.toml"), vendor(models["clean"]))
+    for result in (solve(plan), simulate(plan)):
+        drain = result.trainer_capacity_samples_per_s / result.effective_samples_per_s
+        assert 4.0 <= drain <= 5.0, result.engine
+        assert 0.74 <= result.trainer_idle_ratio <= 0.80, result.engine
+        assert result.filtered_by_acceptance == pytest.approx(0.55, abs=0.03)
+
+
+def test_published_regime_follows_the_queue_formula_for_any_supply(models):
+    """idle = 1 − λ_eff / μ: the model's async answer is the article's formula when generator-bound."""
+    cfg = config(trainer={"samples_per_second": 2.75}, acceptance={"zero_advantage_groups": 0.0})
+    result = solve(build_plan(cfg, vendor(models["clean"])))
+    assert result.trainer_idle_ratio == pytest.approx(1 - result.effective_samples_per_s / 2.75)
+
+
+def test_the_sandbox_vendor_changes_the_answer(models):
+    cfg = config(generator={"concurrency": 1024})
+    clean, flaky = (solve(build_plan(cfg, vendor(models[name]))) for name in ("clean", "flaky"))
+    assert flaky.lost_to_init_failures > 0.005 and clean.lost_to_init_failures == 0
+    assert flaky.generator_samples_per_s < clean.generator_samples_per_s
+
+
+def test_latency_between_buckets_is_interpolated_in_log_concurrency(models):
+    model = vendor(models["flaky"])
+    low, mid, high = (model.at(c) for c in (64, 128, 256))
+    assert low.startup.mean() < mid.startup.mean() < high.startup.mean()
+    assert mid.p_init_failure == pytest.approx((low.p_init_failure + high.p_init_failure) / 2)
+    assert mid.buckets_used == (64, 256) and not mid.extrapolated and model.at(5000).extrapolated
+
+
+def test_sweep_over_concurrency_recommends_a_setting(models):
+    sweep = run_sweep("concurrency", config(), vendor(models["flaky"]), [16, 64, 256], engine="both", steps=20)
+    assert len(sweep.points) == 3 and all(p.closed and p.simulated for p in sweep.points)
+    assert sweep.recommendation.startswith("recommend concurrency")
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"rollout": {"generation_s": 1.0}, "trainer": {"samples_per_second": 1.0}}, "[step] prompts is required"),
+        ({**BASE, "trainer": {"samples_per_second": 1.0, "step_time_s": 3.0}}, "exactly one of"),
+        ({**BASE, "generator": {"mode": "sometimes"}}, "expected one of sync, async"),
+        ({**BASE, "rollout": {"generation_s": {"dist": "zipf", "a": 2}}}, "unknown dist 'zipf'"),
+        ({**BASE, "rollout": {"generation_s": {"dist": "lognormal", "median": 5}}}, "takes median, sigma"),
+        ({**BASE, "acceptance": {"zero_advantage_groups": 1.5}}, "at most 0.999"),
+        ({**BASE, "generator": {"concurency": 5}}, "unknown key 'concurency'"),
+        ({**BASE, "extra": {}}, "unknown table [extra]"),
+    ],
+)
+def test_config_errors_name_the_table_and_key(data, needle):
+    with pytest.raises(AnalysisInputError) as error:
+        parse_config(data, "rl.toml")
+    assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+def model_command(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.analysis.model_command", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)  # fmt: skip
+
+
+def test_model_command_prints_both_engines_and_writes_a_sweep(models, tmp_path):
+    single = model_command("--latency", str(models["flaky"]), "--config", str(EXAMPLES / "rl-glm5-slime.toml"),
+                           "--steps", "10")  # fmt: skip
+    assert single.returncode == 0, single.stderr
+    assert "closed form" in single.stdout and "simulation" in single.stdout and "trainer idle ratio" in single.stdout
+    swept = model_command("--latency", str(models["flaky"]), "--config", str(EXAMPLES / "rl-glm5-slime.toml"),
+                          "--sweep", "concurrency", "--values", "128,512", "--steps", "8", "-o", str(tmp_path))  # fmt: skip
+    assert swept.returncode == 0, swept.stderr
+    assert "recommend concurrency" in swept.stdout
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(json.loads((tmp_path / "model.json").read_text())["sweep"]["points"]) == 2
+
+
+def test_model_command_bad_input_is_one_line_and_exit_2(models, tmp_path):
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("[step\nprompts = 3")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "stampede.latency_model", "version": 1}')
+    good = str(EXAMPLES / "rl-glm5-slime.toml")
+    cases = [
+        (["--latency", str(models["clean"]), "--config", str(tmp_path / "none.toml")], "not found"),
+        (["--latency", str(models["clean"]), "--config", str(bad_toml)], "is not valid TOML"),
+        (["--latency", str(tmp_path / "none.json"), "--config", good], "not found"),
+        (["--latency", str(broken), "--config", good], "does not match latency_model v1"),
+        (["--latency", str(models["clean"]), "--config", good, "--vendor", "acme/x"], "has no vendor 'acme/x'"),
+        (["--latency", str(models["clean"]), "--config", good, "--values", "1,2"], "--values needs --sweep"),
+        (["--config", good], "required: --latency"),
+    ]
+    for args, needle in cases:
+        result = model_command(*args)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], (args, result.stderr)
+
+
+def test_generation_time_takes_the_run_commands_spec_too():
+    """`stampede run --gen-time lognormal:20,0.8` and the model's config can share one spec (for rehearsals)."""
+    text = parse_config({**BASE, "rollout": {"generation_s": "lognormal:20,0.8"}}, "rl.toml").generation
+    table = parse_config({**BASE, "rollout": {"generation_s": {"dist": "lognormal", "median": 20, "sigma": 0.8}}},
+                         "rl.toml").generation  # fmt: skip
+    assert text.mean() == pytest.approx(table.mean()) and parse_config({**BASE, "rollout": {"generation_s": "exp:4"}},
+                                                                        "rl.toml").generation.mean() == 4  # fmt: skip
+    with pytest.raises(AnalysisInputError, match="unknown distribution"):
+        parse_config({**BASE, "rollout": {"generation_s": "pareto:1"}}, "rl.toml")
