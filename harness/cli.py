@@ -90,6 +90,19 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
         module.add_arguments(sub.add_parser(name, help=text, description=text))
 
 
+def _add_rehearse(sub: argparse._SubParsersAction) -> None:
+    from harness.rehearse_command import add_arguments
+
+    text = "an emulated RL loop through the harness, measured and compared with `stampede model`"
+    add_arguments(sub.add_parser("rehearse", help=text, description=text))
+
+
+def _cmd_rehearse(args: argparse.Namespace) -> int:
+    from harness.rehearse_command import run
+
+    return run(args)
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="stampede", description="Load-test a fleet of code-execution sandboxes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -101,6 +114,7 @@ def build_parser() -> OneLineParser:
     summary.add_argument("run_dir")
     _add_cleanup(sub)
     _add_analysis(sub)
+    _add_rehearse(sub)
     modal_local = sub.add_parser("modal-local", help="the local Modal control plane over the vendor simulator")
     modal_sub = modal_local.add_subparsers(dest="modal_command", metavar="COMMAND", parser_class=OneLineParser)
     modal_sub.required = True
@@ -197,12 +211,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "report": _cmd_analysis,
     "export": _cmd_analysis,
     "model": _cmd_analysis,
+    "rehearse": _cmd_rehearse,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["run"]:
+    if argv[:1] in (["run"], ["rehearse"]):
         import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
     if argv[:2] == ["stub", "serve"]:
         return _cmd_stub_serve(argv[2:])

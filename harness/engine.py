@@ -32,6 +32,7 @@ from harness.health import LoopHealth
 from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
 from harness.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
 from harness.stage_stats import StageStats
+from harness.trainer_emulator import Ticket, TrainerEmulator, TrainerSettings
 from providers import create_provider
 from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
 
@@ -53,6 +54,7 @@ class EngineConfig:
     plan: dict[str, Any] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     flush_interval_s: float = 2.0
+    trainer: dict[str, Any] | None = None  # `stampede rehearse`: an emulated trainer (harness.trainer_emulator)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
@@ -65,6 +67,10 @@ class EngineConfig:
     @property
     def run_dir(self) -> Path:
         return Path(self.out_dir) / self.run_id
+
+
+class RehearsalOver(Exception):
+    """The emulated trainer has all its steps: no more rollouts are admitted."""
 
 
 class EngineRun:
@@ -91,13 +97,51 @@ class EngineRun:
         self.stage_stats: dict[str, StageStats] = {}
         self.accepting = True
         self.t_start = time.time()
+        self.trainer: TrainerEmulator | None = None
+        self.tickets: dict[str, Ticket] = {}
+        self.killed: set[str] = set()
+        if config.trainer is not None:
+            self.trainer = TrainerEmulator(TrainerSettings.from_dict(config.trainer), config.run_dir, config.worker)
+            self.trainer.kill = self.kill_step
+            self.trainer.start()
 
     def next_rollout_id(self) -> str:
         self.seq += 1
         return f"{safe_name(self.config.worker)}-{self.seq:07d}"
 
-    def start(self, request: Mapping[str, Any]) -> tuple[str, asyncio.Task[RolloutRecord]]:
+    def start(self, request: Mapping[str, Any]) -> asyncio.Task[RolloutRecord]:
+        """A rollout task: admitted by the emulated trainer when there is one, then run and recorded."""
+        if self.trainer is None:
+            return self._dispatch(request, None)
+        return asyncio.get_running_loop().create_task(self._admitted(request))
+
+    async def _admitted(self, request: Mapping[str, Any]) -> RolloutRecord:
+        assert self.trainer is not None
+        if self.trainer.done.is_set():
+            raise RehearsalOver()
+        waiter = asyncio.ensure_future(self.trainer.admit())
+        done = asyncio.ensure_future(self.trainer.done.wait())
+        try:
+            finished, _ = await asyncio.wait({waiter, done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            done.cancel()
+        if waiter not in finished:
+            waiter.cancel()
+            raise RehearsalOver()
+        return await self._dispatch(request, waiter.result())
+
+    def kill_step(self, step: int) -> None:
+        """Sync oversampling: the step has its samples; cancel its rollouts still running."""
+        for rollout_id, ticket in list(self.tickets.items()):
+            task = self.tasks.get(rollout_id)
+            if ticket.step == step and task is not None and not task.done():
+                self.killed.add(rollout_id)
+                task.cancel()
+
+    def _dispatch(self, request: Mapping[str, Any], ticket: Ticket | None) -> asyncio.Task[RolloutRecord]:
         rollout_id = self.next_rollout_id()
+        if ticket is not None:
+            self.tickets[rollout_id] = ticket
         self.inflight += 1
         self.started += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
@@ -118,7 +162,7 @@ class EngineRun:
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task
-        return rollout_id, task
+        return task
 
     async def _run_and_record(self, ctx: RolloutContext) -> RolloutRecord:
         """Every attempt is kept whatever happens to it (done, failed, cancelled, or our own bug).
@@ -126,10 +170,12 @@ class EngineRun:
         Init failures (the sandbox never became usable) are retried up to `plan.retries` times, as an RL
         generator's retry policy would; each attempt is its own row, numbered by `attempt`.
         """
+        outcome = "cancelled"  # what the rollout came to, for the emulated trainer
         try:
             while True:
                 record = await self._attempt(ctx)
                 self.record_row(record)
+                outcome = record.outcome
                 if not self._retryable(record) or ctx.attempt > self.plan.retries:
                     return record
                 await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
@@ -138,11 +184,18 @@ class EngineRun:
             self.tasks.pop(ctx.rollout_id, None)
             self.inflight -= 1
             self.stage_stats.setdefault(ctx.stage, StageStats()).ended += 1
+            ticket = self.tickets.pop(ctx.rollout_id, None)
+            if ticket is not None and self.trainer is not None:
+                killed = ctx.rollout_id in self.killed
+                self.killed.discard(ctx.rollout_id)
+                self.trainer.finished(ticket, outcome, killed)
 
     async def _attempt(self, ctx: RolloutContext) -> RolloutRecord:
         try:
             return await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
         except RolloutCancelled as cancelled:
+            if ctx.rollout_id in self.killed:
+                cancelled.record.error = "killed: the step already had its samples (oversampling)"
             return cancelled.record
         except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
             record = ctx.new_record()
@@ -196,12 +249,20 @@ class EngineRun:
             "health": asdict(health),
             "rows_written": self.writer.counts.rollouts,
             "stages": {name: stats.to_wire() for name, stats in self.stage_stats.items()},
+            "trainer": None
+            if self.trainer is None
+            else {"steps_done": len(self.trainer.steps), "done": self.trainer.done.is_set(), **self.trainer.counts},
         }
 
     async def drain(self, timeout_s: float) -> dict[str, Any]:
         """Stop everything: cancel rollouts, terminate what they held, sweep the label, flush the shards."""
         self.accepting = False
         deadline = time.monotonic() + timeout_s
+        rehearsal: dict[str, Any] | None = None
+        if self.trainer is not None:  # no more admissions: waiting requests are told the rehearsal is over
+            self.trainer.done.set()
+            self.trainer._notify()
+            await self.trainer.stop()
         tasks = list(self.tasks.values())
         for task in tasks:
             task.cancel()
@@ -227,6 +288,9 @@ class EngineRun:
         except Exception as exc:  # an unreachable vendor must not lose the results
             sweep_error = f"{type(exc).__name__}: {exc}"[:300]
         await self.writer.close()
+        if self.trainer is not None:
+            rehearsal = await asyncio.to_thread(self.trainer.write)
+            await asyncio.to_thread(_write_json, self.config.run_dir / f"rehearsal-{safe_name(self.config.worker)}.json", rehearsal)
         health = self.health.snapshot()
         summary = {
             "worker": self.config.worker,
@@ -246,6 +310,7 @@ class EngineRun:
             "health": asdict(health),
             "t_start": self.t_start,
             "t_end": time.time(),
+            "rehearsal": rehearsal,
         }
         await asyncio.to_thread(
             _write_json, self.config.run_dir / f"engine-{safe_name(self.config.worker)}.json", summary
@@ -364,12 +429,15 @@ class Engine:
             if run is None or not run.accepting:
                 send({"op": "error", "id": req_id, "kind": "not_configured", "message": "engine has no active run"})
                 return
-            _, task = run.start(message)
+            task = run.start(message)
             tasks_by_request[req_id] = task
             try:
                 record = await asyncio.shield(task)
             except asyncio.CancelledError:
                 return  # the connection is going away; the task still records itself and the drain owns it
+            except RehearsalOver:
+                send({"op": "error", "id": req_id, "kind": "done", "message": "the rehearsal has all its steps"})
+                return
             finally:
                 tasks_by_request.pop(req_id, None)
             send({"op": "result", "id": req_id, "record": record.to_row()})

@@ -26,6 +26,14 @@ class LiveView:
             self.dropped_by[engine] = Counter({str(k): int(v) for k, v in dropped.items()})
             self.dropped = sum(self.dropped_by.values(), Counter())
 
+    def trainer(self) -> dict[str, Any] | None:
+        """A rehearsal's emulated trainer, as its engine last reported it."""
+        for snapshot in self.snapshots.values():
+            if snapshot.get("trainer"):
+                trainer: dict[str, Any] = snapshot["trainer"]
+                return trainer
+        return None
+
     def stages(self) -> dict[str, StageStats]:
         return merge_stages([snapshot.get("stages") or {} for snapshot in self.snapshots.values()])
 

@@ -303,6 +303,7 @@ class StampedeSession:
             "scenario": self.scenario,
             "plan": plan,
             "secrets": [secret for secret in (settings.token,) if secret],
+            "trainer": {**settings.trainer, "time_scale": self.time_scale or 1.0} if settings.trainer else None,
         }
 
     def _initial_manifest(self) -> dict[str, Any]:

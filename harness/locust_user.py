@@ -84,6 +84,8 @@ class RolloutUser(User):
         try:
             record = session.engine.run_rollout(stage=stage.name, target_users=target, t_intended=time.time())
         except EngineError as exc:
+            if exc.kind == "done":
+                raise StopUser() from None  # a rehearsal's trainer has all its steps
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             return
         report(self, record)

@@ -7,6 +7,7 @@ the harness uses, and is where bad values become one clear error line.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shlex
@@ -171,6 +172,10 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     add("--retries", type=int, default=0, env_var="STAMPEDE_RETRIES", include_in_web_ui=True,
         help="retry init failures (create/ready) this many times; each attempt is its own row")  # fmt: skip
     add("--retry-backoff", type=float, default=1.0, env_var="STAMPEDE_RETRY_BACKOFF", help="seconds between attempts")
+    add("--tool-time", default=None, env_var="STAMPEDE_TOOL_TIME",
+        help="a distribution drawn for {tool_s} in --turn-command, e.g. lognormal:3,0.6")  # fmt: skip
+    add("--trainer", default=None, env_var="STAMPEDE_TRAINER",
+        help="rehearsal: the emulated trainer's settings as JSON (set by `stampede rehearse`)")  # fmt: skip
     add(
         "--commands",
         default=commands_to_text(DEFAULT_COMMANDS),
@@ -261,6 +266,20 @@ def parse_turns(text: str) -> tuple[int, int | None]:
     return low, high
 
 
+def parse_trainer(text: Any) -> dict[str, Any] | None:
+    if not text:
+        return None
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise SettingsError("--trainer takes a JSON object") from None
+    if not isinstance(value, dict):
+        raise SettingsError("--trainer takes a JSON object")
+    return value
+
+
 def parse_argv(text: str | None, flag: str) -> tuple[str, ...] | None:
     if not text:
         return None
@@ -306,6 +325,7 @@ class RunSettings:
     max_inflight: int = 10000
     knee_max_failure: float = 0.05
     knee_max_p99_s: float | None = None
+    trainer: dict[str, Any] | None = None  # rehearsal: harness.trainer_emulator.TrainerSettings as a dict
     plan: RolloutPlan = field(default_factory=RolloutPlan)
     provider_options: dict[str, str] = field(default_factory=dict)
     progress_interval_s: float = 5.0
@@ -348,6 +368,7 @@ class RunSettings:
                 turns_max=turns_max,
                 turn_command=parse_argv(get("turn_command"), "turn-command") or DEFAULT_TURN_COMMAND,
                 gen_time=str(get("gen_time") or "const:0"),
+                tool_time=get("tool_time") or None,
                 reward_command=parse_argv(get("reward_command"), "reward-command"),
                 rollout_timeout_s=get("rollout_timeout"),
                 retries=int(get("retries", 0) or 0),
@@ -386,6 +407,7 @@ class RunSettings:
             max_inflight=int(get("max_inflight", 10000) or 10000),
             knee_max_failure=float(get("knee_max_failure", 0.05) if get("knee_max_failure") is not None else 0.05),
             knee_max_p99_s=get("knee_max_p99"),
+            trainer=parse_trainer(get("trainer")),
             plan=plan,
             provider_options=parse_key_values(get("provider_option"), "provider-option"),
             progress_interval_s=float(get("progress_interval") or 0.0),

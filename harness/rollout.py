@@ -79,6 +79,7 @@ class RolloutPlan:
     turns_max: int | None = None  # turns drawn uniformly from turns..turns_max
     turn_command: tuple[str, ...] = DEFAULT_TURN_COMMAND  # "{turn}" is replaced by the turn number
     gen_time: str = "const:0"  # a harness.distributions spec, in vendor seconds
+    tool_time: str | None = None  # "{tool_s}" in the turn command becomes a draw of this (vendor seconds)
     reward_command: tuple[str, ...] | None = None
     rollout_timeout_s: float | None = None  # one deadline for the whole rollout
     retries: int = 0  # init failures (create/ready) are retried this many times, each attempt its own row
@@ -102,6 +103,8 @@ class RolloutPlan:
             raise PlanError("time_scale must be positive")
         try:
             Distribution.parse(self.gen_time)
+            if self.tool_time is not None:
+                Distribution.parse(self.tool_time)
         except DistributionError as exc:
             raise PlanError(str(exc)) from None
 
@@ -294,12 +297,16 @@ class _Rollout:
             await self.run_command(argv)
         turns = plan.turns if plan.turns_max is None else self.rng.randint(plan.turns, plan.turns_max)
         generation = plan.generation
+        tool = Distribution.parse(plan.tool_time) if plan.tool_time else None
         for turn in range(1, turns + 1):
             pause = generation.sample(self.rng) * plan.time_scale  # the model thinks; the sandbox is held
             if pause > 0:
                 await asyncio.sleep(pause)
             record.gen_s = (record.gen_s or 0.0) + pause
-            await self.run_command(tuple(word.replace("{turn}", str(turn)) for word in plan.turn_command))
+            tool_s = f"{tool.sample(self.rng):.3f}" if tool else "0"
+            await self.run_command(
+                tuple(word.replace("{turn}", str(turn)).replace("{tool_s}", tool_s) for word in plan.turn_command)
+            )
             record.turns = turn
         if plan.reward_command:
             await self.run_command(plan.reward_command)

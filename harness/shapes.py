@@ -398,3 +398,24 @@ class ArrivalShape(_OpenShape):
         settings = self.settings()
         return {"shape": "arrival", "rates": list(settings.rates), "poisson": settings.poisson,
                 "hold_s": self.hold(30.0), "max_inflight": settings.max_inflight}  # fmt: skip
+
+
+class RehearseShape(StampedeShape):
+    """`stampede rehearse`: N rollouts kept going while an emulated trainer (in the engine) consumes them and
+    admits new ones as its RL framework would; the run ends when the trainer has done its steps."""
+
+    abstract = True
+
+    def level(self) -> int:
+        return self.settings().users or DEFAULT_STEADY_USERS
+
+    def tick(self) -> tuple[int, float] | None:
+        session = self.session()
+        trainer = session.live.trainer() if session is not None else None
+        if trainer is not None and trainer.get("done"):
+            return None
+        self.enter(Stage(1, f"01-rehearse{self.level()}", self.level()))
+        return self.level(), self.spawn_rate(default=float(self.level()))
+
+    def describe(self) -> dict[str, Any]:
+        return {"shape": "rehearse", "users": self.level(), "trainer": self.settings().trainer}

@@ -1,0 +1,268 @@
+"""An emulated RL trainer inside the engine: what `stampede rehearse` measures for real.
+
+The trainer consumes finished rollouts as samples, trains one step on `batch` of them at its configured
+rate, and records when it waits for the generator. It also governs the generator the way RL frameworks do:
+- async (PipelineRL / prime-rl style): rollouts start freely, unless `async_level` steps' worth of finished
+  samples already wait (backpressure); at consumption, samples older than `max_off_policy_steps` policy
+  versions are dropped as stale;
+- sync: the rollouts of step n start only once step n-1 is trained; `batch x oversampling` are dispatched per
+  step, and with `kill_unfinished` the rest are cancelled once `batch` accepted samples are in.
+Acceptance losses are emulated: whole groups (G consecutive rollouts) dropped as zero-advantage, and single
+samples filtered. All trainer times are in vendor seconds, played at the run's time scale.
+
+It runs in the engine because only there are completions known exactly when they happen; a rehearsal is
+therefore one engine (a local run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+STEP_SCHEMA = pa.schema(
+    [
+        ("step", pa.int32()),
+        ("measured", pa.bool_()),
+        ("t_wait_start", pa.float64()),  # epoch s: the trainer became free and asked for a batch
+        ("t_batch_ready", pa.float64()),  # epoch s: the batch was complete (the wait ended)
+        ("t_end", pa.float64()),  # epoch s: training (and weight sync) done
+        ("wait_s", pa.float64()),  # wall seconds
+        ("train_s", pa.float64()),  # wall seconds
+        ("samples", pa.int32()),
+        ("stale_dropped", pa.int32()),  # samples dropped as too old while gathering this batch
+        ("mean_lag", pa.float64()),  # policy versions between dispatch and consumption, over the batch
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerSettings:
+    mode: str = "async"
+    batch: int = 64  # samples per step: B x G
+    group_size: int = 1
+    samples_per_s: float | None = None  # trainer capacity while training
+    step_time_s: float | None = None  # or: one step takes this long
+    weight_sync_s: float = 0.0
+    async_level: int = 1
+    max_off_policy_steps: int = 8
+    oversampling: float = 1.0
+    kill_unfinished: bool = True
+    zero_advantage_groups: float = 0.0
+    filtered_samples: float = 0.0
+    steps: int = 20  # measured steps
+    warmup_steps: int = 3
+    seed: int = 0
+    time_scale: float = 1.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainerSettings:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def train_seconds(self, samples: int) -> float:
+        """Vendor seconds one step takes: the configured step time, or the samples at the trainer's rate."""
+        if self.step_time_s is not None:
+            base = self.step_time_s
+        else:
+            base = samples / (self.samples_per_s or 1.0)
+        return base + self.weight_sync_s
+
+    @property
+    def dispatch_per_step(self) -> int:
+        return max(self.batch, math.ceil(self.batch * self.oversampling))
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What a rollout was dispatched with: its policy version, sync step and group."""
+
+    seq: int
+    version: int
+    step: int
+    group: int
+
+
+def _uniform(seed: int, *key: object) -> float:
+    digest = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+class TrainerEmulator:
+    def __init__(self, settings: TrainerSettings, out_dir: Path, worker: str) -> None:
+        self.s = settings
+        self.out_dir = out_dir
+        self.worker = worker
+        self.version = 0
+        self.seq = 0
+        self.queue: deque[tuple[float, int]] = deque()  # (t_ready epoch, version at dispatch) of accepted samples
+        self.changed = asyncio.Event()
+        self.done = asyncio.Event()
+        self.steps: list[dict[str, Any]] = []
+        self.counts = {"dispatched": 0, "ok": 0, "failed": 0, "cancelled": 0, "killed": 0, "filtered": 0,
+                       "stale": 0, "consumed": 0}  # fmt: skip
+        self.ok_times: list[float] = []  # epoch seconds each successful rollout finished
+        self.step_open = 0  # sync: the step whose rollouts may start
+        self.step_dispatched: dict[int, int] = {}
+        self.step_ended: dict[int, int] = {}
+        self.step_accepted: dict[int, int] = {}
+        self.kill: Callable[[int], None] | None = None  # sync: cancel the rest of a step (set by the engine)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._train_loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def _notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def _wait_change(self) -> None:
+        event = self.changed
+        await event.wait()
+
+    # -- the generator side ----------------------------------------------------------------------------
+    async def admit(self) -> Ticket:
+        """Before a rollout starts: wait until the trainer lets the generator dispatch it."""
+        while True:
+            if self.done.is_set():
+                raise asyncio.CancelledError  # the rehearsal is over: no more rollouts
+            if self.s.mode == "sync":
+                step = self.step_open
+                if self.step_dispatched.get(step, 0) < self.s.dispatch_per_step:
+                    self.step_dispatched[step] = self.step_dispatched.get(step, 0) + 1
+                    break
+            elif self.s.async_level <= 0 or len(self.queue) < self.s.async_level * self.s.batch:
+                step = self.version
+                break
+            await self._wait_change()
+        self.seq += 1
+        self.counts["dispatched"] += 1
+        return Ticket(self.seq, self.version, step, (self.seq - 1) // max(1, self.s.group_size))
+
+    def finished(self, ticket: Ticket, outcome: str, killed: bool = False) -> None:
+        """A rollout's last attempt ended: an accepted success becomes a sample in the trainer's queue."""
+        now = time.time()
+        self.step_ended[ticket.step] = self.step_ended.get(ticket.step, 0) + 1
+        if killed:
+            self.counts["killed"] += 1
+        elif outcome == "ok":
+            self.counts["ok"] += 1
+            self.ok_times.append(now)
+            zero_advantage = _uniform(self.s.seed, "group", ticket.group) < self.s.zero_advantage_groups
+            filtered = _uniform(self.s.seed, "sample", ticket.seq) < self.s.filtered_samples
+            if zero_advantage or filtered:
+                self.counts["filtered"] += 1
+            else:
+                self.queue.append((now, ticket.version))
+                self.step_accepted[ticket.step] = self.step_accepted.get(ticket.step, 0) + 1
+                if (
+                    self.s.mode == "sync"
+                    and self.s.kill_unfinished
+                    and self.step_accepted[ticket.step] == self.s.batch
+                    and self.kill is not None
+                ):
+                    self.kill(ticket.step)
+        else:
+            self.counts["failed" if outcome == "failed" else "cancelled"] += 1
+        self._notify()
+
+    # -- the trainer side ------------------------------------------------------------------------------
+    def _batch_ready(self) -> bool:
+        if self.s.mode == "sync":
+            step = self.step_open
+            accepted = self.step_accepted.get(step, 0)
+            dispatched = self.step_dispatched.get(step, 0)
+            all_ended = dispatched >= self.s.dispatch_per_step and self.step_ended.get(step, 0) >= dispatched
+            return accepted >= self.s.batch or (all_ended and accepted > 0)
+        self._drop_stale()
+        return len(self.queue) >= self.s.batch
+
+    def _drop_stale(self) -> int:
+        dropped = 0
+        while self.queue and self.version - self.queue[0][1] > self.s.max_off_policy_steps:
+            self.queue.popleft()
+            dropped += 1
+        self.counts["stale"] += dropped
+        return dropped
+
+    async def _train_loop(self) -> None:
+        total = self.s.warmup_steps + self.s.steps
+        for step in range(total):
+            t_wait = time.time()
+            stale_before = self.counts["stale"]
+            while not self._batch_ready():
+                await self._wait_change()
+            t_ready = time.time()
+            take = min(self.s.batch, len(self.queue))
+            lags = [self.version - self.queue.popleft()[1] for _ in range(take)]
+            self.counts["consumed"] += take
+            train = self.s.train_seconds(take) * self.s.time_scale
+            await asyncio.sleep(train)
+            t_end = time.time()
+            self.steps.append(
+                {"step": step, "measured": step >= self.s.warmup_steps, "t_wait_start": t_wait,
+                 "t_batch_ready": t_ready, "t_end": t_end, "wait_s": t_ready - t_wait, "train_s": t_end - t_ready,
+                 "samples": take, "stale_dropped": self.counts["stale"] - stale_before,
+                 "mean_lag": sum(lags) / len(lags) if lags else 0.0}
+            )
+            self.version += 1
+            if self.s.mode == "sync":
+                if self.kill is not None:
+                    self.kill(self.step_open)  # anything of the trained step still running is no longer needed
+                self.step_open += 1
+            self._notify()
+        self.done.set()
+        self._notify()
+
+    # -- results ---------------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """Measured over the steps after warm-up; rates in samples per vendor second (wall / time scale)."""
+        measured = [row for row in self.steps if row["measured"]]
+        result: dict[str, Any] = {"settings": self.s.to_dict(), "counts": dict(self.counts),
+                                  "steps_done": len(self.steps), "measured_steps": len(measured)}  # fmt: skip
+        if not measured:
+            return result
+        t0, t1 = measured[0]["t_wait_start"], measured[-1]["t_end"]
+        wall = t1 - t0
+        scale = self.s.time_scale
+        wait = sum(row["wait_s"] for row in measured)
+        produced = sum(1 for t in self.ok_times if t0 <= t < t1)
+        consumed = sum(row["samples"] for row in measured)
+        lags = [row["mean_lag"] for row in measured]
+        result.update(
+            {
+                "window_wall_s": wall,
+                "generator_samples_per_s": produced / wall * scale,
+                "trainer_samples_per_s": consumed / wall * scale,
+                "trainer_idle_ratio": wait / wall,
+                "step_time_s": wall / len(measured) / scale,
+                "mean_staleness_steps": sum(lags) / len(lags),
+                "time_scale": scale,
+            }
+        )
+        return result
+
+    def write(self) -> dict[str, Any]:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(self.steps, schema=STEP_SCHEMA), self.out_dir / f"trainer-{self.worker}.parquet")
+        return self.summary()

@@ -1,0 +1,50 @@
+"""`stampede rehearse`: an emulated RL loop run for real, and `stampede model` fed its own export agrees with it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def rehearse(tmp_path: Path, config: str, *args: str) -> tuple[Path, dict]:
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "rehearse", "--config", str(REPO / "examples" / config),
+         "--profile", "modal-like", "--out", str(tmp_path), "--progress-interval", "0", *args],
+        capture_output=True, text=True, timeout=600, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert "rehearsal (measured)" in result.stdout
+    return run_dir, json.loads((run_dir / "rehearsal.json").read_text())
+
+
+def test_async_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
+    run_dir, document = rehearse(tmp_path, "rl-rehearse-async.toml", "--steps", "20")
+    measured = document["measured"]
+    assert measured["measured_steps"] == 20 and 0 < measured["trainer_idle_ratio"] < 1
+    for predicted in document["model"]:
+        for key in ("generator_samples_per_s", "trainer_idle_ratio"):
+            error = abs(predicted[key] - measured[key]) / measured[key]
+            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+    steps = pd.read_parquet(run_dir / "trainer-local.parquet")
+    assert len(steps) == 22 and (steps["samples"] == 32).all() and (steps["wait_s"] >= 0).all()
+    assert (run_dir / "latency_model.json").exists()
+
+
+def test_sync_rehearsal_gates_steps_and_kills_the_oversampled_tail(tmp_path):
+    run_dir, document = rehearse(tmp_path, "rl-rehearse-sync.toml", "--steps", "6", "--warmup-steps", "1")
+    measured = document["measured"]
+    assert measured["counts"]["killed"] > 0 and measured["mean_staleness_steps"] == 0
+    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    assert rollouts["error"].fillna("").str.contains("killed").any()
+    for predicted in document["model"]:
+        error = abs(predicted["trainer_idle_ratio"] - measured["trainer_idle_ratio"]) / measured["trainer_idle_ratio"]
+        assert error < 0.10, (predicted["engine"], predicted["trainer_idle_ratio"], measured["trainer_idle_ratio"])
