@@ -13,4 +13,4 @@ class Soak(SoakShape):
     pass
 
 
-__all__ = ["Soak", "RolloutUser"]
+__all__ = ["RolloutUser", "Soak"]

@@ -13,4 +13,4 @@ class Staggered(StaggeredShape):
     pass
 
 
-__all__ = ["Staggered", "OpenModelUser"]
+__all__ = ["OpenModelUser", "Staggered"]

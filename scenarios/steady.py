@@ -13,4 +13,4 @@ class Steady(SteadyShape):
     pass
 
 
-__all__ = ["Steady", "RolloutUser"]
+__all__ = ["RolloutUser", "Steady"]

@@ -88,7 +88,7 @@ def test_staggered_starts_follow_the_schedule(tmp_path):
 
 
 def test_arrival_counts_starts_dropped_at_the_in_flight_cap(tmp_path):
-    run_dir, frame, manifest = run(tmp_path, "--scenario", "arrival", "--rates", "20", "--hold", "4", "--poisson",
+    _run_dir, frame, manifest = run(tmp_path, "--scenario", "arrival", "--rates", "20", "--hold", "4", "--poisson",
                                    "--max-inflight", "5", "--profile", "ideal", "--commands", "true; sleep 1")  # fmt: skip
     dropped = manifest["dropped_starts"]["01-arrival20ps"]
     assert dropped > 0 and len(frame) > 0
