@@ -1,0 +1,113 @@
+"""What every simulated vendor's `serve` entry point shares: its command line, and running until told to stop.
+
+A serve module runs standalone or as the child process the harness embeds: it prints one JSON line to stdout
+once listening (for the parent), a human line to stderr, and exits on SIGINT/SIGTERM or, with
+`--exit-on-stdin-eof`, when its stdin closes, so an embedded child never outlives its harness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from providers.sim.profile import profile_names
+
+
+class UsageError(Exception):
+    """Bad input: one line on stderr, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {value}")
+    return value
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def add_simulator_arguments(parser: argparse.ArgumentParser, default_profile: str) -> None:
+    """--profile --seed --time-scale --host --set --exit-on-stdin-eof (ports and tokens are each front's own)."""
+    parser.add_argument(
+        "--profile",
+        default=default_profile,
+        help=f"built-in profile ({', '.join(profile_names())}) or a path to a .toml file (default {default_profile})",
+    )
+    parser.add_argument("--seed", type=integer, default=0, help="simulator seed (default 0)")
+    parser.add_argument("--time-scale", type=positive_float, default=None,
+                        help="real seconds per vendor second (default: the profile's default_time_scale)")  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one profile value, e.g. --set quota.max_active=100 (repeatable)")  # fmt: skip
+    parser.add_argument("--exit-on-stdin-eof", action="store_true",
+                        help="exit when stdin closes (for a child process owned by a harness)")  # fmt: skip
+
+
+def parse_overrides(items: list[str]) -> tuple[tuple[str, Any], ...]:
+    overrides: list[tuple[str, Any]] = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        overrides.append((key.strip(), value.strip()))
+    return tuple(overrides)
+
+
+def announce(line: dict[str, Any], human: str) -> None:
+    """The JSON line a parent reads, then a line for people."""
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+    sys.stderr.write(human + "\n")
+    sys.stderr.flush()
+
+
+async def serve_until_stopped(serve: Callable[[asyncio.Event], Awaitable[None]], exit_on_stdin_eof: bool) -> None:
+    """Run `serve(stop)` until SIGINT/SIGTERM or (optionally) the end of stdin sets `stop`."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    if exit_on_stdin_eof:
+
+        def watch_stdin() -> None:
+            try:
+                while sys.stdin.buffer.read(65536):
+                    pass
+            except (OSError, ValueError):
+                pass
+            loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=watch_stdin, name="stdin-eof", daemon=True).start()
+    await serve(stop)
