@@ -29,6 +29,7 @@ from locust.util.load_locustfile import load_locustfile
 from harness.cli import UsageError
 from harness.embedded_vendor import probe
 from harness.options import RunSettings, SettingsError
+from harness.shapes import RehearseShape
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
@@ -155,8 +156,7 @@ def run(args: argparse.Namespace) -> int:
     gevent.signal_handler(signal.SIGUSR1, _dump_greenlets)
     role = _role(args)
     scenario = resolve_scenario(args.scenario)
-    if role != "worker":  # a worker takes every setting from its master
-        _validate(args)
+    settings = _validate(args) if role != "worker" else None  # a worker takes every setting from its master
     options = _locust_options(args, scenario)
     setup_logging(os.environ.get("STAMPEDE_LOCUST_LOG", "WARNING"))
     logging.getLogger("stampede").setLevel(logging.INFO)
@@ -168,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     if not user_classes:
         raise UsageError(f"scenario {scenario} defines no Locust user class")
     shape = shapes[0] if shapes else None
+    if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
+        raise UsageError(f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`")
     environment = Environment(
         user_classes=list(user_classes.values()),
         shape_class=shape,

@@ -11,6 +11,7 @@ Shapes run where Locust ticks them (a local runner or the master) and talk to us
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from locust import LoadTestShape
 
 from harness.options import RunSettings
+
+log = logging.getLogger("stampede")
 
 if TYPE_CHECKING:
     from harness.locust_session import StampedeSession
@@ -410,6 +413,9 @@ class RehearseShape(StampedeShape):
         return self.settings().users or DEFAULT_STEADY_USERS
 
     def tick(self) -> tuple[int, float] | None:
+        if self.settings().trainer is None:  # nothing would ever end the run: refuse to start it
+            log.error("the rehearse scenario needs an emulated trainer (--trainer, set by `stampede rehearse`)")
+            return None
         session = self.session()
         trainer = session.live.trainer() if session is not None else None
         if trainer is not None and trainer.get("done"):

@@ -47,6 +47,7 @@ def stampede(
         (["summary", "/nonexistent"], "is not a stampede run folder"),
         (["bogus"], "invalid choice: 'bogus'"),
         (["run", "--provider", "docker", "--local"], "has no simulated vendor"),
+        (["run", "--scenario", "rehearse"], "needs an emulated trainer"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle):
