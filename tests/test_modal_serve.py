@@ -3,79 +3,37 @@ and the real SDK pointed at it through `MODAL_SERVER_URL` in a process of its ow
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import textwrap
-import urllib.error
-import urllib.request
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.serve_process import finish, get_json, ready_line, spawn_serve
 
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "providers.sim.modal_serve", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-
-
-def _ready_line(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> dict[str, Any]:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "no ready line from modal_serve"
-    line = proc.stdout.readline()
-    assert line, proc.stderr.read().decode() if proc.stderr else "child exited"
-    return json.loads(line)
-
-
-def _finish(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> tuple[int, str]:
-    try:
-        rc = proc.wait(timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    return rc, proc.stderr.read().decode()
-
-
-def _get(url: str, token: str | None) -> tuple[int, Any]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return spawn_serve("providers.sim.modal_serve", *args)
 
 
 def test_ready_line_truth_endpoint_then_sigterm() -> None:
     proc = _spawn("--profile", "modal-like", "--seed", "7", "--token", "tk", "--set", "quota.max_active=100")
     try:
-        info = _ready_line(proc)
+        info = ready_line(proc)
         assert set(info) == {"url", "router_url", "truth_url", "token", "token_id", "provider_options", "profile",
                              "time_scale", "seed", "pid"}  # fmt: skip
         assert info["url"].startswith("http://127.0.0.1:") and info["router_url"].startswith("http://127.0.0.1:")
         assert (info["profile"], info["time_scale"], info["seed"], info["pid"], info["token"]) == (
             "modal-like", 0.1, 7, proc.pid, "tk")  # fmt: skip
         assert info["provider_options"] == {"token_id": info["token_id"]}
-        status, truth = _get(info["truth_url"] + "/api/v1/_stampede/truth", "tk")
+        status, truth = get_json(info["truth_url"] + "/api/v1/_stampede/truth", "tk")
         assert status == 200 and truth["sandboxes"] == [] and truth["profile"] == "modal-like"
-        assert _get(info["truth_url"] + "/api/v1/_stampede/stats", "tk")[1]["stats"]["created"] == 0
-        assert _get(info["truth_url"] + "/api/v1/_stampede/truth", "wrong")[0] == 401
+        assert get_json(info["truth_url"] + "/api/v1/_stampede/stats", "tk")[1]["stats"]["created"] == 0
+        assert get_json(info["truth_url"] + "/api/v1/_stampede/truth", "wrong")[0] == 401
         proc.send_signal(signal.SIGTERM)
-        rc, err = _finish(proc)
+        rc, err = finish(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -85,10 +43,10 @@ def test_ready_line_truth_endpoint_then_sigterm() -> None:
 
 def test_exits_when_stdin_closes() -> None:
     proc = _spawn("--exit-on-stdin-eof", "--profile", "ideal")
-    _ready_line(proc)
+    ready_line(proc)
     assert proc.stdin is not None
     proc.stdin.close()
-    rc, err = _finish(proc)
+    rc, err = finish(proc)
     assert rc == 0 and "Traceback" not in err
 
 
@@ -105,7 +63,7 @@ def test_exits_when_stdin_closes() -> None:
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
     proc = _spawn(*args)
-    rc, err = _finish(proc)
+    rc, err = finish(proc)
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("python -m providers.sim.modal_serve: error:")
@@ -114,7 +72,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
 def test_the_sdk_finds_it_through_modal_server_url_in_another_process() -> None:
     proc = _spawn("--profile", "ideal", "--token", "sekret", "--exit-on-stdin-eof")
     try:
-        info = _ready_line(proc)
+        info = ready_line(proc)
         script = textwrap.dedent(
             """
             import modal
@@ -130,10 +88,10 @@ def test_the_sdk_finds_it_through_modal_server_url_in_another_process() -> None:
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "hello from sh 4"
-        status, truth = _get(info["truth_url"] + "/api/v1/_stampede/truth", "sekret")
+        status, truth = get_json(info["truth_url"] + "/api/v1/_stampede/truth", "sekret")
         assert status == 200
         assert [row["status"] for row in truth["sandboxes"]] == ["TERMINATED"]
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
-        _finish(proc)
+        finish(proc)

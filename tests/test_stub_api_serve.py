@@ -2,63 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import os
-import select
 import signal
 import subprocess
-import sys
-import urllib.request
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.serve_process import finish, get_json, ready_line, spawn_serve
 
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "providers.sim.serve", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def _ready_line(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> dict[str, Any]:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "no ready line from the stub"
-    line = proc.stdout.readline()
-    assert line, proc.stderr.read().decode() if proc.stderr else "child exited"
-    return json.loads(line)
-
-
-def _get(url: str, token: str | None = None) -> tuple[int, Any]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        return resp.status, json.loads(resp.read())
-
-
-def _finish(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> tuple[int, str]:
-    try:
-        rc = proc.wait(timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.stderr is not None
-    return rc, proc.stderr.read().decode()
+    return spawn_serve("providers.sim.serve", *args)
 
 
 def test_ready_line_then_sigterm_exits_cleanly() -> None:
     proc = _spawn("--profile", "modal-like", "--seed", "7", "--token", "tk", "--set", "quota.max_active=100")
     try:
-        info = _ready_line(proc)
+        info = ready_line(proc)
         assert set(info) == {"url", "token", "profile", "time_scale", "seed", "pid"}
         assert info["url"].startswith("http://127.0.0.1:") and info["token"] == "tk"
         assert (info["profile"], info["time_scale"], info["seed"], info["pid"]) == (
@@ -67,11 +26,11 @@ def test_ready_line_then_sigterm_exits_cleanly() -> None:
             7,
             proc.pid,
         )
-        assert _get(info["url"] + "/openapi.json")[0] == 200
-        status, stats = _get(info["url"] + "/api/v1/_stampede/stats", "tk")
+        assert get_json(info["url"] + "/openapi.json")[0] == 200
+        status, stats = get_json(info["url"] + "/api/v1/_stampede/stats", "tk")
         assert status == 200 and stats["profile"] == "modal-like"
         proc.send_signal(signal.SIGTERM)
-        rc, err = _finish(proc)
+        rc, err = finish(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -81,19 +40,19 @@ def test_ready_line_then_sigterm_exits_cleanly() -> None:
 
 def test_sigint_exits_cleanly_and_token_defaults_to_random() -> None:
     proc = _spawn("--profile", "ideal", "--time-scale", "0.5")
-    info = _ready_line(proc)
+    info = ready_line(proc)
     assert len(info["token"]) > 16 and info["time_scale"] == 0.5
     proc.send_signal(signal.SIGINT)
-    rc, err = _finish(proc)
+    rc, err = finish(proc)
     assert rc == 0 and "Traceback" not in err
 
 
 def test_exits_when_stdin_closes() -> None:
     proc = _spawn("--profile", "ideal", "--exit-on-stdin-eof")
-    _ready_line(proc)
+    ready_line(proc)
     assert proc.stdin is not None
     proc.stdin.close()
-    rc, err = _finish(proc)
+    rc, err = finish(proc)
     assert rc == 0 and "Traceback" not in err
 
 
@@ -113,7 +72,7 @@ def test_exits_when_stdin_closes() -> None:
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str) -> None:
     proc = _spawn(*args)
-    rc, err = _finish(proc)
+    rc, err = finish(proc)
     assert rc == 2
     assert err.count("\n") == 1 and expected in err and "Traceback" not in err, err
 
