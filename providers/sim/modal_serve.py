@@ -20,7 +20,7 @@ import resource
 import sys
 from typing import Any
 
-from providers.sim.modal_server import DEFAULT_PROFILE, ModalSettings, RunningModal, serve_modal
+from providers.sim.modal_server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
 from providers.sim.modal_tokens import DEFAULT_TOKEN_ID
 from providers.sim.profile import ProfileError
 from providers.sim.serve_cli import (
@@ -105,7 +105,7 @@ async def _run(settings: ModalSettings, exit_on_stdin_eof: bool) -> None:
                        f"{line['time_scale']:g}) control plane {modal.url} (MODAL_SERVER_URL), router "
                        f"{modal.router_url}; Ctrl-C to stop")  # fmt: skip
 
-    await serve_until_stopped(lambda stop: serve_modal(settings, stop=stop, on_ready=ready), exit_on_stdin_eof)
+    await serve_until_stopped(lambda: start_modal(settings), ready, exit_on_stdin_eof)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

@@ -12,7 +12,6 @@ as the secret, so no extra secret is ever printed or recorded.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import math
 import secrets
@@ -177,19 +176,3 @@ async def start_modal(settings: ModalSettings) -> RunningModal:
     )
     holder.append(running)
     return running
-
-
-async def serve_modal(
-    settings: ModalSettings,
-    *,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[RunningModal], None] | None = None,
-) -> None:
-    """Serve until `stop` is set (forever without one)."""
-    modal = await start_modal(settings)
-    try:
-        if on_ready is not None:
-            on_ready(modal)
-        await (stop or asyncio.Event()).wait()
-    finally:
-        await modal.close()

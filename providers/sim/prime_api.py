@@ -808,19 +808,3 @@ async def start_stub(
     return RunningStub(
         url=f"http://{url_host}:{bound_port}", port=bound_port, token=app[API_TOKEN], app=app, runner=runner
     )
-
-
-async def serve(
-    settings: StubSettings,
-    *,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[RunningStub], None] | None = None,
-) -> None:
-    """Bind host:port and serve until `stop` is set (forever without one)."""
-    stub = await start_stub(settings)
-    try:
-        if on_ready is not None:
-            on_ready(stub)
-        await (stop or asyncio.Event()).wait()
-    finally:
-        await stub.close()

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-from providers.sim.prime_api import RunningStub, StubSettings, serve
+from providers.sim.prime_api import RunningStub, StubSettings, start_stub
 from providers.sim.profile import ProfileError, load_profile
 from providers.sim.serve_cli import (
     Parser,
@@ -59,7 +59,7 @@ async def _run(settings: StubSettings, exit_on_stdin_eof: bool) -> None:
         announce(line, f"stampede stub: {sim.profile.name} (seed {sim.seed}, time scale {scale:g}) "
                        f"listening on {stub.url}/api/v1; Ctrl-C to stop")  # fmt: skip
 
-    await serve_until_stopped(lambda stop: serve(settings, stop=stop, on_ready=ready), exit_on_stdin_eof)
+    await serve_until_stopped(lambda: start_stub(settings), ready, exit_on_stdin_eof)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,9 +16,16 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from providers.sim.profile import profile_names
+
+
+class RunningServer(Protocol):
+    async def close(self) -> None: ...
+
+
+Server = TypeVar("Server", bound=RunningServer)
 
 
 class UsageError(Exception):
@@ -92,8 +99,10 @@ def announce(line: dict[str, Any], human: str) -> None:
     sys.stderr.flush()
 
 
-async def serve_until_stopped(serve: Callable[[asyncio.Event], Awaitable[None]], exit_on_stdin_eof: bool) -> None:
-    """Run `serve(stop)` until SIGINT/SIGTERM or (optionally) the end of stdin sets `stop`."""
+async def serve_until_stopped(
+    start: Callable[[], Awaitable[Server]], on_ready: Callable[[Server], None], exit_on_stdin_eof: bool
+) -> None:
+    """Start a server, announce it, and close it on SIGINT/SIGTERM or (optionally) at the end of stdin."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -110,4 +119,9 @@ async def serve_until_stopped(serve: Callable[[asyncio.Event], Awaitable[None]],
             loop.call_soon_threadsafe(stop.set)
 
         threading.Thread(target=watch_stdin, name="stdin-eof", daemon=True).start()
-    await serve(stop)
+    server = await start()
+    try:
+        on_ready(server)
+        await stop.wait()
+    finally:
+        await server.close()
