@@ -35,10 +35,10 @@ import gevent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.analysis.summary import quantiles  # noqa: E402
-from harness.engine_client import EngineClient  # noqa: E402
-from providers import create_provider  # noqa: E402
-from providers.docker import DEFAULT_CAP_DROP  # noqa: E402
+from harness.analysis.summary import quantiles
+from harness.engine_client import EngineClient
+from providers import create_provider
+from providers.docker import DEFAULT_CAP_DROP
 
 COMMANDS = [["true"], ["echo", "hi"]]
 CPU, MEMORY_MB, PIDS, LIFETIME_S = 1.0, 256, 256, 600

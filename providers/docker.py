@@ -480,7 +480,7 @@ class DockerProvider(Provider):
             raise ProviderError(FailureKind.TRANSPORT, f"list: {_short(exc)}") from None
         refs = []
         for container in containers:
-            labels = (container["Labels"] if "Labels" in container else None) or {}  # noqa: SIM401 - no .get()
+            labels = (container["Labels"] if "Labels" in container else None) or {}  # aiodocker containers have no .get()
             refs.append(
                 SandboxRef(
                     sandbox_id=container.id,

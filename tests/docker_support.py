@@ -171,7 +171,7 @@ async def lifecycle(
             if pause_s:
                 await asyncio.sleep(pause_s)
         record.ok = True
-    except Exception as exc:  # noqa: BLE001 - classifying every failure is the point
+    except Exception as exc:
         record.kind, record.phase, record.error = str(provider.classify(exc, phase)), str(phase), str(exc)
         if not isinstance(exc, ProviderError):
             record.escaped = f"{type(exc).__name__}: {exc}"
@@ -179,7 +179,7 @@ async def lifecycle(
         if ref is not None:
             try:
                 await provider.terminate(ref)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if record.ok:
                     record.ok = False
                     record.kind, record.phase = str(provider.classify(exc, Phase.TERMINATE)), "terminate"

@@ -13,12 +13,11 @@ import pytest
 
 from providers import create_provider
 from providers.base import SandboxSpec
-
 from tests.docker_support import (
-        PrivateDaemon,
-        lifecycle,
-        new_run_id,
-    )
+    PrivateDaemon,
+    lifecycle,
+    new_run_id,
+)
 
 pytestmark = pytest.mark.docker
 

@@ -664,7 +664,7 @@ def _raw_prefix(word: _Word) -> str:
 def _strip_assignment_name(word: _Word, n: int) -> _Word:
     parts: list[tuple[str, str, bool]] = []
     remaining = n
-    for kind, text, quoted in word.parts:
+    for kind, text, _quoted in word.parts:
         if remaining > 0:
             cut = min(remaining, len(text))
             remaining -= cut
