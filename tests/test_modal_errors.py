@@ -9,10 +9,8 @@ classification of exceptions the real Modal raises that the local fake cannot pr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import grpclib.exceptions
 import modal.exception as mexc
@@ -25,25 +23,10 @@ from modal_proto import task_command_router_pb2 as sr_pb2
 
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.modal import ModalProvider, classify_modal
-from providers.sim.modal_server import ModalSettings, RunningModal, start_modal
+from providers.sim.modal_server import ModalSettings, start_modal
+from tests.support.local_modal import TOKEN, local_modal
 
-TOKEN = "test-modal-token"
 BACKENDS = [pytest.param("1", id="v2"), pytest.param("0", id="v1")]
-
-
-@contextlib.asynccontextmanager
-async def local_modal(
-    *overrides: str, profile: str = "ideal", time_scale: float | None = None, **options: str
-) -> AsyncIterator[tuple[RunningModal, ModalProvider]]:
-    pairs = tuple(tuple(item.split("=", 1)) for item in overrides)
-    server = await start_modal(ModalSettings(profile=profile, token=TOKEN, time_scale=time_scale, overrides=pairs))  # type: ignore[arg-type]
-    provider = ModalProvider.from_options({"base_url": server.url, "token": TOKEN, **options})
-    try:
-        await provider.preflight()
-        yield server, provider
-    finally:
-        await provider.aclose()
-        await server.close()
 
 
 async def create_kinds(provider: ModalProvider, n: int, run_id: str = "run-x") -> Counter[str]:

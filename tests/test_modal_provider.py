@@ -7,35 +7,17 @@ talks to them exactly as it talks to Modal (no mocks anywhere).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from providers.base import SandboxSpec
-from providers.modal import ModalProvider
-from providers.sim.modal_server import ModalSettings, RunningModal, start_modal
+from providers.sim.modal_server import RunningModal
+from tests.support.local_modal import local_modal
 
-TOKEN = "test-modal-token"
 V1_ID = re.compile(r"^sb-[0-9A-Za-z]{22}$")
-
-
-@contextlib.asynccontextmanager
-async def local_modal(
-    *overrides: str, profile: str = "ideal", time_scale: float | None = None, **options: str
-) -> AsyncIterator[tuple[RunningModal, ModalProvider]]:
-    pairs = tuple(tuple(item.split("=", 1)) for item in overrides)
-    server = await start_modal(ModalSettings(profile=profile, token=TOKEN, time_scale=time_scale, overrides=pairs))  # type: ignore[arg-type]
-    provider = ModalProvider.from_options({"base_url": server.url, "token": TOKEN, **options})
-    try:
-        await provider.preflight()
-        yield server, provider
-    finally:
-        await provider.aclose()
-        await server.close()
 
 
 def truth_by_id(server: RunningModal) -> dict[str, dict[str, Any]]:
