@@ -13,10 +13,8 @@ as the secret, so no extra secret is ever printed or recorded.
 from __future__ import annotations
 
 import hmac
-import math
-import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpclib.server
@@ -28,36 +26,22 @@ from providers.sim.modal_grpc import start_grpc_server, stop_grpc_server
 from providers.sim.modal_registry import ModalRegistry
 from providers.sim.modal_router import ModalCommandRouter
 from providers.sim.modal_tokens import DEFAULT_TOKEN_ID, Credentials, JwtSigner
-from providers.sim.profile import Profile, load_profile
+from providers.sim.profile import Profile
 from providers.sim.simulator import VendorSimulator
+from providers.sim.vendor_settings import VendorSettings
 
 DEFAULT_PROFILE = "modal-like"
 
 
 @dataclass(frozen=True)
-class ModalSettings:
-    """Which vendor behaviour, how fast, where, and which workspace token the local Modal accepts."""
+class ModalSettings(VendorSettings):
+    """The local Modal: its vendor settings (`port` is the control plane's), plus the command router's and the
+    truth endpoint's ports and the workspace token id it accepts."""
 
     profile: Profile | str = DEFAULT_PROFILE
-    seed: int = 0
-    time_scale: float | None = None  # None: the profile's default_time_scale
-    host: str = "127.0.0.1"
-    port: int = 0  # control plane; 0: a free port
     router_port: int = 0
     truth_port: int = 0
-    token: str = field(default_factory=lambda: "stampede-" + secrets.token_urlsafe(18))
     token_id: str = DEFAULT_TOKEN_ID
-    overrides: tuple[tuple[str, Any], ...] = ()
-
-    def resolved_profile(self) -> Profile:
-        profile = self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
-        return profile.with_overrides(dict(self.overrides)) if self.overrides else profile
-
-    def resolved_time_scale(self, profile: Profile) -> float:
-        scale = profile.default_time_scale if self.time_scale is None else float(self.time_scale)
-        if not scale > 0 or math.isinf(scale):
-            raise ValueError(f"time scale must be a positive finite number, got {scale!r}")
-        return scale
 
 
 @dataclass

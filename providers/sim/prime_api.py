@@ -37,10 +37,9 @@ import asyncio
 import hmac
 import logging
 import math
-import secrets
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -50,7 +49,6 @@ from providers.sim.openapi import openapi_document
 from providers.sim.prime_command_session import SERVICE as COMMAND_SESSION
 from providers.sim.prime_command_session import build_service, connect_handler
 from providers.sim.prime_gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
-from providers.sim.profile import Profile, load_profile
 from providers.sim.simulator import (
     CreateRequest,
     NotFound,
@@ -61,6 +59,7 @@ from providers.sim.simulator import (
     VendorSimulator,
     iso,
 )
+from providers.sim.vendor_settings import VendorSettings
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +71,8 @@ USER_ID = "user-stampede"
 
 
 @dataclass(frozen=True)
-class StubSettings:
-    """How to run a stub: which vendor behaviour, how fast, where, and with which API token."""
-
-    profile: Profile | str = "prime-like"
-    seed: int = 0
-    time_scale: float | None = None  # None: the profile's default_time_scale
-    host: str = "127.0.0.1"
-    port: int = 0  # 0: a free port
-    token: str = field(default_factory=lambda: "stampede-" + secrets.token_urlsafe(18))
-    overrides: tuple[tuple[str, Any], ...] = ()
-
-    def resolved_profile(self) -> Profile:
-        profile = self.profile if isinstance(self.profile, Profile) else load_profile(self.profile)
-        return profile.with_overrides(dict(self.overrides)) if self.overrides else profile
-
-    def resolved_time_scale(self, profile: Profile) -> float:
-        scale = profile.default_time_scale if self.time_scale is None else float(self.time_scale)
-        if not scale > 0 or math.isinf(scale):
-            raise ValueError(f"time scale must be a positive finite number, got {scale!r}")
-        return scale
+class StubSettings(VendorSettings):
+    """The Prime-like stub: which vendor behaviour, how fast, where, and with which API token."""
 
 
 SIM = web.AppKey("stampede_simulator", VendorSimulator)
