@@ -153,7 +153,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 def _cmd_stub_serve(argv: list[str]) -> int:
     from providers.sim.serve import main as serve_main
 
-    return int(serve_main(argv))
+    return int(serve_main(argv, prog="stampede stub serve"))
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import resource
@@ -22,7 +21,6 @@ from typing import Any
 
 from providers.sim.modal_server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
 from providers.sim.modal_tokens import DEFAULT_TOKEN_ID
-from providers.sim.profile import ProfileError
 from providers.sim.serve_cli import (
     Parser,
     UsageError,
@@ -30,7 +28,7 @@ from providers.sim.serve_cli import (
     announce,
     parse_overrides,
     port,
-    serve_until_stopped,
+    serve_main,
 )
 
 PROG = "python -m providers.sim.modal_serve"
@@ -48,7 +46,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> ModalSettings:
-    """Validated settings (bad values raise _UsageError, ProfileError or ValueError with one-line messages)."""
+    """Settings from the command line (bad values raise UsageError with a one-line message)."""
     overrides = parse_overrides(args.overrides)
     if not args.token_id or not args.token_id.strip():
         raise UsageError("--token-id must not be empty")
@@ -67,7 +65,6 @@ def settings_from_args(args: argparse.Namespace) -> ModalSettings:
         overrides=tuple(overrides),
         **kwargs,
     )
-    settings.resolved_time_scale(settings.resolved_profile())  # fail here, before anything listens
     return settings
 
 
@@ -96,34 +93,26 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-async def _run(settings: ModalSettings, exit_on_stdin_eof: bool) -> None:
+async def _start(settings: ModalSettings) -> RunningModal:
     _raise_fd_limit()
+    return await start_modal(settings)
 
-    def ready(modal: RunningModal) -> None:
-        line = ready_line(modal)
-        announce(line, f"stampede local Modal: {line['profile']} (seed {line['seed']}, time scale "
-                       f"{line['time_scale']:g}) control plane {modal.url} (MODAL_SERVER_URL), router "
-                       f"{modal.router_url}; Ctrl-C to stop")  # fmt: skip
 
-    await serve_until_stopped(lambda: start_modal(settings), ready, exit_on_stdin_eof)
+def _announce(modal: RunningModal) -> None:
+    line = ready_line(modal)
+    announce(line, f"stampede local Modal: {line['profile']} (seed {line['seed']}, time scale "
+                   f"{line['time_scale']:g}) control plane {modal.url} (MODAL_SERVER_URL), router "
+                   f"{modal.router_url}; Ctrl-C to stop")  # fmt: skip
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Entry point (`stampede modal-local serve` wires this): 0 on a clean stop, 2 on bad input."""
-    try:
+
+    def parse() -> tuple[argparse.Namespace, ModalSettings]:
         args = build_parser(prog).parse_args(argv)
-        settings = settings_from_args(args)
-    except (UsageError, ProfileError, ValueError) as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return 2
-    try:
-        asyncio.run(_run(settings, args.exit_on_stdin_eof))
-    except OSError as exc:
-        sys.stderr.write(f"{prog}: error: cannot listen on {settings.host}: {exc.strerror or exc}\n")
-        return 2
-    except KeyboardInterrupt:
-        pass
-    return 0
+        return args, settings_from_args(args)
+
+    return serve_main(prog, parse, _start, _announce)
 
 
 if __name__ == "__main__":

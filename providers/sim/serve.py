@@ -11,25 +11,25 @@ started it. Bad input ends in one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from typing import Any
 
 from providers.sim.prime_api import RunningStub, StubSettings, start_stub
-from providers.sim.profile import ProfileError, load_profile
+from providers.sim.profile import load_profile
 from providers.sim.serve_cli import (
     Parser,
-    UsageError,
     add_simulator_arguments,
     announce,
     parse_overrides,
     port,
-    serve_until_stopped,
+    serve_main,
 )
 
+PROG = "python -m providers.sim.serve"
 
-def build_parser(prog: str = "python -m providers.sim.serve") -> argparse.ArgumentParser:
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description="Serve the Prime-like sandbox API over the vendor simulator.")
     add_simulator_arguments(parser, "prime-like")
     parser.add_argument("--port", type=port, default=0, help="port (default 0: a free port)")
@@ -50,41 +50,23 @@ def _settings(args: argparse.Namespace) -> StubSettings:
     )
 
 
-async def _run(settings: StubSettings, exit_on_stdin_eof: bool) -> None:
-    def ready(stub: RunningStub) -> None:
-        sim = stub.simulator
-        scale = float(getattr(sim.clock, "time_scale", 1.0))
-        line = {"url": stub.url, "token": stub.token, "profile": sim.profile.name, "time_scale": scale,
-                "seed": sim.seed, "pid": os.getpid()}  # fmt: skip
-        announce(line, f"stampede stub: {sim.profile.name} (seed {sim.seed}, time scale {scale:g}) "
-                       f"listening on {stub.url}/api/v1; Ctrl-C to stop")  # fmt: skip
-
-    await serve_until_stopped(lambda: start_stub(settings), ready, exit_on_stdin_eof)
+def _announce(stub: RunningStub) -> None:
+    sim = stub.simulator
+    scale = float(getattr(sim.clock, "time_scale", 1.0))
+    line = {"url": stub.url, "token": stub.token, "profile": sim.profile.name, "time_scale": scale,
+            "seed": sim.seed, "pid": os.getpid()}  # fmt: skip
+    announce(line, f"stampede stub: {sim.profile.name} (seed {sim.seed}, time scale {scale:g}) "
+                   f"listening on {stub.url}/api/v1; Ctrl-C to stop")  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Entry point (`stampede stub serve` wires this): 0 on a clean stop, 2 on bad input."""
-    prog = "python -m providers.sim.serve"
-    try:
+
+    def parse() -> tuple[argparse.Namespace, StubSettings]:
         args = build_parser(prog).parse_args(argv)
-        settings = _settings(args)
-        settings.resolved_time_scale(settings.resolved_profile())
-    except UsageError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return 2
-    except (ProfileError, ValueError) as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return 2
-    try:
-        asyncio.run(_run(settings, args.exit_on_stdin_eof))
-    except OSError as exc:
-        sys.stderr.write(
-            f"{prog}: error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}\n"
-        )
-        return 2
-    except KeyboardInterrupt:
-        pass
-    return 0
+        return args, _settings(args)
+
+    return serve_main(prog, parse, start_stub, _announce)
 
 
 if __name__ == "__main__":

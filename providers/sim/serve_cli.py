@@ -18,7 +18,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from providers.sim.profile import profile_names
+from providers.sim.profile import ProfileError, profile_names
+from providers.sim.vendor_settings import VendorSettings
 
 
 class RunningServer(Protocol):
@@ -26,6 +27,7 @@ class RunningServer(Protocol):
 
 
 Server = TypeVar("Server", bound=RunningServer)
+Settings = TypeVar("Settings", bound=VendorSettings)
 
 
 class UsageError(Exception):
@@ -125,3 +127,27 @@ async def serve_until_stopped(
         await stop.wait()
     finally:
         await server.close()
+
+
+def serve_main(
+    prog: str,
+    parse: Callable[[], tuple[argparse.Namespace, Settings]],
+    start: Callable[[Settings], Awaitable[Server]],
+    on_ready: Callable[[Server], None],
+) -> int:
+    """A serve module's entry point: 0 on a clean stop, 2 on bad input. Settings are checked before anything
+    listens, and a port that cannot be bound counts as bad input too: one line on stderr either way."""
+    try:
+        args, settings = parse()
+        settings.resolved_time_scale(settings.resolved_profile())
+    except (UsageError, ProfileError, ValueError) as exc:
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return 2
+    try:
+        asyncio.run(serve_until_stopped(lambda: start(settings), on_ready, args.exit_on_stdin_eof))
+    except OSError as exc:
+        sys.stderr.write(f"{prog}: error: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
