@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import resource
 import signal
 import socket
 import sys
@@ -35,6 +34,7 @@ from harness.stage_stats import StageStats
 from harness.trainer_emulator import Ticket, TrainerEmulator, TrainerSettings
 from providers import create_provider
 from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
+from providers.open_files import raise_open_files_limit
 
 RECENT_WINDOW_S = 10.0
 DRAIN_TIMEOUT_S = 120.0
@@ -477,17 +477,9 @@ class Engine:
                 writer.close()
 
 
-def _raise_fd_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else 65536
-    if soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
 async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool) -> int:
     """Run until shutdown, a signal, or (with `watch_stdin`) the parent closing our stdin."""
-    _raise_fd_limit()
+    raise_open_files_limit()
     engine = Engine(worker)
     engine.health.start()
     with contextlib.suppress(FileNotFoundError):

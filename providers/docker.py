@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import re
-import resource
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -44,6 +43,7 @@ from providers.base import (
     owner_labels,
 )
 from providers.docker_image import DEFAULT_IMAGE, default_host, ensure_image, image_id
+from providers.open_files import raise_open_files_limit
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class DockerProvider(Provider):
     def _client(self) -> aiodocker.Docker:
         """The aiodocker client, made on first use (aiohttp connectors belong to the running loop)."""
         if self._docker is None:
-            _raise_nofile_limit(self.options.max_connections + 1024)
+            raise_open_files_limit(self.options.max_connections + 1024)
             limit = self.options.max_connections
             if self.host.startswith("unix://"):
                 self._connector = aiohttp.UnixConnector(
@@ -737,14 +737,3 @@ def _kill_tree(pid: int, container_id: str) -> None:
             victim.kill()
         except psutil.Error:
             pass
-
-
-def _raise_nofile_limit(wanted: int) -> None:
-    """Each connection in flight is a file descriptor: lift the soft limit toward the hard one."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        if soft != resource.RLIM_INFINITY and soft < target:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):  # not permitted here: the pool still works, up to the soft limit
-        log.debug("could not raise RLIMIT_NOFILE", exc_info=True)

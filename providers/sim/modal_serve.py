@@ -13,12 +13,11 @@ stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import resource
 import sys
 from typing import Any
 
+from providers.open_files import raise_open_files_limit
 from providers.sim.modal_server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
 from providers.sim.modal_tokens import DEFAULT_TOKEN_ID
 from providers.sim.serve_cli import (
@@ -84,17 +83,8 @@ def ready_line(modal: RunningModal) -> dict[str, Any]:
     }
 
 
-def _raise_fd_limit() -> None:
-    """Every SDK sandbox holds its own connection to the command router: 960 sandboxes, 960 sockets."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else 65536
-    if soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
 async def _start(settings: ModalSettings) -> RunningModal:
-    _raise_fd_limit()
+    raise_open_files_limit()
     return await start_modal(settings)
 
 

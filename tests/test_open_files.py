@@ -1,0 +1,30 @@
+"""The open-files limit a rollout engine, a local Modal and the docker provider lift so thousands of
+connections fit: raised toward what is wanted, capped at the hard limit, never lowered."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_soft_limit_rises_to_what_is_wanted_then_the_hard_limit_and_never_falls() -> None:
+    script = textwrap.dedent(
+        """
+        import resource
+        from providers.open_files import raise_open_files_limit
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        raise_open_files_limit(300)
+        after_wanted = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        raise_open_files_limit()
+        after_max = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        raise_open_files_limit(100)
+        after_less = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        expected_max = 65536 if hard == resource.RLIM_INFINITY else hard
+        assert (after_wanted, after_max, after_less) == (300, expected_max, expected_max), (
+            after_wanted, after_max, after_less, hard)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
