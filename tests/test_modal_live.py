@@ -7,11 +7,9 @@ It costs a few cents of sandbox time. Both backends: V2 (the SDK default) and V1
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from providers.base import SandboxSpec
+from tests.support.live_lifecycle import check_live_lifecycle
 
 pytestmark = pytest.mark.slow
 
@@ -34,20 +32,4 @@ async def test_real_modal_lifecycle_and_cleanup(backend: str) -> None:
     from providers.modal import ModalProvider
 
     provider = ModalProvider.from_options({"app_name": "stampede-live-test", "sandbox_v2": backend})
-    run_id = f"live-{uuid.uuid4().hex[:10]}"
-    try:
-        await provider.preflight()
-        ref = await provider.create(SandboxSpec(run_id=run_id, rollout_id="r1", lifetime_s=300))
-        spare = await provider.create(SandboxSpec(run_id=run_id, rollout_id="r2", lifetime_s=300))
-        await provider.wait_ready(ref, 300)
-        result = await provider.exec(ref, ["sh", "-c", "echo out; echo err >&2; exit 3"], 60)
-        assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
-        await provider.terminate(ref)
-        await provider.terminate(ref)
-        owned = {r.sandbox_id for r in await provider.list_owned(run_id)}
-        assert ref.sandbox_id not in owned and spare.sandbox_id in owned
-    finally:
-        reaped = await provider.cleanup(run_id)
-        assert await provider.list_owned(run_id) == []
-        await provider.aclose()
-    assert reaped >= 1
+    await check_live_lifecycle(provider, 300, lifetime_s=300)

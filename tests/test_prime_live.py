@@ -8,11 +8,10 @@ a few cents of sandbox time. Never runs in this repository's CI, which has no ne
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
-from providers.base import SandboxSpec
+from tests.support.live_lifecycle import check_live_lifecycle
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,21 +23,4 @@ pytestmark = [
 async def test_real_prime_lifecycle_and_cleanup() -> None:
     from providers.prime import PrimeProvider
 
-    provider = PrimeProvider.from_options({})
-    run_id = f"live-{uuid.uuid4().hex[:10]}"
-    try:
-        await provider.preflight()
-        ref = await provider.create(SandboxSpec(run_id=run_id, rollout_id="r1", memory_mb=1024, lifetime_s=600))
-        spare = await provider.create(SandboxSpec(run_id=run_id, rollout_id="r2", memory_mb=1024, lifetime_s=600))
-        await provider.wait_ready(ref, 600)
-        result = await provider.exec(ref, ["sh", "-c", "echo out; echo err >&2; exit 3"], 60)
-        assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
-        await provider.terminate(ref)
-        await provider.terminate(ref)  # idempotent
-        owned = {r.sandbox_id for r in await provider.list_owned(run_id)}
-        assert ref.sandbox_id not in owned and spare.sandbox_id in owned
-    finally:
-        reaped = await provider.cleanup(run_id)
-        assert await provider.list_owned(run_id) == []
-        await provider.aclose()
-    assert reaped >= 1
+    await check_live_lifecycle(PrimeProvider.from_options({}), 600, memory_mb=1024, lifetime_s=600)
