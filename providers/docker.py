@@ -15,11 +15,12 @@ silently queue requests client-side and make the daemon look faster (or slower) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -336,7 +337,8 @@ class DockerProvider(Provider):
         """Post the container; returns once the daemon gave it an id (start happens in `wait_ready`)."""
         image = spec.image or self.options.image
         name = _container_name(spec) if self.options.name_containers else None
-        try:
+        timed_out = f"docker did not acknowledge the create within {self.options.api_timeout_s:g}s"
+        with _daemon_errors("create", Phase.CREATE, FailureKind.CREATE_ERROR, timed_out):
             async with asyncio.timeout(self.options.api_timeout_s):
                 facts = await self._daemon_facts()
                 if _is_stampede_image(image) and image not in self._images_ok:
@@ -351,15 +353,6 @@ class DockerProvider(Provider):
                     self._images_ok.discard(image)  # removed behind our back, or never there
                     await self._obtain_image(image)
                     container = await docker.containers.create(config, name=name)
-        except TimeoutError:
-            raise ProviderError(
-                FailureKind.CREATE_ERROR,
-                f"docker did not acknowledge the create within {self.options.api_timeout_s:g}s",
-            ) from None
-        except DockerError as exc:
-            raise ProviderError(docker_error_kind(exc, Phase.CREATE), f"create: {_short(exc)}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ProviderError(FailureKind.TRANSPORT, f"create: {_short(exc)}") from None
         box = _Sandbox(container.id, memory_mb=int(spec.memory_mb))
         return SandboxRef(
             sandbox_id=container.id,
@@ -374,7 +367,7 @@ class DockerProvider(Provider):
         """Start the container (once) and return when it is running; a death or OOM is classified."""
         box = _box(ref)
         container = self._client().containers.container(box.container_id)
-        try:
+        with _daemon_errors("start", Phase.READY, FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"):
             async with asyncio.timeout(timeout):
                 if not box.started:
                     await container.start()
@@ -392,14 +385,6 @@ class DockerProvider(Provider):
                         raise _death(state, box, Phase.READY)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 0.25)
-        except TimeoutError:
-            raise ProviderError(
-                FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"
-            ) from None
-        except DockerError as exc:
-            raise ProviderError(docker_error_kind(exc, Phase.READY), f"start: {_short(exc)}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ProviderError(FailureKind.TRANSPORT, f"start: {_short(exc)}") from None
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         """Run one command through the exec API: demultiplexed stdout/stderr, exit code from exec inspect."""
@@ -439,7 +424,8 @@ class DockerProvider(Provider):
         cancelled rollout's own terminate), wait for that one rather than report a sandbox gone early.
         """
         container = self._client().containers.container(ref.sandbox_id)
-        try:
+        timed_out = f"docker did not answer the remove within {self.options.api_timeout_s:g}s"
+        with _daemon_errors("remove", Phase.TERMINATE, FailureKind.TRANSPORT, timed_out):
             async with asyncio.timeout(self.options.api_timeout_s):
                 failures, pause = 0, 0.02
                 while True:
@@ -455,29 +441,14 @@ class DockerProvider(Provider):
                                 raise
                     await asyncio.sleep(pause)  # in progress elsewhere, or "device or resource busy"
                     pause = min(pause * 2, 0.5)
-        except TimeoutError:
-            raise ProviderError(
-                FailureKind.TRANSPORT,
-                f"docker did not answer the remove within {self.options.api_timeout_s:g}s",
-            ) from None
-        except DockerError as exc:
-            raise ProviderError(docker_error_kind(exc, Phase.TERMINATE), f"remove: {_short(exc)}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ProviderError(FailureKind.TRANSPORT, f"remove: {_short(exc)}") from None
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         """Every container (running or not) carrying this run's label (and the engine's, when given)."""
-        try:
+        with _daemon_errors("list", None, FailureKind.TRANSPORT, "docker did not answer the container list"):
             async with asyncio.timeout(self.options.api_timeout_s):
                 containers = await self._client().containers.list(
                     all=True, filters={"label": [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]}
                 )
-        except TimeoutError:
-            raise ProviderError(FailureKind.TRANSPORT, "docker did not answer the container list") from None
-        except DockerError as exc:
-            raise ProviderError(docker_error_kind(exc, None), f"list: {_short(exc)}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ProviderError(FailureKind.TRANSPORT, f"list: {_short(exc)}") from None
         refs = []
         for container in containers:
             labels = (container["Labels"] if "Labels" in container else None) or {}  # aiodocker containers have no .get()
@@ -660,6 +631,19 @@ def _is_stampede_image(image: str) -> bool:
 def _container_name(spec: SandboxSpec) -> str:
     name = _NAME_BAD.sub("-", f"stampede-{spec.run_id}-{spec.rollout_id}").strip("-.")
     return name[:200]
+
+
+@contextlib.contextmanager
+def _daemon_errors(verb: str, phase: Phase | None, timeout_kind: FailureKind, timed_out: str) -> Iterator[None]:
+    """A daemon call's failures on the taxonomy: its own timeout, the daemon's answer, or no answer at all."""
+    try:
+        yield
+    except TimeoutError:  # before OSError, of which it is a subclass
+        raise ProviderError(timeout_kind, timed_out) from None
+    except DockerError as exc:
+        raise ProviderError(docker_error_kind(exc, phase), f"{verb}: {_short(exc)}") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ProviderError(FailureKind.TRANSPORT, f"{verb}: {_short(exc)}") from None
 
 
 def _short(exc: BaseException) -> str:
