@@ -32,7 +32,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.analysis.summary import load_truth, measurement_error  # noqa: E402
+from harness.results.summary import load_truth, measurement_error  # noqa: E402
 
 SIDES = {
     "modal": ["--provider", "modal", "--local"],

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.analysis.synthetic_run import SyntheticRun, ramp_stages, write_synthetic_run  # noqa: E402
+from tests.support.synthetic_run import SyntheticRun, ramp_stages, write_synthetic_run  # noqa: E402
 
 TARGET_S = 10.0
 
@@ -43,8 +43,8 @@ def naive_baseline(run_dir: Path) -> float:
 def statistics_only(run_dir: Path) -> float:
     """The report's own reading and statistics (quantiles of four phases, failures by kind and phase, start
     rates, sweep-line concurrency, censoring), timed in process like the baseline."""
-    from harness.analysis.dataset import load_rollout_frame, read_run_info
-    from harness.analysis.stage_stats import compute_run_stats
+    from harness.results.dataset import load_rollout_frame, read_run_info
+    from harness.results.stage_aggregate import compute_run_stats
 
     start = time.perf_counter()
     compute_run_stats(read_run_info(run_dir), load_rollout_frame(run_dir))
@@ -70,7 +70,7 @@ def main() -> int:
 
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "harness.analysis.report_command", str(run_dir), "-o", str(root / "report")],
+        [sys.executable, "-m", "harness.cli.report", str(run_dir), "-o", str(root / "report")],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     elapsed = time.perf_counter() - start

@@ -23,9 +23,9 @@ PROVIDERS: dict[str, str] = {
 """Provider name -> `module:class`. The `stub` provider is the embedded default."""
 
 LOCAL_VENDORS: dict[str, str] = {
-    "stub": "providers.sim.serve",
-    "prime": "providers.sim.serve",
-    "modal": "providers.sim.modal_serve",
+    "stub": "providers.sim.prime.serve",
+    "prime": "providers.sim.prime.serve",
+    "modal": "providers.sim.modal.serve",
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
 

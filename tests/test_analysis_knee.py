@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.analysis.knee import KneeThresholds, find_knee
-from harness.analysis.stage_stats import StageStats
+from harness.results.knee import KneeThresholds, find_knee
+from harness.results.stage_aggregate import StageStats
 
 
 def stage(level: int, failure: float, p99: float) -> StageStats:

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis.concurrency import concurrency_at_submit, timeline
-from harness.analysis.stage_stats import _censored_upper
-from harness.analysis.stats import REPORT_QUANTILES, downsample_sorted, group_sorted
-from harness.analysis.summary import quantiles
+from harness.results.concurrency import concurrency_at_submit, timeline
+from harness.results.stage_aggregate import _censored_upper
+from harness.results.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted
+from harness.results.summary import quantiles
 
 
 @pytest.mark.parametrize("seed", range(5))

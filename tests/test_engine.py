@@ -12,8 +12,8 @@ import gevent
 import pandas as pd
 import pytest
 
-from harness.engine_client import EngineClient, EngineError
-from harness.records import SCHEMA_V1_ROLLOUT_COLUMNS
+from harness.locust.engine_client import EngineClient, EngineError
+from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 
 SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
 
@@ -146,7 +146,7 @@ def test_init_failures_are_retried_each_attempt_a_row_but_exec_failures_are_not(
 
 
 def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):
-    from harness.stage_stats import merge_stages
+    from harness.wire.stage_counters import merge_stages
 
     engine.configure(config(tmp_path, ready_delay_s=0.02))
     gevent.joinall([gevent.spawn(engine.run_rollout, stage, 5) for stage in ["01-a"] * 6 + ["02-b"] * 4])

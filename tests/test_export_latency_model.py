@@ -11,19 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.analysis.dataset import load_rollouts
-from harness.analysis.errors import AnalysisInputError
-from harness.analysis.fits import fit_sample
-from harness.analysis.latency_export import QUANTILE_LEVELS, build_latency_model
-from harness.analysis.latency_model import load_latency_model
-from harness.analysis.latency_schema import latency_model_schema, validate_latency_model
-from harness.analysis.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
+from harness.results.dataset import load_rollouts
+from harness.errors import AnalysisInputError
+from harness.results.fits import fit_sample
+from harness.results.latency_export import QUANTILE_LEVELS, build_latency_model
+from harness.rlmodel.latency_input import load_latency_model
+from harness.results.latency_schema import latency_model_schema, validate_latency_model
+from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.analysis.export_command", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.cli.export", *args], capture_output=True,
                           text=True, timeout=180, cwd=REPO)  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from providers.base import SandboxSpec
-from providers.sim.modal_server import RunningModal
+from providers.sim.modal.server import RunningModal
 from tests.support.local_modal import local_modal
 
 V1_ID = re.compile(r"^sb-[0-9A-Za-z]{22}$")

@@ -1,6 +1,6 @@
 """Whole runs through the harness with the real `modal` SDK against the local Modal (real subprocesses).
 
-`stampede run --provider modal --local` starts `providers.sim.modal_serve` as the embedded vendor, the engine
+`stampede run --provider modal --local` starts `providers.sim.modal.serve` as the embedded vendor, the engine
 builds the `modal` provider on its URL, and every rollout goes through the SDK's gRPC calls.
 """
 
@@ -100,7 +100,7 @@ def test_throttling_and_the_account_cap_reach_the_results(tmp_path: Path) -> Non
 
 def test_ctrl_c_against_a_standalone_local_modal_terminates_every_sandbox(tmp_path: Path) -> None:
     token = "modal-ctrl-c-token"
-    serve = [sys.executable, "-m", "providers.sim.modal_serve", "--profile", "ideal", "--token", token,
+    serve = [sys.executable, "-m", "providers.sim.modal.serve", "--profile", "ideal", "--token", token,
              "--exit-on-stdin-eof"]  # fmt: skip
     server = subprocess.Popen(serve, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True, cwd=REPO)  # fmt: skip

@@ -1,4 +1,4 @@
-"""`python -m providers.sim.modal_serve` as a real child process: the JSON line, signals, stdin EOF, bad input,
+"""`python -m providers.sim.modal.serve` as a real child process: the JSON line, signals, stdin EOF, bad input,
 and the real SDK pointed at it through `MODAL_SERVER_URL` in a process of its own (as a user would)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.support.serve_process import finish, get_json, ready_line, spawn_serv
 
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
-    return spawn_serve("providers.sim.modal_serve", *args)
+    return spawn_serve("providers.sim.modal.serve", *args)
 
 
 def test_ready_line_truth_endpoint_then_sigterm() -> None:
@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
     rc, err = finish(proc)
     assert rc == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("python -m providers.sim.modal_serve: error:")
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("python -m providers.sim.modal.serve: error:")
 
 
 def test_the_sdk_finds_it_through_modal_server_url_in_another_process() -> None:

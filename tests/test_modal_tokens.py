@@ -6,7 +6,7 @@ from modal._utils.auth_token_manager import _AuthTokenManager
 from modal.sandbox._common import _is_v1_sandbox_id
 from modal.sandbox._task_command_router_client import _is_v2_task_id, _parse_jwt_expiration
 
-from providers.sim.modal_tokens import Credentials, JwtSigner, base62_id
+from providers.sim.modal.tokens import Credentials, JwtSigner, base62_id
 
 
 def test_jwts_verify_expire_and_resist_tampering() -> None:

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from harness.analysis.closed_form import solve
-from harness.analysis.des import simulate
-from harness.analysis.errors import AnalysisInputError
-from harness.analysis.latency_export import build_latency_model
-from harness.analysis.latency_model import VendorModel, load_latency_model
-from harness.analysis.rl_config import load_config, parse_config
-from harness.analysis.rollout_plan import build_plan
-from harness.analysis.sweep import run_sweep
-from harness.analysis.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
+from harness.rlmodel.closed_form import solve
+from harness.rlmodel.simulation import simulate
+from harness.errors import AnalysisInputError
+from harness.results.latency_export import build_latency_model
+from harness.rlmodel.latency_input import VendorModel, load_latency_model
+from harness.rlmodel.config import load_config, parse_config
+from harness.rlmodel.inputs import build_plan
+from harness.rlmodel.sweep import run_sweep
+from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -190,7 +190,7 @@ def test_config_errors_name_the_table_and_key(data, needle):
 
 
 def model_command(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.analysis.model_command", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.cli.model", *args], capture_output=True,
                           text=True, timeout=300, cwd=cwd)  # fmt: skip
 
 

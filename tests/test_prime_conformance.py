@@ -7,7 +7,7 @@ gateway probe), get, list with a label filter, batch status, execute_command ove
 stderr, exit codes, env, working dir), delete, bulk delete; then the SDK's error classes for 401, 404,
 429 (throttle and quota), sandboxes that fail to start, and commands that time out, OOM or outlive their
 sandbox. The sync client runs in worker threads here so the in-process stub keeps serving; the last test
-drives it plainly against the real `python -m providers.sim.serve` child.
+drives it plainly against the real `python -m providers.sim.prime.serve` child.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from prime_sandboxes import (
 )
 from prime_sandboxes.core import client as sdk_core
 
-from providers.sim.prime_api import RunningStub, StubSettings, start_stub
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 
 TOKEN = "conformance-token"
 FLAVOURS = ("sync", "async")
@@ -258,7 +258,7 @@ async def test_commands_that_time_out_oom_die_or_hit_a_gateway_error(flavour: st
 @pytest.fixture
 def serve_child() -> Iterator[dict[str, Any]]:
     child = subprocess.Popen(
-        [sys.executable, "-m", "providers.sim.serve", "--profile", "ideal", f"--token={TOKEN}", "--exit-on-stdin-eof"],
+        [sys.executable, "-m", "providers.sim.prime.serve", "--profile", "ideal", f"--token={TOKEN}", "--exit-on-stdin-eof"],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -31,8 +31,8 @@ from prime_sandboxes.rpc_command_session import (
     build_command_session_start_request,
 )
 
-import providers.sim.prime_command_session as command_session
-from providers.sim.prime_api import RunningStub, StubSettings, start_stub
+import providers.sim.prime.command_session as command_session
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 
 pb: Any = command_session_pb2  # generated: its classes are not visible to type checkers
 TOKEN = "connect-token"

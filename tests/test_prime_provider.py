@@ -38,7 +38,7 @@ from prime_sandboxes.core import client as sdk_core
 from providers import create_provider
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxRef, SandboxSpec
 from providers.prime import PrimeProvider, classify_prime
-from providers.sim.prime_api import RunningStub, StubSettings, start_stub
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 
 REPO = Path(__file__).resolve().parent.parent
 

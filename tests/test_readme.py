@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.records import SCHEMA_V1_ROLLOUT_COLUMNS
+from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 from tests.docker_support import default_host, in_ci, machine_daemon, ping
 
 REPO = Path(__file__).resolve().parent.parent

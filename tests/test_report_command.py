@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.dataset import load_rollouts
-from harness.analysis.knee import KneeThresholds
-from harness.analysis.report import build_report
-from harness.analysis.summary import stage_rows
-from harness.analysis.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
+from harness.results.dataset import load_rollouts
+from harness.results.knee import KneeThresholds
+from harness.results.report import build_report
+from harness.results.summary import stage_rows
+from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.analysis.report_command", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.cli.report", *args], capture_output=True,
                           text=True, timeout=120, cwd=REPO)  # fmt: skip
 
 

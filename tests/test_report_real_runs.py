@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.latency_schema import validate_latency_model
+from harness.results.latency_schema import validate_latency_model
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def real_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_report_on_real_runs_side_by_side(real_runs, tmp_path):
-    result = python_module("harness.analysis.report_command", str(real_runs["ideal"]), str(real_runs["modal"]),
+    result = python_module("harness.cli.report", str(real_runs["ideal"]), str(real_runs["modal"]),
                            "-o", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "stub/ideal" in result.stdout and "stub/modal-like" in result.stdout
@@ -54,7 +54,7 @@ def test_report_on_real_runs_side_by_side(real_runs, tmp_path):
 
 def test_export_then_model_on_real_runs(real_runs, tmp_path):
     latency = tmp_path / "latency_model.json"
-    result = python_module("harness.analysis.export_command", str(real_runs["ideal"]), str(real_runs["modal"]),
+    result = python_module("harness.cli.export", str(real_runs["ideal"]), str(real_runs["modal"]),
                            "-o", str(latency))  # fmt: skip
     assert result.returncode == 0, result.stderr
     document = json.loads(latency.read_text())
@@ -71,7 +71,7 @@ def test_export_then_model_on_real_runs(real_runs, tmp_path):
     assert modal_tti > 5 * ideal_tti  # vendor seconds: the Modal-like spin-up is seconds, the ideal one is not
 
     for vendor in ("stub/ideal", "stub/modal-like"):
-        model = python_module("harness.analysis.model_command", "--latency", str(latency), "--vendor", vendor,
+        model = python_module("harness.cli.model", "--latency", str(latency), "--vendor", vendor,
                               "--config", str(REPO / "examples" / "rl-glm5-slime.toml"), "--steps", "10",
                               "-o", str(tmp_path / vendor.replace("/", "-")))  # fmt: skip
         assert model.returncode == 0, model.stderr

@@ -9,8 +9,8 @@ import duckdb
 import polars as pl
 import pyarrow.dataset as ds
 
-from harness.collector import ShardWriter
-from harness.records import ROLLOUT_SCHEMA, SCHEMA_V1_ROLLOUT_COLUMNS, OpRecord, RolloutRecord
+from harness.engine.shards import ShardWriter
+from harness.wire.records import ROLLOUT_SCHEMA, SCHEMA_V1_ROLLOUT_COLUMNS, OpRecord, RolloutRecord
 
 
 def record(i: int, outcome: str = "ok") -> RolloutRecord:

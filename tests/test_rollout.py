@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from harness.records import OpRecord
-from harness.rollout import (
+from harness.wire.records import OpRecord
+from harness.engine.rollout import (
     PlanError,
     RolloutCancelled,
     RolloutContext,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers.sim.simulator import BurstResult, simulate_burst, simulate_sequential
+from providers.sim.core.simulator import BurstResult, simulate_burst, simulate_sequential
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_modal_like_burst_of_960_collapses(seed: int) -> None:
 
 
 def test_modal_like_starter_quota_via_override() -> None:
-    from providers.sim.profile import load_profile
+    from providers.sim.core.profile import load_profile
 
     starter = load_profile("modal-like").with_overrides({"quota.max_active": 100})
     r = simulate_burst(starter, 300, seed=1)

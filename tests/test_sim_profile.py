@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from providers.sim.clock import LoopClock, VirtualClock
-from providers.sim.profile import PROFILES_DIR, Profile, ProfileError, load_profile, profile_names
+from providers.sim.core.clock import LoopClock, VirtualClock
+from providers.sim.core.profile import PROFILES_DIR, Profile, ProfileError, load_profile, profile_names
 
 
 def test_builtin_profiles() -> None:

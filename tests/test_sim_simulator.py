@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from providers.sim.clock import LoopClock, VirtualClock
-from providers.sim.profile import Profile, load_profile
-from providers.sim.simulator import (
+from providers.sim.core.clock import LoopClock, VirtualClock
+from providers.sim.core.profile import Profile, load_profile
+from providers.sim.core.simulator import (
     ACTIVE_STATUSES,
     CreateRequest,
     ExecOutcome,

@@ -16,10 +16,10 @@ from prime_sandboxes.models import (
     SandboxListResponse,
 )
 
-from providers.sim.clock import VirtualClock
-from providers.sim.prime_api import RunningStub, StubSettings, start_stub
-from providers.sim.profile import load_profile
-from providers.sim.simulator import VendorSimulator
+from providers.sim.core.clock import VirtualClock
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
+from providers.sim.core.profile import load_profile
+from providers.sim.core.simulator import VendorSimulator
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -1,4 +1,4 @@
-"""`python -m providers.sim.serve` as a real child process: the JSON line, signals, stdin EOF, bad input."""
+"""`python -m providers.sim.prime.serve` as a real child process: the JSON line, signals, stdin EOF, bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.support.serve_process import finish, get_json, ready_line, spawn_serv
 
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
-    return spawn_serve("providers.sim.serve", *args)
+    return spawn_serve("providers.sim.prime.serve", *args)
 
 
 def test_ready_line_then_sigterm_exits_cleanly() -> None:
@@ -78,7 +78,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str) -> Non
 
 
 def test_main_is_callable_in_process(capsys: pytest.CaptureFixture[str]) -> None:
-    from providers.sim.serve import main
+    from providers.sim.prime.serve import main
 
     assert main(["--profile", "nope-like"]) == 2
     assert "unknown profile" in capsys.readouterr().err

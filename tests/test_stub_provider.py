@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
-from providers.sim.prime_api import StubSettings, start_stub
+from providers.sim.prime.api import StubSettings, start_stub
 from providers.stub import StubProvider
 
 

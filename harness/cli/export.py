@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.analysis.errors import one_line_errors
+from harness.errors import one_line_errors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.analysis.errors import AnalysisInputError
-    from harness.analysis.latency_export import build_latency_model, write_latency_model
+    from harness.errors import AnalysisInputError
+    from harness.results.latency_export import build_latency_model, write_latency_model
 
     if args.max_fit_samples < 100:
         raise AnalysisInputError("--max-fit-samples must be at least 100")

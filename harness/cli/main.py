@@ -26,7 +26,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    from harness.options import add_arguments
+    from harness.locust.settings import add_arguments
 
     run = sub.add_parser(
         "run",
@@ -66,7 +66,7 @@ def _add_stub(sub: argparse._SubParsersAction) -> None:
     stub = sub.add_parser("stub", help="the Prime-like HTTP API stub over the vendor simulator")
     stub_sub = stub.add_subparsers(dest="stub_command", metavar="COMMAND", parser_class=OneLineParser)
     stub_sub.required = True
-    # `stampede stub serve ...` is handed whole to providers.sim.serve (see main), which owns its options.
+    # `stampede stub serve ...` is handed whole to providers.sim.prime.serve (see main), which owns its options.
     stub_sub.add_parser("serve", help="run the stub standalone (options: stampede stub serve --help)")
 
 
@@ -80,7 +80,7 @@ def _add_cleanup(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_analysis(sub: argparse._SubParsersAction) -> None:
-    from harness.analysis import export_command, model_command, report_command
+    from harness.cli import export as export_command, model as model_command, report as report_command
 
     for name, module, text in (
         ("report", report_command, "tables, figures and report.html for one or more runs (side by side)"),
@@ -91,14 +91,14 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_rehearse(sub: argparse._SubParsersAction) -> None:
-    from harness.rehearse_command import add_arguments
+    from harness.cli.rehearse import add_arguments
 
     text = "an emulated RL loop through the harness, measured and compared with `stampede model`"
     add_arguments(sub.add_parser("rehearse", help=text, description=text))
 
 
 def _cmd_rehearse(args: argparse.Namespace) -> int:
-    from harness.rehearse_command import run
+    from harness.cli.rehearse import run
 
     return run(args)
 
@@ -129,7 +129,7 @@ def build_parser() -> OneLineParser:
 
 
 def _cmd_profiles(_: argparse.Namespace) -> int:
-    from providers.sim.profile import load_profile, profile_names
+    from providers.sim.core.profile import load_profile, profile_names
 
     for name in profile_names():
         profile = load_profile(name)
@@ -140,8 +140,8 @@ def _cmd_profiles(_: argparse.Namespace) -> int:
 def _cmd_summary(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.analysis.dataset import load_rollouts
-    from harness.analysis.summary import format_stage_table, stage_rows
+    from harness.results.dataset import load_rollouts
+    from harness.results.summary import format_stage_table, stage_rows
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir() or not any(run_dir.glob("rollouts*.parquet")):
@@ -151,7 +151,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_stub_serve(argv: list[str]) -> int:
-    from providers.sim.serve import main as serve_main
+    from providers.sim.prime.serve import main as serve_main
 
     return int(serve_main(argv, prog="stampede stub serve"))
 
@@ -160,7 +160,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from harness.options import SettingsError, parse_key_values
+    from harness.locust.settings import SettingsError, parse_key_values
     from providers import create_provider
     from providers.base import ProviderConfigError, ProviderError
 
@@ -191,14 +191,14 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_analysis(args: argparse.Namespace) -> int:
-    from harness.analysis import export_command, model_command, report_command
+    from harness.cli import export as export_command, model as model_command, report as report_command
 
     module = {"report": report_command, "export": export_command, "model": model_command}[args.command]
     return int(module.run(args))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from harness.run_command import run
+    from harness.cli.run import run
 
     return run(args)
 
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:2] == ["stub", "serve"]:
         return _cmd_stub_serve(argv[2:])
     if argv[:2] == ["modal-local", "serve"]:
-        from providers.sim.modal_serve import main as modal_serve_main
+        from providers.sim.modal.serve import main as modal_serve_main
 
         return int(modal_serve_main(argv[2:], prog="stampede modal-local serve"))
     if argv[:2] == ["docker", "image"]:
@@ -240,9 +240,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("stampede: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    # Run the imported module's main, so `python -m harness.cli` shares one UsageError class with it.
-    from harness.cli import main as _main
-
-    sys.exit(_main())

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from harness.analysis.errors import AnalysisInputError, one_line_errors
+from harness.errors import AnalysisInputError, one_line_errors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +48,8 @@ def _fmt(result: Any, key: str, pattern: str) -> str:
 
 
 def comparison_text(closed: Any, simulated: Any) -> str:
-    from harness.analysis.model_result import HEADLINE
-    from harness.analysis.report_tables import Table
+    from harness.rlmodel.result import HEADLINE
+    from harness.results.report_tables import Table
 
     results = [r for r in (closed, simulated) if r is not None]
     header = ["quantity", *("closed form" + ("" if r.holds else " (approx.)") if r.engine == "closed form"
@@ -77,12 +77,12 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from harness.analysis.closed_form import solve
-    from harness.analysis.des import simulate
-    from harness.analysis.latency_model import load_latency_model
-    from harness.analysis.rl_config import load_config
-    from harness.analysis.rollout_plan import build_plan
-    from harness.analysis.sweep import default_values, run_sweep, sweep_plot, sweep_table
+    from harness.rlmodel.closed_form import solve
+    from harness.rlmodel.simulation import simulate
+    from harness.rlmodel.latency_input import load_latency_model
+    from harness.rlmodel.config import load_config
+    from harness.rlmodel.inputs import build_plan
+    from harness.rlmodel.sweep import default_values, run_sweep, sweep_plot, sweep_table
 
     if args.steps is not None and args.steps < 1:
         raise AnalysisInputError("--steps must be at least 1")

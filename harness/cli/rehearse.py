@@ -18,11 +18,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from harness.cli import UsageError
-from harness.distributions import Distribution, DistributionError
-from harness.options import add_arguments as add_run_arguments
+from harness.cli.main import UsageError
+from harness.wire.durations import Distribution, DistributionError
+from harness.locust.settings import add_arguments as add_run_arguments
 
-SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "rehearse.py"
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "rehearse.py"
 COMPARED = (
     ("generator_samples_per_s", "generator samples/s", "{:.4g}"),
     ("trainer_samples_per_s", "trainer samples/s", "{:.4g}"),
@@ -67,8 +67,8 @@ def _spec(raw: Any, where: str) -> str:
 
 
 def _plan_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[str, Any]]:
-    from harness.analysis.errors import AnalysisInputError
-    from harness.analysis.rl_config import TOOL_FROM_LATENCY_MODEL, load_config
+    from harness.errors import AnalysisInputError
+    from harness.rlmodel.config import TOOL_FROM_LATENCY_MODEL, load_config
 
     try:
         config = load_config(args.config)
@@ -138,8 +138,8 @@ def _plan_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.run_command import run as run_scenario
-    from harness.run_manifest import new_run_id
+    from harness.cli.run import run as run_scenario
+    from harness.locust.run_folder import new_run_id
 
     run_args, config, _ = _plan_args(args)
     run_args.run_id = args.run_id or new_run_id("rehearse", args.provider)
@@ -165,12 +165,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _predict(run_dir: Path, config: Any) -> list[Any]:
     """`stampede export` of this very run, then `stampede model` with the same configuration."""
-    from harness.analysis.closed_form import solve
-    from harness.analysis.des import simulate
-    from harness.analysis.distributions import ConstantDist
-    from harness.analysis.latency_export import build_latency_model, write_latency_model
-    from harness.analysis.latency_model import load_latency_model
-    from harness.analysis.rollout_plan import build_plan
+    from harness.rlmodel.closed_form import solve
+    from harness.rlmodel.simulation import simulate
+    from harness.rlmodel.duration_dists import ConstantDist
+    from harness.results.latency_export import build_latency_model, write_latency_model
+    from harness.rlmodel.latency_input import load_latency_model
+    from harness.rlmodel.inputs import build_plan
 
     path = run_dir / "latency_model.json"
     write_latency_model(build_latency_model([run_dir]), path)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.analysis.errors import AnalysisInputError, one_line_errors
+from harness.errors import AnalysisInputError, one_line_errors
 
 
 def _fraction(text: str) -> float:
@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.analysis.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_MAX_P99_RATIO, KneeThresholds
-    from harness.analysis.report import build_report
+    from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_MAX_P99_RATIO, KneeThresholds
+    from harness.results.report import build_report
 
     thresholds = KneeThresholds(
         max_failure_rate=DEFAULT_MAX_FAILURE_RATE if args.knee_max_failure is None else args.knee_max_failure,
@@ -81,7 +81,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m harness.analysis.report_command ...`: the same command before it is wired into `stampede`."""
+    """`python -m harness.cli.report ...`: the same command before it is wired into `stampede`."""
     parser = _OneLineParser(prog="stampede report", description="Tables, figures and report.html from run folders.")
     add_arguments(parser)
     args = parser.parse_args(argv)

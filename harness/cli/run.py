@@ -26,12 +26,12 @@ from locust.env import Environment
 from locust.log import setup_logging
 from locust.util.load_locustfile import load_locustfile
 
-from harness.cli import UsageError
-from harness.embedded_vendor import probe
-from harness.options import RunSettings, SettingsError
-from harness.shapes import RehearseShape
+from harness.cli.main import UsageError
+from harness.locust.vendor_process import probe
+from harness.locust.settings import RunSettings, SettingsError
+from harness.locust.shapes import RehearseShape
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
 EXIT_INTERRUPTED = 130
 WORKER_CONNECT_TIMEOUT_S = 60.0
@@ -73,7 +73,7 @@ def _validate(args: argparse.Namespace) -> RunSettings:
 
         if settings.provider not in LOCAL_VENDORS:
             raise UsageError(f"provider {settings.provider!r} has no simulated vendor to run --local against")
-        from providers.sim.profile import ProfileError, load_profile
+        from providers.sim.core.profile import ProfileError, load_profile
 
         try:
             profile = load_profile(settings.profile)

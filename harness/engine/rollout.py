@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from harness.distributions import Distribution, DistributionError
-from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
-from harness.redact import short_error
+from harness.wire.durations import Distribution, DistributionError
+from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
+from harness.wire.redact import short_error
 from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
 
 T = TypeVar("T")
@@ -78,7 +78,7 @@ class RolloutPlan:
     turns: int = 0
     turns_max: int | None = None  # turns drawn uniformly from turns..turns_max
     turn_command: tuple[str, ...] = DEFAULT_TURN_COMMAND  # "{turn}" is replaced by the turn number
-    gen_time: str = "const:0"  # a harness.distributions spec, in vendor seconds
+    gen_time: str = "const:0"  # a harness.wire.durations spec, in vendor seconds
     tool_time: str | None = None  # "{tool_s}" in the turn command becomes a draw of this (vendor seconds)
     reward_command: tuple[str, ...] | None = None
     rollout_timeout_s: float | None = None  # one deadline for the whole rollout

@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.collector import ShardWriter, safe_name
-from harness.engine_protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
-from harness.health import LoopHealth
-from harness.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
-from harness.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
-from harness.stage_stats import StageStats
-from harness.trainer_emulator import Ticket, TrainerEmulator, TrainerSettings
+from harness.engine.shards import ShardWriter, safe_name
+from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
+from harness.engine.health import LoopHealth
+from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
+from harness.engine.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
+from harness.wire.stage_counters import StageStats
+from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
 from providers import create_provider
 from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
 from providers.open_files import raise_open_files_limit
@@ -54,7 +54,7 @@ class EngineConfig:
     plan: dict[str, Any] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)
     flush_interval_s: float = 2.0
-    trainer: dict[str, Any] | None = None  # `stampede rehearse`: an emulated trainer (harness.trainer_emulator)
+    trainer: dict[str, Any] | None = None  # `stampede rehearse`: an emulated trainer (harness.engine.trainer)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
@@ -525,6 +525,3 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return asyncio.run(serve_engine(args.socket, args.worker, watch_stdin=args.watch_stdin))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.records import OP_SCHEMA, ROLLOUT_SCHEMA, OpRecord, RolloutRecord
+from harness.wire.records import OP_SCHEMA, ROLLOUT_SCHEMA, OpRecord, RolloutRecord
 
 DEFAULT_FLUSH_INTERVAL_S = 2.0
 DEFAULT_FLUSH_ROWS = 20_000

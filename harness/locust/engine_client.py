@@ -21,7 +21,7 @@ import gevent.socket
 import gevent.subprocess
 from gevent import GreenletExit
 
-from harness.engine_protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
+from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
 
@@ -55,7 +55,7 @@ class EngineClient:
         child_env = dict(os.environ if env is None else env)
         child_env.pop("LOCUST_SKIP_MONKEY_PATCH", None)
         child_env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), os.getcwd(), child_env.get("PYTHONPATH", "")]
+            [str(Path(__file__).resolve().parents[2]), os.getcwd(), child_env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
         process = gevent.subprocess.Popen(
             [sys.executable, "-m", "harness.engine", "--socket", socket_path, "--worker", worker, "--watch-stdin"],

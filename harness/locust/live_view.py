@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.stage_stats import StageStats, merge_stages
+from harness.wire.stage_counters import StageStats, merge_stages
 
 
 @dataclass

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.records import SCHEMA_VERSION
+from harness.wire.records import SCHEMA_VERSION
 
 
 def new_run_id(scenario: str, provider: str) -> str:

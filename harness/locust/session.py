@@ -5,7 +5,7 @@ Wired to Locust's events, so the same code serves `locust -f scenarios/ramp.py` 
 - local runner: starts the local vendor (if any) and an engine; owns the run folder and prints the summary;
 - master: starts the local vendor and owns the run folder; runs no users, so no engine; hears from workers;
 - worker: starts an engine (after any fork: `init` fires in the child), takes the run from the master, ships
-  its records to it (`harness.worker_link`).
+  its records to it (`harness.locust.worker_link`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from harness.analysis.dataset import load_rollouts
-from harness.analysis.run_summary import render_run_summary
-from harness.embedded_vendor import EmbeddedVendor, VendorStartError
-from harness.engine_client import EngineClient, EngineError
-from harness.live_view import LiveView
-from harness.locust_reports import LocustReports
-from harness.options import RunSettings, SettingsError, add_arguments
-from harness.progress import ProgressPrinter
-from harness.run_manifest import base_manifest, iso, new_run_id, point_latest_at, write_manifest
-from harness.shapes import IDLE_STAGE, Stage, StampedeShape
-from harness.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink, process_usage
+from harness.results.dataset import load_rollouts
+from harness.results.run_summary import render_run_summary
+from harness.locust.vendor_process import EmbeddedVendor, VendorStartError
+from harness.locust.engine_client import EngineClient, EngineError
+from harness.locust.live_view import LiveView
+from harness.locust.reports import LocustReports
+from harness.locust.settings import RunSettings, SettingsError, add_arguments
+from harness.locust.progress import ProgressPrinter
+from harness.locust.run_folder import base_manifest, iso, new_run_id, point_latest_at, write_manifest
+from harness.locust.shapes import IDLE_STAGE, Stage, StampedeShape
+from harness.locust.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink, process_usage
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.rollout import (
+from harness.engine.rollout import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
     PlanError,
@@ -325,7 +325,7 @@ class RunSettings:
     max_inflight: int = 10000
     knee_max_failure: float = 0.05
     knee_max_p99_s: float | None = None
-    trainer: dict[str, Any] | None = None  # rehearsal: harness.trainer_emulator.TrainerSettings as a dict
+    trainer: dict[str, Any] | None = None  # rehearsal: harness.engine.trainer.TrainerSettings as a dict
     plan: RolloutPlan = field(default_factory=RolloutPlan)
     provider_options: dict[str, str] = field(default_factory=dict)
     progress_interval_s: float = 5.0

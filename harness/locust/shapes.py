@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from locust import LoadTestShape
 
-from harness.options import RunSettings
+from harness.locust.settings import RunSettings
 
 log = logging.getLogger("stampede")
 
 if TYPE_CHECKING:
-    from harness.locust_session import StampedeSession
+    from harness.locust.session import StampedeSession
 
 DEFAULT_SPAWN_RATE = 100.0
 DEFAULT_BURST_SIZE = 100
@@ -104,7 +104,7 @@ class StampedeShape(LoadTestShape):
 
     def live_stage(self, name: str) -> Any:
         session = self.session()
-        from harness.stage_stats import StageStats
+        from harness.wire.stage_counters import StageStats
 
         return session.live.stage(name) if session is not None else StageStats()
 

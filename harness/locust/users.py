@@ -22,9 +22,9 @@ from locust import User, constant, task
 from locust.exception import StopUser
 from locust.user.users import LOCUST_STATE_STOPPING
 
-from harness import locust_session  # noqa: F401  (registers stampede's Locust listeners and arguments)
-from harness.engine_client import EngineError
-from harness.shapes import Stage
+from harness.locust import session as locust_session  # noqa: F401  (registers stampede's Locust listeners and arguments)
+from harness.locust.engine_client import EngineError
+from harness.locust.shapes import Stage
 
 PHASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("create", "create_s"),

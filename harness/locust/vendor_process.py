@@ -65,7 +65,7 @@ class EmbeddedVendor:
             argv.append(f"--set={key}={value}")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]
+            [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
         process = gevent.subprocess.Popen(
             argv,

@@ -24,7 +24,7 @@ import psutil
 from locust.rpc import Message
 
 if TYPE_CHECKING:
-    from harness.locust_session import StampedeSession
+    from harness.locust.session import StampedeSession
 
 log = logging.getLogger("stampede")
 
@@ -140,7 +140,7 @@ class WorkerLink:
         runner.register_message(MSG_GATE, self._on_gate)
 
     def _on_stage(self, environment: Any, msg: Any, **_: Any) -> None:
-        from harness.shapes import Stage
+        from harness.locust.shapes import Stage
 
         self.session.stage = Stage.from_wire(msg.data)
 

@@ -1,4 +1,4 @@
-"""Reading results: summaries, reports, latency-model export, the generator-side model.
+"""The read side: a run's dataset, concurrency, quantiles, stage aggregates, the knee, reports, latency export.
 
-Reads the parquet dataset only; never imports the engine.
+Reads result folders; imports neither the engine nor Locust.
 """

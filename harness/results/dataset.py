@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from harness.analysis.errors import AnalysisInputError
-from harness.records import OP_SCHEMA, ROLLOUT_SCHEMA
+from harness.errors import AnalysisInputError
+from harness.wire.records import OP_SCHEMA, ROLLOUT_SCHEMA
 
 
 def _read(run_dir: Path, prefix: str, schema: pa.Schema) -> pd.DataFrame:

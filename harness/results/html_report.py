@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from harness.analysis.report_tables import Table
+from harness.results.report_tables import Table
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1300px;color:#222}

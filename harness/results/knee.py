@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis.stage_stats import StageStats
+from harness.results.stage_aggregate import StageStats
 
 DEFAULT_MAX_FAILURE_RATE = 0.05
 DEFAULT_MAX_P99_RATIO = 3.0

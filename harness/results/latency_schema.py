@@ -12,14 +12,14 @@ from importlib import resources
 from itertools import pairwise
 from typing import Any
 
-from harness.analysis.errors import AnalysisInputError
+from harness.errors import AnalysisInputError
 
 SCHEMA_RESOURCE = "latency_model.v1.schema.json"
 
 
 @cache
 def latency_model_schema() -> dict[str, Any]:
-    text = resources.files("harness.analysis").joinpath("schemas", SCHEMA_RESOURCE).read_text()
+    text = resources.files("harness.results").joinpath("schemas", SCHEMA_RESOURCE).read_text()
     schema: dict[str, Any] = json.loads(text)
     return schema
 

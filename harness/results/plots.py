@@ -17,9 +17,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from harness.analysis.concurrency import timeline
-from harness.analysis.stage_stats import RunStats
-from harness.analysis.stats import downsample_sorted
+from harness.results.concurrency import timeline
+from harness.results.stage_aggregate import RunStats
+from harness.results.quantiles import downsample_sorted
 
 plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import html_report, plots
-from harness.analysis.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.analysis.errors import AnalysisInputError
-from harness.analysis.knee import Knee, KneeThresholds, find_knee
-from harness.analysis.report_tables import (
+from harness.results import html_report, plots
+from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.errors import AnalysisInputError
+from harness.results.knee import Knee, KneeThresholds, find_knee
+from harness.results.report_tables import (
     Table,
     basis_note,
     censoring_table,
@@ -24,7 +24,7 @@ from harness.analysis.report_tables import (
     phase_table,
     stage_table,
 )
-from harness.analysis.stage_stats import QUANTILE_NAMES, RunStats, TimeBasis, compute_run_stats
+from harness.results.stage_aggregate import QUANTILE_NAMES, RunStats, TimeBasis, compute_run_stats
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("tti_cdf.png", "TTI CDF per stage (log x)"),

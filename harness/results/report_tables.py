@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.analysis.knee import Knee
-from harness.analysis.stage_stats import QUANTILE_NAMES, RunStats, StageStats
+from harness.results.knee import Knee
+from harness.results.stage_aggregate import QUANTILE_NAMES, RunStats, StageStats
 
 
 @dataclass(frozen=True, slots=True)

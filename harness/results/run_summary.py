@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.summary import (
+from harness.results.summary import (
     concurrency_at_submit,
     format_stage_table,
     load_truth,

@@ -19,9 +19,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from harness.analysis.concurrency import concurrency_at_submit
-from harness.analysis.dataset import RunInfo
-from harness.analysis.stats import REPORT_QUANTILES, GroupedSample, group_sorted, quantile_summary
+from harness.results.concurrency import concurrency_at_submit
+from harness.results.dataset import RunInfo
+from harness.results.quantiles import REPORT_QUANTILES, GroupedSample, group_sorted, quantile_summary
 
 TimeBasis = Literal["vendor", "wall"]
 PHASES: tuple[tuple[str, str], ...] = (("tti", "tti_s"), ("create", "create_s"), ("exec", "exec_s"),
@@ -182,7 +182,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
 
 def _gave_up(info: RunInfo, frame: pd.DataFrame, codes: np.ndarray, n: int, is_failed: np.ndarray) -> np.ndarray:
     """Per stage, rollouts whose last attempt failed: read rollout ids only when a run retried at all."""
-    from harness.analysis.dataset import load_rollout_frame
+    from harness.results.dataset import load_rollout_frame
 
     ids = load_rollout_frame(info.run_dir, ("rollout_id", "worker"))
     if len(ids) != len(frame):

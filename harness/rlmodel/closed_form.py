@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from harness.analysis.distributions import ConstantDist, Dist
-from harness.analysis.model_result import ModelResult
-from harness.analysis.rollout_plan import Plan
+from harness.rlmodel.duration_dists import ConstantDist, Dist
+from harness.rlmodel.result import ModelResult
+from harness.rlmodel.inputs import Plan
 
 BINS = 1 << 16
 

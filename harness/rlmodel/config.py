@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.analysis.distributions import ConstantDist, Dist, from_spec
-from harness.analysis.errors import AnalysisInputError
+from harness.rlmodel.duration_dists import ConstantDist, Dist, from_spec
+from harness.errors import AnalysisInputError
 
 Mode = Literal["sync", "async"]
 TOOL_FROM_LATENCY_MODEL = "latency_model"

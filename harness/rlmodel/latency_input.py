@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harness.analysis.distributions import ConstantDist, Dist, EmpiricalDist, ScipyDist
-from harness.analysis.errors import AnalysisInputError
-from harness.analysis.fits import frozen
-from harness.analysis.latency_schema import validate_latency_model
+from harness.rlmodel.duration_dists import ConstantDist, Dist, EmpiricalDist, ScipyDist
+from harness.errors import AnalysisInputError
+from harness.results.fits import frozen
+from harness.results.latency_schema import validate_latency_model
 
 LatencySource = Literal["empirical", "fitted"]
 

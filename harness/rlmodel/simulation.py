@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from harness.analysis.distributions import Dist
-from harness.analysis.model_result import ModelResult
-from harness.analysis.rollout_plan import Plan
+from harness.rlmodel.duration_dists import Dist
+from harness.rlmodel.result import ModelResult
+from harness.rlmodel.inputs import Plan
 
 BLOCK = 4096
 

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from providers.modal import ModalProvider
-from providers.sim.modal_server import ModalSettings, RunningModal, start_modal
+from providers.sim.modal.server import ModalSettings, RunningModal, start_modal
 
 TOKEN = "test-modal-token"
 

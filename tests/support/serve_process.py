@@ -1,4 +1,4 @@
-"""A simulated vendor's serve entry point (`python -m providers.sim.serve`, `.modal_serve`) as a real child
+"""A simulated vendor's serve entry point (`python -m providers.sim.prime.serve`, `.modal_serve`) as a real child
 process: start it, read its JSON ready line, stop it, and query its HTTP endpoints."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.records import ROLLOUT_SCHEMA, SCHEMA_VERSION
+from harness.wire.records import ROLLOUT_SCHEMA, SCHEMA_VERSION
 
 
 @dataclass(frozen=True, slots=True)

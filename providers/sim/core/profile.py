@@ -385,7 +385,7 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
 
 
 def profile_names() -> list[str]:
-    """The built-in profiles (files in providers/sim/profiles/)."""
+    """The built-in profiles (files in providers/sim/core/profiles/)."""
     return sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
 
 

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from providers.sim.profile import ProfileError, profile_names
-from providers.sim.vendor_settings import VendorSettings
+from providers.sim.core.profile import ProfileError, profile_names
+from providers.sim.core.vendor_settings import VendorSettings
 
 
 class RunningServer(Protocol):

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from providers.sim.clock import SimClock, TimerHandle, VirtualClock
-from providers.sim.draws import Stream
-from providers.sim.pool import Node, NodePool, Pull
-from providers.sim.profile import Profile
-from providers.sim.shell import DEFAULT_PATH, run_shell
+from providers.sim.core.clock import SimClock, TimerHandle, VirtualClock
+from providers.sim.core.draws import Stream
+from providers.sim.core.pool import Node, NodePool, Pull
+from providers.sim.core.profile import Profile
+from providers.sim.core.shell import DEFAULT_PATH, run_shell
 
 
 class SandboxStatus(enum.StrEnum):
@@ -976,7 +976,7 @@ def _gc_paused() -> Any:
 def _load(profile: Profile | str) -> Profile:
     if isinstance(profile, Profile):
         return profile
-    from providers.sim.profile import load_profile
+    from providers.sim.core.profile import load_profile
 
     return load_profile(profile)
 

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers.sim.profile import Profile, load_profile
+from providers.sim.core.profile import Profile, load_profile
 
 
 def random_token() -> str:

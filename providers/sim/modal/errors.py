@@ -22,7 +22,7 @@ from __future__ import annotations
 from grpclib import GRPCError, Status
 from modal_proto import api_pb2
 
-from providers.sim.simulator import ErrorType, Rejected, RejectReason, SandboxStatus, SimSandbox
+from providers.sim.core.simulator import ErrorType, Rejected, RejectReason, SandboxStatus, SimSandbox
 
 CAPACITY_MESSAGE = "Insufficient capacity to create sandbox."
 _TRANSIENT_MESSAGES = (

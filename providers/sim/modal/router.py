@@ -31,11 +31,11 @@ from grpclib import GRPCError, Status
 from modal_proto import task_command_router_grpc
 from modal_proto import task_command_router_pb2 as sr_pb2
 
-from providers.sim.modal_errors import task_gone_error
-from providers.sim.modal_grpc import with_unimplemented
-from providers.sim.modal_registry import ModalRegistry, ModalSandbox, is_usable_or_ended
-from providers.sim.modal_tokens import JwtSigner
-from providers.sim.simulator import (
+from providers.sim.modal.errors import task_gone_error
+from providers.sim.modal.grpc_plumbing import with_unimplemented
+from providers.sim.modal.registry import ModalRegistry, ModalSandbox, is_usable_or_ended
+from providers.sim.modal.tokens import JwtSigner
+from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
     ExecTimedOut,

@@ -1,6 +1,6 @@
 """Run the local Modal control plane standalone, or as the child process the harness embeds (`--local`).
 
-    python -m providers.sim.modal_serve --profile modal-like --seed 1 --port 0 --token T --exit-on-stdin-eof
+    python -m providers.sim.modal.serve --profile modal-like --seed 1 --port 0 --token T --exit-on-stdin-eof
 
 Once listening it prints ONE JSON line to stdout for a parent to read: `url` (what `MODAL_SERVER_URL`, or the
 modal provider's `base_url`, must name), `router_url`, `truth_url` (serves `/api/v1/_stampede/truth` with
@@ -18,9 +18,9 @@ import sys
 from typing import Any
 
 from providers.open_files import raise_open_files_limit
-from providers.sim.modal_server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
-from providers.sim.modal_tokens import DEFAULT_TOKEN_ID
-from providers.sim.serve_cli import (
+from providers.sim.modal.server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
+from providers.sim.modal.tokens import DEFAULT_TOKEN_ID
+from providers.sim.core.serve_cli import (
     Parser,
     UsageError,
     add_simulator_arguments,
@@ -30,7 +30,7 @@ from providers.sim.serve_cli import (
     serve_main,
 )
 
-PROG = "python -m providers.sim.modal_serve"
+PROG = "python -m providers.sim.modal.serve"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:

@@ -44,12 +44,12 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.clock import LoopClock, SimClock
-from providers.sim.openapi import openapi_document
-from providers.sim.prime_command_session import SERVICE as COMMAND_SESSION
-from providers.sim.prime_command_session import build_service, connect_handler
-from providers.sim.prime_gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
-from providers.sim.simulator import (
+from providers.sim.core.clock import LoopClock, SimClock
+from providers.sim.prime.openapi import openapi_document
+from providers.sim.prime.command_session import SERVICE as COMMAND_SESSION
+from providers.sim.prime.command_session import build_service, connect_handler
+from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
+from providers.sim.core.simulator import (
     CreateRequest,
     NotFound,
     Rejected,
@@ -59,7 +59,7 @@ from providers.sim.simulator import (
     VendorSimulator,
     iso,
 )
-from providers.sim.vendor_settings import VendorSettings
+from providers.sim.core.vendor_settings import VendorSettings
 
 log = logging.getLogger(__name__)
 

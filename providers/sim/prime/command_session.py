@@ -41,9 +41,9 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.connect_protocol import CallContext, Code, ConnectService, Procedure, RpcError
-from providers.sim.prime_gateway import GatewayTokens
-from providers.sim.simulator import (
+from providers.sim.prime.connect import CallContext, Code, ConnectService, Procedure, RpcError
+from providers.sim.prime.gateway import GatewayTokens
+from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
     ExecTimedOut,

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.simulator import (
+from providers.sim.core.simulator import (
     ExecError,
     ExecTimedOut,
     NotFound,

@@ -1,6 +1,6 @@
 """Run the Prime-like stub standalone, or as the child process the harness embeds.
 
-    python -m providers.sim.serve --profile modal-like --seed 1 --port 0 --exit-on-stdin-eof
+    python -m providers.sim.prime.serve --profile modal-like --seed 1 --port 0 --exit-on-stdin-eof
 
 Once listening it prints ONE JSON line to stdout (`url`, `token`, `profile`, `time_scale`, `seed`, `pid`)
 for a parent to read, then a human line to stderr. It exits cleanly on SIGINT/SIGTERM and, with
@@ -15,9 +15,9 @@ import os
 import sys
 from typing import Any
 
-from providers.sim.prime_api import RunningStub, StubSettings, start_stub
-from providers.sim.profile import load_profile
-from providers.sim.serve_cli import (
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
+from providers.sim.core.profile import load_profile
+from providers.sim.core.serve_cli import (
     Parser,
     add_simulator_arguments,
     announce,
@@ -26,7 +26,7 @@ from providers.sim.serve_cli import (
     serve_main,
 )
 
-PROG = "python -m providers.sim.serve"
+PROG = "python -m providers.sim.prime.serve"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""Modal's wire front over the simulator: the gRPC control plane and the task command router."""
