@@ -35,8 +35,8 @@ import gevent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.results.summary import quantiles
 from harness.locust.engine_client import EngineClient
+from harness.results.summary import quantiles
 from providers import create_provider
 from providers.docker import DEFAULT_CAP_DROP
 

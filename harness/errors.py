@@ -1,4 +1,10 @@
-"""The one error the analysis commands let reach the user: bad input, printed as one line with exit status 2."""
+"""The one kind of error a user can cause: bad input, printed as one line on stderr with exit status 2.
+
+Every part of the harness raises `UsageError` for a mistake the user can fix (a bad setting, plan, duration,
+config, latency model or run folder, a vendor that cannot start); the command line prints it and exits 2.
+Errors that are not the user's (the engine went away, a vendor failed) have their own classes where they are
+raised; the provider contract's `ProviderConfigError` stays in `providers.base` (providers import no harness).
+"""
 
 from __future__ import annotations
 
@@ -12,19 +18,24 @@ EXIT_USAGE = 2
 F = TypeVar("F", bound=Callable[..., int])
 
 
-class AnalysisInputError(Exception):
-    """Input a user can get wrong (missing folder, not a run, bad config or latency model)."""
+class UsageError(ValueError):
+    """Input a user can get wrong; the message is the one line we print."""
+
+
+def print_usage_error(exc: BaseException) -> int:
+    """`stampede: error: ...` on stderr; the exit status to return."""
+    print(f"stampede: error: {exc}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def one_line_errors(run: F) -> F:
-    """Turn AnalysisInputError into `stampede: error: ...` on stderr and exit status 2, wherever run() is wired."""
+    """Turn UsageError into one line and exit status 2, wherever a command's run() is entered."""
 
     @wraps(run)
     def wrapper(*args: object, **kwargs: object) -> int:
         try:
             return run(*args, **kwargs)
-        except AnalysisInputError as exc:
-            print(f"stampede: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        except UsageError as exc:
+            return print_usage_error(exc)
 
     return wrapper  # type: ignore[return-value]

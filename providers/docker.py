@@ -169,9 +169,7 @@ class DockerProvider(Provider):
         self.options = options or DockerOptions()
         self.host = self.options.host or default_host()
         if not self.host.startswith(("unix://", "tcp://", "http://", "https://")):
-            raise ProviderConfigError(
-                f"docker provider: unsupported docker host {self.host!r} (unix:// or tcp://)"
-            )
+            raise ProviderConfigError(f"docker provider: unsupported docker host {self.host!r} (unix:// or tcp://)")
         self._docker: aiodocker.Docker | None = None
         self._connector: aiohttp.BaseConnector | None = None
         self._facts = _DaemonFacts()
@@ -190,9 +188,7 @@ class DockerProvider(Provider):
             raise_open_files_limit(self.options.max_connections + 1024)
             limit = self.options.max_connections
             if self.host.startswith("unix://"):
-                self._connector = aiohttp.UnixConnector(
-                    self.host[len("unix://") :], limit=limit, limit_per_host=0
-                )
+                self._connector = aiohttp.UnixConnector(self.host[len("unix://") :], limit=limit, limit_per_host=0)
                 url = "http://localhost"
             else:
                 tls = self.host.startswith("https://") or os.environ.get("DOCKER_TLS_VERIFY") == "1"
@@ -232,9 +228,7 @@ class DockerProvider(Provider):
                 await self._daemon_facts()
         except (DockerError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             if isinstance(exc, DockerError) and exc.status != TRANSPORT_STATUS:
-                raise ProviderError(
-                    FailureKind.TRANSPORT, f"docker daemon at {self.host} answered {exc}"
-                ) from None
+                raise ProviderError(FailureKind.TRANSPORT, f"docker daemon at {self.host} answered {exc}") from None
             raise ProviderError(
                 FailureKind.TRANSPORT,
                 f"docker daemon unreachable at {self.host} (scripts/ensure-docker starts one)",
@@ -367,7 +361,9 @@ class DockerProvider(Provider):
         """Start the container (once) and return when it is running; a death or OOM is classified."""
         box = _box(ref)
         container = self._client().containers.container(box.container_id)
-        with _daemon_errors("start", Phase.READY, FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"):
+        with _daemon_errors(
+            "start", Phase.READY, FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"
+        ):
             async with asyncio.timeout(timeout):
                 if not box.started:
                     await container.start()
@@ -402,9 +398,7 @@ class DockerProvider(Provider):
         except TimeoutError:
             if execution is not None and self.options.kill_on_exec_timeout:
                 await self._kill_exec(execution, box)
-            raise ProviderError(
-                FailureKind.EXEC_TIMEOUT, f"{argv[0]} still running after {timeout:g}s"
-            ) from None
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"{argv[0]} still running after {timeout:g}s") from None
         except DockerError as exc:
             raise await self._exec_failure(exc, box) from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -451,16 +445,16 @@ class DockerProvider(Provider):
                 )
         refs = []
         for container in containers:
-            labels = (container["Labels"] if "Labels" in container else None) or {}  # aiodocker containers have no .get()
+            labels = (
+                container["Labels"] if "Labels" in container else None
+            ) or {}  # aiodocker containers have no .get()
             refs.append(
                 SandboxRef(
                     sandbox_id=container.id,
                     provider=self.name,
                     run_id=run_id,
                     rollout_id=str(labels.get(ROLLOUT_LABEL, "")),
-                    meta={
-                        key.lower(): container[key] for key in ("State", "Image", "Names") if key in container
-                    },
+                    meta={key.lower(): container[key] for key in ("State", "Image", "Names") if key in container},
                 )
             )
         return refs
@@ -474,9 +468,7 @@ class DockerProvider(Provider):
             if not refs:
                 break
             results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
-            reaped.update(
-                ref.sandbox_id for ref, result in zip(refs, results, strict=True) if result is None
-            )
+            reaped.update(ref.sandbox_id for ref, result in zip(refs, results, strict=True) if result is None)
         return len(reaped)
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
@@ -597,9 +589,7 @@ def _death(state: Mapping[str, Any], box: _Sandbox, phase: Phase) -> ProviderErr
     status = state.get("Status", "removed")
     code = state.get("ExitCode")
     if state.get("OOMKilled"):
-        return ProviderError(
-            FailureKind.OOM, f"container killed by the OOM killer (memory limit {box.memory_mb} MB)"
-        )
+        return ProviderError(FailureKind.OOM, f"container killed by the OOM killer (memory limit {box.memory_mb} MB)")
     detail = f"container {status}" + (f" with code {code}" if status in {"exited", "dead"} else "")
     if state.get("Error"):
         detail += f": {str(state['Error'])[:200]}"

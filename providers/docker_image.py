@@ -126,9 +126,7 @@ def applet_paths(path: str | None = None) -> list[str]:
     """Where each applet lives (`busybox --list-full`: `bin/sh`, `usr/bin/awk`, ...)."""
     path = path or busybox_path()
     try:
-        listing = subprocess.run(
-            [path, "--list-full"], capture_output=True, text=True, check=True, timeout=10
-        ).stdout
+        listing = subprocess.run([path, "--list-full"], capture_output=True, text=True, check=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise ProviderError(FailureKind.IMAGE, f"cannot list busybox applets with {path}: {exc}") from None
     return sorted({line.strip().lstrip("/") for line in listing.splitlines() if line.strip()})
@@ -228,9 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Build the offline busybox sandbox image (busybox-static) and import it into the daemon.",
     )
     parser.add_argument("--tag", default=DEFAULT_IMAGE, help=f"image tag (default {DEFAULT_IMAGE})")
-    parser.add_argument(
-        "--host", default=None, help="docker host URL (default: DOCKER_HOST or the local socket)"
-    )
+    parser.add_argument("--host", default=None, help="docker host URL (default: DOCKER_HOST or the local socket)")
     parser.add_argument("--rebuild", action="store_true", help="import again even when the tag exists")
     args = parser.parse_args(argv)
     try:
@@ -245,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stampede docker image: the docker daemon refused: {exc}", file=sys.stderr)
         else:
             print(
-                f"stampede docker image: docker daemon unreachable at {where} "
-                "(scripts/ensure-docker starts one)",
+                f"stampede docker image: docker daemon unreachable at {where} (scripts/ensure-docker starts one)",
                 file=sys.stderr,
             )
         return 2

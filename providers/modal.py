@@ -332,7 +332,9 @@ class ModalProvider(Provider):
         client = await self.client()
         app = await self.app()
         refs: list[SandboxRef] = []
-        async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, tags=owner_labels(run_id, engine), client=client):
+        async for sandbox in modal.Sandbox.list.aio(
+            app_id=app.app_id, tags=owner_labels(run_id, engine), client=client
+        ):
             refs.append(SandboxRef(sandbox_id=sandbox.object_id, provider=self.name, run_id=run_id, handle=sandbox))
         return refs
 

@@ -6,8 +6,8 @@ Intended start times are recorded (`t_intended`); late starts show as t_submit -
 find `--max-inflight` rollouts running are dropped and counted, so coordinated omission cannot hide a slow vendor.
 """
 
-from harness.locust.users import OpenModelUser
 from harness.locust.shapes import ArrivalShape
+from harness.locust.users import OpenModelUser
 
 
 class Arrival(ArrivalShape):

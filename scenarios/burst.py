@@ -6,8 +6,8 @@
 Between steps the in-flight count drops to zero, as a synchronous trainer's generator does.
 """
 
-from harness.locust.users import RolloutUser
 from harness.locust.shapes import BurstShape
+from harness.locust.users import RolloutUser
 
 
 class Burst(BurstShape):

@@ -5,8 +5,8 @@
 The knee (the highest clean level) is printed and recorded in run.json (`shape_outcome`).
 """
 
-from harness.locust.users import RolloutUser
 from harness.locust.shapes import KneeShape
+from harness.locust.users import RolloutUser
 
 
 class Knee(KneeShape):

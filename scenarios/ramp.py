@@ -6,8 +6,8 @@
 `-u N` caps the ramp at N; `--spawn-rate` sets how fast users are added between stages.
 """
 
-from harness.locust.users import RolloutUser
 from harness.locust.shapes import RampShape
+from harness.locust.users import RolloutUser
 
 
 class Ramp(RampShape):

@@ -4,8 +4,8 @@ generator as its framework would (async backpressure and staleness, or synchrono
 it waits. Run it with `stampede rehearse --config rl.toml`, which sets everything from the RL config.
 """
 
-from harness.locust.users import RolloutUser
 from harness.locust.shapes import RehearseShape
+from harness.locust.users import RolloutUser
 
 
 class Rehearse(RehearseShape):

@@ -5,8 +5,8 @@
 Leaks, slow degradation and quota creep show up here, not in a two-minute ramp.
 """
 
-from harness.locust.users import RolloutUser
 from harness.locust.shapes import SoakShape
+from harness.locust.users import RolloutUser
 
 
 class Soak(SoakShape):

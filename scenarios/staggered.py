@@ -5,8 +5,8 @@
 An open schedule: starts do not wait for earlier rollouts to finish.
 """
 
-from harness.locust.users import OpenModelUser
 from harness.locust.shapes import StaggeredShape
+from harness.locust.users import OpenModelUser
 
 
 class Staggered(StaggeredShape):

@@ -5,8 +5,8 @@
 Pair it with agentic rollouts (`--turns`, `--gen-time`) to hold sandboxes as long as real episodes do.
 """
 
-from harness.locust.users import RolloutUser
 from harness.locust.shapes import SteadyShape
+from harness.locust.users import RolloutUser
 
 
 class Steady(SteadyShape):

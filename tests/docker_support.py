@@ -89,9 +89,7 @@ def machine_daemon() -> str:
         unavailable(f"no docker daemon at {host} (scripts/ensure-docker starts one)")
     result = run_ensure_docker()
     if result.returncode != 0 or not wait_for(host, up=True):
-        unavailable(
-            f"no docker daemon at {host}; ensure-docker said: {(result.stderr or result.stdout).strip()}"
-        )
+        unavailable(f"no docker daemon at {host}; ensure-docker said: {(result.stderr or result.stdout).strip()}")
     return host
 
 

@@ -22,8 +22,6 @@ from tests.docker_support import (
 pytestmark = pytest.mark.docker
 
 
-
-
 async def test_daemon_stopped_mid_batch_gives_classified_failures(private_daemon: PrivateDaemon) -> None:
     run_id = new_run_id("stop")
     provider = create_provider("docker", {"host": private_daemon.host})
@@ -41,8 +39,7 @@ async def test_daemon_stopped_mid_batch_gives_classified_failures(private_daemon
     assert "stopped dockerd" in said or "killed" in said, said
     records = await asyncio.wait_for(asyncio.gather(*batch), timeout=90)
     after = [
-        await lifecycle(provider, SandboxSpec(run_id=run_id, rollout_id=f"after{i}"), ready_timeout=5)
-        for i in range(3)
+        await lifecycle(provider, SandboxSpec(run_id=run_id, rollout_id=f"after{i}"), ready_timeout=5) for i in range(3)
     ]
     await provider.aclose()
 

@@ -18,8 +18,6 @@ from tests.docker_support import lifecycle, new_run_id, run_ensure_docker, unava
 pytestmark = pytest.mark.docker
 
 
-
-
 def test_rootfs_tar_has_busybox_applets_and_etc() -> None:
     if not os.path.exists(busybox_path()):
         unavailable("busybox-static is not installed (scripts/ensure-docker installs it)")
@@ -43,9 +41,7 @@ async def test_ensure_image_builds_once_and_runs(docker_host: str) -> None:
         assert first.image_id.startswith("sha256:")
         provider = create_provider("docker", {"host": docker_host, "image": tag})
         run_id = new_run_id("img")
-        record = await lifecycle(
-            provider, SandboxSpec(run_id=run_id, rollout_id="i"), [["cat", "/etc/os-release"]]
-        )
+        record = await lifecycle(provider, SandboxSpec(run_id=run_id, rollout_id="i"), [["cat", "/etc/os-release"]])
         await provider.cleanup(run_id)
         await provider.aclose()
         assert record.ok, record

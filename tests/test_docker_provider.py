@@ -17,8 +17,6 @@ from tests.docker_support import lifecycle, new_run_id
 pytestmark = pytest.mark.docker
 
 
-
-
 @pytest.fixture
 def run_id() -> str:
     return new_run_id()
@@ -133,9 +131,7 @@ async def test_oom_in_exec_is_classified(provider: DockerProvider, run_id: str) 
 async def test_oom_of_the_container_is_classified(docker_host: str, run_id: str) -> None:
     hog = ["sh", "-c", "sleep 0.5; head -c 200m /dev/zero | tail"]  # the container's own process OOMs
     prov = create_provider("docker", {"host": docker_host, "command": hog})
-    record = await lifecycle(
-        prov, spec(run_id, "oom-main", memory_mb=32), [["sleep", "20"]], ready_timeout=30
-    )
+    record = await lifecycle(prov, spec(run_id, "oom-main", memory_mb=32), [["sleep", "20"]], ready_timeout=30)
     await prov.cleanup(run_id)
     await prov.aclose()
     assert (record.ok, record.kind, record.escaped) == (False, "oom", "")
@@ -145,9 +141,7 @@ async def test_container_that_exits_at_once_died_before_ready(docker_host: str, 
     prov = create_provider("docker", {"host": docker_host, "command": ["false"]})
     # Whether the daemon still shows it running at wait_ready, refuses the exec, or kills the first command
     # as it goes, no command ever completed in it: it was never usable.
-    records = await asyncio.gather(
-        *(lifecycle(prov, spec(run_id, f"d{i}"), [["sleep", "1"]]) for i in range(3))
-    )
+    records = await asyncio.gather(*(lifecycle(prov, spec(run_id, f"d{i}"), [["sleep", "1"]]) for i in range(3)))
     await prov.cleanup(run_id)
     await prov.aclose()
     assert [(r.ok, r.kind, r.escaped) for r in records] == [(False, "died_before_ready", "")] * 3
@@ -188,9 +182,7 @@ async def test_unreachable_daemon_is_transport(run_id: str) -> None:
     prov = create_provider("docker", {"host": "unix:///tmp/stampede-no-such-docker.sock"})
     with pytest.raises(ProviderError) as pre:
         await prov.preflight()
-    assert pre.value.kind is FailureKind.TRANSPORT and "unreachable at unix:///tmp/stampede-no-such" in str(
-        pre.value
-    )
+    assert pre.value.kind is FailureKind.TRANSPORT and "unreachable at unix:///tmp/stampede-no-such" in str(pre.value)
     record = await lifecycle(prov, spec(run_id, "t"))
     assert (record.kind, record.phase, record.escaped) == ("transport", "create", "")
     await prov.aclose()
@@ -223,9 +215,7 @@ async def test_fifty_concurrent_lifecycles(provider: DockerProvider, docker_host
     assert await labelled(docker_host, run_id) == []
 
 
-async def test_list_owned_and_cleanup_leave_nothing(
-    provider: DockerProvider, docker_host: str, run_id: str
-) -> None:
+async def test_list_owned_and_cleanup_leave_nothing(provider: DockerProvider, docker_host: str, run_id: str) -> None:
     refs = await asyncio.gather(*(provider.create(spec(run_id, f"l{i}")) for i in range(6)))
     await asyncio.gather(*(provider.wait_ready(ref, 60) for ref in refs[:3]))  # some running, some created
     other = new_run_id("other")

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.errors import UsageError
 from harness.results.dataset import load_rollouts
-from harness.errors import AnalysisInputError
 from harness.results.fits import fit_sample
 from harness.results.latency_export import QUANTILE_LEVELS, build_latency_model
-from harness.rlmodel.latency_input import load_latency_model
 from harness.results.latency_schema import latency_model_schema, validate_latency_model
+from harness.rlmodel.latency_input import load_latency_model
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def test_profile_overrides_are_another_vendor(tmp_path):
     (capped / "run.json").write_text(json.dumps(manifest))
     document = build_latency_model([plain, capped], fit=False)
     assert [m["profile"] for m in document["models"]] == ["synthetic", "synthetic[quota.max_active=100]"]
-    with pytest.raises(AnalysisInputError, match="pick one with --vendor"):
+    with pytest.raises(UsageError, match="pick one with --vendor"):
         path = tmp_path / "lm.json"
         path.write_text(json.dumps(document))
         load_latency_model(path).choose(None)
@@ -107,15 +107,15 @@ def test_schema_ships_in_the_package_and_rejects_broken_models(ramp):
     document = build_latency_model([ramp], fit=False)
     broken = copy.deepcopy(document)
     del broken["models"][0]["buckets"][0]["samples"]
-    with pytest.raises(AnalysisInputError, match="samples"):
+    with pytest.raises(UsageError, match="samples"):
         validate_latency_model(broken)
     decreasing = copy.deepcopy(document)
     decreasing["models"][0]["buckets"][0]["metrics"]["tti"]["quantiles"][5] = 1e9
-    with pytest.raises(AnalysisInputError, match="quantiles decrease"):
+    with pytest.raises(UsageError, match="quantiles decrease"):
         validate_latency_model(decreasing)
     wrong_kind = copy.deepcopy(document)
     wrong_kind["models"][0]["buckets"][0]["failure_probability"]["by_kind"]["gremlins"] = 0.1
-    with pytest.raises(AnalysisInputError, match="by_kind"):
+    with pytest.raises(UsageError, match="by_kind"):
         validate_latency_model(wrong_kind)
 
 

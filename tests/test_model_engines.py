@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from harness.rlmodel.closed_form import solve
-from harness.rlmodel.simulation import simulate
-from harness.errors import AnalysisInputError
+from harness.errors import UsageError
 from harness.results.latency_export import build_latency_model
-from harness.rlmodel.latency_input import VendorModel, load_latency_model
+from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import load_config, parse_config
 from harness.rlmodel.inputs import build_plan
+from harness.rlmodel.latency_input import VendorModel, load_latency_model
+from harness.rlmodel.simulation import simulate
 from harness.rlmodel.sweep import run_sweep
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
@@ -184,7 +184,7 @@ def test_sweep_over_concurrency_recommends_a_setting(models):
     ],
 )
 def test_config_errors_name_the_table_and_key(data, needle):
-    with pytest.raises(AnalysisInputError) as error:
+    with pytest.raises(UsageError) as error:
         parse_config(data, "rl.toml")
     assert needle in str(error.value) and "\n" not in str(error.value)
 
@@ -235,5 +235,5 @@ def test_generation_time_takes_the_run_commands_spec_too():
                          "rl.toml").generation  # fmt: skip
     assert text.mean() == pytest.approx(table.mean()) and parse_config({**BASE, "rollout": {"generation_s": "exp:4"}},
                                                                         "rl.toml").generation.mean() == 4  # fmt: skip
-    with pytest.raises(AnalysisInputError, match="unknown distribution"):
+    with pytest.raises(UsageError, match="unknown distribution"):
         parse_config({**BASE, "rollout": {"generation_s": "pareto:1"}}, "rl.toml")

@@ -258,7 +258,15 @@ async def test_commands_that_time_out_oom_die_or_hit_a_gateway_error(flavour: st
 @pytest.fixture
 def serve_child() -> Iterator[dict[str, Any]]:
     child = subprocess.Popen(
-        [sys.executable, "-m", "providers.sim.prime.serve", "--profile", "ideal", f"--token={TOKEN}", "--exit-on-stdin-eof"],
+        [
+            sys.executable,
+            "-m",
+            "providers.sim.prime.serve",
+            "--profile",
+            "ideal",
+            f"--token={TOKEN}",
+            "--exit-on-stdin-eof",
+        ],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

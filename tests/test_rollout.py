@@ -6,16 +6,16 @@ import asyncio
 
 import pytest
 
-from harness.wire.records import OpRecord
 from harness.engine.rollout import (
-    PlanError,
     RolloutCancelled,
     RolloutContext,
     RolloutPlan,
     SandboxRegistry,
+    UsageError,
     parse_commands,
     run_rollout,
 )
+from harness.wire.records import OpRecord
 from tests.support.scripted_provider import ScriptedProvider
 
 
@@ -120,23 +120,26 @@ async def test_errors_are_redacted():
 
 def test_commands_parse_like_a_shell_and_keep_quoted_semicolons():
     assert parse_commands("true; echo 'a;b' c;sleep 2") == (("true",), ("echo", "a;b", "c"), ("sleep", "2"))
-    with pytest.raises(PlanError):
+    with pytest.raises(UsageError):
         parse_commands(" ; ")
-    with pytest.raises(PlanError):
+    with pytest.raises(UsageError):
         parse_commands("echo 'unterminated")
 
 
 def test_plan_round_trips_through_json():
     plan = RolloutPlan(commands=(("echo", "x"),), ready_timeout_s=5, image="img", labels={"a": "b"})
     assert RolloutPlan.from_dict(plan.to_dict()) == plan
-    with pytest.raises(PlanError):
+    with pytest.raises(UsageError):
         RolloutPlan(ready_timeout_s=0)
 
 
 async def test_agentic_rollout_runs_turns_with_generation_time_and_a_reward():
     provider = ScriptedProvider({})
     plan = RolloutPlan(
-        commands=(("true",),), turns=3, gen_time="const:0.05", reward_command=("echo", "reward"),
+        commands=(("true",),),
+        turns=3,
+        gen_time="const:0.05",
+        reward_command=("echo", "reward"),
         turn_command=("echo", "turn {turn}"),
     )
     record, ops, _ = await run(provider, plan)

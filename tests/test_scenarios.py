@@ -32,7 +32,11 @@ def run(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[Path, pd.Data
 def test_burst_steps_release_together_and_in_flight_drops_to_zero_between_steps(tmp_path):
     _, frame, manifest = run(tmp_path, "--scenario", "burst", "--batch", "10", "--group", "4", "--burst-steps", "3",
                              "--profile", "ideal", "--commands", "true; sleep 0.5")  # fmt: skip
-    assert manifest["shape"]["size"] == 40 and sorted(frame["stage"].unique()) == ["01-burst40", "02-burst40", "03-burst40"]
+    assert manifest["shape"]["size"] == 40 and sorted(frame["stage"].unique()) == [
+        "01-burst40",
+        "02-burst40",
+        "03-burst40",
+    ]
     steps = frame.groupby("stage")
     assert (steps.size() == 40).all()
     ends = steps.apply(lambda g: (g["t_submit"] + g["total_s"]).max())

@@ -102,9 +102,7 @@ def test_overrides() -> None:
             "pool.max_queue": "inf",
         }
     )
-    assert (
-        parsed.boot.median_s == 3.5 and parsed.pool.initial_nodes == 4 and not parsed.pool.initial_nodes_warm
-    )
+    assert parsed.boot.median_s == 3.5 and parsed.pool.initial_nodes == 4 and not parsed.pool.initial_nodes_warm
     assert parsed.default_time_scale == 0.5 and math.isinf(parsed.pool.max_queue)
     for bad, expected in [
         ({"quota.max_actve": 1}, "unknown profile key 'quota.max_actve'"),

@@ -30,9 +30,7 @@ from providers.sim.core.simulator import (
 REQ = CreateRequest(image="python:3.12", labels=("run-1",), lifetime_s=600.0)
 
 
-def _sim(
-    profile: Profile | str = "ideal", seed: int = 0, **overrides: Any
-) -> tuple[VendorSimulator, VirtualClock]:
+def _sim(profile: Profile | str = "ideal", seed: int = 0, **overrides: Any) -> tuple[VendorSimulator, VirtualClock]:
     prof = load_profile(profile) if isinstance(profile, str) else profile
     if overrides:
         prof = prof.with_overrides(overrides)
@@ -282,9 +280,7 @@ def test_autoscaling_adds_nodes_after_lag_and_scales_down_when_idle() -> None:
 
 
 def test_startup_deadline_ends_waiting_sandboxes_with_modal_wording() -> None:
-    sim, clock = _sim(
-        "modal-like", **{"boot.median_s": 1000.0, "boot.sigma": 0.0, "errors.boot_crash_prob": 0.0}
-    )
+    sim, clock = _sim("modal-like", **{"boot.median_s": 1000.0, "boot.sigma": 0.0, "errors.boot_crash_prob": 0.0})
     sb = sim.create(REQ)
     clock.run_until(400)
     assert sb.status is SandboxStatus.ERROR

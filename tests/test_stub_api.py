@@ -17,9 +17,9 @@ from prime_sandboxes.models import (
 )
 
 from providers.sim.core.clock import VirtualClock
-from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 from providers.sim.core.profile import load_profile
 from providers.sim.core.simulator import VendorSimulator
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -70,9 +70,7 @@ async def _create(http: aiohttp.ClientSession, stub: RunningStub, **extra: Any) 
     return body
 
 
-async def _wait_status(
-    http: aiohttp.ClientSession, stub: RunningStub, sandbox_id: str, want: str
-) -> dict[str, Any]:
+async def _wait_status(http: aiohttp.ClientSession, stub: RunningStub, sandbox_id: str, want: str) -> dict[str, Any]:
     for _ in range(400):
         _, body, _ = await _call(http, "GET", f"{stub.api_url}/sandbox/{sandbox_id}")
         if body["status"] == want:
@@ -84,9 +82,7 @@ async def _wait_status(
 async def test_auth_required_on_api_but_not_openapi(stub: RunningStub, http: aiohttp.ClientSession) -> None:
     status, body, _ = await _call(http, "GET", stub.api_url + "/sandbox", headers=None)
     assert (status, body) == (401, {"detail": "Not authenticated"})
-    status, body, _ = await _call(
-        http, "GET", stub.api_url + "/sandbox", headers={"Authorization": "Bearer wrong"}
-    )
+    status, body, _ = await _call(http, "GET", stub.api_url + "/sandbox", headers={"Authorization": "Bearer wrong"})
     assert (status, body) == (401, {"detail": "Invalid API key"})
     status, body, _ = await _call(
         http, "POST", stub.api_url + "/sandbox", headers={"Authorization": "Basic x"}, json=BODY
@@ -137,11 +133,7 @@ async def test_idempotency_key(stub: RunningStub, http: aiohttp.ClientSession) -
 async def test_invalid_bodies_are_fastapi_422(stub: RunningStub, http: aiohttp.ClientSession) -> None:
     url = stub.api_url + "/sandbox"
     status, body, _ = await _call(http, "POST", url, json={"docker_image": "x"})
-    assert (
-        status == 422
-        and body["detail"][0]["type"] == "missing"
-        and body["detail"][0]["loc"] == ["body", "name"]
-    )
+    assert status == 422 and body["detail"][0]["type"] == "missing" and body["detail"][0]["loc"] == ["body", "name"]
     status, body, _ = await _call(http, "POST", url, json={"name": "n"})
     assert status == 422 and "docker_image is required" in body["detail"][0]["msg"]
     status, body, _ = await _call(http, "POST", url, json={**BODY, "cpu_cores": "lots", "labels": "x"})
@@ -206,9 +198,7 @@ async def test_list_paging_and_filters(stub: RunningStub, http: aiohttp.ClientSe
     ids = [(await _create(http, stub, labels=["run-a", f"n{i % 2}"]))["id"] for i in range(5)]
     await _create(http, stub, labels=["run-b"])
     url = stub.api_url + "/sandbox"
-    status, body, _ = await _call(
-        http, "GET", url, params=[("labels", "run-a"), ("per_page", "2"), ("page", "1")]
-    )
+    status, body, _ = await _call(http, "GET", url, params=[("labels", "run-a"), ("per_page", "2"), ("page", "1")])
     page1 = SandboxListResponse.model_validate(body)
     assert status == 200 and page1.total == 5 and page1.has_next and page1.per_page == 2
     assert [s.id for s in page1.sandboxes] == [ids[4], ids[3]]  # newest first
@@ -259,9 +249,7 @@ async def test_delete_bulk_delete_error_context_logs(stub: RunningStub, http: ai
     result = BulkDeleteSandboxResponse.model_validate(body)
     assert status == 200 and result.succeeded == [two] and result.failed == []
     status, body, _ = await _call(http, "DELETE", url, json={"sandbox_ids": [three, "ghost"]})
-    assert body["succeeded"] == [three] and body["failed"] == [
-        {"sandbox_id": "ghost", "error": "Sandbox not found"}
-    ]
+    assert body["succeeded"] == [three] and body["failed"] == [{"sandbox_id": "ghost", "error": "Sandbox not found"}]
     status, _, _ = await _call(http, "DELETE", url, json={})
     assert status == 422
     status, body, _ = await _call(http, "GET", f"{url}/{one}/error-context")
@@ -330,9 +318,7 @@ async def test_gateway_409_while_starting_and_502_after_terminate(http: aiohttp.
         status, body, _ = await _call(http, "POST", exec_url, headers=gw, json={"command": "true"})
         assert (status, body) == (409, {"detail": "Sandbox is not running"})
         clock.run_until(1.0)
-        pending = asyncio.ensure_future(
-            _call(http, "POST", exec_url, headers=gw, json={"command": "sleep 5; echo ok"})
-        )
+        pending = asyncio.ensure_future(_call(http, "POST", exec_url, headers=gw, json={"command": "sleep 5; echo ok"}))
         for _ in range(200):  # the request reaches the simulator, then virtual time moves on
             if sim.get(created["id"]).exec_count:
                 break
@@ -345,9 +331,7 @@ async def test_gateway_409_while_starting_and_502_after_terminate(http: aiohttp.
         assert status == 502 and body["error"] == "sandbox_not_found"
         _, truth, _ = await _call(http, "GET", stub.api_url + "/_stampede/truth")
         row = truth["sandboxes"][0]
-        assert row["running_s"] == pytest.approx(0.005) and row["running_wall"] == pytest.approx(
-            clock.wall(0.005)
-        )
+        assert row["running_s"] == pytest.approx(0.005) and row["running_wall"] == pytest.approx(clock.wall(0.005))
         assert truth["profile"] == "ideal" and truth["seed"] == 0
     finally:
         await stub.close()
@@ -377,9 +361,7 @@ async def test_stampede_extensions(stub: RunningStub, http: aiohttp.ClientSessio
     assert status == 401
 
 
-async def test_prime_sdk_drives_the_stub(
-    stub: RunningStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+async def test_prime_sdk_drives_the_stub(stub: RunningStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Prime's own async client against the stub: create, get, list, batch status, bulk delete."""
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("PRIME_API_KEY", TOKEN)
@@ -389,9 +371,7 @@ async def test_prime_sdk_drives_the_stub(
 
     client = AsyncSandboxClient()
     try:
-        sb = await client.create(
-            CreateSandboxRequest(name="sdk", docker_image="python:3.12-slim", labels=["sdk-run"])
-        )
+        sb = await client.create(CreateSandboxRequest(name="sdk", docker_image="python:3.12-slim", labels=["sdk-run"]))
         assert sb.status == "PENDING"
         for _ in range(200):
             if (await client.get(sb.id)).status == "RUNNING":

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.errors import one_line_errors
+from harness.errors import UsageError, one_line_errors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,11 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.errors import AnalysisInputError
     from harness.results.latency_export import build_latency_model, write_latency_model
 
     if args.max_fit_samples < 100:
-        raise AnalysisInputError("--max-fit-samples must be at least 100")
+        raise UsageError("--max-fit-samples must be at least 100")
     document = build_latency_model(args.run_dirs, fit=not args.no_fits, max_fit_samples=args.max_fit_samples)
     write_latency_model(document, Path(args.out))
     for model in document["models"]:

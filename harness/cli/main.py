@@ -11,11 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2."""
+from harness.errors import EXIT_USAGE, UsageError, print_usage_error
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -80,7 +76,9 @@ def _add_cleanup(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_analysis(sub: argparse._SubParsersAction) -> None:
-    from harness.cli import export as export_command, model as model_command, report as report_command
+    from harness.cli import export as export_command
+    from harness.cli import model as model_command
+    from harness.cli import report as report_command
 
     for name, module, text in (
         ("report", report_command, "tables, figures and report.html for one or more runs (side by side)"),
@@ -160,14 +158,11 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from harness.locust.settings import SettingsError, parse_key_values
+    from harness.locust.settings import parse_key_values
     from providers import create_provider
     from providers.base import ProviderConfigError, ProviderError
 
-    try:
-        options: dict[str, object] = dict(parse_key_values(args.provider_option, "provider-option"))
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from None
+    options: dict[str, object] = dict(parse_key_values(args.provider_option, "provider-option"))
     if args.base_url:
         options["base_url"] = args.base_url
     token = args.token or os.environ.get("STAMPEDE_TOKEN")
@@ -191,7 +186,9 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_analysis(args: argparse.Namespace) -> int:
-    from harness.cli import export as export_command, model as model_command, report as report_command
+    from harness.cli import export as export_command
+    from harness.cli import model as model_command
+    from harness.cli import report as report_command
 
     module = {"report": report_command, "export": export_command, "model": model_command}[args.command]
     return int(module.run(args))
@@ -234,9 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"stampede: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return print_usage_error(exc)
     except KeyboardInterrupt:
         print("stampede: interrupted", file=sys.stderr)
         return 130
-

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from harness.errors import AnalysisInputError, one_line_errors
+from harness.errors import UsageError, one_line_errors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +33,9 @@ def _values(text: str | None) -> list[float] | None:
     try:
         values = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise AnalysisInputError(f"--values must be comma-separated numbers, got {text!r}") from None
+        raise UsageError(f"--values must be comma-separated numbers, got {text!r}") from None
     if not values or any(v <= 0 for v in values):
-        raise AnalysisInputError("--values must be positive numbers")
+        raise UsageError("--values must be positive numbers")
     return values
 
 
@@ -48,8 +48,8 @@ def _fmt(result: Any, key: str, pattern: str) -> str:
 
 
 def comparison_text(closed: Any, simulated: Any) -> str:
-    from harness.rlmodel.result import HEADLINE
     from harness.results.report_tables import Table
+    from harness.rlmodel.result import HEADLINE
 
     results = [r for r in (closed, simulated) if r is not None]
     header = ["quantity", *("closed form" + ("" if r.holds else " (approx.)") if r.engine == "closed form"
@@ -78,17 +78,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.rlmodel.closed_form import solve
-    from harness.rlmodel.simulation import simulate
-    from harness.rlmodel.latency_input import load_latency_model
     from harness.rlmodel.config import load_config
     from harness.rlmodel.inputs import build_plan
+    from harness.rlmodel.latency_input import load_latency_model
+    from harness.rlmodel.simulation import simulate
     from harness.rlmodel.sweep import default_values, run_sweep, sweep_plot, sweep_table
 
     if args.steps is not None and args.steps < 1:
-        raise AnalysisInputError("--steps must be at least 1")
+        raise UsageError("--steps must be at least 1")
     values = _values(args.values)
     if values is not None and args.sweep is None:
-        raise AnalysisInputError("--values needs --sweep concurrency or --sweep oversampling")
+        raise UsageError("--values needs --sweep concurrency or --sweep oversampling")
     config = load_config(args.config)
     vendor = load_latency_model(args.latency).choose(args.vendor or config.vendor)
     plan = build_plan(config, vendor)
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             if args.sweep is not None:
                 (out / "sweep.png").write_bytes(sweep_plot(sweep))
         except OSError as exc:
-            raise AnalysisInputError(f"cannot write to {out}: {exc}") from None
+            raise UsageError(f"cannot write to {out}: {exc}") from None
         print(f"written: {out / 'model.json'}" + (f", {out / 'sweep.png'}" if args.sweep else ""))
     return 0
 

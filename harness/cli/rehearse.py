@@ -18,9 +18,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from harness.cli.main import UsageError
-from harness.wire.durations import Distribution, DistributionError
+from harness.errors import UsageError
 from harness.locust.settings import add_arguments as add_run_arguments
+from harness.wire.durations import Distribution
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "rehearse.py"
 COMPARED = (
@@ -56,25 +56,24 @@ def _spec(raw: Any, where: str) -> str:
             "exponential": ("exp", ("mean",)),
         }.get(str(kind))
         if params is None:
-            raise UsageError(f"{where}: a rehearsal draws constant, lognormal, uniform or exponential times (got {kind!r})")
+            raise UsageError(
+                f"{where}: a rehearsal draws constant, lognormal, uniform or exponential times (got {kind!r})"
+            )
         text = f"{params[0]}:{','.join(str(raw[key]) for key in params[1])}"
     else:
         raise UsageError(f"{where}: expected seconds or a distribution")
     try:
         return str(Distribution.parse(text))
-    except DistributionError as exc:
+    except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
 
 
 def _plan_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[str, Any]]:
-    from harness.errors import AnalysisInputError
     from harness.rlmodel.config import TOOL_FROM_LATENCY_MODEL, load_config
 
     try:
         config = load_config(args.config)
         raw = tomllib.loads(Path(args.config).read_text())
-    except AnalysisInputError as exc:
-        raise UsageError(str(exc)) from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{args.config}: {exc}") from None
     rollout = raw.get("rollout", {})
@@ -165,12 +164,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _predict(run_dir: Path, config: Any) -> list[Any]:
     """`stampede export` of this very run, then `stampede model` with the same configuration."""
-    from harness.rlmodel.closed_form import solve
-    from harness.rlmodel.simulation import simulate
-    from harness.rlmodel.duration_dists import ConstantDist
     from harness.results.latency_export import build_latency_model, write_latency_model
-    from harness.rlmodel.latency_input import load_latency_model
+    from harness.rlmodel.closed_form import solve
+    from harness.rlmodel.duration_dists import ConstantDist
     from harness.rlmodel.inputs import build_plan
+    from harness.rlmodel.latency_input import load_latency_model
+    from harness.rlmodel.simulation import simulate
 
     path = run_dir / "latency_model.json"
     write_latency_model(build_latency_model([run_dir]), path)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness.errors import AnalysisInputError, one_line_errors
+from harness.errors import UsageError, one_line_errors
 
 
 def _fraction(text: str) -> float:
@@ -91,4 +91,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["AnalysisInputError", "add_arguments", "main", "run"]
+__all__ = ["UsageError", "add_arguments", "main", "run"]

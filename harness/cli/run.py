@@ -26,10 +26,10 @@ from locust.env import Environment
 from locust.log import setup_logging
 from locust.util.load_locustfile import load_locustfile
 
-from harness.cli.main import UsageError
-from harness.locust.vendor_process import probe
-from harness.locust.settings import RunSettings, SettingsError
+from harness.errors import UsageError
+from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape
+from harness.locust.vendor_process import probe
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
@@ -60,10 +60,7 @@ def _validate(args: argparse.Namespace) -> RunSettings:
         raise UsageError("--users must be a positive whole number")
     if args.spawn_rate is not None and args.spawn_rate <= 0:
         raise UsageError("--spawn-rate must be positive")
-    try:
-        settings = RunSettings.from_options(argparse.Namespace(**vars(args), num_users=args.users))
-    except SettingsError as exc:
-        raise UsageError(str(exc)) from None
+    settings = RunSettings.from_options(argparse.Namespace(**vars(args), num_users=args.users))
     try:
         provider_class(settings.provider)
     except ProviderConfigError as exc:
@@ -115,7 +112,9 @@ def _parse_run_time(text: str) -> int:
 
 
 def _role(args: argparse.Namespace) -> str:
-    roles = [name for name, on in (("workers", args.workers > 0), ("master", args.master), ("worker", args.worker)) if on]
+    roles = [
+        name for name, on in (("workers", args.workers > 0), ("master", args.master), ("worker", args.worker)) if on
+    ]
     if len(roles) > 1:
         raise UsageError(f"choose one of --workers N, --master and --worker (got {', '.join('--' + r for r in roles)})")
     if args.workers < 0 or args.expect_workers < 1 or not 0 < args.master_port < 65536:
@@ -169,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"scenario {scenario} defines no Locust user class")
     shape = shapes[0] if shapes else None
     if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
-        raise UsageError(f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`")
+        raise UsageError(
+            f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`"
+        )
     environment = Environment(
         user_classes=list(user_classes.values()),
         shape_class=shape,

@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from harness.wire.durations import Distribution, DistributionError
+from harness.errors import UsageError
+from harness.wire.durations import Distribution
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
 from harness.wire.redact import short_error
 from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
@@ -29,10 +30,6 @@ DEFAULT_TURN_COMMAND: tuple[str, ...] = ("sh", "-c", "echo turn {turn}")
 
 WATCHDOG_GRACE_S = 30.0
 """Extra time past a phase's own deadline before the harness itself gives up on a stuck vendor call."""
-
-
-class PlanError(ValueError):
-    """A rollout plan a user wrote that cannot run."""
 
 
 def parse_commands(text: str) -> tuple[tuple[str, ...], ...]:
@@ -50,11 +47,11 @@ def parse_commands(text: str) -> tuple[tuple[str, ...], ...]:
             else:
                 current.append(token)
     except ValueError as exc:
-        raise PlanError(f"cannot parse commands {text!r}: {exc}") from None
+        raise UsageError(f"cannot parse commands {text!r}: {exc}") from None
     if current:
         commands.append(tuple(current))
     if not commands:
-        raise PlanError("a rollout needs at least one command (the first one ends TTI)")
+        raise UsageError("a rollout needs at least one command (the first one ends TTI)")
     return tuple(commands)
 
 
@@ -89,24 +86,21 @@ class RolloutPlan:
 
     def __post_init__(self) -> None:
         if not self.commands:
-            raise PlanError("a rollout needs at least one command (the first one ends TTI)")
+            raise UsageError("a rollout needs at least one command (the first one ends TTI)")
         for name in ("create_timeout_s", "ready_timeout_s", "exec_timeout_s", "terminate_timeout_s", "lifetime_s"):
             if getattr(self, name) <= 0:
-                raise PlanError(f"{name} must be positive")
+                raise UsageError(f"{name} must be positive")
         if self.turns < 0 or (self.turns_max is not None and self.turns_max < self.turns):
-            raise PlanError("turns must be >= 0 (and turns_max >= turns)")
+            raise UsageError("turns must be >= 0 (and turns_max >= turns)")
         if self.retries < 0 or self.retry_backoff_s < 0:
-            raise PlanError("retries and retry backoff must be >= 0")
+            raise UsageError("retries and retry backoff must be >= 0")
         if self.rollout_timeout_s is not None and self.rollout_timeout_s <= 0:
-            raise PlanError("rollout_timeout_s must be positive")
+            raise UsageError("rollout_timeout_s must be positive")
         if not self.time_scale > 0:
-            raise PlanError("time_scale must be positive")
-        try:
-            Distribution.parse(self.gen_time)
-            if self.tool_time is not None:
-                Distribution.parse(self.tool_time)
-        except DistributionError as exc:
-            raise PlanError(str(exc)) from None
+            raise UsageError("time_scale must be positive")
+        Distribution.parse(self.gen_time)
+        if self.tool_time is not None:
+            Distribution.parse(self.tool_time)
 
     @property
     def generation(self) -> Distribution:
@@ -314,7 +308,9 @@ class _Rollout:
     async def run_command(self, argv: Sequence[str]) -> None:
         plan, record = self.plan, self.record
         exec_start = self.elapsed()
-        await self.timed("exec", Phase.EXEC, self.provider.exec(self.ref, argv, plan.exec_timeout_s), plan.exec_timeout_s)  # type: ignore[arg-type]
+        await self.timed(
+            "exec", Phase.EXEC, self.provider.exec(self.ref, argv, plan.exec_timeout_s), plan.exec_timeout_s
+        )  # type: ignore[arg-type]
         record.exec_count += 1
         record.exec_s = (record.exec_s or 0.0) + self.elapsed() - exec_start
         if record.tti_s is None:

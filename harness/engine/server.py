@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.engine.shards import ShardWriter, safe_name
-from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 from harness.engine.health import LoopHealth
-from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
 from harness.engine.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
-from harness.wire.stage_counters import StageStats
+from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
+from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
+from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
+from harness.wire.stage_counters import StageStats
 from providers import create_provider
 from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
 from providers.open_files import raise_open_files_limit
@@ -290,7 +290,9 @@ class EngineRun:
         await self.writer.close()
         if self.trainer is not None:
             rehearsal = await asyncio.to_thread(self.trainer.write)
-            await asyncio.to_thread(_write_json, self.config.run_dir / f"rehearsal-{safe_name(self.config.worker)}.json", rehearsal)
+            await asyncio.to_thread(
+                _write_json, self.config.run_dir / f"rehearsal-{safe_name(self.config.worker)}.json", rehearsal
+            )
         health = self.health.snapshot()
         summary = {
             "worker": self.config.worker,
@@ -524,4 +526,3 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch-stdin", action="store_true", help="drain and exit when stdin closes")
     args = parser.parse_args(argv)
     return asyncio.run(serve_engine(args.socket, args.worker, watch_stdin=args.watch_stdin))
-

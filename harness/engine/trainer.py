@@ -220,10 +220,18 @@ class TrainerEmulator:
             await asyncio.sleep(train)
             t_end = time.time()
             self.steps.append(
-                {"step": step, "measured": step >= self.s.warmup_steps, "t_wait_start": t_wait,
-                 "t_batch_ready": t_ready, "t_end": t_end, "wait_s": t_ready - t_wait, "train_s": t_end - t_ready,
-                 "samples": take, "stale_dropped": self.counts["stale"] - stale_before,
-                 "mean_lag": sum(lags) / len(lags) if lags else 0.0}
+                {
+                    "step": step,
+                    "measured": step >= self.s.warmup_steps,
+                    "t_wait_start": t_wait,
+                    "t_batch_ready": t_ready,
+                    "t_end": t_end,
+                    "wait_s": t_ready - t_wait,
+                    "train_s": t_end - t_ready,
+                    "samples": take,
+                    "stale_dropped": self.counts["stale"] - stale_before,
+                    "mean_lag": sum(lags) / len(lags) if lags else 0.0,
+                }
             )
             self.version += 1
             if self.s.mode == "sync":
@@ -264,5 +272,7 @@ class TrainerEmulator:
 
     def write(self) -> dict[str, Any]:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(self.steps, schema=STEP_SCHEMA), self.out_dir / f"trainer-{self.worker}.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(self.steps, schema=STEP_SCHEMA), self.out_dir / f"trainer-{self.worker}.parquet"
+        )
         return self.summary()

@@ -27,17 +27,18 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from harness.results.dataset import load_rollouts
-from harness.results.run_summary import render_run_summary
-from harness.locust.vendor_process import EmbeddedVendor, VendorStartError
+from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.live_view import LiveView
-from harness.locust.reports import LocustReports
-from harness.locust.settings import RunSettings, SettingsError, add_arguments
 from harness.locust.progress import ProgressPrinter
+from harness.locust.reports import LocustReports
 from harness.locust.run_folder import base_manifest, iso, new_run_id, point_latest_at, write_manifest
+from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import IDLE_STAGE, Stage, StampedeShape
+from harness.locust.vendor_process import EmbeddedVendor
 from harness.locust.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink, process_usage
+from harness.results.dataset import load_rollouts
+from harness.results.run_summary import render_run_summary
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -54,10 +55,6 @@ TRUTH_SCHEMA = pa.schema(
         ("first_exec_done_wall", pa.float64()),
     ]
 )
-
-
-class SessionError(Exception):
-    """A run cannot start; the message is the one line the user sees."""
 
 
 class StampedeSession:
@@ -194,7 +191,7 @@ class StampedeSession:
     def _start_vendor(self) -> None:
         module = LOCAL_VENDORS.get(self.settings.provider)
         if module is None:
-            raise SessionError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
+            raise UsageError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
         try:
             self.vendor = EmbeddedVendor.start(
                 module,
@@ -203,8 +200,8 @@ class StampedeSession:
                 time_scale=self.settings.time_scale,
                 overrides=self.settings.profile_overrides,
             )
-        except VendorStartError as exc:
-            raise SessionError(f"local vendor: {exc}") from None
+        except UsageError as exc:
+            raise UsageError(f"local vendor: {exc}") from None
         extra = {key: str(value) for key, value in self.vendor.provider_options.items()}
         self.settings = dataclasses.replace(
             self.settings,
@@ -240,10 +237,12 @@ class StampedeSession:
             self.profile_label = getattr(options, "profile_label", "") or ""
             self.run_id = getattr(options, "run_id", None)
             if not self.run_id:
-                raise SessionError("worker got no run id from the master")
+                raise UsageError("worker got no run id from the master")
         else:
             first_run = self.runs == 1
-            self.run_id = (self.settings.run_id if first_run else None) or new_run_id(self.scenario, self.settings.provider)
+            self.run_id = (self.settings.run_id if first_run else None) or new_run_id(
+                self.scenario, self.settings.provider
+            )
             if options is not None:
                 options.run_id = self.run_id
         self.run_dir = Path(self.settings.out) / self.run_id
@@ -258,7 +257,7 @@ class StampedeSession:
             try:
                 reply = self.engine.configure(self._engine_config())
             except EngineError as exc:
-                raise SessionError(str(exc)) from None
+                raise UsageError(str(exc)) from None
             self.versions = dict(reply.get("versions", {}))
             if self.manifest is not None and self.run_dir is not None:
                 self.manifest["provider_versions"] = self.versions
@@ -450,7 +449,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         return
     try:
         settings = RunSettings.from_options(environment.parsed_options)
-    except SettingsError as exc:
+    except UsageError as exc:
         environment.stampede = None  # type: ignore[attr-defined]
         _fail(environment, str(exc))
         return
@@ -458,7 +457,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
     environment.stampede = session  # type: ignore[attr-defined]
     try:
         session.start_services()
-    except (SessionError, EngineError) as exc:
+    except (UsageError, EngineError) as exc:
         _fail(environment, str(exc))
 
 
@@ -469,7 +468,7 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
         return
     try:
         session.begin_run()
-    except (SessionError, EngineError, SettingsError) as exc:
+    except (UsageError, EngineError) as exc:
         _fail(environment, str(exc))
 
 

@@ -17,8 +17,8 @@ from typing import Any
 from harness.engine.rollout import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
-    PlanError,
     RolloutPlan,
+    UsageError,
     commands_to_text,
     parse_commands,
 )
@@ -36,10 +36,6 @@ DEFAULT_PROFILES = {"modal": "modal-like"}
 def default_profile(provider: str) -> str:
     """The simulated vendor a provider's --local run gets unless --profile says otherwise."""
     return DEFAULT_PROFILES.get(provider, DEFAULT_PROFILE)
-
-
-class SettingsError(ValueError):
-    """A setting a user gave that cannot work; its message is the one line we print."""
 
 
 _LOCUST_ONLY_KEYWORDS = ("include_in_web_ui", "is_secret", "is_required", "is_multiple")
@@ -214,7 +210,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
 
 def _positive(name: str, value: float | None) -> None:
     if value is None or not math.isfinite(value) or value <= 0:
-        raise SettingsError(f"--{name} must be a positive number (got {value!r})")
+        raise UsageError(f"--{name} must be a positive number (got {value!r})")
 
 
 MAX_STAGES = 64
@@ -236,9 +232,9 @@ def parse_stages(text: str) -> tuple[int, ...]:
             return (*stages, high)
         parsed = tuple(int(part) for part in text.split(",") if part)
     except ValueError:
-        raise SettingsError(f"--stages must be whole numbers, A,B,C or LOW..HIGH (got {text!r})") from None
+        raise UsageError(f"--stages must be whole numbers, A,B,C or LOW..HIGH (got {text!r})") from None
     if not parsed or any(stage <= 0 for stage in parsed):
-        raise SettingsError(f"--stages must list positive concurrency levels (got {text!r})")
+        raise UsageError(f"--stages must list positive concurrency levels (got {text!r})")
     return parsed
 
 
@@ -246,9 +242,9 @@ def parse_rates(text: str) -> tuple[float, ...]:
     try:
         rates = tuple(float(part) for part in str(text).replace(" ", "").split(",") if part)
     except ValueError:
-        raise SettingsError(f"--rates must be comma-separated numbers (got {text!r})") from None
+        raise UsageError(f"--rates must be comma-separated numbers (got {text!r})") from None
     if not rates or any(not (math.isfinite(rate) and rate > 0) for rate in rates):
-        raise SettingsError(f"--rates must be positive starts per second (got {text!r})")
+        raise UsageError(f"--rates must be positive starts per second (got {text!r})")
     return rates
 
 
@@ -260,9 +256,9 @@ def parse_turns(text: str) -> tuple[int, int | None]:
         else:
             low, high = int(text), None
     except ValueError:
-        raise SettingsError(f"--turns takes N or MIN..MAX (got {text!r})") from None
+        raise UsageError(f"--turns takes N or MIN..MAX (got {text!r})") from None
     if low < 0 or (high is not None and high < low):
-        raise SettingsError(f"--turns takes N >= 0 or MIN..MAX with MIN <= MAX (got {text!r})")
+        raise UsageError(f"--turns takes N >= 0 or MIN..MAX with MIN <= MAX (got {text!r})")
     return low, high
 
 
@@ -274,9 +270,9 @@ def parse_trainer(text: Any) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except ValueError:
-        raise SettingsError("--trainer takes a JSON object") from None
+        raise UsageError("--trainer takes a JSON object") from None
     if not isinstance(value, dict):
-        raise SettingsError("--trainer takes a JSON object")
+        raise UsageError("--trainer takes a JSON object")
     return value
 
 
@@ -286,7 +282,7 @@ def parse_argv(text: str | None, flag: str) -> tuple[str, ...] | None:
     try:
         words = tuple(shlex.split(text))
     except ValueError as exc:
-        raise SettingsError(f"--{flag}: {exc}") from None
+        raise UsageError(f"--{flag}: {exc}") from None
     return words or None
 
 
@@ -295,7 +291,7 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
     for item in items or []:
         key, sep, value = str(item).partition("=")
         if not sep or not key.strip():
-            raise SettingsError(f"--{flag} takes KEY=VALUE (got {item!r})")
+            raise UsageError(f"--{flag} takes KEY=VALUE (got {item!r})")
         result[key.strip()] = value.strip()
     return result
 
@@ -349,41 +345,38 @@ class RunSettings:
                 _positive(name.replace("_", "-"), get(name))
         for name in ("batch", "group", "max_inflight"):
             if get(name) is not None and int(get(name)) <= 0:
-                raise SettingsError(f"--{name.replace('_', '-')} must be a positive whole number")
+                raise UsageError(f"--{name.replace('_', '-')} must be a positive whole number")
         if int(get("retries", 0) or 0) < 0 or float(get("retry_backoff", 0) or 0) < 0:
-            raise SettingsError("--retries and --retry-backoff must not be negative")
+            raise UsageError("--retries and --retry-backoff must not be negative")
         if not 0 <= float(get("knee_max_failure", 0.05)) <= 1:
-            raise SettingsError("--knee-max-failure is a fraction between 0 and 1")
+            raise UsageError("--knee-max-failure is a fraction between 0 and 1")
         if get("memory_mb") is None or int(get("memory_mb")) <= 0:
-            raise SettingsError("--memory-mb must be a positive whole number")
+            raise UsageError("--memory-mb must be a positive whole number")
         if get("time_scale") is not None:
             _positive("time-scale", get("time_scale"))
         if int(get("burst_steps", 1)) <= 0:
-            raise SettingsError("--burst-steps must be a positive whole number")
+            raise UsageError("--burst-steps must be a positive whole number")
         turns, turns_max = parse_turns(get("turns", "0") or "0")
-        try:
-            plan = RolloutPlan(
-                commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
-                turns=turns,
-                turns_max=turns_max,
-                turn_command=parse_argv(get("turn_command"), "turn-command") or DEFAULT_TURN_COMMAND,
-                gen_time=str(get("gen_time") or "const:0"),
-                tool_time=get("tool_time") or None,
-                reward_command=parse_argv(get("reward_command"), "reward-command"),
-                rollout_timeout_s=get("rollout_timeout"),
-                retries=int(get("retries", 0) or 0),
-                retry_backoff_s=float(get("retry_backoff", 1.0) if get("retry_backoff") is not None else 1.0),
-                seed=int(get("seed") or 0),
-                create_timeout_s=float(get("create_timeout")),
-                ready_timeout_s=float(get("ready_timeout")),
-                exec_timeout_s=float(get("exec_timeout")),
-                image=get("image"),
-                cpu=float(get("cpu")),
-                memory_mb=int(get("memory_mb")),
-                lifetime_s=float(get("lifetime")),
-            )
-        except PlanError as exc:
-            raise SettingsError(str(exc)) from None
+        plan = RolloutPlan(
+            commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
+            turns=turns,
+            turns_max=turns_max,
+            turn_command=parse_argv(get("turn_command"), "turn-command") or DEFAULT_TURN_COMMAND,
+            gen_time=str(get("gen_time") or "const:0"),
+            tool_time=get("tool_time") or None,
+            reward_command=parse_argv(get("reward_command"), "reward-command"),
+            rollout_timeout_s=get("rollout_timeout"),
+            retries=int(get("retries", 0) or 0),
+            retry_backoff_s=float(get("retry_backoff", 1.0) if get("retry_backoff") is not None else 1.0),
+            seed=int(get("seed") or 0),
+            create_timeout_s=float(get("create_timeout")),
+            ready_timeout_s=float(get("ready_timeout")),
+            exec_timeout_s=float(get("exec_timeout")),
+            image=get("image"),
+            cpu=float(get("cpu")),
+            memory_mb=int(get("memory_mb")),
+            lifetime_s=float(get("lifetime")),
+        )
         token = get("token") or os.environ.get("STAMPEDE_TOKEN")
         return cls(
             provider=str(get("provider") or DEFAULT_PROVIDER),

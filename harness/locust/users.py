@@ -145,7 +145,9 @@ class OpenModelUser(User):
 
     def _one(self, session: Any, stage: Stage, t_intended: float) -> None:
         try:
-            record = session.engine.run_rollout(stage=stage.name, target_users=stage.target_users, t_intended=t_intended)
+            record = session.engine.run_rollout(
+                stage=stage.name, target_users=stage.target_users, t_intended=t_intended
+            )
         except EngineError as exc:
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             return

@@ -27,11 +27,9 @@ from typing import Any
 import gevent
 import gevent.subprocess
 
+from harness.errors import UsageError
+
 VENDOR_START_TIMEOUT_S = 30.0
-
-
-class VendorStartError(Exception):
-    """The local vendor did not come up; the message is the child's own one-line complaint."""
 
 
 @dataclass(slots=True)
@@ -76,12 +74,12 @@ class EmbeddedVendor:
             start_new_session=True,
         )
         try:
-            with gevent.Timeout(VENDOR_START_TIMEOUT_S, VendorStartError(f"{module} did not start in time")):
+            with gevent.Timeout(VENDOR_START_TIMEOUT_S, UsageError(f"{module} did not start in time")):
                 line = process.stdout.readline().decode(errors="replace").strip()
                 if not line:
                     process.wait()
                     complaint = process.stderr.read().decode(errors="replace").strip().splitlines()
-                    raise VendorStartError(complaint[-1] if complaint else f"{module} exited with {process.returncode}")
+                    raise UsageError(complaint[-1] if complaint else f"{module} exited with {process.returncode}")
                 info = json.loads(line)
         except BaseException:
             if process.poll() is None:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from harness.errors import AnalysisInputError
+from harness.errors import UsageError
 from harness.wire.records import OP_SCHEMA, ROLLOUT_SCHEMA
 
 
@@ -78,23 +78,23 @@ def rollout_shards(run_dir: Path) -> list[Path]:
 
 
 def read_run_info(run_dir: Path | str) -> RunInfo:
-    """Describe a results folder; a folder that is not a run is a one-line AnalysisInputError."""
+    """Describe a results folder; a folder that is not a run is a one-line UsageError."""
     path = Path(run_dir)
     if not path.exists():
-        raise AnalysisInputError(f"{path} does not exist")
+        raise UsageError(f"{path} does not exist")
     if not path.is_dir():
-        raise AnalysisInputError(f"{path} is not a directory")
+        raise UsageError(f"{path} is not a directory")
     if not rollout_shards(path):
-        raise AnalysisInputError(f"{path} is not a stampede run folder (no rollouts*.parquet)")
+        raise UsageError(f"{path} is not a stampede run folder (no rollouts*.parquet)")
     manifest: dict[str, Any] = {}
     manifest_path = path / "run.json"
     if manifest_path.exists():
         try:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, ValueError) as exc:
-            raise AnalysisInputError(f"{manifest_path} is not readable JSON: {exc}") from None
+            raise UsageError(f"{manifest_path} is not readable JSON: {exc}") from None
         if not isinstance(manifest, dict):
-            raise AnalysisInputError(f"{manifest_path} is not a JSON object")
+            raise UsageError(f"{manifest_path} is not a JSON object")
     provider, profile, scenario = _identity_from_shards(path)
     raw_scale = manifest.get("time_scale")
     try:
@@ -131,7 +131,7 @@ def _identity_from_shards(run_dir: Path) -> tuple[str, str, str]:
     try:
         table = pq.read_table(first, columns=["provider", "profile", "scenario"])
     except (OSError, pa.ArrowException, KeyError) as exc:
-        raise AnalysisInputError(f"{first} is not a readable rollouts shard: {exc}") from None
+        raise UsageError(f"{first} is not a readable rollouts shard: {exc}") from None
     if table.num_rows == 0:
         return "", "", ""
     row = table.slice(0, 1).to_pylist()[0]
@@ -146,7 +146,7 @@ def load_rollout_frame(run_dir: Path, columns: tuple[str, ...] = ROLLOUT_REPORT_
         dataset = pads.dataset([str(p) for p in paths], schema=schema, format="parquet")
         table = dataset.to_table(columns=list(columns), use_threads=True)
     except (OSError, pa.ArrowException) as exc:
-        raise AnalysisInputError(f"{run_dir}: cannot read the rollouts shards: {exc}") from None
+        raise UsageError(f"{run_dir}: cannot read the rollouts shards: {exc}") from None
     arrays = []
     for name in table.column_names:
         column = table.column(name)

@@ -30,7 +30,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.errors import AnalysisInputError
+from harness.errors import UsageError
 from harness.results.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
 from harness.results.latency_schema import validate_latency_model
 from harness.results.stage_aggregate import stage_order
@@ -184,7 +184,7 @@ def build_latency_model(
     run_dirs: Sequence[str | Path], fit: bool = True, max_fit_samples: int = DEFAULT_MAX_FIT_SAMPLES
 ) -> dict[str, Any]:
     if not run_dirs:
-        raise AnalysisInputError("give at least one run folder")
+        raise UsageError("give at least one run folder")
     infos = [read_run_info(d) for d in run_dirs]
     seen: set[str] = set()
     unique = []
@@ -219,7 +219,7 @@ def build_latency_model(
         groups.setdefault(key, []).append(rows)
         run_ids.setdefault(key, []).append(info.run_id)
     if not groups:
-        raise AnalysisInputError("the runs have no rollouts to export")
+        raise UsageError("the runs have no rollouts to export")
     models = [
         {
             "provider": provider,
@@ -258,4 +258,4 @@ def write_latency_model(document: dict[str, Any], path: Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     except OSError as exc:
-        raise AnalysisInputError(f"cannot write {path}: {exc}") from None
+        raise UsageError(f"cannot write {path}: {exc}") from None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.errors import AnalysisInputError
+from harness.errors import UsageError
 from harness.results.knee import Knee, KneeThresholds, find_knee
 from harness.results.report_tables import (
     Table,
@@ -60,7 +60,7 @@ class ReportResult:
 
 def load_runs(run_dirs: Sequence[str | Path], basis: TimeBasis) -> list[RunStats]:
     if not run_dirs:
-        raise AnalysisInputError("give at least one run folder")
+        raise UsageError("give at least one run folder")
     infos: list[RunInfo] = []
     seen: set[Path] = set()
     for run_dir in run_dirs:
@@ -90,7 +90,7 @@ def build_report(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise AnalysisInputError(f"cannot create {out}: {exc}") from None
+        raise UsageError(f"cannot create {out}: {exc}") from None
     knees = [find_knee(run.stages, thresholds) for run in runs]
 
     per_run: list[tuple[RunStats, Table, Table]] = [

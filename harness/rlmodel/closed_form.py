@@ -29,8 +29,8 @@ import numpy as np
 from scipy import special
 
 from harness.rlmodel.duration_dists import ConstantDist, Dist
-from harness.rlmodel.result import ModelResult
 from harness.rlmodel.inputs import Plan
+from harness.rlmodel.result import ModelResult
 
 BINS = 1 << 16
 

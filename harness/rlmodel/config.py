@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.errors import UsageError
 from harness.rlmodel.duration_dists import ConstantDist, Dist, from_spec
-from harness.errors import AnalysisInputError
 
 Mode = Literal["sync", "async"]
 TOOL_FROM_LATENCY_MODEL = "latency_model"
@@ -92,8 +92,8 @@ class _Reader:
         self.source = source
         self.data = data
 
-    def fail(self, table: str, key: str, message: str) -> AnalysisInputError:
-        return AnalysisInputError(f"{self.source}: [{table}] {key}: {message}")
+    def fail(self, table: str, key: str, message: str) -> UsageError:
+        return UsageError(f"{self.source}: [{table}] {key}: {message}")
 
     def get(self, table: str, key: str, default: Any = None) -> Any:
         return self.data.get(table, {}).get(key, default)
@@ -141,23 +141,23 @@ class _Reader:
         try:
             return from_spec(self.get(table, key, default), f"{self.source}: [{table}] {key}")
         except ValueError as exc:
-            raise AnalysisInputError(str(exc)) from None
+            raise UsageError(str(exc)) from None
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
     for table, value in data.items():
         if table not in _TABLES:
-            raise AnalysisInputError(f"{source}: unknown table [{table}] (known: {', '.join(_TABLES)})")
+            raise UsageError(f"{source}: unknown table [{table}] (known: {', '.join(_TABLES)})")
         if not isinstance(value, dict):
-            raise AnalysisInputError(f"{source}: {table} must be a table")
+            raise UsageError(f"{source}: {table} must be a table")
         unknown = set(value) - _TABLES[table]
         if unknown:
-            raise AnalysisInputError(
+            raise UsageError(
                 f"{source}: [{table}] unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_TABLES[table]))})"
             )
     r = _Reader(source, data)
     if "step" not in data or "prompts" not in data["step"]:
-        raise AnalysisInputError(f"{source}: [step] prompts is required (B, prompts per step)")
+        raise UsageError(f"{source}: [step] prompts is required (B, prompts per step)")
     prompts = r.integer("step", "prompts", None, minimum=1)
     group = r.integer("step", "group_size", 1, minimum=1)
     assert prompts is not None and group is not None
@@ -166,13 +166,13 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
     rate = r.number("trainer", "samples_per_second", None, positive=True)
     step_time = r.number("trainer", "step_time_s", None, positive=True)
     if (rate is None) == (step_time is None):
-        raise AnalysisInputError(f"{source}: [trainer] needs exactly one of samples_per_second or step_time_s")
+        raise UsageError(f"{source}: [trainer] needs exactly one of samples_per_second or step_time_s")
     trainer_rate = rate if rate is not None else samples_per_step / float(step_time)  # type: ignore[arg-type]
 
     tool_spec = r.get("rollout", "tool_s", TOOL_FROM_LATENCY_MODEL)
     tool = None if tool_spec == TOOL_FROM_LATENCY_MODEL else r.dist("rollout", "tool_s", 0.0)
     if "generation_s" not in data.get("rollout", {}):
-        raise AnalysisInputError(f"{source}: [rollout] generation_s is required (generation time per turn)")
+        raise UsageError(f"{source}: [rollout] generation_s is required (generation time per turn)")
     mode = r.choice("generator", "mode", "async", ("sync", "async"))
     oversampling = r.number("generator", "oversampling", 1.0, minimum=1.0)
     concurrency = r.integer("generator", "concurrency", None, minimum=1)
@@ -215,11 +215,11 @@ def load_config(path: str | Path) -> RLConfig:
         with open(path, "rb") as handle:
             data = tomllib.load(handle)
     except FileNotFoundError:
-        raise AnalysisInputError(f"config {source} not found") from None
+        raise UsageError(f"config {source} not found") from None
     except tomllib.TOMLDecodeError as exc:
-        raise AnalysisInputError(f"config {source} is not valid TOML: {exc}") from None
+        raise UsageError(f"config {source} is not valid TOML: {exc}") from None
     except OSError as exc:
-        raise AnalysisInputError(f"config {source}: {exc}") from None
+        raise UsageError(f"config {source}: {exc}") from None
     return parse_config(data, source)
 
 

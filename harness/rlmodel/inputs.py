@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.rlmodel.config import RLConfig
 from harness.rlmodel.duration_dists import ConstantDist, Dist
 from harness.rlmodel.latency_input import SandboxLatency, VendorModel
-from harness.rlmodel.config import RLConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harness.rlmodel.duration_dists import ConstantDist, Dist, EmpiricalDist, ScipyDist
-from harness.errors import AnalysisInputError
+from harness.errors import UsageError
 from harness.results.fits import frozen
 from harness.results.latency_schema import validate_latency_model
+from harness.rlmodel.duration_dists import ConstantDist, Dist, EmpiricalDist, ScipyDist
 
 LatencySource = Literal["empirical", "fitted"]
 
@@ -95,7 +95,7 @@ class VendorModel:
 
         startup = dist(startup_metric, "tti")
         if startup is None:
-            raise AnalysisInputError(
+            raise UsageError(
                 f"latency model {self.name}: no successful start near {c:g} in flight (no startup or tti metric)"
             )
         kinds = set(lo_b["failure_probability"]["by_kind"]) | set(hi_b["failure_probability"]["by_kind"])
@@ -140,13 +140,11 @@ class LatencyModelFile:
         if name is None:
             if len(self.vendors) == 1:
                 return self.vendors[0]
-            raise AnalysisInputError(
-                f"{self.path} holds {len(names)} vendors ({', '.join(names)}): pick one with --vendor"
-            )
+            raise UsageError(f"{self.path} holds {len(names)} vendors ({', '.join(names)}): pick one with --vendor")
         for vendor in self.vendors:
             if vendor.name == name:
                 return vendor
-        raise AnalysisInputError(f"{self.path} has no vendor {name!r} (it has {', '.join(names)})")
+        raise UsageError(f"{self.path} has no vendor {name!r} (it has {', '.join(names)})")
 
 
 def load_latency_model(path: str | Path) -> LatencyModelFile:
@@ -154,13 +152,13 @@ def load_latency_model(path: str | Path) -> LatencyModelFile:
     try:
         document = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise AnalysisInputError(f"latency model {source} not found") from None
+        raise UsageError(f"latency model {source} not found") from None
     except (OSError, ValueError) as exc:
-        raise AnalysisInputError(f"latency model {source} is not readable JSON: {exc}") from None
+        raise UsageError(f"latency model {source} is not readable JSON: {exc}") from None
     validate_latency_model(document, source)
     levels = np.asarray(document["quantile_levels"], dtype=float)
     if levels[0] != 0.0 or levels[-1] != 1.0:
-        raise AnalysisInputError(f"{source}: quantile_levels must run from 0 to 1")
+        raise UsageError(f"{source}: quantile_levels must run from 0 to 1")
     vendors = [
         VendorModel(
             provider=m["provider"],

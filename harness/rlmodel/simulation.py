@@ -26,8 +26,8 @@ import numpy as np
 import simpy
 
 from harness.rlmodel.duration_dists import Dist
-from harness.rlmodel.result import ModelResult
 from harness.rlmodel.inputs import Plan
+from harness.rlmodel.result import ModelResult
 
 BLOCK = 4096
 

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.rlmodel.closed_form import solve
-from harness.rlmodel.simulation import simulate
-from harness.rlmodel.latency_input import VendorModel
-from harness.rlmodel.result import ModelResult
 from harness.results.report_tables import Table
+from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import RLConfig
 from harness.rlmodel.inputs import Plan, build_plan
+from harness.rlmodel.latency_input import VendorModel
+from harness.rlmodel.result import ModelResult
+from harness.rlmodel.simulation import simulate
 
 SweepKind = Literal["concurrency", "oversampling"]
 Engine = Literal["both", "closed", "simulation"]

@@ -10,10 +10,7 @@ import math
 import random
 from dataclasses import dataclass
 
-
-class DistributionError(ValueError):
-    """A distribution spec a user wrote that cannot be read; the message is one line."""
-
+from harness.errors import UsageError
 
 KINDS = {
     "const": ("seconds",),
@@ -37,16 +34,16 @@ class Distribution:
             kind, rest = "const", text
         kind = kind.strip().lower()
         if kind not in KINDS:
-            raise DistributionError(f"unknown distribution {kind!r} in {text!r} (use {', '.join(KINDS)})")
+            raise UsageError(f"unknown distribution {kind!r} in {text!r} (use {', '.join(KINDS)})")
         try:
             params = tuple(float(part) for part in rest.split(",") if part.strip())
         except ValueError:
-            raise DistributionError(f"distribution {text!r}: parameters must be numbers") from None
+            raise UsageError(f"distribution {text!r}: parameters must be numbers") from None
         names = KINDS[kind]
         if len(params) != len(names):
-            raise DistributionError(f"distribution {text!r}: {kind} takes {', '.join(names)}")
+            raise UsageError(f"distribution {text!r}: {kind} takes {', '.join(names)}")
         if any(not math.isfinite(p) or p < 0 for p in params) or (kind == "uniform" and params[0] > params[1]):
-            raise DistributionError(f"distribution {text!r}: parameters must be finite, non-negative and ordered")
+            raise UsageError(f"distribution {text!r}: parameters must be finite, non-negative and ordered")
         return cls(kind, params)
 
     def sample(self, rng: random.Random) -> float:

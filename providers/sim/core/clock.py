@@ -162,9 +162,7 @@ class VirtualClock:
                 continue
             budget -= 1
             if budget < 0:
-                raise RuntimeError(
-                    f"VirtualClock.run: more than {max_events} events; is a timer rescheduling itself?"
-                )
+                raise RuntimeError(f"VirtualClock.run: more than {max_events} events; is a timer rescheduling itself?")
             self._now = when
             self.events_run += 1
             cb()

@@ -263,16 +263,12 @@ class Profile:
                 elif key == "description":
                     profile = dataclasses.replace(profile, description=str(raw))
                 else:
-                    raise ProfileError(
-                        f"unknown profile key {key!r} (use section.field, e.g. quota.max_active)"
-                    )
+                    raise ProfileError(f"unknown profile key {key!r} (use section.field, e.g. quota.max_active)")
                 sources[key] = OVERRIDE_SOURCE
                 continue
             cls = _SECTIONS.get(section)
             if cls is None:
-                raise ProfileError(
-                    f"unknown profile section {section!r} in {key!r} (sections: {', '.join(_SECTIONS)})"
-                )
+                raise ProfileError(f"unknown profile section {section!r} in {key!r} (sections: {', '.join(_SECTIONS)})")
             hints = typing.get_type_hints(cls)
             if name not in hints:
                 known = ", ".join(f.name for f in dataclasses.fields(cls))
@@ -337,9 +333,7 @@ def _build_section(cls: type, table: Any, section: str, sources: dict[str, str],
             sources[f"{section}.{key[: -len(SOURCE_SUFFIX)]}"] = raw
             continue
         if key not in fields:
-            raise ProfileError(
-                f"{where}: unknown field {section}.{key} (fields of [{section}]: {', '.join(fields)})"
-            )
+            raise ProfileError(f"{where}: unknown field {section}.{key} (fields of [{section}]: {', '.join(fields)})")
         kwargs[key] = _coerce(raw, hints[key], f"{where}: {section}.{key}")
     for name, f in fields.items():
         no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING

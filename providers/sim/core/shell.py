@@ -776,9 +776,7 @@ def _printf(sh: _Interpreter, argv: list[str], env: dict[str, str], fds: _Fds) -
             return int(t, 0) if t.lower().startswith(("0x", "-0x")) else int(t)
         except ValueError:
             m = re.match(r"[-+]?\d+", t)
-            sh.error(
-                fds, f"printf: {text}: {'expected numeric value' if not m else 'not completely converted'}"
-            )
+            sh.error(fds, f"printf: {text}: {'expected numeric value' if not m else 'not completely converted'}")
             status = 1
             return int(m.group(0)) if m else 0
 
@@ -870,9 +868,7 @@ def _sleep(sh: _Interpreter, argv: list[str], env: dict[str, str], fds: _Fds) ->
     for arg in argv[1:]:
         m = re.fullmatch(r"(\d+\.?\d*|\.\d+|inf|infinity)([smhd]?)", arg, re.IGNORECASE)
         if not m:
-            sh.write(
-                fds, 2, f"sleep: invalid time interval '{arg}'\nTry 'sleep --help' for more information.\n"
-            )
+            sh.write(fds, 2, f"sleep: invalid time interval '{arg}'\nTry 'sleep --help' for more information.\n")
             return 1
         total += float(m.group(1)) * _SLEEP_UNITS[m.group(2).lower()]
     sh.r.t += total

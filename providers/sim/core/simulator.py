@@ -106,9 +106,7 @@ class NotRunning(Exception):
     """Exec on a sandbox that is not RUNNING now (still starting, or ended)."""
 
     def __init__(self, sandbox_id: str, status: str, error_type: str | None, message: str | None) -> None:
-        super().__init__(
-            f"sandbox {sandbox_id} is {status}" + (f" ({error_type}: {message})" if error_type else "")
-        )
+        super().__init__(f"sandbox {sandbox_id} is {status}" + (f" ({error_type}: {message})" if error_type else ""))
         self.sandbox_id = sandbox_id
         self.status = status
         self.error_type = error_type
@@ -126,9 +124,7 @@ class SandboxDied(Exception):
     """The sandbox ended while the command ran (OOM, crash, lifetime, terminated by the user)."""
 
     def __init__(self, sandbox_id: str, status: str, error_type: str | None, message: str) -> None:
-        super().__init__(
-            f"sandbox {sandbox_id} died during exec: {status} {error_type or ''} {message}".strip()
-        )
+        super().__init__(f"sandbox {sandbox_id} died during exec: {status} {error_type or ''} {message}".strip())
         self.sandbox_id = sandbox_id
         self.status = status
         self.error_type = error_type
@@ -313,9 +309,7 @@ class VendorSimulator:
             )
         if Stream(self.seed, "create", attempt).chance(self.profile.errors.create_transient_prob):
             self.rejections[RejectReason.TRANSIENT] += 1
-            raise Rejected(
-                RejectReason.TRANSIENT, "Internal error while creating the sandbox", attempt=attempt
-            )
+            raise Rejected(RejectReason.TRANSIENT, "Internal error while creating the sandbox", attempt=attempt)
         limit = self.profile.quota.max_active
         if len(self._active) >= limit:
             self.rejections[RejectReason.QUOTA_EXHAUSTED] += 1
@@ -382,9 +376,7 @@ class VendorSimulator:
         ooms = draws.chance(errors.exec_oom_prob)
         when_frac = draws.uniform()
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": sb.id[:12], **sb.env, **(env or {})}
-        result = run_shell(
-            command, env=full_env, cwd=cwd or self.profile.exec.default_cwd, memory_mb=sb.memory_mb
-        )
+        result = run_shell(command, env=full_env, cwd=cwd or self.profile.exec.default_cwd, memory_mb=sb.memory_mb)
         total = overhead + result.duration_s
         now = self.clock.now()
         # the earliest of these happens; ties resolve in this order
@@ -676,12 +668,7 @@ class VendorSimulator:
 
         def check() -> None:
             node.idle_timer = None
-            if (
-                node.alive
-                and node.used == 0
-                and node.idle_since == now
-                and len(self.pool) > spec.initial_nodes
-            ):
+            if node.alive and node.used == 0 and node.idle_since == now and len(self.pool) > spec.initial_nodes:
                 for pull in node.pulls.values():
                     if pull.timer is not None:
                         pull.timer.cancel()
@@ -786,9 +773,7 @@ class VendorSimulator:
                 f"Sandbox exceeded its maximum lifetime of {sb.lifetime_s:g}s",
             )
 
-    def _end(
-        self, sb: SimSandbox, status: SandboxStatus, error_type: str | None, message: str | None
-    ) -> None:
+    def _end(self, sb: SimSandbox, status: SandboxStatus, error_type: str | None, message: str | None) -> None:
         phase = sb._phase
         if phase == _ENDED:
             return

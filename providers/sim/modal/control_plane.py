@@ -28,11 +28,11 @@ from typing import Any
 from grpclib import GRPCError, Status
 from modal_proto import api_grpc, api_pb2
 
+from providers.sim.core.simulator import CreateRequest, Rejected
 from providers.sim.modal.errors import generic_result, rejection_error
 from providers.sim.modal.grpc_plumbing import with_unimplemented
 from providers.sim.modal.registry import ModalRegistry, ModalSandbox, is_ended, is_scheduled_or_ended
 from providers.sim.modal.tokens import AUTH_TOKEN_TTL_S, ROUTER_TOKEN_TTL_S, Credentials, JwtSigner, base62_id
-from providers.sim.core.simulator import CreateRequest, Rejected
 
 IMAGE_BUILDER_VERSION = "2025.06"
 DEFAULT_ENVIRONMENT = "main"

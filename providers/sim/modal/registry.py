@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from providers.sim.modal.tokens import base62_id
 from providers.sim.core.simulator import SandboxStatus, SimSandbox, VendorSimulator
+from providers.sim.modal.tokens import base62_id
 
 Predicate = Callable[[SimSandbox], bool]
 

@@ -31,10 +31,6 @@ from grpclib import GRPCError, Status
 from modal_proto import task_command_router_grpc
 from modal_proto import task_command_router_pb2 as sr_pb2
 
-from providers.sim.modal.errors import task_gone_error
-from providers.sim.modal.grpc_plumbing import with_unimplemented
-from providers.sim.modal.registry import ModalRegistry, ModalSandbox, is_usable_or_ended
-from providers.sim.modal.tokens import JwtSigner
 from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
@@ -44,6 +40,10 @@ from providers.sim.core.simulator import (
     SandboxStatus,
     SimSandbox,
 )
+from providers.sim.modal.errors import task_gone_error
+from providers.sim.modal.grpc_plumbing import with_unimplemented
+from providers.sim.modal.registry import ModalRegistry, ModalSandbox, is_usable_or_ended
+from providers.sim.modal.tokens import JwtSigner
 
 STDIO_CHUNK_BYTES = 64 * 1024
 EXEC_RETENTION_S = 60.0  # real seconds a finished sandbox's commands stay readable

@@ -18,8 +18,6 @@ import sys
 from typing import Any
 
 from providers.open_files import raise_open_files_limit
-from providers.sim.modal.server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
-from providers.sim.modal.tokens import DEFAULT_TOKEN_ID
 from providers.sim.core.serve_cli import (
     Parser,
     UsageError,
@@ -29,6 +27,8 @@ from providers.sim.core.serve_cli import (
     port,
     serve_main,
 )
+from providers.sim.modal.server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
+from providers.sim.modal.tokens import DEFAULT_TOKEN_ID
 
 PROG = "python -m providers.sim.modal.serve"
 

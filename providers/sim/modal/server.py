@@ -21,14 +21,14 @@ import grpclib.server
 from aiohttp import web
 
 from providers.sim.core.clock import LoopClock
+from providers.sim.core.profile import Profile
+from providers.sim.core.simulator import VendorSimulator
+from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.modal.control_plane import ModalControlPlane
 from providers.sim.modal.grpc_plumbing import start_grpc_server, stop_grpc_server
 from providers.sim.modal.registry import ModalRegistry
 from providers.sim.modal.router import ModalCommandRouter
 from providers.sim.modal.tokens import DEFAULT_TOKEN_ID, Credentials, JwtSigner
-from providers.sim.core.profile import Profile
-from providers.sim.core.simulator import VendorSimulator
-from providers.sim.core.vendor_settings import VendorSettings
 
 DEFAULT_PROFILE = "modal-like"
 

@@ -45,10 +45,6 @@ from typing import Any
 from aiohttp import web
 
 from providers.sim.core.clock import LoopClock, SimClock
-from providers.sim.prime.openapi import openapi_document
-from providers.sim.prime.command_session import SERVICE as COMMAND_SESSION
-from providers.sim.prime.command_session import build_service, connect_handler
-from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
 from providers.sim.core.simulator import (
     CreateRequest,
     NotFound,
@@ -60,6 +56,10 @@ from providers.sim.core.simulator import (
     iso,
 )
 from providers.sim.core.vendor_settings import VendorSettings
+from providers.sim.prime.command_session import SERVICE as COMMAND_SESSION
+from providers.sim.prime.command_session import build_service, connect_handler
+from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
+from providers.sim.prime.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +220,7 @@ def _minutes(lifetime_s: float) -> int:
 def _logs(sb: SimSandbox, clock: SimClock) -> str:
     lines = [f"{iso(clock, sb.created_at)} sandbox {sb.id} accepted (PENDING)"]
     if sb.started_at is not None:
-        lines.append(
-            f"{iso(clock, sb.started_at)} scheduled on node {sb.node}; provisioning image {sb.image}"
-        )
+        lines.append(f"{iso(clock, sb.started_at)} scheduled on node {sb.node}; provisioning image {sb.image}")
     if sb.running_at is not None:
         lines.append(f"{iso(clock, sb.running_at)} sandbox is RUNNING")
     if sb.ended_at is not None:
@@ -249,16 +247,12 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
     def get(name: str, kind: str, *, required: bool = False, default: Any = None) -> Any:
         if name not in body or (body[name] is None and not required):
             if required:
-                errors.append(
-                    {"type": "missing", "loc": ["body", name], "msg": "Field required", "input": body}
-                )
+                errors.append({"type": "missing", "loc": ["body", name], "msg": "Field required", "input": body})
             return default
         value = body[name]
         ok = {
             "str": isinstance(value, str),
-            "number": isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value),
+            "number": isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
             "int": isinstance(value, int) and not isinstance(value, bool),
             "bool": isinstance(value, bool),
             "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
@@ -305,9 +299,7 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
                 )
             )
     elif isinstance(image, str) and not image.strip():
-        errors.append(
-            _field_error("value_error", "docker_image", "Value error, docker_image must not be empty", image)
-        )
+        errors.append(_field_error("value_error", "docker_image", "Value error, docker_image must not be empty", image))
     cpu = get("cpu_cores", "number", default=1.0)
     positive("cpu_cores", cpu)
     memory_gb = get("memory_gb", "number", default=1.0)
@@ -317,9 +309,7 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
     gpus = get("gpu_count", "int", default=0)
     if isinstance(gpus, int) and gpus != 0:
         errors.append(
-            _field_error(
-                "value_error", "gpu_count", "Value error, GPUs are not modelled by the simulator", gpus
-            )
+            _field_error("value_error", "gpu_count", "Value error, GPUs are not modelled by the simulator", gpus)
         )
     minutes = get("timeout_minutes", "int", default=60)
     if isinstance(minutes, int) and not (minutes == -1 or minutes >= 1):
@@ -353,20 +343,14 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
         exe, args = start.get("executable"), start.get("args", [])
         if not isinstance(exe, str) or not exe:
             errors.append(
-                _field_error(
-                    "string_too_short", "start_command", "executable should have at least 1 character", start
-                )
+                _field_error("string_too_short", "start_command", "executable should have at least 1 character", start)
             )
         elif not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            errors.append(
-                _field_error("list_type", "start_command", "args should be a valid list of strings", start)
-            )
+            errors.append(_field_error("list_type", "start_command", "args should be a valid list of strings", start))
         else:
             argv = (exe, *args)
     elif start is not None:
-        errors.append(
-            _field_error("model_type", "start_command", "Input should be a valid StartCommand", start)
-        )
+        errors.append(_field_error("model_type", "start_command", "Input should be a valid StartCommand", start))
     if errors:
         return None, errors
     meta = {
@@ -432,9 +416,7 @@ def _bool_param(raw: str | None, name: str) -> tuple[bool | None, dict[str, Any]
     }
 
 
-def _int_param(
-    raw: str | None, name: str, default: int, lo: int, hi: int
-) -> tuple[int, dict[str, Any] | None]:
+def _int_param(raw: str | None, name: str, default: int, lo: int, hi: int) -> tuple[int, dict[str, Any] | None]:
     if raw is None:
         return default, None
     try:
@@ -528,13 +510,9 @@ async def batch_status(request: web.Request) -> web.Response:
         return problem
     ids = body.get("sandbox_ids") if isinstance(body, dict) else None
     if not isinstance(body, dict) or "sandbox_ids" not in body:
-        return _invalid(
-            [{"type": "missing", "loc": ["body", "sandbox_ids"], "msg": "Field required", "input": body}]
-        )
+        return _invalid([{"type": "missing", "loc": ["body", "sandbox_ids"], "msg": "Field required", "input": body}])
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        return _invalid(
-            [_field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids)]
-        )
+        return _invalid([_field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids)])
     if len(ids) > MAX_BATCH_IDS:
         return _invalid(
             [
@@ -547,9 +525,7 @@ async def batch_status(request: web.Request) -> web.Response:
             ]
         )
     if len(set(ids)) != len(ids):
-        return _invalid(
-            [_field_error("value_error", "sandbox_ids", "Value error, sandbox_ids must be unique", ids)]
-        )
+        return _invalid([_field_error("value_error", "sandbox_ids", "Value error, sandbox_ids must be unique", ids)])
     sim = _sim(request)
     statuses, errors = [], []
     for sandbox_id in ids:
@@ -584,15 +560,11 @@ async def bulk_delete(request: web.Request) -> web.Response:
     if problem is not None:
         return problem
     if not isinstance(body, dict):
-        return _invalid(
-            [_field_error("model_attributes_type", None, "Input should be a valid dictionary", body)]
-        )
+        return _invalid([_field_error("model_attributes_type", None, "Input should be a valid dictionary", body)])
     ids, labels = body.get("sandbox_ids"), body.get("labels")
     errors = []
     if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
-        errors.append(
-            _field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids)
-        )
+        errors.append(_field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids))
     if labels is not None and not (isinstance(labels, list) and all(isinstance(i, str) for i in labels)):
         errors.append(_field_error("list_type", "labels", "Input should be a valid list of strings", labels))
     if not errors and not ids and not labels:
@@ -627,9 +599,7 @@ async def error_context(request: web.Request) -> web.Response:
         sb = _sim(request).get(request.match_info["sandbox_id"])
     except NotFound:
         return _not_found()
-    return web.json_response(
-        {"status": str(sb.status), "error_type": sb.error_type, "error_message": sb.error_message}
-    )
+    return web.json_response({"status": str(sb.status), "error_type": sb.error_type, "error_message": sb.error_message})
 
 
 async def sandbox_logs(request: web.Request) -> web.Response:
@@ -776,9 +746,7 @@ async def start_stub(
     bind_host = host or settings.host
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(
-        runner, bind_host, settings.port if port is None else port, backlog=4096, reuse_address=True
-    )
+    site = web.TCPSite(runner, bind_host, settings.port if port is None else port, backlog=4096, reuse_address=True)
     try:
         await site.start()
     except BaseException:

@@ -41,8 +41,6 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.prime.connect import CallContext, Code, ConnectService, Procedure, RpcError
-from providers.sim.prime.gateway import GatewayTokens
 from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
@@ -53,6 +51,8 @@ from providers.sim.core.simulator import (
     SandboxStatus,
     VendorSimulator,
 )
+from providers.sim.prime.connect import CallContext, Code, ConnectService, Procedure, RpcError
+from providers.sim.prime.gateway import GatewayTokens
 
 SERVICE = "command_session.CommandSession"
 CHUNK_BYTES = 32 * 1024

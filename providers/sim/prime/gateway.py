@@ -88,9 +88,7 @@ class GatewayTokens:
 
 
 def _sandbox_gone(message: str) -> web.Response:
-    return web.json_response(
-        {"error": "sandbox_not_found", "detail": f"Sandbox not found: {message}"}, status=502
-    )
+    return web.json_response({"error": "sandbox_not_found", "detail": f"Sandbox not found: {message}"}, status=502)
 
 
 def exec_handler(
@@ -106,9 +104,7 @@ def exec_handler(
         try:
             body = await request.json()
         except ValueError:
-            return _invalid(
-                [{"type": "json_invalid", "loc": ["body"], "msg": "JSON decode error", "input": None}]
-            )
+            return _invalid([{"type": "json_invalid", "loc": ["body"], "msg": "JSON decode error", "input": None}])
         if not isinstance(body, dict):
             return _invalid(
                 [
@@ -135,26 +131,17 @@ def exec_handler(
         timeout = body.get("timeout", DEFAULT_EXEC_TIMEOUT_S)
         if timeout is None:
             timeout = DEFAULT_EXEC_TIMEOUT_S
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not timeout > 0
-            or math.isnan(timeout)
-        ):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or math.isnan(timeout):
             errors.append(_err(body, "timeout", "greater_than", "Input should be a positive number"))
         cwd = body.get("working_dir")
         if cwd is not None and not isinstance(cwd, str):
             errors.append(_err(body, "working_dir", "string_type", "Input should be a valid string"))
         env = body.get("env") or {}
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             errors.append(_err(body, "env", "dict_type", "Input should be a valid dictionary of strings"))
         sandbox_id = body.get("sandbox_id", job_id)
         if sandbox_id not in (None, job_id):
-            errors.append(
-                _err(body, "sandbox_id", "value_error", "sandbox_id does not match the job of this token")
-            )
+            errors.append(_err(body, "sandbox_id", "value_error", "sandbox_id does not match the job of this token"))
         if errors:
             return _invalid(errors)
         assert isinstance(command, str)
@@ -173,9 +160,7 @@ def exec_handler(
             return _sandbox_gone(exc.message)
         except ExecError as exc:
             return web.json_response({"detail": f"Gateway error: {exc.message}"}, status=503)
-        return web.json_response(
-            {"stdout": outcome.stdout, "stderr": outcome.stderr, "exit_code": outcome.exit_code}
-        )
+        return web.json_response({"stdout": outcome.stdout, "stderr": outcome.stderr, "exit_code": outcome.exit_code})
 
     return handle
 

@@ -315,9 +315,7 @@ def openapi_document() -> dict[str, Any]:
     """A fresh copy of the document (callers may mutate it)."""
     p = "/api/v1"
     rate_limited = {
-        **_json(
-            _ref("Error"), "RATE_LIMITED (with Retry-After header, real seconds) or SANDBOX_LIMIT_REACHED"
-        ),
+        **_json(_ref("Error"), "RATE_LIMITED (with Retry-After header, real seconds) or SANDBOX_LIMIT_REACHED"),
         "headers": {"Retry-After": {"schema": {"type": "integer"}}},
     }
     paths: dict[str, Any] = {
@@ -530,9 +528,7 @@ def openapi_document() -> dict[str, Any]:
             }
         },
         "/openapi.json": {
-            "get": _op(
-                "This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}, auth="none", tag="meta"
-            )
+            "get": _op("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}, auth="none", tag="meta")
         },
     }
     return {

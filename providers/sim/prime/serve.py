@@ -15,7 +15,6 @@ import os
 import sys
 from typing import Any
 
-from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 from providers.sim.core.profile import load_profile
 from providers.sim.core.serve_cli import (
     Parser,
@@ -25,6 +24,7 @@ from providers.sim.core.serve_cli import (
     port,
     serve_main,
 )
+from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 
 PROG = "python -m providers.sim.prime.serve"
 
