@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from harness.results.knee import KneeThresholds, find_knee
+from harness.results.knee import (
+    DEFAULT_MAX_FAILURE_RATE,
+    DEFAULT_P99_FACTOR,
+    KneeThresholds,
+    find_knee,
+    stage_verdicts,
+)
 from harness.results.stage_aggregate import StageStats
 
 
@@ -32,8 +38,30 @@ def test_failure_rate_breaks_the_ramp():
 
 
 def test_tail_latency_breaks_relative_to_the_lowest_stage():
-    knee = find_knee([stage(240, 0.0, 31), stage(60, 0.0, 10), stage(120, 0.0, 29)])  # unordered input
-    assert knee.stage == "s120" and knee.broken_stage == "s240" and "3.1×" in knee.reason
+    knee = find_knee([stage(240, 0.0, 51), stage(60, 0.0, 10), stage(120, 0.0, 49)])  # unordered input
+    assert knee.stage == "s120" and knee.broken_stage == "s240" and "5.1×" in knee.reason
+
+
+def test_the_shared_rule_is_the_live_search_rule():
+    """One rule for the live knee search and the report: 5% failures, TTI p99 5x the first (lowest) stage's."""
+    assert (DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR) == (0.05, 5.0)
+    assert stage_verdicts(0.0, 100, 4.0, 1.0, KneeThresholds()) == []  # 4x the reference: clean
+    (verdict,) = stage_verdicts(0.0, 100, 6.0, 1.0, KneeThresholds())  # 6x: past the knee
+    assert "6.0×" in verdict
+    assert stage_verdicts(0.05, 100, 1.0, 1.0, KneeThresholds()) == []  # at the limit is still clean
+    assert "failure rate 6.0%" in stage_verdicts(0.06, 100, 1.0, 1.0, KneeThresholds())[0]
+    assert stage_verdicts(0.0, 0, None, 1.0, KneeThresholds()) == ["no rollout finished during the stage"]
+    assert stage_verdicts(0.0, 100, 9.0, None, KneeThresholds()) == []  # no reference yet: no relative limit
+    both = stage_verdicts(0.5, 100, 60.0, 10.0, KneeThresholds())
+    assert len(both) == 2 and "failure rate" in both[0] and "TTI p99" in both[1]
+
+
+def test_an_explicit_p99_limit_replaces_the_factor():
+    thresholds = KneeThresholds(max_p99_s=3.0)
+    assert thresholds.p99_limit(1.0) == 3.0 and KneeThresholds().p99_limit(2.0) == 10.0
+    assert KneeThresholds(max_p99_ratio=None).p99_limit(2.0) is None and KneeThresholds().p99_limit(None) is None
+    assert stage_verdicts(0.0, 100, 4.0, 1.0, thresholds) == ["TTI p99 4 s > 3 s"]
+    assert stage_verdicts(0.0, 100, 2.9, 0.1, thresholds) == []  # 29x the reference, but under the explicit limit
 
 
 def test_thresholds_are_settable():

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from harness.errors import UsageError, one_line_errors
+from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 
 
 def _fraction(text: str) -> float:
@@ -43,12 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
                         help="durations in vendor seconds (wall / time scale; default) or wall seconds")  # fmt: skip
-    parser.add_argument("--knee-max-failure", type=_fraction, default=None, metavar="RATE",
-                        help="knee: highest failure rate a stage may have (0.05 or 5 = 5%%; default 5%%)")  # fmt: skip
-    parser.add_argument("--knee-p99-ratio", type=_positive, default=None, metavar="X",
-                        help="knee: TTI p99 at most X times the lowest stage's (default 3)")  # fmt: skip
+    parser.add_argument("--knee-max-failure", type=_fraction, default=DEFAULT_MAX_FAILURE_RATE, metavar="RATE",
+                        help="knee: highest failure rate a stage may have (0.05 or 5 = 5%%; "
+                             f"default {100 * DEFAULT_MAX_FAILURE_RATE:g}%%, as the live knee search)")  # fmt: skip
+    parser.add_argument("--knee-p99-ratio", type=_positive, default=DEFAULT_P99_FACTOR, metavar="X",
+                        help="knee: TTI p99 at most X times the lowest stage's "
+                             f"(default {DEFAULT_P99_FACTOR:g}, as the live knee search)")  # fmt: skip
     parser.add_argument("--knee-max-p99", type=_positive, default=None, metavar="SECONDS",
-                        help="knee: TTI p99 at most this many seconds (default: no absolute limit)")  # fmt: skip
+                        help="knee: TTI p99 at most this many seconds, instead of the ratio (default: the ratio)")  # fmt: skip
     parser.add_argument("--no-figures", action="store_true", help="tables only (no PNG; report.html without figures)")
 
 
@@ -56,13 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_MAX_P99_RATIO, KneeThresholds
+    from harness.results.knee import KneeThresholds
     from harness.results.report import build_report
 
     thresholds = KneeThresholds(
-        max_failure_rate=DEFAULT_MAX_FAILURE_RATE if args.knee_max_failure is None else args.knee_max_failure,
-        max_p99_ratio=DEFAULT_MAX_P99_RATIO if args.knee_p99_ratio is None else args.knee_p99_ratio,
-        max_p99_s=args.knee_max_p99,
+        max_failure_rate=args.knee_max_failure, max_p99_ratio=args.knee_p99_ratio, max_p99_s=args.knee_max_p99
     )
     result = build_report(
         args.run_dirs,
