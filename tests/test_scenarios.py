@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.results.summary import concurrency_at_submit
+from harness.results.concurrency import concurrency_at_submit
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

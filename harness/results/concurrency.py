@@ -14,7 +14,12 @@ import pandas as pd
 
 
 def interval_ends(frame: pd.DataFrame, run_end: float | None = None) -> np.ndarray:
-    """End of each rollout (submit + total_s); a row without total_s is taken to last until the run's end."""
+    """End of each rollout (submit + total_s); a row without total_s is taken to last until the run's end.
+
+    A rollout with no total_s was cut off (a kill, the end of the run) while it held a sandbox: it was in flight
+    from its submit until then. Dropping it, or giving it zero length, would undercount the load exactly when
+    the vendor was slowest (the slow rollouts are the ones left unfinished).
+    """
     start = frame["t_submit"].to_numpy(dtype=float)
     end = start + frame["total_s"].to_numpy(dtype=float)
     missing = np.isnan(end)
@@ -32,7 +37,11 @@ def concurrency_at(instants: np.ndarray, starts: np.ndarray, ends: np.ndarray) -
 
 
 def concurrency_at_submit(frame: pd.DataFrame) -> np.ndarray:
-    """The fleet-wide number of rollouts in flight when each row was submitted (itself included)."""
+    """The fleet-wide number of rollouts in flight when each row was submitted (itself included).
+
+    The one definition behind "peak in flight" (the end-of-run summary), the report's measured concurrency
+    and the latency export's buckets. Ends sort before starts at equal times: [t_submit, end) is half-open.
+    """
     starts = frame["t_submit"].to_numpy(dtype=float)
     return concurrency_at(starts, starts, interval_ends(frame))
 

@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.errors import UsageError
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.errors import UsageError
 from harness.results.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
 from harness.results.latency_schema import validate_latency_model
-from harness.results.stage_aggregate import stage_order
 from harness.results.quantiles import group_sorted
+from harness.results.stage_aggregate import stage_order
 
 QUANTILE_LEVELS: tuple[float, ...] = (
     0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,

@@ -18,8 +18,8 @@ import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from harness.results.concurrency import timeline
-from harness.results.stage_aggregate import RunStats
 from harness.results.quantiles import downsample_sorted
+from harness.results.stage_aggregate import RunStats
 
 plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.errors import UsageError
 from harness.results.knee import Knee, KneeThresholds, find_knee
 from harness.results.report_tables import (
     Table,

@@ -8,13 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.results.summary import (
-    concurrency_at_submit,
-    format_stage_table,
-    load_truth,
-    measurement_error,
-    stage_rows,
-)
+from harness.results.concurrency import concurrency_at_submit
+from harness.results.summary import format_stage_table, load_truth, measurement_error, stage_rows
 
 
 def render_run_summary(

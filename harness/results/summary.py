@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.results.concurrency import concurrency_at_submit
+
 QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999))
 
 
@@ -40,23 +42,6 @@ class StageRow:
     tti: dict[str, float]
     max_inflight: int
     start_rate: float
-
-
-def concurrency_at_submit(rollouts: pd.DataFrame) -> np.ndarray:
-    """How many rollouts were in flight, over every engine of the run, when each one was submitted.
-
-    A sweep over the intervals [t_submit, t_submit + total_s): unlike `inflight_at_submit` (one engine's count),
-    this is the run's true concurrency however many workers made it. Ends sort before starts at equal times.
-    """
-    starts = rollouts["t_submit"].to_numpy(dtype=float)
-    ends = starts + rollouts["total_s"].fillna(0.0).to_numpy(dtype=float)
-    times = np.concatenate([ends, starts])
-    deltas = np.concatenate([-np.ones(len(ends)), np.ones(len(starts))])
-    order = np.lexsort((deltas, times))  # by time, then -1 before +1
-    level = np.cumsum(deltas[order])
-    at = np.empty(len(times))
-    at[order] = level
-    return at[len(ends) :].astype(int)
 
 
 def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
