@@ -34,7 +34,6 @@ protocol, internals and error texts this adapter and the stub were checked again
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import math
 import re
@@ -76,6 +75,7 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.prime_statuses import error_from_response, retry_after_of, status_kind
 
 T = TypeVar("T")
 
@@ -88,8 +88,6 @@ _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter 
 # `APIError("Connect RPC failed (<code>): <message>")` from the gateway.
 _HTTP = re.compile(r"^HTTP (\d{3}): (.*)$", re.S)
 _CONNECT = re.compile(r"^Connect RPC failed \((\w+)\): (.*)$", re.S)
-_QUOTA = re.compile(r"limit reached|SANDBOX_LIMIT|quota|concurren", re.I)
-_CAPACITY = re.compile(r"capacity", re.I)
 _READY_TIMEOUT_TYPES = frozenset({"PROVISIONING_TIMEOUT", "GATEWAY_REACHABILITY_TIMEOUT"})
 _TRANSPORT_ERRORS = (
     httpx.TransportError,
@@ -210,16 +208,7 @@ _CREATE_CALL: contextvars.ContextVar[_CreateCall | None] = contextvars.ContextVa
 
 
 def _throttle_error(status: int, body: Any, headers: Mapping[str, str]) -> ProviderError:
-    detail = body.get("detail") if isinstance(body, dict) else None
-    code = body.get("errorCode") if isinstance(body, dict) else None
-    text = str(detail) if detail is not None else str(body)[:200]
-    raw: Any = headers.get("Retry-After") or (body.get("retryAfter") if isinstance(body, dict) else None)
-    retry_after: float | None = None
-    with contextlib.suppress(TypeError, ValueError):
-        retry_after = float(raw)
-    quota = code == "SANDBOX_LIMIT_REACHED" or bool(_QUOTA.search(text))
-    kind = FailureKind.QUOTA_EXHAUSTED if quota else FailureKind.RATE_LIMITED
-    return ProviderError(kind, f"HTTP {status}: {text}", retry_after=retry_after)
+    return error_from_response(status, body, Phase.CREATE, retry_after_of(headers, body))
 
 
 class PrimeProvider(Provider):
@@ -506,7 +495,7 @@ def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
     if any(isinstance(cause, _TRANSPORT_ERRORS) for cause in _causes(exc)) or message.startswith("Request failed"):
         return FailureKind.TRANSPORT  # httpx / pyqwest never got an answer
     if match := _HTTP.match(message):
-        return _http_status(int(match.group(1)), match.group(2), phase)
+        return status_kind(int(match.group(1)), phase, match.group(2))
     if match := _CONNECT.match(message):
         cause = exc.__cause__
         if (
@@ -520,26 +509,6 @@ def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
         return FailureKind.AUTH if "FORBIDDEN" in message else _gone(phase)
     if "is being deleted" in message:
         return FailureKind.HARNESS  # our own terminate raced our own call on the same sandbox
-    return _vendor_error(phase)
-
-
-def _http_status(status: int, detail: str, phase: Phase | None) -> FailureKind:
-    if status in (401, 403):
-        return FailureKind.AUTH
-    if status == 402:
-        return FailureKind.QUOTA_EXHAUSTED
-    if status == 429:
-        return FailureKind.QUOTA_EXHAUSTED if _QUOTA.search(detail) else FailureKind.RATE_LIMITED
-    if status == 503 and _CAPACITY.search(detail):
-        return FailureKind.CAPACITY
-    if status in (400, 409, 422):
-        return FailureKind.INVALID_REQUEST
-    if status == 404 and phase in (Phase.READY, Phase.EXEC):
-        return _gone(phase)
-    if status == 408:
-        return classify_common(TimeoutError(), phase)
-    if phase is Phase.READY:
-        return FailureKind.TRANSPORT  # the status API failing is not the sandbox failing (as the stub client)
     return _vendor_error(phase)
 
 

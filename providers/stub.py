@@ -32,6 +32,7 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.prime_statuses import error_from_response, retry_after_of
 
 DEFAULT_IMAGE = "python:3.11-slim"
 BATCH_LIMIT = 100
@@ -84,49 +85,6 @@ class StubOptions:
 class GatewayAuth:
     token: str
     url: str  # {gateway_url}/{user_ns}/{job_id}
-
-
-def error_from_response(status: int, body: Any, phase: Phase, retry_after: float | None = None) -> ProviderError:
-    """An HTTP error answer of the Prime-like API as a classified error."""
-    detail = body.get("detail") if isinstance(body, dict) else None
-    code = body.get("errorCode") if isinstance(body, dict) else None
-    text = detail if isinstance(detail, str) else (str(detail) if detail is not None else str(body)[:200])
-    message = f"HTTP {status}: {text}"
-    kind: FailureKind
-    if status in (401, 403):
-        kind = FailureKind.AUTH
-    elif status == 402:
-        kind = FailureKind.QUOTA_EXHAUSTED
-    elif status == 429:
-        kind = FailureKind.QUOTA_EXHAUSTED if code == "SANDBOX_LIMIT_REACHED" else FailureKind.RATE_LIMITED
-    elif status == 503 and code == "INSUFFICIENT_CAPACITY":
-        kind = FailureKind.CAPACITY
-    elif status in (400, 422):
-        kind = FailureKind.INVALID_REQUEST
-    elif phase is Phase.EXEC:
-        if status == 408:
-            kind = FailureKind.EXEC_TIMEOUT
-        elif status in (404, 409) or (status == 502 and "not found" in text.lower()):
-            kind = FailureKind.DIED_DURING_EXEC
-        else:
-            kind = FailureKind.EXEC_ERROR
-    elif phase is Phase.READY:
-        kind = FailureKind.DIED_BEFORE_READY if status == 404 else FailureKind.TRANSPORT
-    elif phase is Phase.CREATE:
-        kind = FailureKind.CREATE_ERROR
-    else:
-        kind = FailureKind.UNKNOWN
-    return ProviderError(kind, message, retry_after=retry_after)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
 
 
 class StatusPoller:
@@ -239,7 +197,7 @@ class StubProvider(Provider):
         async with self.session.request(method, url, json=json, params=params) as response:
             body = await _json_or_text(response)
             if response.status >= 400:
-                raise error_from_response(response.status, body, phase, _retry_after(response.headers))
+                raise error_from_response(response.status, body, phase, retry_after_of(response.headers, body))
             return body if isinstance(body, dict) else {}
 
     async def preflight(self) -> None:

@@ -39,6 +39,7 @@ from providers import create_provider
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxRef, SandboxSpec
 from providers.prime import PrimeProvider, classify_prime
 from providers.sim.prime.api import RunningStub, StubSettings, start_stub
+from tests.support.prime_status_cases import PRIME_STATUS_CASES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -302,6 +303,23 @@ def test_classification_of_sdk_exceptions_the_stub_cannot_produce(
     exc: BaseException, phase: Phase, kind: FailureKind
 ) -> None:
     assert classify_prime(exc, phase) is kind
+
+
+@pytest.mark.parametrize(("status", "body", "phase", "kind"), PRIME_STATUS_CASES)
+def test_every_prime_status_as_the_sdk_words_it(
+    status: int, body: dict[str, Any], phase: Phase, kind: FailureKind
+) -> None:
+    """The SDK keeps only `HTTP <status>: <detail>`: the same table must come out as the stub adapter's."""
+    assert classify_prime(APIError(f"HTTP {status}: {body['detail']}"), phase) is kind
+
+
+def test_a_429_on_create_keeps_retry_after_and_tells_quota_from_throttling() -> None:
+    from providers.prime import _throttle_error
+
+    throttled = _throttle_error(429, {"detail": "slow down", "retryAfter": 1.5}, {})
+    assert (throttled.kind, throttled.retry_after) == (FailureKind.RATE_LIMITED, 1.5)
+    quota = _throttle_error(429, {"detail": "x", "errorCode": "SANDBOX_LIMIT_REACHED"}, {"Retry-After": "3"})
+    assert (quota.kind, quota.retry_after) == (FailureKind.QUOTA_EXHAUSTED, 3.0)
 
 
 def test_an_unreadable_vendor_answer_is_a_vendor_error() -> None:

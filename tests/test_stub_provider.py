@@ -6,9 +6,11 @@ import asyncio
 
 import pytest
 
+from providers import prime_statuses
 from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
 from providers.sim.prime.api import StubSettings, start_stub
 from providers.stub import StubProvider
+from tests.support.prime_status_cases import PRIME_STATUS_CASES
 
 
 def spec(rollout: str = "r1", run: str = "run-1", memory_mb: int = 256) -> SandboxSpec:
@@ -159,3 +161,19 @@ def test_options_are_checked():
         StubProvider.from_options({"base_url": "ftp://x", "token": "t"})
     with pytest.raises(ProviderConfigError):
         StubProvider.from_options({"base_url": "http://x"})
+
+
+@pytest.mark.parametrize(("status", "body", "phase", "kind"), PRIME_STATUS_CASES)
+def test_every_prime_status_is_classified_by_the_shared_table(status, body, phase, kind):
+    from providers import stub
+
+    assert stub.error_from_response is prime_statuses.error_from_response  # one mapping, not a copy
+    error = stub.error_from_response(status, body, phase)
+    assert error.kind is kind, error
+    assert str(error.args[0]).startswith(f"HTTP {status}: ")
+
+
+def test_retry_after_comes_from_the_header_else_the_body():
+    assert prime_statuses.retry_after_of({"Retry-After": "2.5"}, {"retryAfter": 9}) == 2.5
+    assert prime_statuses.retry_after_of({}, {"retryAfter": 1.25}) == 1.25
+    assert prime_statuses.retry_after_of({"Retry-After": "soon"}) is None
