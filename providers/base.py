@@ -20,6 +20,10 @@ RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
 ENGINE_LABEL = "stampede-engine"
 
+DEFAULT_LIFETIME_S = 3600.0
+"""How long a sandbox may live unless the run says otherwise (the vendor reaps it after this, even if we die).
+The one definition: `SandboxSpec`'s default here, the harness's `--lifetime` and rollout plan import it."""
+
 
 class FailureKind(enum.StrEnum):
     """Why a rollout failed, comparable across vendors (contract)."""
@@ -76,7 +80,7 @@ class SandboxSpec:
     memory_mb: int = 1024
     pids_limit: int = 256
     disk_gb: float = 5.0
-    lifetime_s: float = 600.0  # the vendor reaps the sandbox after this, even if we die
+    lifetime_s: float = DEFAULT_LIFETIME_S  # the vendor reaps the sandbox after this, even if we die
     network: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)

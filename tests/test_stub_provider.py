@@ -177,3 +177,10 @@ def test_retry_after_comes_from_the_header_else_the_body():
     assert prime_statuses.retry_after_of({"Retry-After": "2.5"}, {"retryAfter": 9}) == 2.5
     assert prime_statuses.retry_after_of({}, {"retryAfter": 1.25}) == 1.25
     assert prime_statuses.retry_after_of({"Retry-After": "soon"}) is None
+
+
+def test_the_default_sandbox_lifetime_is_defined_once_in_the_contract():
+    from providers.base import DEFAULT_LIFETIME_S
+
+    assert DEFAULT_LIFETIME_S == 3600.0
+    assert SandboxSpec(run_id="r", rollout_id="a").lifetime_s == DEFAULT_LIFETIME_S
