@@ -31,9 +31,11 @@ TARGET_S = 10.0
 def naive_baseline(run_dir: Path) -> float:
     import pandas as pd
 
+    from harness.results.quantiles import REPORT_QUANTILES
+
     start = time.perf_counter()
     frame = pd.concat([pd.read_parquet(path) for path in sorted(run_dir.glob("rollouts*.parquet"))])
-    qs = [0.5, 0.9, 0.95, 0.99, 0.999, 1.0]
+    qs = [*(q for _, q in REPORT_QUANTILES), 1.0]  # the report's levels and the max
     for column in ("tti_s", "create_s", "exec_s", "terminate_s"):
         frame.groupby("stage")[column].quantile(qs)
     frame.groupby(["stage", "failure_kind"]).size()

@@ -7,9 +7,8 @@ import pandas as pd
 import pytest
 
 from harness.results.concurrency import concurrency_at_submit, timeline
-from harness.results.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted
+from harness.results.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted, quantiles
 from harness.results.stage_aggregate import _censored_upper
-from harness.results.summary import quantiles
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -2,19 +2,36 @@
 
 One sort per metric (by group, then value) serves every group and every quantile: the value at rank
 ceil(q·n) within a group is picked by index arithmetic, exactly as numpy's `inverted_cdf` picks it (so the
-numbers equal `summary.quantiles` to the bit), and the sorted runs are kept for the CDF plots.
+numbers equal `quantiles` of one sample to the bit), and the sorted runs are kept for the CDF plots.
+
+`REPORT_QUANTILES` / `QUANTILE_NAMES` are the one list of levels every table, CSV and summary prints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 REPORT_QUANTILES: tuple[tuple[str, float], ...] = (
     ("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999),
 )  # fmt: skip
+QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")  # the columns tables print
+
+
+def quantiles(values: Any, qs: tuple[tuple[str, float], ...] = REPORT_QUANTILES) -> dict[str, float]:
+    """Nearest-rank quantiles plus max of one sample (an array or a pandas Series); NaN when there are none."""
+    if hasattr(values, "dropna"):
+        values = values.dropna()
+    array = np.asarray(values, dtype=float)
+    array = array[~np.isnan(array)]
+    if array.size == 0:
+        return {name: float("nan") for name, _ in qs} | {"max": float("nan")}
+    result = {name: float(np.quantile(array, q, method="inverted_cdf")) for name, q in qs}
+    result["max"] = float(array.max())
+    return result
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from harness.errors import UsageError
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.knee import Knee, KneeThresholds, find_knee
+from harness.results.quantiles import QUANTILE_NAMES
 from harness.results.report_tables import (
     Table,
     basis_note,
@@ -24,7 +25,7 @@ from harness.results.report_tables import (
     phase_table,
     stage_table,
 )
-from harness.results.stage_aggregate import QUANTILE_NAMES, RunStats, TimeBasis, compute_run_stats
+from harness.results.stage_aggregate import RunStats, TimeBasis, compute_run_stats
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("tti_cdf.png", "TTI CDF per stage (log x)"),

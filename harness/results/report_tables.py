@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.results.knee import Knee
-from harness.results.stage_aggregate import QUANTILE_NAMES, RunStats, StageStats
+from harness.results.quantiles import QUANTILE_NAMES
+from harness.results.stage_aggregate import RunStats, StageStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +58,8 @@ def basis_note(run: RunStats) -> str:
 def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     unit = "vendor s" if run.basis == "vendor" else "wall s"
     retried = any(s.retries for s in run.stages)
-    header = ["stage", "conc", "rollouts", "ok", "failed", "cxl", "ok%", "TTI p50", "p90", "p95", "p99", "p99.9",
-              "max", "starts/s", "failures by kind", "by phase"]  # fmt: skip
+    header = ["stage", "conc", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]}",
+              *QUANTILE_NAMES[1:], "starts/s", "failures by kind", "by phase"]  # fmt: skip
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[2:3] = ["attempts", "retries", "gave up"]
     rows = []

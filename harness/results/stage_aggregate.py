@@ -21,7 +21,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import RunInfo
-from harness.results.quantiles import REPORT_QUANTILES, GroupedSample, group_sorted, quantile_summary
+from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
 
 TimeBasis = Literal["vendor", "wall"]
 PHASES: tuple[tuple[str, str], ...] = (("tti", "tti_s"), ("create", "create_s"), ("exec", "exec_s"),
@@ -224,6 +224,3 @@ def _censored_upper(sorted_ok: np.ndarray, censored: int, levels: np.ndarray) ->
         rank = int(min(max(np.ceil(n * q - 1.0), 0), n - 1))
         out.append(float(sorted_ok[rank]) if rank < sorted_ok.size else float("inf"))
     return out
-
-
-QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")

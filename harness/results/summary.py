@@ -15,18 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
-
-QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999))
-
-
-def quantiles(values: pd.Series | np.ndarray, qs: tuple[tuple[str, float], ...] = QUANTILES) -> dict[str, float]:
-    """Nearest-rank quantiles plus max; NaN when there are no values."""
-    array = np.asarray(pd.Series(values).dropna(), dtype=float)
-    if array.size == 0:
-        return {name: float("nan") for name, _ in qs} | {"max": float("nan")}
-    result = {name: float(np.quantile(array, q, method="inverted_cdf")) for name, q in qs}
-    result["max"] = float(array.max())
-    return result
+from harness.results.quantiles import quantiles
 
 
 @dataclass(frozen=True, slots=True)
