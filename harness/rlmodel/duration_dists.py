@@ -5,6 +5,10 @@ draws from them. One object per distribution, so the two engines can only disagr
   interpolation between grid points; the mean is that of the interpolated distribution, exactly).
 - ScipyDist: a parametric form (a config's generation time, or a fit from the latency model).
 - ConstantDist: a fixed duration.
+
+A config gives a duration as seconds, a table ({ dist = "gamma", mean = 30, cv = 0.5 }: more forms than the
+run draws from), or a string in the run's `kind:params` syntax, which `harness.wire.durations` parses (the
+one parser) and `table_from_wire` turns into the equivalent table.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from harness.errors import UsageError
+from harness.wire.durations import Distribution
 
 TAIL_EPS = 1e-9  # mass past which an unbounded distribution is cut for the closed forms' grid
 
@@ -98,26 +105,51 @@ class ScipyDist:
         return float(self.frozen.ppf(1.0 - eps))
 
 
-_TEXT_KINDS = {"const": ("constant", ("value",)), "uniform": ("uniform", ("low", "high")),
-               "lognormal": ("lognormal", ("median", "sigma")), "exp": ("exponential", ("mean",))}  # fmt: skip
+# The `kind:params` syntax (`harness.wire.durations`, the one parser) against a config table's names:
+# wire kind -> (table dist, table keys in the wire's parameter order).
+WIRE_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "const": ("constant", ("value",)),
+    "uniform": ("uniform", ("low", "high")),
+    "lognormal": ("lognormal", ("median", "sigma")),
+    "exp": ("exponential", ("mean",)),
+}
+_TABLE_TO_WIRE = {table: wire for wire, (table, _) in WIRE_KINDS.items()}
 
 
-def _from_text(text: str, where: str) -> Any:
-    """`stampede run --gen-time` syntax (`lognormal:20,0.8`, `const:5`, `uniform:1,3`, `exp:20`), so a
-    rehearsal and the model can be given the same spec."""
-    kind, sep, rest = text.strip().partition(":")
-    if not sep:
-        kind, rest = "const", text
-    if kind.strip().lower() not in _TEXT_KINDS:
-        raise ValueError(f"{where}: unknown distribution {text!r} (use {', '.join(_TEXT_KINDS)}, or a table)")
-    name, keys = _TEXT_KINDS[kind.strip().lower()]
+def parse_text(text: str, where: str) -> Distribution:
+    """`stampede run --gen-time` syntax, parsed by the run's own parser; a UsageError naming `where`."""
     try:
-        values = [float(part) for part in rest.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"{where}: distribution {text!r}: parameters must be numbers") from None
-    if len(values) != len(keys):
-        raise ValueError(f"{where}: distribution {text!r} takes {', '.join(keys)}")
-    return {"dist": name, **dict(zip(keys, values, strict=True))}
+        return Distribution.parse(text)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def table_from_wire(dist: Distribution) -> dict[str, Any]:
+    """A parsed `kind:params` as the config table it stands for (`lognormal:20,0.8` -> dist, median, sigma)."""
+    name, keys = WIRE_KINDS[dist.kind]
+    return {"dist": name, **dict(zip(keys, dist.params, strict=True))}
+
+
+def to_wire(spec: Any, where: str) -> Distribution:
+    """A config value (seconds, a `kind:params` string or a table) as the distribution the engine draws from.
+
+    For a rehearsal: the engine draws constant, uniform, lognormal and exponential times only.
+    """
+    if isinstance(spec, int | float) and not isinstance(spec, bool):
+        return parse_text(f"const:{spec}", where)
+    if isinstance(spec, str):
+        return parse_text(spec, where)
+    if isinstance(spec, dict):
+        kind = _TABLE_TO_WIRE.get(str(spec.get("dist")))
+        if kind is None:
+            raise UsageError(
+                f"{where}: a rehearsal draws constant, lognormal, uniform or exponential times (got {spec.get('dist')!r})"
+            )
+        keys = WIRE_KINDS[kind][1]
+        if set(spec) - {"dist"} != set(keys):
+            raise UsageError(f"{where}: dist {spec['dist']!r} takes {', '.join(keys)}")
+        return parse_text(f"{kind}:{','.join(str(spec[key]) for key in keys)}", where)
+    raise UsageError(f"{where}: expected seconds or a distribution")
 
 
 def from_spec(spec: Any, where: str) -> Dist:
@@ -130,7 +162,7 @@ def from_spec(spec: Any, where: str) -> Dist:
     from scipy import stats
 
     if isinstance(spec, str):
-        spec = _from_text(spec, where)
+        spec = table_from_wire(parse_text(spec, where))
     if isinstance(spec, bool):
         raise ValueError(f"{where}: expected a number of seconds or a distribution table")
     if isinstance(spec, int | float):
