@@ -237,3 +237,27 @@ def test_generation_time_takes_the_run_commands_spec_too():
                                                                         "rl.toml").generation.mean() == 4  # fmt: skip
     with pytest.raises(UsageError, match="unknown distribution"):
         parse_config({**BASE, "rollout": {"generation_s": "pareto:1"}}, "rl.toml")
+
+
+def test_rehearsal_plans_the_engine_draws_with_the_run_parser(tmp_path):
+    """A rehearsal's config durations reach the engine in the run's own `kind:params` syntax, checked by its parser."""
+    from harness.rlmodel.duration_dists import table_from_wire, to_wire
+    from harness.rlmodel.rehearsal import comparison_text, plan_rehearsal
+    from harness.wire.durations import Distribution
+
+    assert str(to_wire({"dist": "lognormal", "median": 20, "sigma": 0.8}, "x")) == "lognormal:20,0.8"
+    assert str(to_wire(5, "x")) == "const:5" and str(to_wire("exp:4", "x")) == "exp:4"
+    assert table_from_wire(Distribution.parse("uniform:1,3")) == {"dist": "uniform", "low": 1.0, "high": 3.0}
+    with pytest.raises(UsageError, match=r"^\[rollout\] tool_s: .*gamma"):
+        to_wire({"dist": "gamma", "mean": 1, "cv": 1}, "[rollout] tool_s")
+    with pytest.raises(UsageError, match=r"^x: unknown distribution"):
+        to_wire("pareto:1", "x")
+    config = tmp_path / "rl.toml"
+    config.write_text(
+        '[step]\nprompts = 4\ngroup_size = 2\n[rollout]\ngeneration_s = "lognormal:2,0.5"\ntool_s = 0.5\n'
+        "[trainer]\nsamples_per_second = 1.0\n"
+    )
+    plan = plan_rehearsal(config, steps=3)
+    assert plan.gen_time == "lognormal:2,0.5" and plan.tool_time == "const:0.5" and plan.trainer["steps"] == 3
+    text = comparison_text({"generator_samples_per_s": 2.0}, [])
+    assert "generator samples/s" in text and "2" in text
