@@ -45,6 +45,7 @@ from providers.base import (
 )
 from providers.docker_image import DEFAULT_IMAGE, default_host, ensure_image, image_id
 from providers.open_files import raise_open_files_limit
+from providers.options import Option, like, parse_options, text
 
 log = logging.getLogger(__name__)
 
@@ -87,54 +88,20 @@ class DockerOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> DockerOptions:
         """Typed options from plain JSON-ish values; one clear `ProviderConfigError` line on bad input."""
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ProviderConfigError(
-                f"docker provider: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
-            )
-        values: dict[str, Any] = {}
-        for key, raw in options.items():
-            default = known[key].default
-            try:
-                values[key] = _coerce(raw, default)
-            except (TypeError, ValueError):
-                raise ProviderConfigError(
-                    f"docker provider: option {key}={raw!r} should be {type(default).__name__}"
-                ) from None
+        values = parse_options("docker", options, DOCKER_OPTIONS)
+        values.pop("token")
         parsed = cls(**values)
         if parsed.max_connections < 1 or parsed.api_timeout_s <= 0:
             raise ProviderConfigError("docker provider: max_connections and api_timeout_s must be positive")
         return parsed
 
 
-def _coerce(raw: Any, default: Any) -> Any:
-    if isinstance(default, bool):
-        if isinstance(raw, str):
-            lowered = raw.strip().lower()
-            if lowered in {"1", "true", "yes", "on"}:
-                return True
-            if lowered in {"0", "false", "no", "off", ""}:
-                return False
-            raise ValueError(raw)
-        if isinstance(raw, (bool, int)):
-            return bool(raw)
-        raise TypeError(raw)
-    if isinstance(default, int):
-        if isinstance(raw, bool):
-            raise TypeError(raw)
-        return int(raw)
-    if isinstance(default, float):
-        return float(raw)
-    if isinstance(default, tuple):
-        if isinstance(raw, str):
-            return tuple(part for part in raw.replace(",", " ").split() if part)
-        if isinstance(raw, Sequence):
-            return tuple(str(part) for part in raw)
-        raise TypeError(raw)
-    if not isinstance(raw, str):
-        raise TypeError(raw)
-    return raw
+DOCKER_OPTIONS: dict[str, Option] = {
+    **{f.name: like(f.default) for f in fields(DockerOptions)},
+    # The harness passes the run's token (--token, STAMPEDE_TOKEN) to every provider; the daemon takes none.
+    "token": text(),
+}
+"""The docker provider's options: `DockerOptions`' fields, each typed as its default; any other key is refused."""
 
 
 @dataclass(slots=True)

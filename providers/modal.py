@@ -54,6 +54,7 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.options import Option, choice, flag, number, parse_options, text
 
 PINNED_SDK = "1.6.4"
 LOCAL_TOKEN_ID = "ak-stampede-local"
@@ -72,13 +73,31 @@ _QUOTA = re.compile(r"limit reached|concurrent|quota|maximum number of|max conta
 _DEATH = re.compile(r"terminated|finished|not running|timed out|lifetime|shut down|crashed|killed|exited", re.I)
 
 
-def _flag(value: Any, name: str) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on", "v2"):
-        return True
-    if text in ("0", "false", "no", "off", "v1"):
-        return False
-    raise ProviderConfigError(f"modal provider: {name} must be 1 or 0 (got {value!r})")
+def _throttle_wait(raw: Any) -> int | None:
+    """Whole seconds the SDK may wait on throttling; `none` (or empty): the SDK's default, unlimited."""
+    text_value = str(raw).strip().lower()
+    if text_value in ("", "none", "default"):
+        return None
+    seconds = int(float(text_value))
+    if seconds < 0:
+        raise ValueError(raw)
+    return seconds
+
+
+MODAL_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # a Modal-compatible control plane (--base-url; --local: ours); none: the user's Modal
+    "token": text(),  # the token secret for base_url (--token, STAMPEDE_TOKEN)
+    "token_id": text(),  # announced by the local Modal (providers.sim.modal.serve)
+    "token_secret": text(),
+    "sandbox_v2": flag(True, true=("v2",), false=("v1",)),
+    "max_throttle_wait": Option(0, _throttle_wait, "whole seconds or none"),
+    "app_name": text(DEFAULT_APP),
+    "environment": text(),
+    "readiness": choice("probe", "probe", "none"),
+    "region": text(),
+    "preflight_timeout": number(None, positive=True),  # None: 30 s with base_url, else 180 s
+}
+"""The modal provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +118,13 @@ class ModalOptions:
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> ModalOptions:
-        base_url = str(options.get("base_url") or "").strip().rstrip("/")
+        values = parse_options("modal", options, MODAL_OPTIONS)
+        base_url = (values["base_url"] or "").strip().rstrip("/")
         if base_url:
             if not base_url.startswith(("http://", "https://")):
                 raise ProviderConfigError(f"modal provider: base_url must be http(s)://host:port (got {base_url!r})")
-            token_id = str(options.get("token_id") or LOCAL_TOKEN_ID)
-            token_secret = str(options.get("token_secret") or options.get("token") or "")
+            token_id = values["token_id"] or LOCAL_TOKEN_ID
+            token_secret = values["token_secret"] or values["token"] or ""
             if not token_secret:
                 raise ProviderConfigError("modal provider: base_url needs a token (--token or token_secret=...)")
             server_url = base_url
@@ -112,46 +132,27 @@ class ModalOptions:
             from modal.config import config
 
             server_url = str(config.get("server_url"))
-            token_id = str(options.get("token_id") or config.get("token_id") or "")
-            token_secret = str(options.get("token_secret") or config.get("token_secret") or "")
+            token_id = str(values["token_id"] or config.get("token_id") or "")
+            token_secret = str(values["token_secret"] or config.get("token_secret") or "")
             if not token_id or not token_secret:
                 raise ProviderConfigError(
                     "modal provider: no Modal credentials; set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, "
                     "run `modal token new`, or use --local"
                 )
-        throttle_text = str(options.get("max_throttle_wait", "0")).strip().lower()
-        max_throttle: int | None
-        if throttle_text in ("", "none", "default"):
-            max_throttle = None
-        else:
-            try:
-                max_throttle = int(float(throttle_text))
-            except ValueError:
-                raise ProviderConfigError(
-                    f"modal provider: max_throttle_wait must be whole seconds or none (got {throttle_text!r})"
-                ) from None
-            if max_throttle < 0:
-                raise ProviderConfigError("modal provider: max_throttle_wait must be >= 0")
-        try:
-            preflight_timeout = float(options.get("preflight_timeout", 30.0 if base_url else 180.0))
-        except ValueError:
-            preflight_timeout = -1.0
-        if not 0 < preflight_timeout < math.inf:
-            raise ProviderConfigError("modal provider: preflight_timeout must be a positive number of seconds")
-        readiness = str(options.get("readiness", "probe")).strip().lower()
-        if readiness not in ("probe", "none"):
-            raise ProviderConfigError(f"modal provider: readiness must be probe or none (got {readiness!r})")
+        preflight_timeout = values["preflight_timeout"]
+        if preflight_timeout is None:
+            preflight_timeout = 30.0 if base_url else 180.0
         return cls(
             server_url=server_url,
             token_id=token_id,
             token_secret=token_secret,
             local=bool(base_url),
-            sandbox_v2=_flag(options.get("sandbox_v2", "1"), "sandbox_v2"),
-            max_throttle_wait=max_throttle,
-            app_name=str(options.get("app_name") or DEFAULT_APP),
-            environment=str(options["environment"]) if options.get("environment") else None,
-            readiness=readiness,
-            region=str(options["region"]) if options.get("region") else None,
+            sandbox_v2=values["sandbox_v2"],
+            max_throttle_wait=values["max_throttle_wait"],
+            app_name=values["app_name"],
+            environment=values["environment"],
+            readiness=values["readiness"],
+            region=values["region"],
             preflight_timeout_s=preflight_timeout,
         )
 

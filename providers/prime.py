@@ -75,6 +75,7 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.options import Option, choice, flag, integer, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of, status_kind
 
 T = TypeVar("T")
@@ -104,32 +105,6 @@ def label_strings(tags: Mapping[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in sorted(tags.items())]
 
 
-def _flag(value: Any, name: str) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ProviderConfigError(f"prime provider: {name} must be 1 or 0 (got {value!r})")
-
-
-def _positive(value: Any, name: str, kind: type[int] | type[float]) -> Any:
-    try:
-        number = kind(str(value))
-    except ValueError:
-        number = -1
-    if not 0 < number < math.inf:
-        raise ProviderConfigError(f"prime provider: {name} must be a positive number (got {value!r})")
-    return number
-
-
-def _non_negative_int(value: Any, name: str) -> int:
-    text = str(value).strip()
-    if not text.isdigit():
-        raise ProviderConfigError(f"prime provider: {name} must be a whole number >= 0 (got {value!r})")
-    return int(text)
-
-
 @dataclass(frozen=True, slots=True)
 class PrimeOptions:
     """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings."""
@@ -147,46 +122,58 @@ class PrimeOptions:
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:
+        values = parse_options("prime", options, PRIME_OPTIONS)
         installed = prime_sandboxes.__version__
-        if installed != PINNED_SDK and _flag(options.get("check_sdk", "1"), "check_sdk"):
+        if installed != PINNED_SDK and values["check_sdk"]:
             raise ProviderConfigError(
                 f"prime provider: checked against prime-sandboxes=={PINNED_SDK}, found {installed}; "
                 f"pip install prime-sandboxes=={PINNED_SDK} (or check_sdk=0 to try this one)"
             )
-        base_url = str(options.get("base_url") or "").strip().rstrip("/").removesuffix("/api/v1") or None
+        base_url = (values["base_url"] or "").strip().rstrip("/").removesuffix("/api/v1") or None
         if base_url is not None:
             if not base_url.startswith(("http://", "https://")):
                 raise ProviderConfigError(f"prime provider: base_url must be http(s)://host:port (got {base_url!r})")
-            api_key = str(options.get("api_key") or options.get("token") or "")
+            api_key = values["api_key"] or values["token"] or ""
             if not api_key:
                 raise ProviderConfigError(
                     "prime provider: base_url needs a token (--token, STAMPEDE_TOKEN or api_key=...)"
                 )
         else:
-            api_key = str(options.get("api_key") or _sdk_config().api_key or "")
+            api_key = values["api_key"] or _sdk_config().api_key or ""
             if not api_key:
                 raise ProviderConfigError(
                     "prime provider: no API key; set PRIME_API_KEY (a key with the sandbox scope), "
                     "run `prime login`, or use --local for the embedded stub"
                 )
-        auth_cache = str(options.get("auth_cache", "memory")).strip().lower()
-        if auth_cache not in ("memory", "file"):
-            raise ProviderConfigError(f"prime provider: auth_cache must be memory or file (got {auth_cache!r})")
-        team_id = options.get("team_id")
         return cls(
             api_key=api_key,
             base_url=base_url,
-            team_id=str(team_id) if team_id else None,
-            image=str(options.get("image") or DEFAULT_IMAGE),
-            retry_429=_flag(options.get("retry_429", "0"), "retry_429"),
-            auth_cache=auth_cache,
-            api_max_connections=_positive(options.get("api_max_connections", 1000), "api_max_connections", int),
-            api_keepalive=_non_negative_int(options.get("api_keepalive", 20), "api_keepalive"),
-            gateway_max_connections=_positive(
-                options.get("gateway_max_connections", 1000), "gateway_max_connections", int
-            ),
-            preflight_timeout_s=_positive(options.get("preflight_timeout", 30.0), "preflight_timeout", float),
+            team_id=values["team_id"],
+            image=values["image"],
+            retry_429=values["retry_429"],
+            auth_cache=values["auth_cache"],
+            api_max_connections=values["api_max_connections"],
+            api_keepalive=values["api_keepalive"],
+            gateway_max_connections=values["gateway_max_connections"],
+            preflight_timeout_s=values["preflight_timeout"],
         )
+
+
+PRIME_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # --base-url / --local; none: the SDK's own configuration
+    "token": text(),  # the key for base_url (--token, STAMPEDE_TOKEN)
+    "api_key": text(),
+    "team_id": text(),
+    "image": text(DEFAULT_IMAGE),
+    "retry_429": flag(False),
+    "auth_cache": choice("memory", "memory", "file"),
+    "api_max_connections": integer(1000, minimum=1),
+    "api_keepalive": integer(20, minimum=0),
+    "gateway_max_connections": integer(1000, minimum=1),
+    "preflight_timeout": number(30.0, positive=True),
+    "check_sdk": flag(True),
+}
+"""The prime provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
 
 def _sdk_config() -> Config:

@@ -32,6 +32,7 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.options import Option, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of
 
 DEFAULT_IMAGE = "python:3.11-slim"
@@ -63,22 +64,29 @@ class StubOptions:
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> StubOptions:
-        base_url = str(options.get("base_url") or "").rstrip("/")
+        values = parse_options("stub", options, STUB_OPTIONS)
+        base_url = (values["base_url"] or "").rstrip("/")
         if not base_url.startswith(("http://", "https://")):
             raise ProviderConfigError(f"stub provider needs --base-url http(s)://host:port (got {base_url!r})")
-        token = options.get("token")
-        if not token:
+        if not values["token"]:
             raise ProviderConfigError("stub provider needs a token (--token or STAMPEDE_TOKEN)")
-        poll = float(options.get("poll_interval_s", 0.05))
-        if poll <= 0:
-            raise ProviderConfigError("poll interval must be positive")
         return cls(
             base_url=base_url,
-            token=str(token),
-            poll_interval_s=poll,
-            request_timeout_s=float(options.get("request_timeout_s", 60.0)),
-            team_id=options.get("team_id"),
+            token=values["token"],
+            poll_interval_s=values["poll_interval_s"],
+            request_timeout_s=values["request_timeout_s"],
+            team_id=values["team_id"],
         )
+
+
+STUB_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # the Prime-like API (--base-url; --local: the embedded stub)
+    "token": text(),  # its bearer token (--token, STAMPEDE_TOKEN)
+    "poll_interval_s": number(0.05, positive=True),  # the batched status poll's interval
+    "request_timeout_s": number(60.0, positive=True),
+    "team_id": text(),
+}
+"""The stub provider's options (`--provider-option K=V`): `parse_options` rejects any other key."""
 
 
 @dataclass(frozen=True, slots=True)
