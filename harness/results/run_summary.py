@@ -20,7 +20,11 @@ def render_run_summary(
 ) -> str:
     run_id, scenario, provider = manifest.get("run_id"), manifest.get("scenario"), manifest.get("provider")
     profile, time_scale = manifest.get("profile"), manifest.get("time_scale")
-    lines = ["", f"stampede run {run_id} — scenario {scenario}, provider {provider}" + (f", profile {profile}" if profile else "")]
+    lines = [
+        "",
+        f"stampede run {run_id} — scenario {scenario}, provider {provider}"
+        + (f", profile {profile}" if profile else ""),
+    ]
     if time_scale is not None and time_scale != 1:
         lines.append(
             f"time scale {time_scale:g}: the simulated vendor ran {1 / time_scale:g}x faster than real time;"
