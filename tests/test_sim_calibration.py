@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers.sim.core.simulator import BurstResult, simulate_burst, simulate_sequential
+from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from providers.sim.core.clock import LoopClock, VirtualClock
+from providers.sim.core.experiments import simulate_burst
 from providers.sim.core.profile import Profile, load_profile
 from providers.sim.core.simulator import (
     ACTIVE_STATUSES,
@@ -24,7 +25,6 @@ from providers.sim.core.simulator import (
     SandboxDied,
     SandboxStatus,
     VendorSimulator,
-    simulate_burst,
 )
 
 REQ = CreateRequest(image="python:3.12", labels=("run-1",), lifetime_s=600.0)

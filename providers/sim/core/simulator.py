@@ -16,234 +16,67 @@ reports say breaks fleets at scale:
 
 Determinism: per-sandbox draws are keyed by (seed, acceptance number, purpose) and per-create draws by
 (seed, create-attempt number), so the same calls at the same virtual times give the same truth.
+
+The pieces: the records and errors (`records.py`, re-exported here for the fronts), the control plane (this
+module), one command's model (`commands.py`), and the offline burst experiments (`experiments.py`). The
+control plane stays one class (a little over 500 lines): create, placement, boot, deadlines and end share one
+state machine's queues and counters, and splitting it would scatter them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import enum
-import functools
-import gc
 import hashlib
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from providers.sim.core.clock import SimClock, TimerHandle, VirtualClock
+from providers.sim.core.clock import SimClock, TimerHandle
+from providers.sim.core.commands import ExecTicket, start_command
 from providers.sim.core.draws import Stream
 from providers.sim.core.pool import Node, NodePool, Pull
 from providers.sim.core.profile import Profile
-from providers.sim.core.shell import DEFAULT_PATH, run_shell
+from providers.sim.core.records import (
+    _BOOTING,
+    _ENDED,
+    _PULLING,
+    _QUEUED,
+    _RUNNING,
+    ACTIVE_STATUSES,
+    CreateRequest,
+    ErrorType,
+    ExecError,
+    ExecOutcome,
+    ExecTimedOut,
+    NotFound,
+    NotRunning,
+    Rejected,
+    RejectReason,
+    SandboxDied,
+    SandboxStatus,
+    SimSandbox,
+    iso,
+)
 
-
-class SandboxStatus(enum.StrEnum):
-    """Prime's status vocabulary, used as the simulator's own."""
-
-    PENDING = "PENDING"  # accepted, waiting for a slot
-    PROVISIONING = "PROVISIONING"  # pulling the image / booting
-    RUNNING = "RUNNING"
-    ERROR = "ERROR"
-    TERMINATED = "TERMINATED"  # by the user
-    TIMEOUT = "TIMEOUT"  # lifetime reached
-
-
-ACTIVE_STATUSES = frozenset({SandboxStatus.PENDING, SandboxStatus.PROVISIONING, SandboxStatus.RUNNING})
-
-
-class ErrorType(enum.StrEnum):
-    PROVISIONING_TIMEOUT = "PROVISIONING_TIMEOUT"
-    BOOT_FAILED = "BOOT_FAILED"
-    IMAGE_PULL_FAILED = "IMAGE_PULL_FAILED"
-    OOM_KILLED = "OOM_KILLED"
-    TIMEOUT = "TIMEOUT"
-    SANDBOX_CRASHED = "SANDBOX_CRASHED"  # died while running a command (injected)
-
-
-class RejectReason(enum.StrEnum):
-    RATE_LIMITED = "RATE_LIMITED"
-    QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
-    CAPACITY = "CAPACITY"
-    TRANSIENT = "TRANSIENT"
-    INVALID = "INVALID"
-
-
-class Rejected(Exception):
-    """The vendor refused a create. `retry_after` (vendor seconds) is set for RATE_LIMITED.
-
-    `attempt` is the create-attempt number (fronts use it to pick a deterministic 5xx flavour).
-    """
-
-    def __init__(
-        self,
-        reason: RejectReason,
-        message: str,
-        *,
-        retry_after: float | None = None,
-        attempt: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.reason = RejectReason(reason)
-        self.message = message
-        self.retry_after = retry_after
-        self.attempt = attempt
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.message}"
-
-
-class NotFound(Exception):
-    def __init__(self, sandbox_id: str) -> None:
-        super().__init__(f"sandbox {sandbox_id!r} not found")
-        self.sandbox_id = sandbox_id
-
-
-class NotRunning(Exception):
-    """Exec on a sandbox that is not RUNNING now (still starting, or ended)."""
-
-    def __init__(self, sandbox_id: str, status: str, error_type: str | None, message: str | None) -> None:
-        super().__init__(f"sandbox {sandbox_id} is {status}" + (f" ({error_type}: {message})" if error_type else ""))
-        self.sandbox_id = sandbox_id
-        self.status = status
-        self.error_type = error_type
-        self.message = message
-
-
-class ExecTimedOut(Exception):
-    def __init__(self, sandbox_id: str, timeout_s: float) -> None:
-        super().__init__(f"command in sandbox {sandbox_id} timed out after {timeout_s:g}s")
-        self.sandbox_id = sandbox_id
-        self.timeout_s = timeout_s
-
-
-class SandboxDied(Exception):
-    """The sandbox ended while the command ran (OOM, crash, lifetime, terminated by the user)."""
-
-    def __init__(self, sandbox_id: str, status: str, error_type: str | None, message: str) -> None:
-        super().__init__(f"sandbox {sandbox_id} died during exec: {status} {error_type or ''} {message}".strip())
-        self.sandbox_id = sandbox_id
-        self.status = status
-        self.error_type = error_type
-        self.message = message
-
-
-class ExecError(Exception):
-    """An injected transient failure of the exec path (gateway error); the sandbox lives on."""
-
-    def __init__(self, sandbox_id: str, message: str) -> None:
-        super().__init__(message)
-        self.sandbox_id = sandbox_id
-        self.message = message
-
-
-@dataclass(frozen=True)
-class CreateRequest:
-    image: str
-    labels: tuple[str, ...] = ()
-    cpu: float = 1.0
-    memory_mb: int = 1024
-    lifetime_s: float = 3600.0  # inf: no lifetime limit
-    name: str = ""
-    idempotency_key: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    start_command: tuple[str, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=dict)  # front-specific fields echoed back (disk, team...)
-
-
-@dataclass(frozen=True, slots=True)
-class ExecOutcome:
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration_s: float
-
-
-_QUEUED, _PULLING, _BOOTING, _RUNNING, _ENDED = range(5)
-
-
-@dataclass(slots=True, eq=False)
-class SimSandbox:
-    """The vendor's record of one sandbox (a live view: fronts read it, nobody else writes it).
-
-    Times are vendor seconds since the simulator started; `started_at` is when provisioning began,
-    `running_at` when it became usable, `ended_at` when it ended (None while not applicable).
-    """
-
-    id: str
-    seq: int
-    name: str
-    image: str
-    labels: tuple[str, ...]
-    cpu: float
-    memory_mb: int
-    lifetime_s: float
-    status: SandboxStatus
-    created_at: float
-    updated_at: float
-    idempotency_key: str | None
-    env: Mapping[str, str]
-    start_command: tuple[str, ...]
-    meta: Mapping[str, Any]
-    error_type: str | None = None
-    error_message: str | None = None
-    started_at: float | None = None
-    running_at: float | None = None
-    ended_at: float | None = None
-    node: int | None = None
-    exec_count: int = 0
-    first_exec_done_at: float | None = None  # the first command that completed: what a client calls TTI
-    _phase: int = field(default=_QUEUED, repr=False)
-    _timers: list[TimerHandle] = field(default_factory=list, repr=False)
-    # commands in flight, in start order (a dict, not a set: resolution order must not depend on id())
-    _execs: dict[_ExecTicket, None] = field(default_factory=dict, repr=False)
-
-    @property
-    def active(self) -> bool:
-        return self._phase != _ENDED
-
-    def isotimes(self, clock: SimClock) -> dict[str, str | None]:
-        """Wall-clock ISO-8601 UTC timestamps ("...Z") of this sandbox's lifecycle."""
-        return {
-            name: iso(clock, getattr(self, name))
-            for name in ("created_at", "updated_at", "started_at", "running_at", "ended_at")
-        }
-
-
-def iso(clock: SimClock, t: float | None) -> str | None:
-    """Vendor time `t` as the ISO-8601 UTC wall-clock timestamp a vendor API would print."""
-    if t is None:
-        return None
-    stamp = datetime.fromtimestamp(clock.wall(t), tz=UTC).isoformat(timespec="microseconds")
-    return stamp.replace("+00:00", "Z")
-
-
-class _ExecTicket:
-    """One command in flight; resolved once with an ExecOutcome or an exception."""
-
-    __slots__ = ("done", "on_done", "sb", "timer")
-
-    def __init__(self, sb: SimSandbox, on_done: Callable[[ExecOutcome | BaseException], None]) -> None:
-        self.sb = sb
-        self.timer: TimerHandle | None = None
-        self.on_done = on_done
-        self.done = False
-
-    def resolve(self, result: ExecOutcome | BaseException) -> None:
-        if self.done:
-            return
-        self.cancel()
-        self.on_done(result)
-
-    def cancel(self) -> None:
-        """Forget the command without reporting (the caller went away)."""
-        self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
-        self.sb._execs.pop(self, None)
+__all__ = [
+    "ACTIVE_STATUSES",
+    "CreateRequest",
+    "ErrorType",
+    "ExecError",
+    "ExecOutcome",
+    "ExecTimedOut",
+    "NotFound",
+    "NotRunning",
+    "RejectReason",
+    "Rejected",
+    "SandboxDied",
+    "SandboxStatus",
+    "SimSandbox",
+    "VendorSimulator",
+    "iso",
+]
 
 
 class VendorSimulator:
@@ -355,80 +188,14 @@ class VendorSimulator:
         on_done: Callable[[ExecOutcome | BaseException], None],
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
-    ) -> _ExecTicket:
+    ) -> ExecTicket:
         """Start a command; `on_done` later receives an ExecOutcome or ExecTimedOut / SandboxDied / ExecError.
 
         Raises NotFound or NotRunning at once. The callback form works on any clock (the VirtualClock
-        included); `exec` is the awaitable form for a live loop.
+        included); `exec` is the awaitable form for a live loop. The model of a command: `commands.py`.
         """
         sb = self.get(sandbox_id)
-        if sb._phase != _RUNNING:
-            raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        k = sb.exec_count
-        sb.exec_count += 1
-        errors = self.profile.errors
-        draws = Stream(self.seed, "exec", sb.seq, k)
-        overhead = draws.lognormal(self.profile.exec.overhead_median_s, self.profile.exec.overhead_sigma)
-        fails = draws.chance(errors.exec_error_prob)
-        dies = draws.chance(errors.exec_death_prob)
-        ooms = draws.chance(errors.exec_oom_prob)
-        when_frac = draws.uniform()
-        full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": sb.id[:12], **sb.env, **(env or {})}
-        result = run_shell(command, env=full_env, cwd=cwd or self.profile.exec.default_cwd, memory_mb=sb.memory_mb)
-        total = overhead + result.duration_s
-        now = self.clock.now()
-        # the earliest of these happens; ties resolve in this order
-        events: list[tuple[float, int, str]] = [(now + total, 5, "done"), (now + timeout_s, 4, "timeout")]
-        if fails:
-            events.append((now + overhead, 0, "error"))
-        if dies:
-            events.append((now + when_frac * total, 1, "crash"))
-        if ooms:
-            events.append((now + when_frac * total, 2, "oom"))
-        if result.oom_at_s is not None:
-            events.append((now + overhead + result.oom_at_s, 3, "memhog"))
-        when, _, kind = min(events)
-        ticket = _ExecTicket(sb, on_done)
-        sb._execs[ticket] = None
-
-        def fire() -> None:
-            if ticket.done:
-                return
-            if kind == "done":
-                self.exec_counts["ok"] += 1
-                if sb.first_exec_done_at is None:
-                    sb.first_exec_done_at = self.clock.now()
-                ticket.resolve(ExecOutcome(result.exit_code, result.stdout, result.stderr, total))
-            elif kind == "timeout":
-                self.exec_counts["timeout"] += 1
-                ticket.resolve(ExecTimedOut(sb.id, timeout_s))
-            elif kind == "error":
-                self.exec_counts["error"] += 1
-                ticket.resolve(ExecError(sb.id, "Transient error while running the command"))
-            elif kind == "crash":
-                self.exec_counts["died"] += 1
-                self._end(
-                    sb,
-                    SandboxStatus.ERROR,
-                    ErrorType.SANDBOX_CRASHED,
-                    "Sandbox crashed while running a command",
-                )
-            else:
-                self.exec_counts["oom"] += 1
-                mb = result.oom_mb if kind == "memhog" and result.oom_mb is not None else None
-                detail = f" ({mb:g} MiB requested)" if mb is not None else ""
-                self._end(
-                    sb,
-                    SandboxStatus.ERROR,
-                    ErrorType.OOM_KILLED,
-                    f"Sandbox was killed: out of memory, limit {sb.memory_mb} MiB{detail}",
-                )
-
-        if math.isfinite(when):
-            ticket.timer = self.clock.call_at(when, fire)
-        return ticket
+        return start_command(self, sb, command, timeout_s=timeout_s, on_done=on_done, env=env, cwd=cwd)
 
     async def exec(
         self,
@@ -486,35 +253,7 @@ class VendorSimulator:
 
     def truth(self) -> builtins.list[builtins.dict[str, Any]]:
         """The vendor's own record of every sandbox: lifecycle times in vendor seconds and epoch seconds."""
-        wall = self.clock.wall
-
-        def w(t: float | None) -> float | None:
-            return None if t is None else wall(t)
-
-        return [
-            {
-                "id": sb.id,
-                "seq": sb.seq,
-                "name": sb.name,
-                "labels": list(sb.labels),
-                "status": str(sb.status),
-                "error_type": sb.error_type,
-                "error_message": sb.error_message,
-                "node": sb.node,
-                "created_s": sb.created_at,
-                "started_s": sb.started_at,
-                "running_s": sb.running_at,
-                "ended_s": sb.ended_at,
-                "created_wall": w(sb.created_at),
-                "started_wall": w(sb.started_at),
-                "running_wall": w(sb.running_at),
-                "ended_wall": w(sb.ended_at),
-                "first_exec_done_s": sb.first_exec_done_at,
-                "first_exec_done_wall": w(sb.first_exec_done_at),
-                "exec_count": sb.exec_count,
-            }
-            for sb in self._order
-        ]
+        return [sb.truth_row(self.clock.wall) for sb in self._order]
 
     def close(self) -> None:
         """Cancel every timer; commands in flight fail with SandboxDied. Sandboxes keep their state."""
@@ -816,218 +555,3 @@ def _finite_or_none(x: float) -> float | None:
 
 
 # --- offline workloads for calibration and fast tests ---------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BurstSample:
-    """One simulated rollout: create -> RUNNING -> one probe command -> terminate.
-
-    `tti_s` is create -> probe returned (vendor seconds; the harness's headline metric, with instant
-    notice of RUNNING); `failure` is the reject reason, the error type or the exec failure.
-    """
-
-    index: int
-    created_at: float
-    sandbox_id: str | None
-    tti_s: float | None
-    failure: str | None
-    phase: str | None  # "create", "ready" or "exec" for failures
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-
-@dataclass(frozen=True)
-class BurstResult:
-    profile: str
-    n: int
-    seed: int
-    samples: tuple[BurstSample, ...]
-    stats: Mapping[str, Any]
-
-    def ttis(self) -> list[float]:
-        """TTIs of the successful rollouts, sorted."""
-        return sorted(s.tti_s for s in self.samples if s.tti_s is not None)
-
-    def quantile(self, q: float) -> float:
-        """Nearest-rank quantile of the successful TTIs (untrimmed)."""
-        values = self.ttis()
-        if not values:
-            return math.nan
-        rank = max(1, math.ceil(q * len(values)))
-        return values[rank - 1]
-
-    @property
-    def failure_rate(self) -> float:
-        return sum(1 for s in self.samples if not s.ok) / max(1, len(self.samples))
-
-    def failures(self) -> Counter[str]:
-        return Counter(s.failure for s in self.samples if s.failure is not None)
-
-    def init_failures(self) -> int:
-        """Rollouts that never got a usable sandbox (what RL users call init failures)."""
-        return sum(1 for s in self.samples if s.phase in ("create", "ready"))
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "n": self.n,
-            "seed": self.seed,
-            "ok": sum(1 for s in self.samples if s.ok),
-            "failure_rate": self.failure_rate,
-            "init_failures": self.init_failures(),
-            "failures": dict(self.failures()),
-            "p50": self.quantile(0.50),
-            "p95": self.quantile(0.95),
-            "p99": self.quantile(0.99),
-            "max": self.quantile(1.0),
-        }
-
-
-class _ProbeWorkload:
-    """Drives rollouts on a VirtualClock with callbacks (no event loop, no real sleeping)."""
-
-    def __init__(
-        self,
-        sim: VendorSimulator,
-        request: CreateRequest,
-        probe: str,
-        probe_timeout_s: float,
-        on_finish: Callable[[int], None] | None = None,
-    ) -> None:
-        self.sim = sim
-        self.request = request
-        self.probe = probe
-        self.probe_timeout_s = probe_timeout_s
-        self.on_finish = on_finish
-        self.samples: dict[int, BurstSample] = {}
-        self._by_id: dict[str, tuple[int, float]] = {}
-        sim.add_listener(self._changed)
-
-    def launch(self, index: int) -> None:
-        now = self.sim.clock.now()
-        try:
-            sb = self.sim.create(self.request)
-        except Rejected as exc:
-            self._finish(BurstSample(index, now, None, None, str(exc.reason), "create"))
-            return
-        self._by_id[sb.id] = (index, now)
-
-    def _changed(self, sb: SimSandbox) -> None:
-        entry = self._by_id.get(sb.id)
-        if entry is None:
-            return
-        index, created = entry
-        if sb.status is SandboxStatus.RUNNING and sb.exec_count == 0:
-
-            def done(result: ExecOutcome | BaseException) -> None:
-                now = self.sim.clock.now()
-                self._by_id.pop(sb.id, None)
-                if isinstance(result, ExecOutcome):
-                    sample = BurstSample(index, created, sb.id, now - created, None, None)
-                elif isinstance(result, SandboxDied):
-                    sample = BurstSample(index, created, sb.id, None, f"died:{result.error_type}", "exec")
-                else:
-                    sample = BurstSample(index, created, sb.id, None, type(result).__name__, "exec")
-                if sb.active:
-                    self.sim.terminate(sb.id)
-                self._finish(sample)
-
-            self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
-        elif not sb.active and sb.running_at is None:
-            self._by_id.pop(sb.id, None)
-            self._finish(BurstSample(index, created, sb.id, None, sb.error_type or str(sb.status), "ready"))
-
-    def _finish(self, sample: BurstSample) -> None:
-        self.samples[sample.index] = sample
-        if self.on_finish is not None:
-            self.on_finish(sample.index)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Any:
-    """Offline runs allocate millions of short-lived, acyclic-in-practice objects; the cyclic collector
-    would rescan the growing heap again and again (a third of the run time at 100k sandboxes)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _load(profile: Profile | str) -> Profile:
-    if isinstance(profile, Profile):
-        return profile
-    from providers.sim.core.profile import load_profile
-
-    return load_profile(profile)
-
-
-def simulate_burst(
-    profile: Profile | str,
-    n: int,
-    seed: int = 0,
-    *,
-    image: str = "python:3.12-slim",
-    probe: str = "echo ready",
-    probe_timeout_s: float = 60.0,
-    request: CreateRequest | None = None,
-    spacing_s: float = 0.0,
-) -> BurstResult:
-    """`n` rollouts created at once (or `spacing_s` apart), no client retries, on a VirtualClock.
-
-    Each waits until RUNNING (noticed instantly), runs one probe command, and is terminated.
-    """
-    prof = _load(profile)
-    if n < 0:
-        raise ValueError("n must be >= 0")
-    clock = VirtualClock()
-    sim = VendorSimulator(prof, seed=seed, clock=clock)
-    req = request or CreateRequest(image=image, labels=("stampede-sim-burst",), lifetime_s=3600.0)
-    work = _ProbeWorkload(sim, req, probe, probe_timeout_s)
-    with _gc_paused():
-        for i in range(n):
-            if spacing_s > 0:
-                clock.call_at(i * spacing_s, functools.partial(work.launch, i))
-            else:
-                work.launch(i)
-        clock.run()
-    stats = sim.stats()
-    sim.close()
-    samples = tuple(work.samples[i] for i in range(n))
-    return BurstResult(prof.name, n, seed, samples, stats)
-
-
-def simulate_sequential(
-    profile: Profile | str,
-    n: int,
-    seed: int = 0,
-    *,
-    image: str = "python:3.12-slim",
-    probe: str = "echo ready",
-    probe_timeout_s: float = 60.0,
-    request: CreateRequest | None = None,
-) -> BurstResult:
-    """`n` rollouts one after another (the next created when the previous finished), as computesdk's
-    sequential mode does."""
-    prof = _load(profile)
-    clock = VirtualClock()
-    sim = VendorSimulator(prof, seed=seed, clock=clock)
-    req = request or CreateRequest(image=image, labels=("stampede-sim-sequential",), lifetime_s=3600.0)
-
-    def next_one(finished: int) -> None:
-        if finished + 1 < n:
-            clock.call_at(clock.now(), functools.partial(work.launch, finished + 1))
-
-    work = _ProbeWorkload(sim, req, probe, probe_timeout_s, on_finish=next_one)
-    with _gc_paused():
-        if n > 0:
-            work.launch(0)
-        clock.run()
-    stats = sim.stats()
-    sim.close()
-    samples = tuple(work.samples[i] for i in range(n))
-    return BurstResult(prof.name, n, seed, samples, stats)

@@ -1,0 +1,131 @@
+"""One command in a simulated sandbox: its fate drawn per (seed, sandbox, command number), its output from
+the tiny shell (`shell.py`), its outcome (done, timeout, transient error, crash, OOM) scheduled on the clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from providers.sim.core.clock import TimerHandle
+from providers.sim.core.draws import Stream
+from providers.sim.core.records import (
+    _RUNNING,
+    ErrorType,
+    ExecError,
+    ExecOutcome,
+    ExecTimedOut,
+    NotRunning,
+    SandboxStatus,
+    SimSandbox,
+)
+from providers.sim.core.shell import DEFAULT_PATH, run_shell
+
+if TYPE_CHECKING:
+    from providers.sim.core.simulator import VendorSimulator
+
+
+class ExecTicket:
+    """One command in flight; resolved once with an ExecOutcome or an exception."""
+
+    __slots__ = ("done", "on_done", "sb", "timer")
+
+    def __init__(self, sb: SimSandbox, on_done: Callable[[ExecOutcome | BaseException], None]) -> None:
+        self.sb = sb
+        self.timer: TimerHandle | None = None
+        self.on_done = on_done
+        self.done = False
+
+    def resolve(self, result: ExecOutcome | BaseException) -> None:
+        if self.done:
+            return
+        self.cancel()
+        self.on_done(result)
+
+    def cancel(self) -> None:
+        """Forget the command without reporting (the caller went away)."""
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.sb._execs.pop(self, None)
+
+
+def start_command(
+    sim: VendorSimulator,
+    sb: SimSandbox,
+    command: str,
+    *,
+    timeout_s: float,
+    on_done: Callable[[ExecOutcome | BaseException], None],
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> ExecTicket:
+    """`VendorSimulator.exec_start` for a sandbox it found: draw the command's fate, schedule its outcome."""
+    if sb._phase != _RUNNING:
+        raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    k = sb.exec_count
+    sb.exec_count += 1
+    errors = sim.profile.errors
+    draws = Stream(sim.seed, "exec", sb.seq, k)
+    overhead = draws.lognormal(sim.profile.exec.overhead_median_s, sim.profile.exec.overhead_sigma)
+    fails = draws.chance(errors.exec_error_prob)
+    dies = draws.chance(errors.exec_death_prob)
+    ooms = draws.chance(errors.exec_oom_prob)
+    when_frac = draws.uniform()
+    full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": sb.id[:12], **sb.env, **(env or {})}
+    result = run_shell(command, env=full_env, cwd=cwd or sim.profile.exec.default_cwd, memory_mb=sb.memory_mb)
+    total = overhead + result.duration_s
+    now = sim.clock.now()
+    # the earliest of these happens; ties resolve in this order
+    events: list[tuple[float, int, str]] = [(now + total, 5, "done"), (now + timeout_s, 4, "timeout")]
+    if fails:
+        events.append((now + overhead, 0, "error"))
+    if dies:
+        events.append((now + when_frac * total, 1, "crash"))
+    if ooms:
+        events.append((now + when_frac * total, 2, "oom"))
+    if result.oom_at_s is not None:
+        events.append((now + overhead + result.oom_at_s, 3, "memhog"))
+    when, _, kind = min(events)
+    ticket = ExecTicket(sb, on_done)
+    sb._execs[ticket] = None
+
+    def fire() -> None:
+        if ticket.done:
+            return
+        if kind == "done":
+            sim.exec_counts["ok"] += 1
+            if sb.first_exec_done_at is None:
+                sb.first_exec_done_at = sim.clock.now()
+            ticket.resolve(ExecOutcome(result.exit_code, result.stdout, result.stderr, total))
+        elif kind == "timeout":
+            sim.exec_counts["timeout"] += 1
+            ticket.resolve(ExecTimedOut(sb.id, timeout_s))
+        elif kind == "error":
+            sim.exec_counts["error"] += 1
+            ticket.resolve(ExecError(sb.id, "Transient error while running the command"))
+        elif kind == "crash":
+            sim.exec_counts["died"] += 1
+            sim._end(
+                sb,
+                SandboxStatus.ERROR,
+                ErrorType.SANDBOX_CRASHED,
+                "Sandbox crashed while running a command",
+            )
+        else:
+            sim.exec_counts["oom"] += 1
+            mb = result.oom_mb if kind == "memhog" and result.oom_mb is not None else None
+            detail = f" ({mb:g} MiB requested)" if mb is not None else ""
+            sim._end(
+                sb,
+                SandboxStatus.ERROR,
+                ErrorType.OOM_KILLED,
+                f"Sandbox was killed: out of memory, limit {sb.memory_mb} MiB{detail}",
+            )
+
+    if math.isfinite(when):
+        ticket.timer = sim.clock.call_at(when, fire)
+    return ticket
