@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.locust.engine_client import EngineClient
 from harness.results.summary import quantiles
+from harness.wire.messages import EngineConfig, RolloutRequest
 from providers import create_provider
 from providers.docker import DEFAULT_CAP_DROP
 
@@ -61,22 +62,21 @@ class DriveResult:
 def drive_engine(engine: EngineClient, out_dir: str, run_id: str, count: int, concurrency: int) -> DriveResult:
     """Side (a): `count` rollouts through the engine with `concurrency` in flight (closed loop)."""
     engine.configure(
-        {
-            "run_id": run_id,
-            "worker": "bench",
-            "out_dir": out_dir,
-            "provider": "docker",
-            "provider_options": {},
-            "scenario": "bench",
-            "plan": {"commands": COMMANDS, "cpu": CPU, "memory_mb": MEMORY_MB, "lifetime_s": LIFETIME_S},
-        }
+        EngineConfig(
+            run_id=run_id,
+            worker="bench",
+            out_dir=out_dir,
+            provider="docker",
+            scenario="bench",
+            plan={"commands": COMMANDS, "cpu": CPU, "memory_mb": MEMORY_MB, "lifetime_s": LIFETIME_S},
+        )
     )
     tickets = itertools.count()
     records: list[dict] = []
 
     def user() -> None:
         while next(tickets) < count:
-            records.append(engine.run_rollout(stage="bench", target_users=concurrency))
+            records.append(engine.run_rollout(RolloutRequest(stage="bench", target_users=concurrency)))
 
     started = time.monotonic()
     gevent.joinall([gevent.spawn(user) for _ in range(concurrency)], raise_error=True)

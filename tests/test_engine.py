@@ -13,23 +13,24 @@ import pandas as pd
 import pytest
 
 from harness.locust.engine_client import EngineClient, EngineError
+from harness.wire.messages import EngineConfig, RolloutRequest
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 
 SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
 
 
-def config(tmp_path: Path, run_id: str = "run-a", **options: object) -> dict:
-    return {
-        "run_id": run_id,
-        "worker": "t0",
-        "out_dir": str(tmp_path),
-        "provider": SCRIPTED,
-        "provider_options": {"ledger": str(tmp_path / "ledger.jsonl"), **options},
-        "profile": "scripted",
-        "scenario": "test",
-        "plan": {"commands": [["true"], ["echo", "hi"]]},
-        "flush_interval_s": 0.2,
-    }
+def config(tmp_path: Path, run_id: str = "run-a", **options: object) -> EngineConfig:
+    return EngineConfig(
+        run_id=run_id,
+        worker="t0",
+        out_dir=str(tmp_path),
+        provider=SCRIPTED,
+        provider_options={"ledger": str(tmp_path / "ledger.jsonl"), **options},
+        profile="scripted",
+        scenario="test",
+        plan={"commands": [["true"], ["echo", "hi"]]},
+        flush_interval_s=0.2,
+    )
 
 
 def ledger_balance(tmp_path: Path) -> tuple[int, int]:
@@ -49,7 +50,7 @@ def engine():
 
 def test_concurrent_rollouts_come_back_and_land_in_parquet(engine, tmp_path):
     engine.configure(config(tmp_path, exec_delay_s=0.01, ready_delay_s=0.05))
-    greenlets = [gevent.spawn(engine.run_rollout, "01-s", 50) for _ in range(50)]
+    greenlets = [gevent.spawn(engine.run_rollout, RolloutRequest("01-s", 50)) for _ in range(50)]
     gevent.joinall(greenlets, raise_error=True)
     records = [g.value for g in greenlets]
     assert all(r["outcome"] == "ok" for r in records)
@@ -68,7 +69,7 @@ def test_concurrent_rollouts_come_back_and_land_in_parquet(engine, tmp_path):
 
 def test_killing_waiting_users_cancels_rollouts_and_terminates_their_sandboxes(engine, tmp_path):
     engine.configure(config(tmp_path, ready_delay_s=30))
-    greenlets = [gevent.spawn(engine.run_rollout, "01-s", 20) for _ in range(20)]
+    greenlets = [gevent.spawn(engine.run_rollout, RolloutRequest("01-s", 20)) for _ in range(20)]
     deadline = time.monotonic() + 10
     while ledger_balance(tmp_path)[0] < 20 and time.monotonic() < deadline:
         gevent.sleep(0.05)
@@ -84,7 +85,7 @@ def test_parent_death_drains_the_engine(tmp_path):
     client = EngineClient.spawn("t0")
     client.configure(config(tmp_path, ready_delay_s=30))
     for _ in range(10):
-        gevent.spawn(client.run_rollout, "01-s", 10)
+        gevent.spawn(client.run_rollout, RolloutRequest("01-s", 10))
     deadline = time.monotonic() + 10
     while ledger_balance(tmp_path)[0] < 10 and time.monotonic() < deadline:
         gevent.sleep(0.05)
@@ -99,7 +100,7 @@ def test_sigterm_drains_the_engine(tmp_path):
     client = EngineClient.spawn("t0")
     client.configure(config(tmp_path, ready_delay_s=30))
     for _ in range(5):
-        gevent.spawn(client.run_rollout, "01-s", 5)
+        gevent.spawn(client.run_rollout, RolloutRequest("01-s", 5))
     deadline = time.monotonic() + 10
     while ledger_balance(tmp_path)[0] < 5 and time.monotonic() < deadline:
         gevent.sleep(0.05)
@@ -110,20 +111,20 @@ def test_sigterm_drains_the_engine(tmp_path):
 
 def test_configuration_errors_come_back_as_one_line(engine, tmp_path):
     bad = config(tmp_path)
-    bad["provider"] = "no-such-vendor"
+    bad.provider = "no-such-vendor"
     with pytest.raises(EngineError) as info:
         engine.configure(bad)
     assert info.value.kind == "config" and "unknown provider" in str(info.value)
     with pytest.raises(EngineError) as info:
-        engine.run_rollout("01-s", 1)
+        engine.run_rollout(RolloutRequest("01-s", 1))
     assert info.value.kind == "not_configured"
 
 
 def test_a_new_run_drains_the_previous_one(engine, tmp_path):
     engine.configure(config(tmp_path, run_id="run-1"))
-    engine.run_rollout("01-s", 1)
+    engine.run_rollout(RolloutRequest("01-s", 1))
     engine.configure(config(tmp_path, run_id="run-2"))
-    engine.run_rollout("01-s", 1)
+    engine.run_rollout(RolloutRequest("01-s", 1))
     engine.drain()
     assert len(pd.read_parquet(sorted((tmp_path / "run-1").glob("rollouts-*.parquet")))) == 1
     assert len(pd.read_parquet(sorted((tmp_path / "run-2").glob("rollouts-*.parquet")))) == 1
@@ -131,14 +132,14 @@ def test_a_new_run_drains_the_previous_one(engine, tmp_path):
 
 def test_init_failures_are_retried_each_attempt_a_row_but_exec_failures_are_not(engine, tmp_path):
     cfg = config(tmp_path, fail="create:rate_limited")
-    cfg["plan"] = {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0.01}
+    cfg.plan = {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0.01}
     engine.configure(cfg)
-    record = engine.run_rollout("01-s", 1)
+    record = engine.run_rollout(RolloutRequest("01-s", 1))
     assert (record["attempt"], record["failure_kind"]) == (3, "rate_limited")
     cfg = config(tmp_path, run_id="run-b", fail="exec:exec_error")
-    cfg["plan"] = {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0.01}
+    cfg.plan = {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0.01}
     engine.configure(cfg)
-    assert engine.run_rollout("01-s", 1)["attempt"] == 1
+    assert engine.run_rollout(RolloutRequest("01-s", 1))["attempt"] == 1
     engine.drain()
     frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
     assert list(frame["attempt"]) == [1, 2, 3] and frame["rollout_id"].nunique() == 1
@@ -149,7 +150,9 @@ def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):
     from harness.wire.stage_counters import merge_stages
 
     engine.configure(config(tmp_path, ready_delay_s=0.02))
-    gevent.joinall([gevent.spawn(engine.run_rollout, stage, 5) for stage in ["01-a"] * 6 + ["02-b"] * 4])
+    gevent.joinall(
+        [gevent.spawn(engine.run_rollout, RolloutRequest(stage, 5)) for stage in ["01-a"] * 6 + ["02-b"] * 4]
+    )
     stages = merge_stages([engine.stats()["stages"]] * 2)  # as a master merges two workers
     assert (stages["01-a"].ok, stages["02-b"].ok) == (12, 8)
     assert 0.02 <= stages["01-a"].tti_quantile(0.5) < 1

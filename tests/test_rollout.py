@@ -6,15 +6,9 @@ import asyncio
 
 import pytest
 
-from harness.engine.rollout import (
-    RolloutCancelled,
-    RolloutContext,
-    RolloutPlan,
-    SandboxRegistry,
-    UsageError,
-    parse_commands,
-    run_rollout,
-)
+from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
+from harness.errors import UsageError
+from harness.wire.plan import RolloutPlan, parse_commands
 from harness.wire.records import OpRecord
 from tests.support.scripted_provider import ScriptedProvider
 

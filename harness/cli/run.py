@@ -27,6 +27,7 @@ from locust.log import setup_logging
 from locust.util.load_locustfile import load_locustfile
 
 from harness.errors import UsageError
+from harness.locust.session import session_of
 from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape
 from harness.locust.vendor_process import probe
@@ -195,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     if shape is not None:
         shape.runner = runner
     environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
-    session = getattr(environment, "stampede", None)
+    session = session_of(environment)
     if session is None or session.failed_to_start:
         _quit(environment)
         return 2

@@ -9,133 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shlex
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
-from harness.errors import UsageError
 from harness.wire.durations import Distribution
+from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
 from harness.wire.redact import short_error
 from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
 
 T = TypeVar("T")
 
-DEFAULT_COMMANDS: tuple[tuple[str, ...], ...] = (("true",), ("echo", "stampede"), ("sleep", "2"))
-"""A minimal rollout: a readiness probe (ends TTI), one tool call with output, one that holds the sandbox."""
-
-DEFAULT_TURN_COMMAND: tuple[str, ...] = ("sh", "-c", "echo turn {turn}")
 
 WATCHDOG_GRACE_S = 30.0
 """Extra time past a phase's own deadline before the harness itself gives up on a stuck vendor call."""
-
-
-def parse_commands(text: str) -> tuple[tuple[str, ...], ...]:
-    """`"true; echo hi; sleep 2"` -> argv tuples. A quoted `;` stays inside its word."""
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";")
-    lexer.whitespace_split = True
-    commands: list[tuple[str, ...]] = []
-    current: list[str] = []
-    try:
-        for token in lexer:
-            if token and set(token) == {";"}:
-                if current:
-                    commands.append(tuple(current))
-                current = []
-            else:
-                current.append(token)
-    except ValueError as exc:
-        raise UsageError(f"cannot parse commands {text!r}: {exc}") from None
-    if current:
-        commands.append(tuple(current))
-    if not commands:
-        raise UsageError("a rollout needs at least one command (the first one ends TTI)")
-    return tuple(commands)
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutPlan:
-    """What every rollout of a run does. Travels as JSON from the Locust side to the engine."""
-
-    commands: tuple[tuple[str, ...], ...] = DEFAULT_COMMANDS
-    create_timeout_s: float = 300.0
-    ready_timeout_s: float = 600.0
-    exec_timeout_s: float = 120.0
-    terminate_timeout_s: float = 60.0
-    image: str | None = None
-    cpu: float = 1.0
-    memory_mb: int = 1024
-    lifetime_s: float = 3600.0
-    network: bool = False
-    labels: Mapping[str, str] = field(default_factory=dict)
-    # Agentic episodes: after `commands` (the setup; the first command ends TTI), `turns` rounds of
-    # "the model generates for a while, then calls a tool", then a final reward command.
-    turns: int = 0
-    turns_max: int | None = None  # turns drawn uniformly from turns..turns_max
-    turn_command: tuple[str, ...] = DEFAULT_TURN_COMMAND  # "{turn}" is replaced by the turn number
-    gen_time: str = "const:0"  # a harness.wire.durations spec, in vendor seconds
-    tool_time: str | None = None  # "{tool_s}" in the turn command becomes a draw of this (vendor seconds)
-    reward_command: tuple[str, ...] | None = None
-    rollout_timeout_s: float | None = None  # one deadline for the whole rollout
-    retries: int = 0  # init failures (create/ready) are retried this many times, each attempt its own row
-    retry_backoff_s: float = 1.0
-    time_scale: float = 1.0  # generation time plays at the simulated vendor's time scale
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.commands:
-            raise UsageError("a rollout needs at least one command (the first one ends TTI)")
-        for name in ("create_timeout_s", "ready_timeout_s", "exec_timeout_s", "terminate_timeout_s", "lifetime_s"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"{name} must be positive")
-        if self.turns < 0 or (self.turns_max is not None and self.turns_max < self.turns):
-            raise UsageError("turns must be >= 0 (and turns_max >= turns)")
-        if self.retries < 0 or self.retry_backoff_s < 0:
-            raise UsageError("retries and retry backoff must be >= 0")
-        if self.rollout_timeout_s is not None and self.rollout_timeout_s <= 0:
-            raise UsageError("rollout_timeout_s must be positive")
-        if not self.time_scale > 0:
-            raise UsageError("time_scale must be positive")
-        Distribution.parse(self.gen_time)
-        if self.tool_time is not None:
-            Distribution.parse(self.tool_time)
-
-    @property
-    def generation(self) -> Distribution:
-        return Distribution.parse(self.gen_time)
-
-    def spec(self, run_id: str, rollout_id: str, engine: str = "") -> SandboxSpec:
-        return SandboxSpec(
-            run_id=run_id,
-            rollout_id=rollout_id,
-            engine=engine,
-            image=self.image,
-            cpu=self.cpu,
-            memory_mb=self.memory_mb,
-            lifetime_s=self.lifetime_s,
-            network=self.network,
-            labels=dict(self.labels),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["commands"] = [list(argv) for argv in self.commands]
-        data["turn_command"] = list(self.turn_command)
-        data["reward_command"] = list(self.reward_command) if self.reward_command else None
-        data["labels"] = dict(self.labels)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RolloutPlan:
-        values = dict(data)
-        if "commands" in values:
-            values["commands"] = tuple(tuple(str(word) for word in argv) for argv in values["commands"])
-        for key in ("turn_command", "reward_command"):
-            if values.get(key) is not None:
-                values[key] = tuple(str(word) for word in values[key])
-        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +62,21 @@ class RolloutContext:
             t_intended=self.t_intended,
             attempt=self.attempt,
         )
+
+
+def sandbox_spec(plan: RolloutPlan, run_id: str, rollout_id: str, engine: str = "") -> SandboxSpec:
+    """The vendor-facing request for one rollout's sandbox, labelled with the run, rollout and engine."""
+    return SandboxSpec(
+        run_id=run_id,
+        rollout_id=rollout_id,
+        engine=engine,
+        image=plan.image,
+        cpu=plan.cpu,
+        memory_mb=plan.memory_mb,
+        lifetime_s=plan.lifetime_s,
+        network=plan.network,
+        labels=dict(plan.labels),
+    )
 
 
 class SandboxRegistry:
@@ -272,7 +176,7 @@ class _Rollout:
 
     async def lifecycle(self) -> None:
         plan, record = self.plan, self.record
-        spec = plan.spec(self.ctx.run_id, self.ctx.rollout_id, self.ctx.worker)
+        spec = sandbox_spec(plan, self.ctx.run_id, self.ctx.rollout_id, self.ctx.worker)
         self.phase = Phase.CREATE
         self.ref = await self.timed("create", Phase.CREATE, self.provider.create(spec), plan.create_timeout_s)
         self.registry.add(self.ref)
@@ -378,7 +282,3 @@ class RolloutCancelled(Exception):
     def __init__(self, record: RolloutRecord) -> None:
         super().__init__(f"rollout {record.rollout_id} cancelled in {record.failure_phase}")
         self.record = record
-
-
-def commands_to_text(commands: Sequence[Sequence[str]]) -> str:
-    return "; ".join(shlex.join(argv) for argv in commands)

@@ -5,6 +5,8 @@ provider code never runs there. Each Locust process (local, or each worker after
 (`python -m harness.engine`), asks it over a Unix socket to run rollouts, and gets back per-phase timings
 measured here. The engine's records are the source of truth; it writes them as parquet shards while the run
 goes, and on drain it terminates every sandbox it still holds and sweeps the run's label for leftovers.
+
+This module is the process: the socket server, signals and the parent watch. One run's state is `run.py`.
 """
 
 from __future__ import annotations
@@ -12,337 +14,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
-import json
 import os
 import signal
 import socket
 import sys
-import time
-from collections import Counter, deque
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from harness.engine.health import LoopHealth
-from harness.engine.rollout import RolloutCancelled, RolloutContext, RolloutPlan, SandboxRegistry, run_rollout
-from harness.engine.shards import ShardWriter, safe_name
-from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
+from harness.engine.run import EngineRun, RehearsalOver
+from harness.wire import messages as msg
+from harness.wire.messages import EngineConfig, RolloutRequest
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
-from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
-from harness.wire.stage_counters import StageStats
+from harness.wire.records import RolloutRecord
 from providers import create_provider
-from providers.base import INIT_FAILURE_KINDS, Provider, ProviderConfigError, ProviderError
+from providers.base import ProviderConfigError, ProviderError
 from providers.open_files import raise_open_files_limit
 
-RECENT_WINDOW_S = 10.0
 DRAIN_TIMEOUT_S = 120.0
-
-
-@dataclass(slots=True)
-class EngineConfig:
-    """Everything an engine needs for one run; sent by the Locust side as JSON."""
-
-    run_id: str
-    worker: str
-    out_dir: str
-    provider: str
-    provider_options: dict[str, Any] = field(default_factory=dict)
-    profile: str = ""
-    scenario: str = ""
-    plan: dict[str, Any] = field(default_factory=dict)
-    secrets: list[str] = field(default_factory=list)
-    flush_interval_s: float = 2.0
-    trainer: dict[str, Any] | None = None  # `stampede rehearse`: an emulated trainer (harness.engine.trainer)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
-        known = {name for name in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown engine config keys: {sorted(unknown)}")
-        return cls(**dict(data))
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.out_dir) / self.run_id
-
-
-class RehearsalOver(Exception):
-    """The emulated trainer has all its steps: no more rollouts are admitted."""
-
-
-class EngineRun:
-    """One configured run: provider, plan, collector, live sandboxes and counters."""
-
-    def __init__(self, config: EngineConfig, provider: Provider, health: LoopHealth) -> None:
-        self.config = config
-        self.provider = provider
-        self.plan = RolloutPlan.from_dict(config.plan)
-        self.health = health
-        self.writer = ShardWriter(config.run_dir, config.worker, flush_interval_s=config.flush_interval_s)
-        self.registry = SandboxRegistry()
-        self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
-        self.versions = dict(provider.versions())
-        self.sdk_version = ";".join(f"{name}={version}" for name, version in sorted(self.versions.items()))
-        self.seq = 0
-        self.inflight = 0
-        self.peak_inflight = 0
-        self.peak_live = 0
-        self.started = 0
-        self.outcomes: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
-        self.recent: deque[tuple[float, float | None, bool]] = deque()
-        self.stage_stats: dict[str, StageStats] = {}
-        self.accepting = True
-        self.t_start = time.time()
-        self.trainer: TrainerEmulator | None = None
-        self.tickets: dict[str, Ticket] = {}
-        self.killed: set[str] = set()
-        if config.trainer is not None:
-            self.trainer = TrainerEmulator(TrainerSettings.from_dict(config.trainer), config.run_dir, config.worker)
-            self.trainer.kill = self.kill_step
-            self.trainer.start()
-
-    def next_rollout_id(self) -> str:
-        self.seq += 1
-        return f"{safe_name(self.config.worker)}-{self.seq:07d}"
-
-    def start(self, request: Mapping[str, Any]) -> asyncio.Task[RolloutRecord]:
-        """A rollout task: admitted by the emulated trainer when there is one, then run and recorded."""
-        if self.trainer is None:
-            return self._dispatch(request, None)
-        return asyncio.get_running_loop().create_task(self._admitted(request))
-
-    async def _admitted(self, request: Mapping[str, Any]) -> RolloutRecord:
-        assert self.trainer is not None
-        if self.trainer.done.is_set():
-            raise RehearsalOver()
-        waiter = asyncio.ensure_future(self.trainer.admit())
-        done = asyncio.ensure_future(self.trainer.done.wait())
-        try:
-            finished, _ = await asyncio.wait({waiter, done}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            done.cancel()
-        if waiter not in finished:
-            waiter.cancel()
-            raise RehearsalOver()
-        return await self._dispatch(request, waiter.result())
-
-    def kill_step(self, step: int) -> None:
-        """Sync oversampling: the step has its samples; cancel its rollouts still running."""
-        for rollout_id, ticket in list(self.tickets.items()):
-            task = self.tasks.get(rollout_id)
-            if ticket.step == step and task is not None and not task.done():
-                self.killed.add(rollout_id)
-                task.cancel()
-
-    def _dispatch(self, request: Mapping[str, Any], ticket: Ticket | None) -> asyncio.Task[RolloutRecord]:
-        rollout_id = self.next_rollout_id()
-        if ticket is not None:
-            self.tickets[rollout_id] = ticket
-        self.inflight += 1
-        self.started += 1
-        self.peak_inflight = max(self.peak_inflight, self.inflight)
-        ctx = RolloutContext(
-            run_id=self.config.run_id,
-            worker=self.config.worker,
-            rollout_id=rollout_id,
-            provider=self.config.provider,
-            profile=self.config.profile,
-            scenario=self.config.scenario,
-            stage=str(request.get("stage", "")),
-            target_users=int(request.get("target_users", 0)),
-            inflight_at_submit=self.inflight,
-            sdk_version=self.sdk_version,
-            t_intended=request.get("t_intended"),
-            attempt=int(request.get("attempt", 1)),
-            secrets=tuple(self.config.secrets),
-        )
-        task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
-        self.tasks[rollout_id] = task
-        return task
-
-    async def _run_and_record(self, ctx: RolloutContext) -> RolloutRecord:
-        """Every attempt is kept whatever happens to it (done, failed, cancelled, or our own bug).
-
-        Init failures (the sandbox never became usable) are retried up to `plan.retries` times, as an RL
-        generator's retry policy would; each attempt is its own row, numbered by `attempt`.
-        """
-        outcome = "cancelled"  # what the rollout came to, for the emulated trainer
-        try:
-            while True:
-                record = await self._attempt(ctx)
-                self.record_row(record)
-                outcome = record.outcome
-                if not self._retryable(record) or ctx.attempt > self.plan.retries:
-                    return record
-                await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
-                ctx = dataclasses.replace(ctx, attempt=ctx.attempt + 1, inflight_at_submit=self.inflight)
-        finally:
-            self.tasks.pop(ctx.rollout_id, None)
-            self.inflight -= 1
-            self.stage_stats.setdefault(ctx.stage, StageStats()).ended += 1
-            ticket = self.tickets.pop(ctx.rollout_id, None)
-            if ticket is not None and self.trainer is not None:
-                killed = ctx.rollout_id in self.killed
-                self.killed.discard(ctx.rollout_id)
-                self.trainer.finished(ticket, outcome, killed)
-
-    async def _attempt(self, ctx: RolloutContext) -> RolloutRecord:
-        try:
-            return await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
-        except RolloutCancelled as cancelled:
-            if ctx.rollout_id in self.killed:
-                cancelled.record.error = "killed: the step already had its samples (oversampling)"
-            return cancelled.record
-        except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
-            record = ctx.new_record()
-            record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
-            record.error = f"{type(exc).__name__}: {exc}"[:300]
-            return record
-
-    @staticmethod
-    def _retryable(record: RolloutRecord) -> bool:
-        return (
-            record.outcome == OUTCOME_FAILED
-            and record.failure_phase in ("create", "ready")
-            and record.failure_kind in INIT_FAILURE_KINDS
-        )
-
-    def record_row(self, record: RolloutRecord) -> None:
-        self.stage_stats.setdefault(record.stage, StageStats()).add(record.outcome, record.failure_kind, record.tti_s)
-        self.writer.add_rollout(record)
-        self.outcomes[record.outcome] += 1
-        if record.failure_kind:
-            self.failures[record.failure_kind] += 1
-        self.peak_live = max(self.peak_live, len(self.registry))
-        now = time.monotonic()
-        self.recent.append((now, record.tti_s, record.outcome == OUTCOME_OK))
-        while self.recent and self.recent[0][0] < now - RECENT_WINDOW_S:
-            self.recent.popleft()
-
-    def stats(self) -> dict[str, Any]:
-        ttis = sorted(tti for _, tti, _ in self.recent if tti is not None)
-
-        def quantile(q: float) -> float | None:
-            if not ttis:
-                return None
-            return ttis[min(len(ttis) - 1, int(q * len(ttis)))]
-
-        health = self.health.snapshot()
-        return {
-            "run_id": self.config.run_id,
-            "worker": self.config.worker,
-            "inflight": self.inflight,
-            "started": self.started,
-            "ok": self.outcomes[OUTCOME_OK],
-            "failed": self.outcomes[OUTCOME_FAILED],
-            "cancelled": self.outcomes[OUTCOME_CANCELLED],
-            "failures": dict(self.failures),
-            "live_sandboxes": len(self.registry),
-            "peak_inflight": self.peak_inflight,
-            "recent_tti_p50_s": quantile(0.5),
-            "recent_tti_p99_s": quantile(0.99),
-            "recent_completed": len(self.recent),
-            "health": asdict(health),
-            "rows_written": self.writer.counts.rollouts,
-            "stages": {name: stats.to_wire() for name, stats in self.stage_stats.items()},
-            "trainer": None
-            if self.trainer is None
-            else {"steps_done": len(self.trainer.steps), "done": self.trainer.done.is_set(), **self.trainer.counts},
-        }
-
-    async def drain(self, timeout_s: float) -> dict[str, Any]:
-        """Stop everything: cancel rollouts, terminate what they held, sweep the label, flush the shards."""
-        self.accepting = False
-        deadline = time.monotonic() + timeout_s
-        rehearsal: dict[str, Any] | None = None
-        if self.trainer is not None:  # no more admissions: waiting requests are told the rehearsal is over
-            self.trainer.done.set()
-            self.trainer._notify()
-            await self.trainer.stop()
-        tasks = list(self.tasks.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=max(1.0, deadline - time.monotonic()))
-        leftovers = self.registry.snapshot()
-        terminate_errors = 0
-        if leftovers:
-            results = await _bounded_gather(
-                [self.provider.terminate(ref) for ref in leftovers], max(1.0, deadline - time.monotonic())
-            )
-            for ref, result in zip(leftovers, results, strict=True):
-                if isinstance(result, BaseException):
-                    terminate_errors += 1
-                else:
-                    self.registry.discard(ref)
-        reaped: int | None = None
-        sweep_error: str | None = None
-        try:
-            async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
-                # this engine's leftovers only: in a distributed run the others are still working
-                reaped = await self.provider.cleanup(self.config.run_id, self.config.worker)
-        except Exception as exc:  # an unreachable vendor must not lose the results
-            sweep_error = f"{type(exc).__name__}: {exc}"[:300]
-        await self.writer.close()
-        if self.trainer is not None:
-            rehearsal = await asyncio.to_thread(self.trainer.write)
-            await asyncio.to_thread(
-                _write_json, self.config.run_dir / f"rehearsal-{safe_name(self.config.worker)}.json", rehearsal
-            )
-        health = self.health.snapshot()
-        summary = {
-            "worker": self.config.worker,
-            "run_id": self.config.run_id,
-            "started": self.started,
-            "outcomes": dict(self.outcomes),
-            "failures": dict(self.failures),
-            "unfinished_tasks": sum(1 for task in tasks if not task.done()),
-            "terminated_leftovers": len(leftovers) - terminate_errors,
-            "terminate_errors": terminate_errors,
-            "reaped_by_label": reaped,
-            "sweep_error": sweep_error,
-            "rows": {"rollouts": self.writer.counts.rollouts, "ops": self.writer.counts.ops},
-            "peak_inflight": self.peak_inflight,
-            "peak_live_sandboxes": self.peak_live,
-            "versions": self.versions,
-            "health": asdict(health),
-            "t_start": self.t_start,
-            "t_end": time.time(),
-            "rehearsal": rehearsal,
-        }
-        await asyncio.to_thread(
-            _write_json, self.config.run_dir / f"engine-{safe_name(self.config.worker)}.json", summary
-        )
-        with contextlib.suppress(Exception):
-            await self.provider.aclose()
-        return summary
-
-
-async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:
-    tasks = [asyncio.ensure_future(call) for call in calls]
-    _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
-    for task in pending:
-        task.cancel()
-    results: list[Any] = []
-    for task in tasks:
-        if task in pending:
-            results.append(TimeoutError("terminate did not finish before the drain deadline"))
-        elif task.exception() is not None:
-            results.append(task.exception())
-        else:
-            results.append(task.result())
-    return results
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
 
 
 class Engine:
@@ -361,7 +50,7 @@ class Engine:
         async with self._configure_lock:
             if self.run is not None:
                 await self.drain()
-            config = EngineConfig.from_dict({"worker": self.worker, **data})
+            config = EngineConfig.from_wire({"worker": self.worker, **data})
             provider = create_provider(config.provider, config.provider_options)
             try:
                 await provider.preflight()
@@ -401,48 +90,60 @@ class Engine:
             if not writer.is_closing():
                 writer.write(encode(message))
 
+        def error(req_id: Any, kind: str, message: str) -> None:
+            send({"op": msg.ERROR, "id": req_id, "kind": kind, "message": message})
+
+        async def configure(message: Mapping[str, Any]) -> dict[str, Any]:
+            return {"op": msg.CONFIGURED, **await self.configure(message.get("config", {}))}
+
+        async def stats(_: Mapping[str, Any]) -> dict[str, Any]:
+            return {"op": msg.STATS, "stats": self.run.stats() if self.run else None}
+
+        async def drain(message: Mapping[str, Any]) -> dict[str, Any]:
+            return {"op": msg.DRAINED, "summary": await self.drain(message.get("timeout_s", DRAIN_TIMEOUT_S))}
+
+        async def shutdown(_: Mapping[str, Any]) -> dict[str, Any]:
+            answer = {"op": msg.DRAINED, "summary": await self.drain()}
+            self.stopped.set()
+            return answer
+
+        handlers: dict[str, Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]] = {
+            msg.CONFIGURE: configure,
+            msg.STATS: stats,
+            msg.DRAIN: drain,
+            msg.SHUTDOWN: shutdown,
+        }
+
         async def serve(message: dict[str, Any]) -> None:
             op, req_id = message.get("op"), message.get("id")
+            handler = handlers.get(str(op))
+            if handler is None:
+                error(req_id, msg.ERROR_HARNESS, f"unknown op {op!r}")
+                return
             try:
-                if op == "configure":
-                    send({"op": "configured", "id": req_id, **await self.configure(message.get("config", {}))})
-                elif op == "stats":
-                    send({"op": "stats", "id": req_id, "stats": self.run.stats() if self.run else None})
-                elif op == "drain":
-                    send(
-                        {
-                            "op": "drained",
-                            "id": req_id,
-                            "summary": await self.drain(message.get("timeout_s", DRAIN_TIMEOUT_S)),
-                        }
-                    )
-                elif op == "shutdown":
-                    send({"op": "drained", "id": req_id, "summary": await self.drain()})
-                    self.stopped.set()
-                else:
-                    send({"op": "error", "id": req_id, "kind": "harness", "message": f"unknown op {op!r}"})
+                send({**await handler(message), "id": req_id})
             except (ProviderConfigError, ProviderError) as exc:
-                send({"op": "error", "id": req_id, "kind": "config", "message": str(exc)})
+                error(req_id, msg.ERROR_CONFIG, str(exc))
             except Exception as exc:
-                send({"op": "error", "id": req_id, "kind": "harness", "message": f"{type(exc).__name__}: {exc}"})
+                error(req_id, msg.ERROR_HARNESS, f"{type(exc).__name__}: {exc}")
 
         async def run_one(req_id: Any, message: dict[str, Any]) -> None:
             run = self.run
             if run is None or not run.accepting:
-                send({"op": "error", "id": req_id, "kind": "not_configured", "message": "engine has no active run"})
+                error(req_id, msg.ERROR_NOT_CONFIGURED, "engine has no active run")
                 return
-            task = run.start(message)
+            task = run.start(RolloutRequest.from_wire(message))
             tasks_by_request[req_id] = task
             try:
                 record = await asyncio.shield(task)
             except asyncio.CancelledError:
                 return  # the connection is going away; the task still records itself and the drain owns it
             except RehearsalOver:
-                send({"op": "error", "id": req_id, "kind": "done", "message": "the rehearsal has all its steps"})
+                error(req_id, msg.ERROR_DONE, "the rehearsal has all its steps")
                 return
             finally:
                 tasks_by_request.pop(req_id, None)
-            send({"op": "result", "id": req_id, "record": record.to_row()})
+            send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
 
         tasks_by_request: dict[Any, asyncio.Task[RolloutRecord]] = {}
         try:
@@ -453,11 +154,11 @@ class Engine:
                 try:
                     message = decode(line)
                 except ValueError as exc:
-                    send({"op": "error", "id": None, "kind": "harness", "message": f"bad message: {exc}"})
+                    error(None, msg.ERROR_HARNESS, f"bad message: {exc}")
                     continue
-                if message["op"] == "rollout":
+                if message["op"] == msg.ROLLOUT:
                     spawned = asyncio.get_running_loop().create_task(run_one(message.get("id"), message))
-                elif message["op"] == "cancel":
+                elif message["op"] == msg.CANCEL:
                     task = tasks_by_request.get(message.get("id"))
                     if task is not None:
                         task.cancel()

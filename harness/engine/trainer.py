@@ -101,7 +101,9 @@ def _uniform(seed: int, *key: object) -> float:
 
 
 class TrainerEmulator:
-    def __init__(self, settings: TrainerSettings, out_dir: Path, worker: str) -> None:
+    def __init__(
+        self, settings: TrainerSettings, out_dir: Path, worker: str, kill: Callable[[int], None] | None = None
+    ) -> None:
         self.s = settings
         self.out_dir = out_dir
         self.worker = worker
@@ -118,11 +120,32 @@ class TrainerEmulator:
         self.step_dispatched: dict[int, int] = {}
         self.step_ended: dict[int, int] = {}
         self.step_accepted: dict[int, int] = {}
-        self.kill: Callable[[int], None] | None = None  # sync: cancel the rest of a step (set by the engine)
+        self.kill = kill  # sync: cancel the rest of a step (the engine's)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._train_loop())
+
+    async def admit_or_none(self) -> Ticket | None:
+        """The admission policy the engine asks before each rollout: a ticket, or None once the rehearsal is over."""
+        if self.done.is_set():
+            return None
+        waiter = asyncio.ensure_future(self.admit())
+        done = asyncio.ensure_future(self.done.wait())
+        try:
+            finished, _ = await asyncio.wait({waiter, done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            done.cancel()
+        if waiter not in finished:
+            waiter.cancel()
+            return None
+        return waiter.result()
+
+    async def close(self) -> None:
+        """No more admissions (waiting requests hear the rehearsal is over), and the training loop stops."""
+        self.done.set()
+        self._notify()
+        await self.stop()
 
     async def stop(self) -> None:
         if self._task is not None:

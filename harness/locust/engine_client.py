@@ -21,6 +21,8 @@ import gevent.socket
 import gevent.subprocess
 from gevent import GreenletExit
 
+from harness.wire import messages as msg
+from harness.wire.messages import EngineConfig, RolloutRequest
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
@@ -29,7 +31,7 @@ ENGINE_START_TIMEOUT_S = 30.0
 class EngineError(Exception):
     """The engine refused a request or went away."""
 
-    def __init__(self, message: str, kind: str = "harness") -> None:
+    def __init__(self, message: str, kind: str = msg.ERROR_HARNESS) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -90,31 +92,31 @@ class EngineClient:
             answer: dict[str, Any] = result.get(timeout=timeout)
         except GreenletExit:
             # Locust killed the user mid-rollout: stop the rollout, the engine terminates its sandbox.
-            if message.get("op") == "rollout":
-                self._try_send({"op": "cancel", "id": req_id})
+            if message.get("op") == msg.ROLLOUT:
+                self._try_send({"op": msg.CANCEL, "id": req_id})
             raise
         except gevent.Timeout:
             raise EngineError(f"engine did not answer {message.get('op')!r} within {timeout}s") from None
         finally:
             self._waiting.pop(req_id, None)
-        if answer.get("op") == "error":
-            raise EngineError(answer.get("message", "engine error"), kind=answer.get("kind", "harness"))
+        if answer.get("op") == msg.ERROR:
+            raise EngineError(answer.get("message", "engine error"), kind=answer.get("kind", msg.ERROR_HARNESS))
         return answer
 
-    def configure(self, config: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
-        return self.request({"op": "configure", "config": config}, timeout=timeout)
+    def configure(self, config: EngineConfig, timeout: float = 120.0) -> dict[str, Any]:
+        return self.request({"op": msg.CONFIGURE, "config": config.to_wire()}, timeout=timeout)
 
-    def run_rollout(self, stage: str, target_users: int, **extra: Any) -> dict[str, Any]:
-        answer = self.request({"op": "rollout", "stage": stage, "target_users": target_users, **extra})
+    def run_rollout(self, request: RolloutRequest) -> dict[str, Any]:
+        answer = self.request({"op": msg.ROLLOUT, **request.to_wire()})
         record: dict[str, Any] = answer["record"]
         return record
 
     def stats(self, timeout: float = 10.0) -> dict[str, Any] | None:
-        stats: dict[str, Any] | None = self.request({"op": "stats"}, timeout=timeout).get("stats")
+        stats: dict[str, Any] | None = self.request({"op": msg.STATS}, timeout=timeout).get("stats")
         return stats
 
     def drain(self, timeout: float = 180.0) -> dict[str, Any]:
-        summary: dict[str, Any] = self.request({"op": "drain"}, timeout=timeout)["summary"]
+        summary: dict[str, Any] = self.request({"op": msg.DRAIN}, timeout=timeout)["summary"]
         return summary
 
     def shutdown(self, timeout: float = 180.0) -> dict[str, Any] | None:
@@ -122,7 +124,7 @@ class EngineClient:
         summary = None
         if not self._closed and self.process.poll() is None:
             try:
-                summary = self.request({"op": "shutdown"}, timeout=timeout).get("summary")
+                summary = self.request({"op": msg.SHUTDOWN}, timeout=timeout).get("summary")
             except EngineError:
                 summary = None
         self._close_socket()

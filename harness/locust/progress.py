@@ -8,8 +8,11 @@ from typing import Any
 
 import gevent
 
+from harness.locust.live_view import LiveView
+from harness.locust.run_state import RunState
 
-def format_progress(elapsed_s: float, stage: str, users: int, target: int, live: Any) -> str:
+
+def format_progress(elapsed_s: float, stage: str, users: int, target: int, live: LiveView) -> str:
     totals = live.totals()
     head = f"[{elapsed_s:6.0f}s] {stage or '-':<16} users {users}/{target}"
     if not totals["engines"]:
@@ -31,8 +34,9 @@ def format_progress(elapsed_s: float, stage: str, users: int, target: int, live:
 class ProgressPrinter:
     """Prints to stderr from its own greenlet; stopping it never blocks the run."""
 
-    def __init__(self, session: Any, interval_s: float) -> None:
-        self.session = session
+    def __init__(self, runner: Any, state: RunState, interval_s: float) -> None:
+        self.runner = runner
+        self.state = state
         self.interval_s = interval_s
         self.t0 = time.monotonic()
         self._greenlet: gevent.Greenlet | None = None
@@ -51,13 +55,12 @@ class ProgressPrinter:
             print(self.line(), file=sys.stderr, flush=True)
 
     def line(self) -> str:
-        session = self.session
-        runner = session.environment.runner
-        stage = session.stage
+        runner = self.runner
+        stage = self.state.stage
         return format_progress(
             time.monotonic() - self.t0,
             stage.name,
             int(getattr(runner, "user_count", 0)),
             stage.target_users or int(getattr(runner, "target_user_count", 0) or 0),
-            session.live,
+            self.state.live,
         )

@@ -1,4 +1,5 @@
-"""run.json: what was run, against what, with which versions, on which host — enough to reproduce it."""
+"""The run folder's own files: run.json (what was run, against what, with which versions, on which host —
+enough to reproduce it), the `latest` pointer, and the simulated vendor's truth table."""
 
 from __future__ import annotations
 
@@ -15,7 +16,23 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from harness.wire.records import SCHEMA_VERSION
+
+TRUTH_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("status", pa.string()),
+        ("error_type", pa.string()),
+        ("created_wall", pa.float64()),
+        ("ready_wall", pa.float64()),
+        ("ended_wall", pa.float64()),
+        ("first_exec_done_wall", pa.float64()),
+    ]
+)
+"""The simulated vendor's own record of each sandbox (`sim_truth.parquet`): the cross-check of our timing."""
 
 
 def new_run_id(scenario: str, provider: str) -> str:
@@ -100,3 +117,24 @@ def point_latest_at(run_dir: Path) -> None:
         os.replace(tmp, link)
     except OSError:  # a filesystem without symlinks only loses the convenience
         pass
+
+
+def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path:
+    """The simulated vendor's records of this run's sandboxes (found by the run label), as parquet."""
+    label = f"stampede-run={run_id}"
+    rows = [
+        {
+            "id": sandbox.get("id"),
+            "status": sandbox.get("status"),
+            "error_type": sandbox.get("error_type"),
+            "created_wall": sandbox.get("created_wall"),
+            "ready_wall": sandbox.get("running_wall"),
+            "ended_wall": sandbox.get("ended_wall"),
+            "first_exec_done_wall": sandbox.get("first_exec_done_wall"),
+        }
+        for sandbox in sandboxes
+        if label in (sandbox.get("labels") or [])
+    ]
+    path = run_dir / "sim_truth.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRUTH_SCHEMA), path)
+    return path

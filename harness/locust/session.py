@@ -15,58 +15,54 @@ import logging
 import socket
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
-import pyarrow as pa
-import pyarrow.parquet as pq
 from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
-from harness.locust.live_view import LiveView
 from harness.locust.progress import ProgressPrinter
 from harness.locust.reports import LocustReports
-from harness.locust.run_folder import base_manifest, iso, new_run_id, point_latest_at, write_manifest
+from harness.locust.run_folder import (
+    base_manifest,
+    iso,
+    new_run_id,
+    point_latest_at,
+    write_manifest,
+    write_vendor_truth,
+)
+from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings, add_arguments
-from harness.locust.shapes import IDLE_STAGE, Stage, StampedeShape
+from harness.locust.shapes import StampedeShape
 from harness.locust.vendor_process import EmbeddedVendor
-from harness.locust.worker_link import MSG_GATE, MSG_STAGE, MasterLink, WorkerLink, process_usage
+from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.results.dataset import load_rollouts
 from harness.results.run_summary import render_run_summary
+from harness.wire.messages import EngineConfig
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
 LOCAL_POLL_INTERVAL_S = 0.5
 
-TRUTH_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("status", pa.string()),
-        ("error_type", pa.string()),
-        ("created_wall", pa.float64()),
-        ("ready_wall", pa.float64()),
-        ("ended_wall", pa.float64()),
-        ("first_exec_done_wall", pa.float64()),
-    ]
-)
-
 
 class StampedeSession:
-    """Per-process state, reachable from users and shapes as `environment.stampede`."""
+    """Wires one Locust process's services: the engine, the local vendor, the links, the run folder.
+
+    What shapes, users and links share during a run lives in its `RunState` (`self.state`); users find the
+    session with `session_of(environment)`.
+    """
 
     def __init__(self, environment: Environment, settings: RunSettings) -> None:
         self.environment = environment
-        self.settings = settings
+        self.state = RunState(settings)
+        self.state.attach(environment)
         self.engine: EngineClient | None = None
         self.vendor: EmbeddedVendor | None = None
-        self.run_id: str | None = None
-        self.run_dir: Path | None = None
         self.manifest: dict[str, Any] | None = None
         self.engine_summaries: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
@@ -74,22 +70,35 @@ class StampedeSession:
         self.reports: LocustReports | None = None
         self.time_scale: float | None = settings.time_scale
         self.profile_label = settings.profile if settings.embedded_vendor else ""
-        self.ended = False
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
         self.runs = 0
-        self.live = LiveView()
-        self.stage: Stage = IDLE_STAGE
-        self.gate_step = 0
-        self.gate_closed = False
-        self._gate = gevent.event.Event()
-        self.dropped: Counter[str] = Counter()  # open model: starts dropped at the in-flight cap, per stage
         self.master_link: MasterLink | None = None
         self.worker_link: WorkerLink | None = None
         self._poller: gevent.Greenlet | None = None
         self._finishing: gevent.Greenlet | None = None
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
+
+    @property
+    def settings(self) -> RunSettings:
+        return self.state.settings
+
+    @settings.setter
+    def settings(self, settings: RunSettings) -> None:
+        self.state.settings = settings
+
+    @property
+    def run_id(self) -> str | None:
+        return self.state.run_id
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.state.run_dir
+
+    @property
+    def ended(self) -> bool:
+        return self.state.ended
 
     # -- roles -----------------------------------------------------------------------------------------
     @property
@@ -127,42 +136,16 @@ class StampedeSession:
         shape = self.environment.shape_class
         return shape if isinstance(shape, StampedeShape) else None
 
-    # -- stages and the burst gate ---------------------------------------------------------------------
-    def enter_stage(self, stage: Stage) -> None:
-        """The shape moved on (local/master): every rollout submitted from now on records this stage."""
-        self.stage = stage
-        if self.master_link is not None:
-            self.master_link.broadcast(MSG_STAGE, stage.to_wire())
-
-    def release(self, step: int, *, broadcast: bool = True) -> None:
-        """Open the gate for step `step`: every user waiting for it starts its rollout now."""
-        self.gate_step = max(self.gate_step, step)
-        gate, self._gate = self._gate, gevent.event.Event()
-        gate.set()
-        if broadcast and self.master_link is not None:
-            self.master_link.broadcast(MSG_GATE, {"step": step})
-
-    def close_gate(self, *, broadcast: bool = True) -> None:
-        """No more steps: users waiting at the gate leave at once."""
-        self.gate_closed = True
-        self._gate.set()
-        if broadcast and self.master_link is not None:
-            self.master_link.broadcast(MSG_GATE, {"closed": True})
-
     def before_rollout(self, user: Any) -> Stage | None:
         """In a user's greenlet, before each rollout: the stage it runs in, or None when the shape is done."""
         shape = self.shape
         if shape is None or not shape.gated:
-            return self.stage
-        done_step = getattr(user, "_stampede_step", 0)
-        while self.gate_step <= done_step:
-            if self.gate_closed:
-                return None
-            self._gate.wait()
-        if self.gate_closed and self.gate_step <= done_step:
+            return self.state.stage
+        step = self.state.wait_at_gate(getattr(user, "_stampede_step", 0))
+        if step is None:
             return None
-        user._stampede_step = self.gate_step
-        return self.stage
+        user._stampede_step = step
+        return self.state.stage
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start_services(self) -> None:
@@ -173,9 +156,9 @@ class StampedeSession:
         """
         try:
             if self.is_master:
-                self.master_link = MasterLink(self)
+                self.master_link = MasterLink(self.runner, self.state)
             elif self.is_worker:
-                self.worker_link = WorkerLink(self)
+                self.worker_link = WorkerLink(self.runner, self.state, self.worker_name(), lambda: self.engine)
             if self.settings.embedded_vendor and not self.is_worker:
                 self._start_vendor()
             if self.runs_users:
@@ -223,11 +206,9 @@ class StampedeSession:
         if self.run_id is not None and not self.ended:
             return
         self.services_ready.wait(120)
-        self.ended = False
+        self.state.new_run()
         self.engine_summaries = []
         self.runs += 1
-        self.live = LiveView()
-        self.dropped = Counter()
         # Stage and gate are not reset here: the shape's first tick (and a master's first broadcast) comes
         # before test_start. They are reset when a run ends.
         options = self.environment.parsed_options
@@ -235,17 +216,17 @@ class StampedeSession:
             self.settings = RunSettings.from_options(options)
             self.time_scale = getattr(options, "time_scale", None)
             self.profile_label = getattr(options, "profile_label", "") or ""
-            self.run_id = getattr(options, "run_id", None)
+            self.state.run_id = getattr(options, "run_id", None)
             if not self.run_id:
                 raise UsageError("worker got no run id from the master")
         else:
             first_run = self.runs == 1
-            self.run_id = (self.settings.run_id if first_run else None) or new_run_id(
+            self.state.run_id = (self.settings.run_id if first_run else None) or new_run_id(
                 self.scenario, self.settings.provider
             )
             if options is not None:
                 options.run_id = self.run_id
-        self.run_dir = Path(self.settings.out) / self.run_id
+        self.state.run_dir = Path(self.settings.out) / str(self.run_id)
         if self.owns_run_folder:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.manifest = self._initial_manifest()
@@ -269,7 +250,7 @@ class StampedeSession:
         if not self.is_master and not self.is_worker:
             self._poller = gevent.spawn(self._poll_engine)
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
-            self.progress = ProgressPrinter(self, self.settings.progress_interval_s)
+            self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s)
             self.progress.start()
         self.run_ready.set()
 
@@ -278,12 +259,12 @@ class StampedeSession:
         while True:
             if self.engine is not None and self.engine.alive:
                 try:
-                    self.live.update("local", self.engine.stats(timeout=5), dict(self.dropped))
+                    self.state.live.update("local", self.engine.stats(timeout=5), dict(self.state.dropped))
                 except EngineError:
                     pass
             gevent.sleep(LOCAL_POLL_INTERVAL_S)
 
-    def _engine_config(self) -> dict[str, Any]:
+    def _engine_config(self) -> EngineConfig:
         settings = self.settings
         provider_options: dict[str, Any] = dict(settings.provider_options)
         if settings.base_url:
@@ -292,18 +273,18 @@ class StampedeSession:
             provider_options.setdefault("token", settings.token)
         out_dir = self.worker_link.spool if self.worker_link is not None else Path(settings.out)
         plan = dataclasses.replace(settings.plan, time_scale=self.time_scale or 1.0).to_dict()
-        return {
-            "run_id": self.run_id,
-            "worker": self.worker_name(),
-            "out_dir": str(Path(out_dir).resolve()),
-            "provider": settings.provider,
-            "provider_options": provider_options,
-            "profile": self.profile_label,
-            "scenario": self.scenario,
-            "plan": plan,
-            "secrets": [secret for secret in (settings.token,) if secret],
-            "trainer": {**settings.trainer, "time_scale": self.time_scale or 1.0} if settings.trainer else None,
-        }
+        return EngineConfig(
+            run_id=str(self.run_id),
+            worker=self.worker_name(),
+            out_dir=str(Path(out_dir).resolve()),
+            provider=settings.provider,
+            provider_options=provider_options,
+            profile=self.profile_label,
+            scenario=self.scenario,
+            plan=plan,
+            secrets=[secret for secret in (settings.token,) if secret],
+            trainer={**settings.trainer, "time_scale": self.time_scale or 1.0} if settings.trainer else None,
+        )
 
     def _initial_manifest(self) -> dict[str, Any]:
         assert self.run_id is not None
@@ -329,10 +310,8 @@ class StampedeSession:
         """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary."""
         if self.ended or self.run_id is None:
             return
-        self.ended = True
         self.run_ready.clear()
-        final_stage = self.stage
-        self.stage, self.gate_step, self.gate_closed = IDLE_STAGE, 0, False
+        final_stage = self.state.end_run()
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
@@ -368,7 +347,7 @@ class StampedeSession:
                 "status": "complete",
                 "rows": {"rollouts": len(rollouts)},
                 "engines": self.engine_summaries,
-                "dropped_starts": dict(self.live.dropped),
+                "dropped_starts": dict(self.state.live.dropped),
                 "master_process": process_usage() if self.is_master else None,
                 "shape_outcome": shape.outcome if shape is not None else None,
                 "final_stage": final_stage.name,
@@ -395,21 +374,7 @@ class StampedeSession:
         except Exception as exc:  # the run's own data matters more than this cross-check
             log.warning("could not read the simulated vendor's own records: %s", exc)
             return
-        label = f"stampede-run={self.run_id}"
-        rows = [
-            {
-                "id": sandbox.get("id"),
-                "status": sandbox.get("status"),
-                "error_type": sandbox.get("error_type"),
-                "created_wall": sandbox.get("created_wall"),
-                "ready_wall": sandbox.get("running_wall"),
-                "ended_wall": sandbox.get("ended_wall"),
-                "first_exec_done_wall": sandbox.get("first_exec_done_wall"),
-            }
-            for sandbox in sandboxes
-            if label in (sandbox.get("labels") or [])
-        ]
-        pq.write_table(pa.Table.from_pylist(rows, schema=TRUTH_SCHEMA), self.run_dir / "sim_truth.parquet")
+        write_vendor_truth(self.run_dir, str(self.run_id), sandboxes)
 
     def close(self) -> None:
         """At `quitting`: stop the engine and the local vendor."""
@@ -427,9 +392,18 @@ class StampedeSession:
             self.worker_link.close()
 
 
+_ATTRIBUTE = "stampede"
+
+
+def session_of(environment: Any) -> StampedeSession | None:
+    """The session `init` attached to this Locust environment (None if stampede could not start here)."""
+    session = getattr(environment, _ATTRIBUTE, None)
+    return session if isinstance(session, StampedeSession) else None
+
+
 def _fail(environment: Environment, message: str) -> None:
     """One line, exit status 2, and an orderly stop (no traceback)."""
-    session = getattr(environment, "stampede", None)
+    session = session_of(environment)
     if session is not None:
         session.failed_to_start = message
     print(f"stampede: {message}", file=sys.stderr, flush=True)
@@ -445,16 +419,15 @@ def _on_parser(parser: Any, **_: Any) -> None:
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
-    if getattr(environment, "stampede", None) is not None:
+    if session_of(environment) is not None:
         return
     try:
         settings = RunSettings.from_options(environment.parsed_options)
     except UsageError as exc:
-        environment.stampede = None  # type: ignore[attr-defined]
         _fail(environment, str(exc))
         return
     session = StampedeSession(environment, settings)
-    environment.stampede = session  # type: ignore[attr-defined]
+    setattr(environment, _ATTRIBUTE, session)
     try:
         session.start_services()
     except (UsageError, EngineError) as exc:
@@ -463,7 +436,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
 
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
-    session: StampedeSession | None = getattr(environment, "stampede", None)
+    session = session_of(environment)
     if session is None or session.failed_to_start:
         return
     try:
@@ -474,13 +447,13 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
 
 @events.test_stop.add_listener
 def _on_test_stop(environment: Environment, **_: Any) -> None:
-    session: StampedeSession | None = getattr(environment, "stampede", None)
+    session = session_of(environment)
     if session is not None and not session.failed_to_start:
         session.end_run()
 
 
 @events.quitting.add_listener
 def _on_quitting(environment: Environment, **_: Any) -> None:
-    session: StampedeSession | None = getattr(environment, "stampede", None)
+    session = session_of(environment)
     if session is not None:
         session.close()

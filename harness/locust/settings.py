@@ -14,11 +14,11 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.engine.rollout import (
+from harness.errors import UsageError
+from harness.wire.plan import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
     RolloutPlan,
-    UsageError,
     commands_to_text,
     parse_commands,
 )

@@ -5,25 +5,24 @@ number in flight, as an RL generator keeps N rollouts going. Open model (stagger
 intended start times that does not wait for the vendor, so a slow vendor cannot hide behind fewer requests
 (coordinated omission); starts the schedule could not make are counted as dropped.
 
-Shapes run where Locust ticks them (a local runner or the master) and talk to users only through the session:
-`session.enter_stage` (every rollout records its stage and target) and, for bursts, the session's gate.
+Shapes run where Locust ticks them (a local runner or the master) and talk to users only through
+the run state (`harness.locust.run_state`): the stage every rollout records, and for bursts the gate.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from locust import LoadTestShape
 
+from harness.locust.run_state import IDLE_STAGE, RunState, Stage, run_state_of
 from harness.locust.settings import RunSettings
+from harness.wire.stage_counters import StageStats
 
 log = logging.getLogger("stampede")
-
-if TYPE_CHECKING:
-    from harness.locust.session import StampedeSession
 
 DEFAULT_SPAWN_RATE = 100.0
 DEFAULT_BURST_SIZE = 100
@@ -33,36 +32,12 @@ DEFAULT_KNEE_P99_FACTOR = 5.0
 SCHEDULER_LEAD_S = 1.0  # open-model stages start a little in the future so every dispatcher sees them first
 
 
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """One stage of a shape; open-model stages also carry their schedule."""
-
-    index: int
-    name: str
-    target_users: int
-    rate: float | None = None  # open model: intended starts per second
-    count: int | None = None  # open model: stop after this many intended starts
-    poisson: bool = False
-    t_start: float = 0.0  # epoch seconds the schedule counts from
-    dispatchers: int = 1
-
-    def to_wire(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> Stage:
-        return cls(**data)
-
-
-IDLE_STAGE = Stage(0, "", 0)
-
-
 class StampedeShape(LoadTestShape):
     """Base of stampede's shapes."""
 
     abstract = True
     use_common_options = True
-    gated = False  # users wait at the session's gate before each rollout (a synchronous step)
+    gated = False  # users wait at the run state's gate before each rollout (a synchronous step)
     open_model = False  # users are schedule dispatchers, one per engine
 
     def __init__(self) -> None:
@@ -71,13 +46,13 @@ class StampedeShape(LoadTestShape):
         self.t_stage = time.monotonic()
         self.outcome: dict[str, Any] | None = None  # what the shape found (the knee), for run.json
 
-    def session(self) -> StampedeSession | None:
-        return getattr(self.runner.environment, "stampede", None) if self.runner else None
+    def state(self) -> RunState | None:
+        return run_state_of(self.runner.environment) if self.runner else None
 
     def settings(self) -> RunSettings:
-        session = self.session()
-        if session is not None:
-            return session.settings
+        state = self.state()
+        if state is not None:
+            return state.settings
         assert self.runner is not None
         return RunSettings.from_options(self.runner.environment.parsed_options)
 
@@ -91,9 +66,9 @@ class StampedeShape(LoadTestShape):
         if stage != self.stage:
             self.stage = stage
             self.t_stage = time.monotonic()
-            session = self.session()
-            if session is not None:
-                session.enter_stage(stage)
+            state = self.state()
+            if state is not None:
+                state.enter_stage(stage)
 
     def stage_age(self) -> float:
         return time.monotonic() - self.t_stage
@@ -102,11 +77,9 @@ class StampedeShape(LoadTestShape):
         """Shape parameters for run.json."""
         return {"shape": type(self).__name__}
 
-    def live_stage(self, name: str) -> Any:
-        session = self.session()
-        from harness.wire.stage_counters import StageStats
-
-        return session.live.stage(name) if session is not None else StageStats()
+    def live_stage(self, name: str) -> StageStats:
+        state = self.state()
+        return state.live.stage(name) if state is not None else StageStats()
 
     def dispatchers(self) -> int:
         """Open model: one dispatcher user per engine (each worker's share of the schedule)."""
@@ -278,7 +251,7 @@ class KneeShape(_HoldingShape):
 class BurstShape(StampedeShape):
     """A synchronous RL step: B x G rollouts released at the same instant; the next step once the last one ends.
 
-    Users are spawned first and wait at the session's gate; the gate opens when all are there, so the vendor
+    Users are spawned first and wait at the run state's gate; the gate opens when all are there, so the vendor
     sees every create of a step within milliseconds, not a spawn ramp. `--batch B --group G` (or `-u N`).
     """
 
@@ -304,8 +277,8 @@ class BurstShape(StampedeShape):
 
     def tick(self) -> tuple[int, float] | None:
         size = self.size()
-        session = self.session()
-        if self._done or session is None:
+        state = self.state()
+        if self._done or state is None:
             return None
         if self._step == 0:
             if self.get_current_user_count() >= size:
@@ -315,7 +288,7 @@ class BurstShape(StampedeShape):
         elif self.live_stage(self.stage.name).ended >= size:
             if self._step >= self.settings().burst_steps:
                 self._done = True
-                session.close_gate()  # waiting users leave at once instead of sitting out the stop timeout
+                state.close_gate()  # waiting users leave at once instead of sitting out the stop timeout
                 return None
             self._release(self._step + 1, size)
         return size, max(self.spawn_rate(default=float(size)), 1.0)
@@ -323,9 +296,9 @@ class BurstShape(StampedeShape):
     def _release(self, step: int, size: int) -> None:
         self._step = step
         self.enter(Stage(step, f"{step:02d}-burst{size}", size))
-        session = self.session()
-        if session is not None:
-            session.release(step)
+        state = self.state()
+        if state is not None:
+            state.release(step)
 
 
 class _OpenShape(StampedeShape):
@@ -369,8 +342,8 @@ class StaggeredShape(_OpenShape):
         return [Stage(1, f"01-stagger{settings.stagger_ms:g}ms", count, rate=1000.0 / settings.stagger_ms, count=count)]
 
     def stage_over(self, stage: Stage) -> bool:
-        session = self.session()
-        dropped = session.live.dropped.get(stage.name, 0) if session else 0
+        state = self.state()
+        dropped = state.live.dropped.get(stage.name, 0) if state else 0
         return self.live_stage(stage.name).ended + dropped >= (stage.count or 0)
 
     def describe(self) -> dict[str, Any]:
@@ -416,8 +389,8 @@ class RehearseShape(StampedeShape):
         if self.settings().trainer is None:  # nothing would ever end the run: refuse to start it
             log.error("the rehearse scenario needs an emulated trainer (--trainer, set by `stampede rehearse`)")
             return None
-        session = self.session()
-        trainer = session.live.trainer() if session is not None else None
+        state = self.state()
+        trainer = state.live.trainer() if state is not None else None
         if trainer is not None and trainer.get("done"):
             return None
         self.enter(Stage(1, f"01-rehearse{self.level()}", self.level()))

@@ -22,9 +22,10 @@ from locust import User, constant, task
 from locust.exception import StopUser
 from locust.user.users import LOCUST_STATE_STOPPING
 
-from harness.locust import session as locust_session  # noqa: F401  (registers stampede's Locust listeners and arguments)
 from harness.locust.engine_client import EngineError
-from harness.locust.shapes import Stage
+from harness.locust.run_state import Stage
+from harness.locust.session import StampedeSession, session_of  # importing it registers stampede with Locust
+from harness.wire.messages import ERROR_DONE, RolloutRequest
 
 PHASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("create", "create_s"),
@@ -55,7 +56,7 @@ def report(user: User, record: dict[str, Any]) -> None:
 
 
 def fire(user: User, phase: str, seconds: float, exception: Exception | None, length: int = 0) -> None:
-    session = getattr(user.environment, "stampede", None)
+    session = session_of(user.environment)
     user.environment.events.request.fire(
         request_type=phase,
         name=session.settings.provider if session is not None else "-",
@@ -74,7 +75,7 @@ class RolloutUser(User):
 
     @task
     def rollout(self) -> None:
-        session = getattr(self.environment, "stampede", None)
+        session = session_of(self.environment)
         if session is None or not session.wait_until_ready():
             raise StopUser()  # stampede could not start in this process; that was already reported
         stage = session.before_rollout(self)
@@ -82,9 +83,9 @@ class RolloutUser(User):
             raise StopUser()  # the shape is done with this user
         target = stage.target_users or int(getattr(self.environment.runner, "target_user_count", 0) or 0)
         try:
-            record = session.engine.run_rollout(stage=stage.name, target_users=target, t_intended=time.time())
+            record = session.engine.run_rollout(RolloutRequest(stage.name, target, t_intended=time.time()))
         except EngineError as exc:
-            if exc.kind == "done":
+            if exc.kind == ERROR_DONE:
                 raise StopUser() from None  # a rehearsal's trainer has all its steps
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             return
@@ -98,13 +99,13 @@ class OpenModelUser(User):
 
     @task
     def dispatch(self) -> None:
-        session = getattr(self.environment, "stampede", None)
+        session = session_of(self.environment)
         if session is None or not session.wait_until_ready():
             raise StopUser()
         inflight = gevent.pool.Group()
         try:
             while self._state != LOCUST_STATE_STOPPING:
-                stage = session.stage
+                stage = session.state.stage
                 if stage.rate is None:
                     gevent.sleep(0.05)
                     continue
@@ -117,7 +118,7 @@ class OpenModelUser(User):
     def _index(self) -> int:
         return int(getattr(self.environment.runner, "worker_index", 0) or 0)
 
-    def _run_schedule(self, session: Any, stage: Stage, inflight: gevent.pool.Group) -> None:
+    def _run_schedule(self, session: StampedeSession, stage: Stage, inflight: gevent.pool.Group) -> None:
         dispatchers = max(1, stage.dispatchers)
         index = self._index() % dispatchers
         rng = random.Random(f"{session.settings.seed}:{stage.name}:{index}")
@@ -128,7 +129,7 @@ class OpenModelUser(User):
             t_next += rng.expovariate(rate / dispatchers)
         else:
             t_next += slot / rate
-        while session.stage is stage and self._state != LOCUST_STATE_STOPPING:
+        while session.state.stage is stage and self._state != LOCUST_STATE_STOPPING:
             if stage.count is not None and slot >= stage.count:
                 gevent.sleep(0.1)  # this dispatcher's share is done; wait for the shape to move on
                 continue
@@ -137,17 +138,15 @@ class OpenModelUser(User):
                 gevent.sleep(min(delay, 0.25))
                 continue
             if len(inflight) >= cap:
-                session.dropped[stage.name] += 1
+                session.state.dropped[stage.name] += 1
             else:
                 inflight.spawn(self._one, session, stage, t_next)
             slot += dispatchers
             t_next += rng.expovariate(rate / dispatchers) if stage.poisson else dispatchers / rate
 
-    def _one(self, session: Any, stage: Stage, t_intended: float) -> None:
+    def _one(self, session: StampedeSession, stage: Stage, t_intended: float) -> None:
         try:
-            record = session.engine.run_rollout(
-                stage=stage.name, target_users=stage.target_users, t_intended=t_intended
-            )
+            record = session.engine.run_rollout(RolloutRequest(stage.name, stage.target_users, t_intended=t_intended))
         except EngineError as exc:
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             return

@@ -16,15 +16,16 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gevent
 import psutil
 from locust.rpc import Message
 
-if TYPE_CHECKING:
-    from harness.locust.session import StampedeSession
+from harness.locust.engine_client import EngineClient
+from harness.locust.run_state import MSG_GATE, MSG_STAGE, RunState, Stage
 
 log = logging.getLogger("stampede")
 
@@ -32,8 +33,6 @@ STATS_INTERVAL_S = 1.0
 FORWARD_INTERVAL_S = 1.0
 DONE_TIMEOUT_S = 240.0
 
-MSG_STAGE = "stampede_stage"
-MSG_GATE = "stampede_gate"
 MSG_STATS = "stampede_stats"
 MSG_FILE = "stampede_file"
 MSG_DONE = "stampede_done"
@@ -49,18 +48,19 @@ def process_usage() -> dict[str, float]:
 class MasterLink:
     """The master's side: broadcasts stage and gate, collects stats, files and summaries from workers."""
 
-    def __init__(self, session: StampedeSession) -> None:
-        self.session = session
+    def __init__(self, runner: Any, state: RunState) -> None:
+        self.runner = runner
+        self.state = state
         self.files: dict[str, int] = {}  # worker node id -> files received
         self.done: dict[str, dict[str, Any]] = {}  # worker node id -> its `done` message
         self._repeater: gevent.Greenlet | None = None
-        runner = session.runner
+        state.broadcast = self.broadcast
         runner.register_message(MSG_STATS, self._on_stats)
         runner.register_message(MSG_FILE, self._on_file)
         runner.register_message(MSG_DONE, self._on_done)
 
     def broadcast(self, kind: str, data: dict[str, Any]) -> None:
-        self.session.runner.send_message(kind, data)
+        self.runner.send_message(kind, data)
 
     def start_run(self) -> None:
         self.files.clear()
@@ -72,24 +72,24 @@ class MasterLink:
         """Stage and gate again every second: a worker that joined late (or missed one) catches up."""
         while True:
             gevent.sleep(STATS_INTERVAL_S)
-            session = self.session
-            if session.run_id is None or session.ended:
+            state = self.state
+            if state.run_id is None or state.ended:
                 continue
-            self.broadcast(MSG_STAGE, session.stage.to_wire())
-            if session.gate_closed:
+            self.broadcast(MSG_STAGE, state.stage.to_wire())
+            if state.gate_closed:
                 self.broadcast(MSG_GATE, {"closed": True})
-            elif session.gate_step:
-                self.broadcast(MSG_GATE, {"step": session.gate_step})
+            elif state.gate_step:
+                self.broadcast(MSG_GATE, {"step": state.gate_step})
 
     def _on_stats(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}
-        if data.get("run_id") == self.session.run_id:
-            self.session.live.update(data.get("engine") or msg.node_id, data.get("stats"), data.get("dropped"))
+        if data.get("run_id") == self.state.run_id:
+            self.state.live.update(data.get("engine") or msg.node_id, data.get("stats"), data.get("dropped"))
 
     def _on_file(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}
-        run_dir = self.session.run_dir
-        if run_dir is None or data.get("run_id") != self.session.run_id:
+        run_dir = self.state.run_dir
+        if run_dir is None or data.get("run_id") != self.state.run_id:
             return
         name = os.path.basename(str(data.get("name", "")))
         if not name or name.startswith("."):
@@ -101,7 +101,7 @@ class MasterLink:
 
     def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}
-        if data.get("run_id") == self.session.run_id:
+        if data.get("run_id") == self.state.run_id:
             self.done[msg.node_id] = data
 
     def wait_for_workers(self, timeout_s: float = DONE_TIMEOUT_S) -> list[dict[str, Any]]:
@@ -110,7 +110,7 @@ class MasterLink:
         When the shape ends, Locust's master quits without telling workers to stop first (they only hear
         `quit` after test_stop): so stop them here, and they drain their engines and report.
         """
-        runner = self.session.runner
+        runner = self.runner
         if runner.user_count > 0:
             for client in runner.clients.all:
                 runner.server.send_to_client(Message("stop", None, client.id))
@@ -130,39 +130,39 @@ class MasterLink:
 class WorkerLink:
     """A worker's side: follows stage and gate, reports stats, ships its engine's shards to the master."""
 
-    def __init__(self, session: StampedeSession) -> None:
-        self.session = session
+    def __init__(self, runner: Any, state: RunState, name: str, engine: Callable[[], EngineClient | None]) -> None:
+        self.runner = runner
+        self.state = state
+        self.name = name
+        self.engine = engine
         self.spool = Path(tempfile.mkdtemp(prefix="stampede-spool-"))
         self.sent = 0
         self._greenlets: list[gevent.Greenlet] = []
-        runner = session.runner
         runner.register_message(MSG_STAGE, self._on_stage)
         runner.register_message(MSG_GATE, self._on_gate)
 
     def _on_stage(self, environment: Any, msg: Any, **_: Any) -> None:
-        from harness.locust.shapes import Stage
-
-        self.session.stage = Stage.from_wire(msg.data)
+        self.state.stage = Stage.from_wire(msg.data)
 
     def _on_gate(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}
         if data.get("closed"):
-            self.session.close_gate(broadcast=False)
+            self.state.close_gate(broadcast=False)
         else:
-            self.session.release(int(data["step"]), broadcast=False)
+            self.state.release(int(data["step"]), broadcast=False)
 
     def start_run(self) -> None:
         self.sent = 0
         self._greenlets = [gevent.spawn(self._report_loop), gevent.spawn(self._forward_loop)]
 
     def run_dir(self) -> Path:
-        return self.spool / str(self.session.run_id)
+        return self.spool / str(self.state.run_id)
 
     def _send(self, kind: str, data: dict[str, Any]) -> None:
-        self.session.runner.send_message(kind, data)
+        self.runner.send_message(kind, data)
 
     def _report(self) -> None:
-        engine = self.session.engine
+        engine = self.engine()
         if engine is None or not engine.alive:
             return
         try:
@@ -172,10 +172,10 @@ class WorkerLink:
         self._send(
             MSG_STATS,
             {
-                "run_id": self.session.run_id,
-                "engine": self.session.worker_name(),
+                "run_id": self.state.run_id,
+                "engine": self.name,
                 "stats": stats,
-                "dropped": dict(self.session.dropped),
+                "dropped": dict(self.state.dropped),
             },
         )
 
@@ -198,7 +198,7 @@ class WorkerLink:
         for path in sorted(run_dir.iterdir()):
             if not path.is_file() or path.name.startswith("."):
                 continue
-            self._send(MSG_FILE, {"run_id": self.session.run_id, "name": path.name, "data": path.read_bytes()})
+            self._send(MSG_FILE, {"run_id": self.state.run_id, "name": path.name, "data": path.read_bytes()})
             sent_dir.mkdir(exist_ok=True)
             os.replace(path, sent_dir / path.name)  # kept until the spool is removed: nothing is lost in transit
             self.sent += 1
@@ -210,7 +210,7 @@ class WorkerLink:
         self._report()
         self.forward()
         summary = {**(engine_summary or {}), "locust_process": process_usage()}
-        self._send(MSG_DONE, {"run_id": self.session.run_id, "files": self.sent, "summary": summary})
+        self._send(MSG_DONE, {"run_id": self.state.run_id, "files": self.sent, "summary": summary})
 
     def close(self) -> None:
         shutil.rmtree(self.spool, ignore_errors=True)

@@ -1,0 +1,297 @@
+"""One configured run inside the engine: the provider, the plan, the shard writer, live sandboxes, counters.
+
+Admission is a policy asked before each rollout: by default every request runs at once; under `stampede
+rehearse` the emulated trainer (`harness.engine.trainer`) admits rollouts as its RL framework would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from harness.engine.health import LoopHealth
+from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
+from harness.engine.shards import ShardWriter, safe_name
+from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
+from harness.wire.messages import EngineConfig, RolloutRequest
+from harness.wire.plan import RolloutPlan
+from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
+from harness.wire.stage_counters import StageStats
+from providers.base import INIT_FAILURE_KINDS, Provider
+
+RECENT_WINDOW_S = 10.0
+
+
+class RehearsalOver(Exception):
+    """The emulated trainer has all its steps: no more rollouts are admitted."""
+
+
+class EngineRun:
+    """One configured run: provider, plan, collector, live sandboxes and counters."""
+
+    def __init__(self, config: EngineConfig, provider: Provider, health: LoopHealth) -> None:
+        self.config = config
+        self.provider = provider
+        self.plan = RolloutPlan.from_dict(config.plan)
+        self.health = health
+        self.writer = ShardWriter(config.run_dir, config.worker, flush_interval_s=config.flush_interval_s)
+        self.registry = SandboxRegistry()
+        self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
+        self.versions = dict(provider.versions())
+        self.sdk_version = ";".join(f"{name}={version}" for name, version in sorted(self.versions.items()))
+        self.seq = 0
+        self.inflight = 0
+        self.peak_inflight = 0
+        self.peak_live = 0
+        self.started = 0
+        self.outcomes: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
+        self.recent: deque[tuple[float, float | None, bool]] = deque()
+        self.stage_stats: dict[str, StageStats] = {}
+        self.accepting = True
+        self.t_start = time.time()
+        self.trainer: TrainerEmulator | None = None
+        self.tickets: dict[str, Ticket] = {}
+        self.killed: set[str] = set()
+        if config.trainer is not None:
+            settings = TrainerSettings.from_dict(config.trainer)
+            self.trainer = TrainerEmulator(settings, config.run_dir, config.worker, kill=self.kill_step)
+            self.trainer.start()
+
+    def next_rollout_id(self) -> str:
+        self.seq += 1
+        return f"{safe_name(self.config.worker)}-{self.seq:07d}"
+
+    def start(self, request: RolloutRequest) -> asyncio.Task[RolloutRecord]:
+        """A rollout task: admitted by the emulated trainer when there is one, then run and recorded."""
+        if self.trainer is None:
+            return self._dispatch(request, None)
+        return asyncio.get_running_loop().create_task(self._admitted(request))
+
+    async def _admitted(self, request: RolloutRequest) -> RolloutRecord:
+        assert self.trainer is not None
+        ticket = await self.trainer.admit_or_none()
+        if ticket is None:
+            raise RehearsalOver()
+        return await self._dispatch(request, ticket)
+
+    def kill_step(self, step: int) -> None:
+        """Sync oversampling: the step has its samples; cancel its rollouts still running."""
+        for rollout_id, ticket in list(self.tickets.items()):
+            task = self.tasks.get(rollout_id)
+            if ticket.step == step and task is not None and not task.done():
+                self.killed.add(rollout_id)
+                task.cancel()
+
+    def _dispatch(self, request: RolloutRequest, ticket: Ticket | None) -> asyncio.Task[RolloutRecord]:
+        rollout_id = self.next_rollout_id()
+        if ticket is not None:
+            self.tickets[rollout_id] = ticket
+        self.inflight += 1
+        self.started += 1
+        self.peak_inflight = max(self.peak_inflight, self.inflight)
+        ctx = RolloutContext(
+            run_id=self.config.run_id,
+            worker=self.config.worker,
+            rollout_id=rollout_id,
+            provider=self.config.provider,
+            profile=self.config.profile,
+            scenario=self.config.scenario,
+            stage=request.stage,
+            target_users=request.target_users,
+            inflight_at_submit=self.inflight,
+            sdk_version=self.sdk_version,
+            t_intended=request.t_intended,
+            attempt=request.attempt,
+            secrets=tuple(self.config.secrets),
+        )
+        task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
+        self.tasks[rollout_id] = task
+        return task
+
+    async def _run_and_record(self, ctx: RolloutContext) -> RolloutRecord:
+        """Every attempt is kept whatever happens to it (done, failed, cancelled, or our own bug).
+
+        Init failures (the sandbox never became usable) are retried up to `plan.retries` times, as an RL
+        generator's retry policy would; each attempt is its own row, numbered by `attempt`.
+        """
+        outcome = "cancelled"  # what the rollout came to, for the emulated trainer
+        try:
+            while True:
+                record = await self._attempt(ctx)
+                self.record_row(record)
+                outcome = record.outcome
+                if not self._retryable(record) or ctx.attempt > self.plan.retries:
+                    return record
+                await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
+                ctx = dataclasses.replace(ctx, attempt=ctx.attempt + 1, inflight_at_submit=self.inflight)
+        finally:
+            self.tasks.pop(ctx.rollout_id, None)
+            self.inflight -= 1
+            self.stage_stats.setdefault(ctx.stage, StageStats()).ended += 1
+            ticket = self.tickets.pop(ctx.rollout_id, None)
+            if ticket is not None and self.trainer is not None:
+                killed = ctx.rollout_id in self.killed
+                self.killed.discard(ctx.rollout_id)
+                self.trainer.finished(ticket, outcome, killed)
+
+    async def _attempt(self, ctx: RolloutContext) -> RolloutRecord:
+        try:
+            return await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
+        except RolloutCancelled as cancelled:
+            if ctx.rollout_id in self.killed:
+                cancelled.record.error = "killed: the step already had its samples (oversampling)"
+            return cancelled.record
+        except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
+            record = ctx.new_record()
+            record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
+            record.error = f"{type(exc).__name__}: {exc}"[:300]
+            return record
+
+    @staticmethod
+    def _retryable(record: RolloutRecord) -> bool:
+        return (
+            record.outcome == OUTCOME_FAILED
+            and record.failure_phase in ("create", "ready")
+            and record.failure_kind in INIT_FAILURE_KINDS
+        )
+
+    def record_row(self, record: RolloutRecord) -> None:
+        self.stage_stats.setdefault(record.stage, StageStats()).add(record.outcome, record.failure_kind, record.tti_s)
+        self.writer.add_rollout(record)
+        self.outcomes[record.outcome] += 1
+        if record.failure_kind:
+            self.failures[record.failure_kind] += 1
+        self.peak_live = max(self.peak_live, len(self.registry))
+        now = time.monotonic()
+        self.recent.append((now, record.tti_s, record.outcome == OUTCOME_OK))
+        while self.recent and self.recent[0][0] < now - RECENT_WINDOW_S:
+            self.recent.popleft()
+
+    def stats(self) -> dict[str, Any]:
+        ttis = sorted(tti for _, tti, _ in self.recent if tti is not None)
+
+        def quantile(q: float) -> float | None:
+            if not ttis:
+                return None
+            return ttis[min(len(ttis) - 1, int(q * len(ttis)))]
+
+        health = self.health.snapshot()
+        return {
+            "run_id": self.config.run_id,
+            "worker": self.config.worker,
+            "inflight": self.inflight,
+            "started": self.started,
+            "ok": self.outcomes[OUTCOME_OK],
+            "failed": self.outcomes[OUTCOME_FAILED],
+            "cancelled": self.outcomes[OUTCOME_CANCELLED],
+            "failures": dict(self.failures),
+            "live_sandboxes": len(self.registry),
+            "peak_inflight": self.peak_inflight,
+            "recent_tti_p50_s": quantile(0.5),
+            "recent_tti_p99_s": quantile(0.99),
+            "recent_completed": len(self.recent),
+            "health": asdict(health),
+            "rows_written": self.writer.counts.rollouts,
+            "stages": {name: stats.to_wire() for name, stats in self.stage_stats.items()},
+            "trainer": None
+            if self.trainer is None
+            else {"steps_done": len(self.trainer.steps), "done": self.trainer.done.is_set(), **self.trainer.counts},
+        }
+
+    async def drain(self, timeout_s: float) -> dict[str, Any]:
+        """Stop everything: cancel rollouts, terminate what they held, sweep the label, flush the shards."""
+        self.accepting = False
+        deadline = time.monotonic() + timeout_s
+        rehearsal: dict[str, Any] | None = None
+        if self.trainer is not None:  # no more admissions: waiting requests are told the rehearsal is over
+            await self.trainer.close()
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(1.0, deadline - time.monotonic()))
+        leftovers = self.registry.snapshot()
+        terminate_errors = 0
+        if leftovers:
+            results = await _bounded_gather(
+                [self.provider.terminate(ref) for ref in leftovers], max(1.0, deadline - time.monotonic())
+            )
+            for ref, result in zip(leftovers, results, strict=True):
+                if isinstance(result, BaseException):
+                    terminate_errors += 1
+                else:
+                    self.registry.discard(ref)
+        reaped: int | None = None
+        sweep_error: str | None = None
+        try:
+            async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
+                # this engine's leftovers only: in a distributed run the others are still working
+                reaped = await self.provider.cleanup(self.config.run_id, self.config.worker)
+        except Exception as exc:  # an unreachable vendor must not lose the results
+            sweep_error = f"{type(exc).__name__}: {exc}"[:300]
+        await self.writer.close()
+        if self.trainer is not None:
+            rehearsal = await asyncio.to_thread(self.trainer.write)
+            await asyncio.to_thread(
+                _write_json, self.config.run_dir / f"rehearsal-{safe_name(self.config.worker)}.json", rehearsal
+            )
+        health = self.health.snapshot()
+        summary = {
+            "worker": self.config.worker,
+            "run_id": self.config.run_id,
+            "started": self.started,
+            "outcomes": dict(self.outcomes),
+            "failures": dict(self.failures),
+            "unfinished_tasks": sum(1 for task in tasks if not task.done()),
+            "terminated_leftovers": len(leftovers) - terminate_errors,
+            "terminate_errors": terminate_errors,
+            "reaped_by_label": reaped,
+            "sweep_error": sweep_error,
+            "rows": {"rollouts": self.writer.counts.rollouts, "ops": self.writer.counts.ops},
+            "peak_inflight": self.peak_inflight,
+            "peak_live_sandboxes": self.peak_live,
+            "versions": self.versions,
+            "health": asdict(health),
+            "t_start": self.t_start,
+            "t_end": time.time(),
+            "rehearsal": rehearsal,
+        }
+        await asyncio.to_thread(
+            _write_json, self.config.run_dir / f"engine-{safe_name(self.config.worker)}.json", summary
+        )
+        with contextlib.suppress(Exception):
+            await self.provider.aclose()
+        return summary
+
+
+async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    results: list[Any] = []
+    for task in tasks:
+        if task in pending:
+            results.append(TimeoutError("terminate did not finish before the drain deadline"))
+        elif task.exception() is not None:
+            results.append(task.exception())
+        else:
+            results.append(task.result())
+    return results
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,91 @@
+"""The messages the Locust side and the engine exchange, typed: one record per request that carries data.
+
+Requests carry an `id`; the engine answers each with the same `id`:
+`configure` (an `EngineConfig`) -> `configured`; `rollout` (a `RolloutRequest`) -> `result` (a rollout row);
+`cancel` -> no answer (the `result` arrives cancelled); `stats` -> `stats`; `drain` -> `drained`;
+`shutdown` -> `drained`, then the engine exits. A request that cannot be served gets `error` with a kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# requests
+CONFIGURE = "configure"
+ROLLOUT = "rollout"
+CANCEL = "cancel"
+STATS = "stats"
+DRAIN = "drain"
+SHUTDOWN = "shutdown"
+# answers
+CONFIGURED = "configured"
+RESULT = "result"
+DRAINED = "drained"
+ERROR = "error"
+
+# error kinds
+ERROR_HARNESS = "harness"  # our own bug, or a message we could not read
+ERROR_CONFIG = "config"  # the provider could not be built or reached: a user's mistake, one line
+ERROR_NOT_CONFIGURED = "not_configured"  # a rollout before `configure` or after `drain`
+ERROR_DONE = "done"  # a rehearsal's emulated trainer has all its steps: the user stops
+
+
+def _known_fields(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
+    known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown {what} keys: {sorted(unknown)}")
+    return dict(data)
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Everything an engine needs for one run (the `configure` request)."""
+
+    run_id: str
+    worker: str
+    out_dir: str
+    provider: str
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    profile: str = ""
+    scenario: str = ""
+    plan: dict[str, Any] = field(default_factory=dict)  # a `harness.wire.plan.RolloutPlan` as a dict
+    secrets: list[str] = field(default_factory=list)
+    flush_interval_s: float = 2.0
+    trainer: dict[str, Any] | None = None  # `stampede rehearse`: the emulated trainer's settings
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> EngineConfig:
+        return cls(**_known_fields(cls, data, "engine config"))
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.run_id
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRequest:
+    """Run one rollout now (the `rollout` request): the stage and load it belongs to."""
+
+    stage: str = ""
+    target_users: int = 0
+    t_intended: float | None = None  # open model: when the schedule meant it to start (epoch s)
+    attempt: int = 1
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> RolloutRequest:
+        return cls(
+            stage=str(data.get("stage", "")),
+            target_users=int(data.get("target_users", 0)),
+            t_intended=data.get("t_intended"),
+            attempt=int(data.get("attempt", 1)),
+        )
