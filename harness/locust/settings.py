@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.errors import UsageError
+from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 from harness.wire.plan import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
@@ -151,10 +152,10 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="arrival: Poisson arrivals instead of a fixed interval")  # fmt: skip
     add("--max-inflight", type=int, default=10000, env_var="STAMPEDE_MAX_INFLIGHT", include_in_web_ui=True,
         help="open model: a start finding this many rollouts running is dropped (and counted)")  # fmt: skip
-    add("--knee-max-failure", type=float, default=0.05, env_var="STAMPEDE_KNEE_MAX_FAILURE", include_in_web_ui=True,
+    add("--knee-max-failure", type=float, default=DEFAULT_MAX_FAILURE_RATE, env_var="STAMPEDE_KNEE_MAX_FAILURE", include_in_web_ui=True,
         help="knee: a stage with a higher failure rate is past the knee")  # fmt: skip
     add("--knee-max-p99", type=float, default=None, env_var="STAMPEDE_KNEE_MAX_P99", include_in_web_ui=True,
-        help="knee: TTI p99 seconds past the knee (default: 5x the first stage's p99)")  # fmt: skip
+        help=f"knee: TTI p99 seconds past the knee (default: {DEFAULT_P99_FACTOR:g}x the first stage's p99)")  # fmt: skip
     add("--turns", default="0", env_var="STAMPEDE_TURNS", include_in_web_ui=True,
         help="agentic rollouts: tool-call turns after the commands, N or MIN..MAX")  # fmt: skip
     add("--turn-command", default="sh -c 'echo turn {turn}'", env_var="STAMPEDE_TURN_COMMAND", include_in_web_ui=True,
@@ -319,7 +320,7 @@ class RunSettings:
     rates: tuple[float, ...] = (2.0,)
     poisson: bool = False
     max_inflight: int = 10000
-    knee_max_failure: float = 0.05
+    knee_max_failure: float = DEFAULT_MAX_FAILURE_RATE
     knee_max_p99_s: float | None = None
     trainer: dict[str, Any] | None = None  # rehearsal: harness.engine.trainer.TrainerSettings as a dict
     plan: RolloutPlan = field(default_factory=RolloutPlan)
@@ -348,7 +349,7 @@ class RunSettings:
                 raise UsageError(f"--{name.replace('_', '-')} must be a positive whole number")
         if int(get("retries", 0) or 0) < 0 or float(get("retry_backoff", 0) or 0) < 0:
             raise UsageError("--retries and --retry-backoff must not be negative")
-        if not 0 <= float(get("knee_max_failure", 0.05)) <= 1:
+        if not 0 <= float(get("knee_max_failure", DEFAULT_MAX_FAILURE_RATE)) <= 1:
             raise UsageError("--knee-max-failure is a fraction between 0 and 1")
         if get("memory_mb") is None or int(get("memory_mb")) <= 0:
             raise UsageError("--memory-mb must be a positive whole number")
@@ -398,7 +399,9 @@ class RunSettings:
             rates=parse_rates(get("rates") or "2"),
             poisson=bool(get("poisson", False)),
             max_inflight=int(get("max_inflight", 10000) or 10000),
-            knee_max_failure=float(get("knee_max_failure", 0.05) if get("knee_max_failure") is not None else 0.05),
+            knee_max_failure=float(
+                get("knee_max_failure") if get("knee_max_failure") is not None else DEFAULT_MAX_FAILURE_RATE
+            ),
             knee_max_p99_s=get("knee_max_p99"),
             trainer=parse_trainer(get("trainer")),
             plan=plan,

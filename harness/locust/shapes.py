@@ -20,6 +20,7 @@ from locust import LoadTestShape
 
 from harness.locust.run_state import IDLE_STAGE, RunState, Stage, run_state_of
 from harness.locust.settings import RunSettings
+from harness.results.knee import KneeThresholds, stage_verdicts
 from harness.wire.stage_counters import StageStats
 
 log = logging.getLogger("stampede")
@@ -27,8 +28,6 @@ log = logging.getLogger("stampede")
 DEFAULT_SPAWN_RATE = 100.0
 DEFAULT_BURST_SIZE = 100
 DEFAULT_STEADY_USERS = 100
-DEFAULT_KNEE_MAX_FAILURE = 0.05
-DEFAULT_KNEE_P99_FACTOR = 5.0
 SCHEDULER_LEAD_S = 1.0  # open-model stages start a little in the future so every dispatcher sees them first
 
 
@@ -205,25 +204,16 @@ class KneeShape(_HoldingShape):
     def label(self) -> str:
         return "knee"
 
-    def thresholds(self, first_p99: float | None) -> tuple[float, float | None]:
+    def thresholds(self) -> KneeThresholds:
         settings = self.settings()
-        max_p99 = settings.knee_max_p99_s
-        if max_p99 is None and first_p99 is not None:
-            max_p99 = DEFAULT_KNEE_P99_FACTOR * first_p99
-        return settings.knee_max_failure, max_p99
+        return KneeThresholds(max_failure_rate=settings.knee_max_failure, max_p99_s=settings.knee_max_p99_s)
 
     def stage_done(self, stage: Stage) -> bool:
         stats = self.live_stage(stage.name)
-        first = self.live_stage(self.level_stage(0).name)
-        max_failure, max_p99 = self.thresholds(first.tti_quantile(0.99))
+        first_p99 = self.live_stage(self.level_stage(0).name).tti_quantile(0.99)
+        thresholds = self.thresholds()
         p99 = stats.tti_quantile(0.99)
-        verdicts = []
-        if stats.failure_rate > max_failure:
-            verdicts.append(f"failure rate {stats.failure_rate:.1%} > {max_failure:.1%}")
-        if max_p99 is not None and p99 is not None and p99 > max_p99:
-            verdicts.append(f"TTI p99 {p99:.2f}s > {max_p99:.2f}s")
-        if stats.finished == 0:
-            verdicts.append("no rollout finished during the hold")
+        verdicts = stage_verdicts(stats.failure_rate, stats.finished, p99, first_p99, thresholds)
         clean = not verdicts
         history = [*(self.outcome or {}).get("stages", []), {
             "stage": stage.name, "level": stage.target_users, "finished": stats.finished,
@@ -237,8 +227,8 @@ class KneeShape(_HoldingShape):
             "reason": "; ".join(verdicts)
             if verdicts
             else ("every level stayed clean: the knee is at or above the highest level tried" if last else None),
-            "max_failure_rate": max_failure,
-            "max_tti_p99_s": max_p99,
+            "max_failure_rate": thresholds.max_failure_rate,
+            "max_tti_p99_s": thresholds.p99_limit(first_p99),
             "stages": history,
         }
         return not clean
