@@ -1,5 +1,8 @@
 """The local Docker Engine behind the provider contract, on aiodocker over the daemon's socket.
 
+It stays one module (~680 lines): the lifecycle, exec and the daemon-error classification share one
+container state (`_Sandbox`) and one daemon client; image building already lives in `docker_image.py`.
+
 Users run it to learn what their own hardware can do as a sandbox fleet. One sandbox is one container:
 `create` posts the container (labelled with the run and rollout ids) and returns once the daemon gave it an
 id; `wait_ready` starts it and returns once it is running, so a slow start shows up as readiness time (and

@@ -1,5 +1,8 @@
 """The `prime` provider: Prime Intellect sandboxes through Prime's own SDK (pinned: `prime-sandboxes==0.5.1`).
 
+It stays one module (~530 lines): the SDK adaptation and the classification of that SDK's exceptions
+are one adapter's two halves; HTTP statuses already live in `prime_statuses.py`, options in `options.py`.
+
 One `AsyncSandboxClient` per provider. A rollout is `create` (labels `stampede-run=<run>`,
 `stampede-rollout=<rollout>`), `wait_for_creation` (the SDK's batching status coalescer, then its
 gateway probe `echo 'sandbox ready'`: both count as ready), `execute_command` (ConnectRPC

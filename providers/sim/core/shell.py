@@ -1,5 +1,8 @@
 """A tiny, honest shell for simulated sandboxes: commands produce what /bin/sh (dash) would print.
 
+It stays one module (~1,070 lines): one interpreter whose lexer, parser, evaluator and builtins share its
+state and error conventions; no piece is used without the others.
+
 Load tests probe sandboxes with real commands (`echo ready`, `sh -c '...'`, `exit 3`, `sleep 2`); a stub
 that answered every command with a constant would hide client bugs (stdout/stderr swapped, exit codes
 dropped, timeouts never hit). This interpreter covers a small subset exactly and refuses the rest loudly:

@@ -1,5 +1,7 @@
 """The OpenAPI 3.1 description of the Prime-like stub (served at /openapi.json), written by hand.
 
+It stays one module (~560 lines): it is one data document, and splitting it would only scatter its `$ref`s.
+
 Hand-written because the server is plain aiohttp; a test checks that every route the app serves is
 described here, so the two cannot drift apart silently.
 """
