@@ -189,7 +189,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     add(
         "--lifetime",
         type=float,
-        default=3600.0,
+        default=DEFAULT_LIFETIME_S,
         env_var="STAMPEDE_LIFETIME",
         help="seconds after which the vendor reaps a sandbox even if we die",
     )

@@ -5,16 +5,19 @@ the tiny shell (`shell.py`), its outcome (done, timeout, transient error, crash,
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from providers.sim.core.clock import TimerHandle
+from providers.sim.core.clock import SimClock
 from providers.sim.core.draws import Stream
+from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
     _RUNNING,
     ErrorType,
     ExecError,
     ExecOutcome,
+    ExecTicket,
     ExecTimedOut,
     NotRunning,
     SandboxStatus,
@@ -22,37 +25,20 @@ from providers.sim.core.records import (
 )
 from providers.sim.core.shell import DEFAULT_PATH, run_shell
 
-if TYPE_CHECKING:
-    from providers.sim.core.simulator import VendorSimulator
 
+class CommandHost(Protocol):
+    """What a command needs of the simulator that runs it (the simulator is one; no import of it here)."""
 
-class ExecTicket:
-    """One command in flight; resolved once with an ExecOutcome or an exception."""
+    profile: Profile
+    seed: int
+    clock: SimClock
+    exec_counts: Counter[str]
 
-    __slots__ = ("done", "on_done", "sb", "timer")
-
-    def __init__(self, sb: SimSandbox, on_done: Callable[[ExecOutcome | BaseException], None]) -> None:
-        self.sb = sb
-        self.timer: TimerHandle | None = None
-        self.on_done = on_done
-        self.done = False
-
-    def resolve(self, result: ExecOutcome | BaseException) -> None:
-        if self.done:
-            return
-        self.cancel()
-        self.on_done(result)
-
-    def cancel(self) -> None:
-        """Forget the command without reporting (the caller went away)."""
-        self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
-        self.sb._execs.pop(self, None)
+    def _end(self, sb: SimSandbox, status: SandboxStatus, error_type: str | None, message: str | None) -> None: ...
 
 
 def start_command(
-    sim: VendorSimulator,
+    sim: CommandHost,
     sb: SimSandbox,
     command: str,
     *,

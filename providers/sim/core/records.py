@@ -10,12 +10,9 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from providers.sim.core.clock import SimClock, TimerHandle
-
-if TYPE_CHECKING:
-    from providers.sim.core.commands import ExecTicket
 
 
 class SandboxStatus(enum.StrEnum):
@@ -224,3 +221,28 @@ def iso(clock: SimClock, t: float | None) -> str | None:
         return None
     stamp = datetime.fromtimestamp(clock.wall(t), tz=UTC).isoformat(timespec="microseconds")
     return stamp.replace("+00:00", "Z")
+
+
+class ExecTicket:
+    """One command in flight; resolved once with an ExecOutcome or an exception."""
+
+    __slots__ = ("done", "on_done", "sb", "timer")
+
+    def __init__(self, sb: SimSandbox, on_done: Callable[[ExecOutcome | BaseException], None]) -> None:
+        self.sb = sb
+        self.timer: TimerHandle | None = None
+        self.on_done = on_done
+        self.done = False
+
+    def resolve(self, result: ExecOutcome | BaseException) -> None:
+        if self.done:
+            return
+        self.cancel()
+        self.on_done(result)
+
+    def cancel(self) -> None:
+        """Forget the command without reporting (the caller went away)."""
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.sb._execs.pop(self, None)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from providers.sim.core.clock import SimClock, TimerHandle
-from providers.sim.core.commands import ExecTicket, start_command
+from providers.sim.core.commands import start_command
 from providers.sim.core.draws import Stream
 from providers.sim.core.pool import Node, NodePool, Pull
 from providers.sim.core.profile import Profile
@@ -49,6 +49,7 @@ from providers.sim.core.records import (
     ErrorType,
     ExecError,
     ExecOutcome,
+    ExecTicket,
     ExecTimedOut,
     NotFound,
     NotRunning,
