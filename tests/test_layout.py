@@ -63,9 +63,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "engine": frozenset({"wire", "errors", "registry", "contract", "provider-support"}),
     "locust": frozenset({"wire", "errors", "results", "registry", "contract"}),
     "cli": frozenset(
-        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support", "sim-core",
-         "sim-fronts"}
-    ),  # fmt: skip
+        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support"}
+        | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`
+    ),
     "scenarios": frozenset({"locust"}),
 }
 

@@ -23,6 +23,7 @@ from harness.wire.plan import (
     commands_to_text,
     parse_commands,
 )
+from providers.base import DEFAULT_LIFETIME_S
 
 DEFAULT_PROVIDER = "stub"
 DEFAULT_PROFILE = "prime-like"
