@@ -1,6 +1,6 @@
 """The provider contract every sandbox vendor adapter implements, its records and the failure taxonomy.
 
-This module is the contract (DESIGN.md): the harness only ever talks to a vendor through `Provider`, and
+This module is the contract (ARCHITECTURE.md, "Contracts"): the harness only ever talks to a vendor through `Provider`, and
 every failure it records is one `FailureKind` in one `Phase`. Adapters import this module and nothing
 else of ours, so one vendor's quirks never leak into another's.
 """

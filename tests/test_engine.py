@@ -153,6 +153,8 @@ def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):
     gevent.joinall(
         [gevent.spawn(engine.run_rollout, RolloutRequest(stage, 5)) for stage in ["01-a"] * 6 + ["02-b"] * 4]
     )
-    stages = merge_stages([engine.stats()["stages"]] * 2)  # as a master merges two workers
+    stats = engine.stats()
+    assert stats is not None
+    stages = merge_stages([stats.stages] * 2)  # as a master merges two workers
     assert (stages["01-a"].ok, stages["02-b"].ok) == (12, 8)
     assert 0.02 <= stages["01-a"].tti_quantile(0.5) < 1

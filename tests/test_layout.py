@@ -11,6 +11,7 @@ neither runtime), and no chain of imports may run in a circle.
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -278,6 +279,16 @@ def main() -> int:
     circles = find_circles(edges)
     print(f"circles: {len(circles)}" + "".join(f"\n  {' <-> '.join(c)}" for c in circles))
     return 1 if circles or any(t not in ALLOWED.get(s, frozenset()) for s, t in arrows) else 0
+
+
+def test_the_room_graph_command_in_the_readme_prints_the_graph() -> None:
+    """`python tests/test_layout.py` (README, ARCHITECTURE.md) prints the room arrows and exits 0 on a clean tree."""
+    result = subprocess.run(
+        [sys.executable, "tests/test_layout.py"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "engine -> wire" in result.stdout and "circles: 0" in result.stdout
+    assert "NOT ALLOWED" not in result.stdout
 
 
 if __name__ == "__main__":

@@ -8,27 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from harness.wire.messages import HealthSnapshot
+
 LAG_PROBE_INTERVAL_S = 0.1
 RECENT_WINDOW_S = 10.0
 _LAG_MAX_US = 3_600_000_000  # one hour, in microseconds
-
-
-@dataclass(slots=True)
-class HealthSnapshot:
-    loop_lag_p50_ms: float
-    loop_lag_p99_ms: float
-    loop_lag_max_ms: float
-    loop_lag_samples: int
-    recent_lag_p99_ms: float  # over the last 10 to 20 seconds: what the load looks like now
-    recent_lag_max_ms: float
-    cpu_percent: float  # of one core, since the previous snapshot
-    cpu_seconds: float  # user + system, whole life of the process
-    rss_mb: float
 
 
 class LoopHealth:

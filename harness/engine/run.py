@@ -22,7 +22,7 @@ from harness.engine.health import LoopHealth
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
-from harness.wire.messages import EngineConfig, RolloutRequest
+from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
 from harness.wire.stage_counters import StageStats
@@ -177,7 +177,7 @@ class EngineRun:
         while self.recent and self.recent[0][0] < now - RECENT_WINDOW_S:
             self.recent.popleft()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EngineStats:
         ttis = sorted(tti for _, tti, _ in self.recent if tti is not None)
 
         def quantile(q: float) -> float | None:
@@ -185,28 +185,28 @@ class EngineRun:
                 return None
             return ttis[min(len(ttis) - 1, int(q * len(ttis)))]
 
-        health = self.health.snapshot()
-        return {
-            "run_id": self.config.run_id,
-            "worker": self.config.worker,
-            "inflight": self.inflight,
-            "started": self.started,
-            "ok": self.outcomes[OUTCOME_OK],
-            "failed": self.outcomes[OUTCOME_FAILED],
-            "cancelled": self.outcomes[OUTCOME_CANCELLED],
-            "failures": dict(self.failures),
-            "live_sandboxes": len(self.registry),
-            "peak_inflight": self.peak_inflight,
-            "recent_tti_p50_s": quantile(0.5),
-            "recent_tti_p99_s": quantile(0.99),
-            "recent_completed": len(self.recent),
-            "health": asdict(health),
-            "rows_written": self.writer.counts.rollouts,
-            "stages": {name: stats.to_wire() for name, stats in self.stage_stats.items()},
-            "trainer": None
-            if self.trainer is None
-            else {"steps_done": len(self.trainer.steps), "done": self.trainer.done.is_set(), **self.trainer.counts},
-        }
+        trainer = self.trainer
+        return EngineStats(
+            run_id=self.config.run_id,
+            worker=self.config.worker,
+            inflight=self.inflight,
+            started=self.started,
+            ok=self.outcomes[OUTCOME_OK],
+            failed=self.outcomes[OUTCOME_FAILED],
+            cancelled=self.outcomes[OUTCOME_CANCELLED],
+            failures=dict(self.failures),
+            live_sandboxes=len(self.registry),
+            peak_inflight=self.peak_inflight,
+            recent_tti_p50_s=quantile(0.5),
+            recent_tti_p99_s=quantile(0.99),
+            recent_completed=len(self.recent),
+            health=self.health.snapshot(),
+            rows_written=self.writer.counts.rollouts,
+            stages={name: stats.to_wire() for name, stats in self.stage_stats.items()},
+            trainer=None
+            if trainer is None
+            else {"steps_done": len(trainer.steps), "done": trainer.done.is_set(), **trainer.counts},
+        )
 
     async def drain(self, timeout_s: float) -> dict[str, Any]:
         """Stop everything: cancel rollouts, terminate what they held, sweep the label, flush the shards."""

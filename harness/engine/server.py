@@ -97,7 +97,7 @@ class Engine:
             return {"op": msg.CONFIGURED, **await self.configure(message.get("config", {}))}
 
         async def stats(_: Mapping[str, Any]) -> dict[str, Any]:
-            return {"op": msg.STATS, "stats": self.run.stats() if self.run else None}
+            return {"op": msg.STATS, "stats": self.run.stats().to_wire() if self.run else None}
 
         async def drain(message: Mapping[str, Any]) -> dict[str, Any]:
             return {"op": msg.DRAINED, "summary": await self.drain(message.get("timeout_s", DRAIN_TIMEOUT_S))}

@@ -22,7 +22,7 @@ import gevent.subprocess
 from gevent import GreenletExit
 
 from harness.wire import messages as msg
-from harness.wire.messages import EngineConfig, RolloutRequest
+from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
@@ -111,9 +111,9 @@ class EngineClient:
         record: dict[str, Any] = answer["record"]
         return record
 
-    def stats(self, timeout: float = 10.0) -> dict[str, Any] | None:
-        stats: dict[str, Any] | None = self.request({"op": msg.STATS}, timeout=timeout).get("stats")
-        return stats
+    def stats(self, timeout: float = 10.0) -> EngineStats | None:
+        stats = self.request({"op": msg.STATS}, timeout=timeout).get("stats")
+        return EngineStats.from_wire(stats) if stats else None
 
     def drain(self, timeout: float = 180.0) -> dict[str, Any]:
         summary: dict[str, Any] = self.request({"op": msg.DRAIN}, timeout=timeout)["summary"]

@@ -8,18 +8,35 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.wire.messages import EngineStats
 from harness.wire.stage_counters import StageStats, merge_stages
+
+
+@dataclass(frozen=True, slots=True)
+class LiveTotals:
+    """Every engine's latest counters, summed (loop lag: the worst engine's)."""
+
+    engines: int
+    inflight: int
+    ok: int
+    failed: int
+    cancelled: int
+    failures: dict[str, int]
+    live_sandboxes: int
+    loop_lag_p99_ms: float
+    cpu_percent: list[int]
+    dropped: int
 
 
 @dataclass
 class LiveView:
-    snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine name -> its latest stats
+    snapshots: dict[str, EngineStats] = field(default_factory=dict)  # engine name -> its latest stats
     received_at: dict[str, float] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)  # open model: starts the schedule could not make
     dropped_by: dict[str, Counter[str]] = field(default_factory=dict)
 
-    def update(self, engine: str, stats: dict[str, Any] | None, dropped: dict[str, int] | None = None) -> None:
-        if stats:
+    def update(self, engine: str, stats: EngineStats | None, dropped: dict[str, int] | None = None) -> None:
+        if stats is not None:
             self.snapshots[engine] = stats
             self.received_at[engine] = time.monotonic()
         if dropped is not None:  # cumulative per reporter: replace, then re-sum
@@ -29,32 +46,30 @@ class LiveView:
     def trainer(self) -> dict[str, Any] | None:
         """A rehearsal's emulated trainer, as its engine last reported it."""
         for snapshot in self.snapshots.values():
-            if snapshot.get("trainer"):
-                trainer: dict[str, Any] = snapshot["trainer"]
-                return trainer
+            if snapshot.trainer:
+                return snapshot.trainer
         return None
 
     def stages(self) -> dict[str, StageStats]:
-        return merge_stages([snapshot.get("stages") or {} for snapshot in self.snapshots.values()])
+        return merge_stages([snapshot.stages for snapshot in self.snapshots.values()])
 
     def stage(self, name: str) -> StageStats:
         return self.stages().get(name, StageStats())
 
-    def totals(self) -> dict[str, Any]:
+    def totals(self) -> LiveTotals:
         snapshots = list(self.snapshots.values())
         failures: Counter[str] = Counter()
         for snapshot in snapshots:
-            failures.update(snapshot.get("failures") or {})
-        healths = [snapshot.get("health") or {} for snapshot in snapshots]
-        return {
-            "engines": len(snapshots),
-            "inflight": sum(int(s.get("inflight", 0)) for s in snapshots),
-            "ok": sum(int(s.get("ok", 0)) for s in snapshots),
-            "failed": sum(int(s.get("failed", 0)) for s in snapshots),
-            "cancelled": sum(int(s.get("cancelled", 0)) for s in snapshots),
-            "failures": dict(failures),
-            "live_sandboxes": sum(int(s.get("live_sandboxes", 0)) for s in snapshots),
-            "loop_lag_p99_ms": max((float(h.get("recent_lag_p99_ms", 0)) for h in healths), default=0.0),
-            "cpu_percent": [round(float(h.get("cpu_percent", 0))) for h in healths],
-            "dropped": sum(self.dropped.values()),
-        }
+            failures.update(snapshot.failures)
+        return LiveTotals(
+            engines=len(snapshots),
+            inflight=sum(s.inflight for s in snapshots),
+            ok=sum(s.ok for s in snapshots),
+            failed=sum(s.failed for s in snapshots),
+            cancelled=sum(s.cancelled for s in snapshots),
+            failures=dict(failures),
+            live_sandboxes=sum(s.live_sandboxes for s in snapshots),
+            loop_lag_p99_ms=max((s.health.recent_lag_p99_ms for s in snapshots), default=0.0),
+            cpu_percent=[round(s.health.cpu_percent) for s in snapshots],
+            dropped=sum(self.dropped.values()),
+        )

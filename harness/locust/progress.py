@@ -15,19 +15,19 @@ from harness.locust.run_state import RunState
 def format_progress(elapsed_s: float, stage: str, users: int, target: int, live: LiveView) -> str:
     totals = live.totals()
     head = f"[{elapsed_s:6.0f}s] {stage or '-':<16} users {users}/{target}"
-    if not totals["engines"]:
+    if not totals.engines:
         return head
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(totals["failures"].items(), key=lambda kv: -kv[1])[:3])
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(totals.failures.items(), key=lambda kv: -kv[1])[:3])
     stats = live.stage(stage) if stage else None
     p50 = stats.tti_quantile(0.5) if stats else None
     p99 = stats.tti_quantile(0.99) if stats else None
     tti = f"TTI p50 {p50:.2f}s p99 {p99:.2f}s (stage)" if p50 is not None and p99 is not None else "TTI -"
-    engines = f" over {totals['engines']} engines" if totals["engines"] > 1 else ""
-    dropped = f" dropped {totals['dropped']}" if totals["dropped"] else ""
+    engines = f" over {totals.engines} engines" if totals.engines > 1 else ""
+    dropped = f" dropped {totals.dropped}" if totals.dropped else ""
     return (
-        f"{head} | in flight {totals['inflight']}{engines} | ok {totals['ok']} failed {totals['failed']}"
+        f"{head} | in flight {totals.inflight}{engines} | ok {totals.ok} failed {totals.failed}"
         + (f" ({kinds})" if kinds else "")
-        + f"{dropped} | {tti} | loop lag p99 {totals['loop_lag_p99_ms']:.0f}ms (last 10-20s) cpu {'/'.join(map(str, totals['cpu_percent']))}%"
+        + f"{dropped} | {tti} | loop lag p99 {totals.loop_lag_p99_ms:.0f}ms (last 10-20s) cpu {'/'.join(map(str, totals.cpu_percent))}%"
     )
 
 

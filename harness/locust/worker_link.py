@@ -26,6 +26,7 @@ from locust.rpc import Message
 
 from harness.locust.engine_client import EngineClient
 from harness.locust.run_state import MSG_GATE, MSG_STAGE, RunState, Stage
+from harness.wire.messages import EngineStats
 
 log = logging.getLogger("stampede")
 
@@ -84,7 +85,10 @@ class MasterLink:
     def _on_stats(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}
         if data.get("run_id") == self.state.run_id:
-            self.state.live.update(data.get("engine") or msg.node_id, data.get("stats"), data.get("dropped"))
+            stats = data.get("stats")
+            self.state.live.update(
+                data.get("engine") or msg.node_id, EngineStats.from_wire(stats) if stats else None, data.get("dropped")
+            )
 
     def _on_file(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}
@@ -174,7 +178,7 @@ class WorkerLink:
             {
                 "run_id": self.state.run_id,
                 "engine": self.name,
-                "stats": stats,
+                "stats": stats.to_wire() if stats is not None else None,
                 "dropped": dict(self.state.dropped),
             },
         )

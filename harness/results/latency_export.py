@@ -1,4 +1,4 @@
-"""`stampede export`: the latency model (DESIGN.md "Latency model export", version 1) from one or more runs.
+"""`stampede export`: the latency model (ARCHITECTURE.md "Contracts", version 1) from one or more runs.
 
 Runs of the same provider and profile are pooled after conversion to vendor seconds (wall / time scale), so
 a run at time scale 0.1 and one in real time describe one vendor. Rows are bucketed by concurrency: the

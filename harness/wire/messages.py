@@ -89,3 +89,58 @@ class RolloutRequest:
             t_intended=data.get("t_intended"),
             attempt=int(data.get("attempt", 1)),
         )
+
+
+@dataclass(slots=True)
+class HealthSnapshot:
+    """How late the engine's event loop ran and how busy its process was (`harness.engine.health`)."""
+
+    loop_lag_p50_ms: float = 0.0
+    loop_lag_p99_ms: float = 0.0
+    loop_lag_max_ms: float = 0.0
+    loop_lag_samples: int = 0
+    recent_lag_p99_ms: float = 0.0  # over the last 10 to 20 seconds: what the load looks like now
+    recent_lag_max_ms: float = 0.0
+    cpu_percent: float = 0.0  # of one core, since the previous snapshot
+    cpu_seconds: float = 0.0  # user + system, whole life of the process
+    rss_mb: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any] | None) -> HealthSnapshot:
+        return cls(**_known_fields(cls, data or {}, "health"))
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """One engine's cumulative counters (the `stats` answer): the live view, burst steps and the knee search.
+
+    `stages` holds each stage's `harness.wire.stage_counters.StageStats` in wire form, so a master merges the
+    HDR histograms of every worker exactly.
+    """
+
+    run_id: str = ""
+    worker: str = ""
+    inflight: int = 0
+    started: int = 0
+    ok: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    live_sandboxes: int = 0
+    peak_inflight: int = 0
+    recent_tti_p50_s: float | None = None
+    recent_tti_p99_s: float | None = None
+    recent_completed: int = 0
+    health: HealthSnapshot = field(default_factory=HealthSnapshot)
+    rows_written: int = 0
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    trainer: dict[str, Any] | None = None  # a rehearsal's emulated trainer: steps_done, done, counts
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> EngineStats:
+        values = _known_fields(cls, data, "engine stats")
+        values["health"] = HealthSnapshot.from_wire(values.get("health"))
+        return cls(**values)

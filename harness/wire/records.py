@@ -126,7 +126,7 @@ SCHEMA_V1_ROLLOUT_COLUMNS: tuple[str, ...] = (
     "t_submit", "create_s", "ready_s", "exec_count", "exec_s", "terminate_s", "total_s", "outcome",
     "failure_kind", "failure_phase", "error", "sandbox_id",
 )  # fmt: skip
-"""The columns DESIGN.md promises (contract); the schema above adds tti_s, profile and a few more."""
+"""The columns ARCHITECTURE.md promises (contract); the schema above adds tti_s, profile and a few more."""
 
 SCHEMA_V1_OP_COLUMNS: tuple[str, ...] = ("run_id", "rollout_id", "op", "t_start", "dur_s", "ok", "failure_kind")
 
