@@ -137,7 +137,7 @@ class EngineRun:
         finally:
             self.tasks.pop(ctx.rollout_id, None)
             self.inflight -= 1
-            self.stage_stats.setdefault(ctx.stage, StageStats()).ended += 1
+            self._stage(ctx.stage).ended += 1
             ticket = self.tickets.pop(ctx.rollout_id, None)
             if ticket is not None and self.trainer is not None:
                 killed = ctx.rollout_id in self.killed
@@ -157,6 +157,13 @@ class EngineRun:
             record.error = f"{type(exc).__name__}: {exc}"[:300]
             return record
 
+    def _stage(self, name: str) -> StageStats:
+        """This stage's live counters, made on first use (not `setdefault`: it builds two HDR histograms)."""
+        stats = self.stage_stats.get(name)
+        if stats is None:
+            stats = self.stage_stats[name] = StageStats()
+        return stats
+
     @staticmethod
     def _retryable(record: RolloutRecord) -> bool:
         return (
@@ -166,7 +173,7 @@ class EngineRun:
         )
 
     def record_row(self, record: RolloutRecord) -> None:
-        self.stage_stats.setdefault(record.stage, StageStats()).add(record.outcome, record.failure_kind, record.tti_s)
+        self._stage(record.stage).add(record.outcome, record.failure_kind, record.tti_s)
         self.writer.add_rollout(record)
         self.outcomes[record.outcome] += 1
         if record.failure_kind:

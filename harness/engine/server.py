@@ -21,6 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from harness.engine.gc_tuning import tune_for_latency
 from harness.engine.health import LoopHealth
 from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
@@ -61,6 +62,7 @@ class Engine:
             self.health.reset()
             self.run = EngineRun(config, provider, self.health)
             self.run.writer.start()
+            tune_for_latency()
             return {"versions": self.run.versions, "worker": config.worker}
 
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:

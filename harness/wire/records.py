@@ -7,7 +7,7 @@ null when the phase never happened.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
@@ -52,7 +52,8 @@ class RolloutRecord:
     gen_s: float | None = None  # emulated model generation time, summed over turns (wall seconds)
 
     def to_row(self) -> dict[str, Any]:
-        return asdict(self)
+        # not dataclasses.asdict: it deep-copies every value and showed up in the engine's profile
+        return {name: getattr(self, name) for name in _ROLLOUT_FIELDS}
 
 
 @dataclass(slots=True)
@@ -70,8 +71,11 @@ class OpRecord:
     sandbox_id: str | None = None
 
     def to_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in _OP_FIELDS}
 
+
+_ROLLOUT_FIELDS = tuple(f.name for f in fields(RolloutRecord))
+_OP_FIELDS = tuple(f.name for f in fields(OpRecord))
 
 ROLLOUT_SCHEMA = pa.schema(
     [

@@ -1,0 +1,1 @@
+"""The baselines `bench/bench_overhead.py` holds stampede against: the same calls without the harness."""
