@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 2  # 2: sandboxes also carry their engine (ENGINE_LABEL); list_owned/cleanup may scope to it
+CONTRACT_VERSION = 3  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
@@ -115,6 +115,19 @@ class SandboxRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadyObservation:
+    """How promptly a provider noticed readiness (what `wait_ready` may return; None: it cannot tell).
+
+    A provider that polls sees the sandbox usable only at its next look: the sandbox became usable at most
+    `poll_window_s` before `wait_ready` returned (from the last look that found it not ready). The harness
+    records it beside `ready_s`, so the poll term is never mistaken for the vendor's own time.
+    """
+
+    poll_window_s: float | None = None
+    polls: int = 0  # status looks made for this sandbox
+
+
+@dataclass(frozen=True, slots=True)
 class ExecResult:
     """A command that ran: a non-zero exit code is a result, not a failure."""
 
@@ -153,7 +166,7 @@ class Provider(abc.ABC):
         """Return once the vendor acknowledged the sandbox (an id exists); tag it with `spec.tags()`."""
 
     @abc.abstractmethod
-    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation | None:
         """Return once the sandbox can run a command; raise `ProviderError(READY_TIMEOUT)` past `timeout`."""
 
     @abc.abstractmethod

@@ -27,6 +27,7 @@ from providers.base import (
     Provider,
     ProviderConfigError,
     ProviderError,
+    ReadyObservation,
     SandboxRef,
     SandboxSpec,
     classify_common,
@@ -82,7 +83,7 @@ class StubOptions:
 STUB_OPTIONS: dict[str, Option] = {
     "base_url": text(),  # the Prime-like API (--base-url; --local: the embedded stub)
     "token": text(),  # its bearer token (--token, STAMPEDE_TOKEN)
-    "poll_interval_s": number(0.05, positive=True),  # the batched status poll's interval
+    "poll_interval_s": number(0.05, positive=True),  # the longest wait between two looks at one sandbox
     "request_timeout_s": number(60.0, positive=True),
     "team_id": text(),
 }
@@ -95,79 +96,156 @@ class GatewayAuth:
     url: str  # {gateway_url}/{user_ns}/{job_id}
 
 
+FIRST_LOOK_S = 0.01
+"""A sandbox's first status look comes this long after its create was acknowledged; each later one waits twice
+as long as the one before, up to the poll interval. A fast vendor is seen ready within milliseconds, a slow
+one costs no more requests than a fixed interval would."""
+COALESCE_S = 0.005  # sandboxes due this soon ride in the same batch request
+MIN_ROUND_GAP_S = 0.005  # at most 200 batch rounds a second, however many sandboxes wait
+LOOK_TIMEOUT_S = 10.0  # one status request; a lost one is asked again, nobody else waits for it
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """One sandbox being waited for: when to look next, and when it was last seen not ready."""
+
+    futures: list[asyncio.Future[tuple[dict[str, Any], ReadyObservation]]]
+    due: float
+    delay: float
+    seen_not_ready_at: float  # when the last look that found it not ready was sent (or the create returned)
+    looks: int = 0
+    in_flight: bool = False
+
+
 class StatusPoller:
-    """Coalesces readiness waits: one `status:batchGet` per 100 waiting sandboxes per interval."""
+    """Coalesces readiness waits into `status:batchGet` requests of up to 100 ids, each sandbox on its own
+    backoff schedule (FIRST_LOOK_S doubling up to the poll interval).
+
+    Requests are fire-and-forget tasks with their own timeout: one slow or hung answer delays only the
+    sandboxes it asked about, and only until LOOK_TIMEOUT_S, never the rest of the fleet.
+    """
 
     def __init__(self, provider: StubProvider, interval_s: float) -> None:
         self.provider = provider
         self.interval_s = interval_s
-        self._waiters: dict[str, list[asyncio.Future[dict[str, Any]]]] = {}
+        self._waiting: dict[str, _Waiting] = {}
+        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._backoff_until = 0.0
 
-    async def wait(self, sandbox_id: str) -> dict[str, Any]:
-        """The first status snapshot that is RUNNING or terminal."""
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(sandbox_id, []).append(future)
+    async def wait(self, sandbox_id: str) -> tuple[dict[str, Any], ReadyObservation]:
+        """The first status snapshot that is RUNNING or terminal, and how promptly it was seen."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[dict[str, Any], ReadyObservation]] = loop.create_future()
+        now = loop.time()
+        waiting = self._waiting.get(sandbox_id)
+        if waiting is None:
+            first = min(FIRST_LOOK_S, self.interval_s)
+            self._waiting[sandbox_id] = _Waiting([future], due=now + first, delay=first, seen_not_ready_at=now)
+        else:
+            waiting.futures.append(future)
+        self._wake.set()
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = loop.create_task(self._run())
         try:
             return await future
         finally:
-            waiters = self._waiters.get(sandbox_id)
-            if waiters is not None:
+            waiting = self._waiting.get(sandbox_id)
+            if waiting is not None:
                 with contextlib.suppress(ValueError):
-                    waiters.remove(future)
-                if not waiters:
-                    del self._waiters[sandbox_id]
+                    waiting.futures.remove(future)
+                if not waiting.futures:
+                    del self._waiting[sandbox_id]
 
     async def _run(self) -> None:
-        while self._waiters:
-            ids = list(self._waiters)
-            chunks = [ids[i : i + BATCH_LIMIT] for i in range(0, len(ids), BATCH_LIMIT)]
-            results = await asyncio.gather(*(self._poll(chunk) for chunk in chunks), return_exceptions=True)
-            backoff = max((r for r in results if isinstance(r, float)), default=0.0)
-            await asyncio.sleep(max(self.interval_s, backoff))
+        loop = asyncio.get_running_loop()
+        last_round = 0.0
+        while self._waiting:
+            self._wake.clear()
+            now = loop.time()
+            if now >= self._backoff_until and now - last_round >= MIN_ROUND_GAP_S:
+                due = [sid for sid, w in self._waiting.items() if not w.in_flight and w.due <= now + COALESCE_S]
+                for start in range(0, len(due), BATCH_LIMIT):
+                    chunk = due[start : start + BATCH_LIMIT]
+                    for sandbox_id in chunk:
+                        self._waiting[sandbox_id].in_flight = True
+                    task = loop.create_task(self._look(chunk, now))
+                    self._requests.add(task)
+                    task.add_done_callback(self._requests.discard)
+                if due:
+                    last_round = now
+            pending = [w.due for w in self._waiting.values() if not w.in_flight]
+            wake_at = max(
+                min(pending, default=now + self.interval_s), last_round + MIN_ROUND_GAP_S, self._backoff_until
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, wake_at - loop.time()))
 
-    async def _poll(self, ids: list[str]) -> float:
-        """Resolve the waiters whose sandboxes settled; return how long the server asked us to back off."""
+    async def _look(self, ids: list[str], sent_at: float) -> None:
+        """One batch request: resolve the sandboxes that settled, reschedule the rest."""
+        loop = asyncio.get_running_loop()
+        body: dict[str, Any] = {}
         try:
             body = await self.provider.request(
-                "POST", "/sandbox/status:batchGet", Phase.READY, json={"sandbox_ids": ids}
+                "POST", "/sandbox/status:batchGet", Phase.READY, json={"sandbox_ids": ids}, timeout=LOOK_TIMEOUT_S
             )
         except ProviderError as exc:
-            if exc.kind in (FailureKind.AUTH,):
+            if exc.kind is FailureKind.AUTH:
                 self._fail(ids, exc)
-            return exc.retry_after or 0.0
+            if exc.retry_after:
+                self._backoff_until = max(self._backoff_until, loop.time() + exc.retry_after)
         except (TimeoutError, aiohttp.ClientError, OSError):
-            return 0.0  # one lost poll is not a failed rollout; the rollout's own deadline still holds
+            pass  # one lost look is not a failed rollout; the rollout's own deadline still holds
+        received_at = loop.time()
+        settled: set[str] = set()
         for snapshot in body.get("statuses", []):
             status = snapshot.get("status")
+            sandbox_id = snapshot.get("sandbox_id")
+            waiting = self._waiting.get(sandbox_id)
+            if waiting is None:
+                continue
+            waiting.looks += 1
             if status == "RUNNING" or status in TERMINAL_STATUSES:
-                self._resolve(snapshot["sandbox_id"], snapshot)
+                observation = ReadyObservation(received_at - waiting.seen_not_ready_at, waiting.looks)
+                self._resolve(waiting, (snapshot, observation))
+                settled.add(sandbox_id)
+            else:
+                waiting.seen_not_ready_at = sent_at
         for error in body.get("errors", []):
             sandbox_id = error.get("sandbox_id")
+            settled.add(sandbox_id)
             self._fail(
                 [sandbox_id],
                 ProviderError(FailureKind.DIED_BEFORE_READY, f"{error.get('code')}: {error.get('message')}"),
             )
-        return 0.0
+        for sandbox_id in ids:
+            waiting = self._waiting.get(sandbox_id)
+            if waiting is not None and sandbox_id not in settled:
+                waiting.in_flight = False
+                waiting.delay = min(2 * waiting.delay, self.interval_s)
+                waiting.due = received_at + waiting.delay
+        self._wake.set()
 
-    def _resolve(self, sandbox_id: str, snapshot: dict[str, Any]) -> None:
-        for future in self._waiters.get(sandbox_id, []):
+    @staticmethod
+    def _resolve(waiting: _Waiting, result: tuple[dict[str, Any], ReadyObservation]) -> None:
+        for future in waiting.futures:
             if not future.done():
-                future.set_result(snapshot)
+                future.set_result(result)
 
     def _fail(self, ids: Sequence[str], exc: BaseException) -> None:
         for sandbox_id in ids:
-            for future in self._waiters.get(sandbox_id, []):
+            waiting = self._waiting.get(sandbox_id)
+            for future in waiting.futures if waiting is not None else ():
                 if not future.done():
                     future.set_exception(exc)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in [self._task, *self._requests]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
 
 class StubProvider(Provider):
@@ -199,10 +277,18 @@ class StubProvider(Provider):
         return self._session
 
     async def request(
-        self, method: str, path: str, phase: Phase, *, json: Any = None, params: Any = None
+        self,
+        method: str,
+        path: str,
+        phase: Phase,
+        *,
+        json: Any = None,
+        params: Any = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         url = f"{self.options.base_url}/api/v1{path}"
-        async with self.session.request(method, url, json=json, params=params) as response:
+        limit = aiohttp.ClientTimeout(total=timeout, sock_connect=10) if timeout is not None else None
+        async with self.session.request(method, url, json=json, params=params, timeout=limit) as response:
             body = await _json_or_text(response)
             if response.status >= 400:
                 raise error_from_response(response.status, body, phase, retry_after_of(response.headers, body))
@@ -243,10 +329,10 @@ class StubProvider(Provider):
             self._gateway[sandbox_id] = _gateway_auth(auth)
         return SandboxRef(sandbox_id=sandbox_id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id)
 
-    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation:
         try:
             async with asyncio.timeout(timeout):
-                snapshot = await self._poller.wait(ref.sandbox_id)
+                snapshot, observation = await self._poller.wait(ref.sandbox_id)
         except TimeoutError:
             raise ProviderError(FailureKind.READY_TIMEOUT, f"not RUNNING within {timeout:g}s") from None
         status = snapshot.get("status")
@@ -258,6 +344,7 @@ class StubProvider(Provider):
         if ref.sandbox_id not in self._gateway:
             auth = await self.request("POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", Phase.READY)
             self._gateway[ref.sandbox_id] = _gateway_auth(auth)
+        return observation
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         gateway = self._gateway.get(ref.sandbox_id)

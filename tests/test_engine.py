@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.locust.engine_client import EngineClient, EngineError
-from harness.wire.messages import EngineConfig, RolloutRequest
+from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 
 SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
@@ -158,3 +158,26 @@ def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):
     stages = merge_stages([stats.stages] * 2)  # as a master merges two workers
     assert (stages["01-a"].ok, stages["02-b"].ok) == (12, 8)
     assert 0.02 <= stages["01-a"].tti_quantile(0.5) < 1
+
+
+def test_a_lease_runs_rollouts_back_to_back_in_the_stage_it_is_told(engine, tmp_path):
+    """A closed-model user's lease: rows stream in, each records the stage in force when it started, and
+    closing the lease stops it (its sandbox terminated) with nothing left running."""
+    engine.configure(config(tmp_path, exec_delay_s=0.005))
+    rows = []
+    lease = engine.lease(RolloutRequest("01-a", 3))
+    for row in lease:
+        rows.append(row)
+        if len(rows) == 3:
+            engine.stage(StageUpdate("02-b", 7))
+        if len(rows) == 8:
+            break
+    lease.close()
+    assert all(row["outcome"] == "ok" for row in rows)
+    assert [row["stage"] for row in rows[:3]] == ["01-a"] * 3
+    # the update reaches the engine while the fourth rollout may already be running: from the fifth on, all in 02-b
+    assert {row["stage"] for row in rows[4:]} == {"02-b"} and {row["target_users"] for row in rows[4:]} == {7}
+    assert len({row["rollout_id"] for row in rows}) == 8
+    summary = engine.drain()
+    assert summary["started"] <= 9  # the eight, and at most one more cancelled when the lease closed
+    assert ledger_balance(tmp_path)[1] == 0

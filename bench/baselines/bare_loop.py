@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lifecycle_http import POLL_INTERVAL_S, create_body, exec_body, gateway_url
+from lifecycle_http import create_body, exec_body, gateway_url, look_delays
 
 
 async def lifecycle(http: aiohttp.ClientSession, api: str, index: int) -> None:
@@ -25,8 +25,8 @@ async def lifecycle(http: aiohttp.ClientSession, api: str, index: int) -> None:
         created = await response.json()
         response.raise_for_status()
     sandbox_id = created["id"]
-    while True:
-        await asyncio.sleep(POLL_INTERVAL_S)
+    for delay in look_delays():
+        await asyncio.sleep(delay)
         async with http.post(f"{api}/sandbox/status:batchGet", json={"sandbox_ids": [sandbox_id]}) as response:
             statuses = (await response.json())["statuses"]
         if statuses and statuses[0]["status"] == "RUNNING":

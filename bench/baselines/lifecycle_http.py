@@ -1,18 +1,28 @@
 """The one sandbox lifecycle every overhead side makes, as HTTP calls against the Prime-like stub.
 
 create (POST /sandbox, which answers with the gateway's auth) -> readiness (POST /sandbox/status:batchGet
-every POLL_INTERVAL_S until RUNNING) -> one command (POST {gateway}/exec) -> delete (DELETE /sandbox/{id}).
-The same calls, in the same order, at the same poll interval as the `stub` provider, so a side's rate and CPU
-differ only by what wraps the calls.
+until RUNNING, on the `stub` provider's schedule: a first look after 10 ms, each later one twice as late, up
+to 50 ms) -> one command (POST {gateway}/exec) -> delete (DELETE /sandbox/{id}). The same calls, in the same
+order, on the same schedule as the `stub` provider, so a side's rate and CPU differ only by what wraps them.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
-POLL_INTERVAL_S = 0.05  # the stub provider's default poll interval
+POLL_INTERVAL_S = 0.05  # the stub provider's default poll interval (its longest wait between two looks)
+FIRST_LOOK_S = 0.01  # the stub provider's first look (providers.stub.FIRST_LOOK_S)
 COMMAND = "true"
+
+
+def look_delays() -> Iterator[float]:
+    """Seconds before each status look: 10, 20, 40, 50, 50, ... ms."""
+    delay = FIRST_LOOK_S
+    while True:
+        yield delay
+        delay = min(2 * delay, POLL_INTERVAL_S)
 
 
 def create_body(index: int) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import gevent
 from locust import FastHttpUser, constant, events, task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lifecycle_http import POLL_INTERVAL_S, create_body, exec_body, gateway_url
+from lifecycle_http import create_body, exec_body, gateway_url, look_delays
 
 ENDS: list[float] = []
 ERRORS = [0]
@@ -39,8 +39,8 @@ class LifecycleUser(FastHttpUser):
             created = self.client.post("/api/v1/sandbox", json=create_body(next(COUNTER)), headers=self.api_headers,
                                        name="create").json()  # fmt: skip
             sandbox_id = created["id"]
-            while True:
-                gevent.sleep(POLL_INTERVAL_S)
+            for delay in look_delays():
+                gevent.sleep(delay)
                 body = self.client.post("/api/v1/sandbox/status:batchGet", json={"sandbox_ids": [sandbox_id]},
                                         headers=self.api_headers, name="ready").json()  # fmt: skip
                 if body["statuses"] and body["statuses"][0]["status"] == "RUNNING":

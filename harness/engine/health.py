@@ -30,6 +30,11 @@ class LoopHealth:
         self._task: asyncio.Task[None] | None = None
         self._process = psutil.Process()
         self._process.cpu_percent(None)
+        self.last_lag_s = 0.0  # the latest probe's lag: how late anything that woke just now ran
+
+    def lag_now(self) -> float:
+        """The loop's current lag in seconds (the latest probe's; probes run every LAG_PROBE_INTERVAL_S)."""
+        return self.last_lag_s
 
     def start(self) -> None:
         if self._task is None:
@@ -50,6 +55,7 @@ class LoopHealth:
             await asyncio.sleep(self.interval_s)
             now = time.monotonic()
             lag_us = min(max(1, int((now - start - self.interval_s) * 1e6)), _LAG_MAX_US)
+            self.last_lag_s = lag_us / 1e6
             self.histogram.record_value(lag_us)
             if now - self._rotated >= RECENT_WINDOW_S:
                 self._recent = [self._recent[1], self._recent[0]]

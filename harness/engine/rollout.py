@@ -44,6 +44,7 @@ class RolloutContext:
     t_intended: float | None = None
     attempt: int = 1
     secrets: tuple[str, ...] = ()
+    loop_lag: Callable[[], float] | None = None  # the engine loop's current lag (harness.engine.health)
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
@@ -185,10 +186,12 @@ class _Rollout:
 
         self.phase = Phase.READY
         ready_start = self.elapsed()
-        await self.timed(
+        observation = await self.timed(
             "wait_ready", Phase.READY, self.provider.wait_ready(self.ref, plan.ready_timeout_s), plan.ready_timeout_s
         )
         record.ready_s = self.elapsed() - ready_start
+        if observation is not None:
+            record.ready_poll_s = observation.poll_window_s
 
         self.phase = Phase.EXEC
         for argv in plan.commands:
@@ -219,6 +222,8 @@ class _Rollout:
         record.exec_s = (record.exec_s or 0.0) + self.elapsed() - exec_start
         if record.tti_s is None:
             record.tti_s = self.elapsed()
+            if self.ctx.loop_lag is not None:
+                record.loop_lag_s = self.ctx.loop_lag()
 
     async def terminate(self) -> None:
         if self.ref is None:

@@ -22,7 +22,7 @@ from harness.engine.health import LoopHealth
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
-from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest
+from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
 from harness.wire.stage_counters import StageStats
@@ -58,6 +58,7 @@ class EngineRun:
         self.recent: deque[tuple[float, float | None, bool]] = deque()
         self.stage_stats: dict[str, StageStats] = {}
         self.accepting = True
+        self.stage: StageUpdate | None = None  # what leased rollouts record (the Locust side's current stage)
         self.t_start = time.time()
         self.trainer: TrainerEmulator | None = None
         self.tickets: dict[str, Ticket] = {}
@@ -83,6 +84,15 @@ class EngineRun:
         if ticket is None:
             raise RehearsalOver()
         return await self._dispatch(request, ticket)
+
+    def leased_request(self, lease: RolloutRequest) -> RolloutRequest:
+        """The next rollout of a lease: the current stage (as last told), stamped now."""
+        stage = self.stage
+        return RolloutRequest(
+            stage=stage.stage if stage is not None else lease.stage,
+            target_users=stage.target_users if stage is not None else lease.target_users,
+            t_intended=time.time(),
+        )
 
     def kill_step(self, step: int) -> None:
         """Sync oversampling: the step has its samples; cancel its rollouts still running."""
@@ -113,6 +123,7 @@ class EngineRun:
             t_intended=request.t_intended,
             attempt=request.attempt,
             secrets=tuple(self.config.secrets),
+            loop_lag=self.health.lag_now,
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task

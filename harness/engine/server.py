@@ -25,7 +25,7 @@ from harness.engine.gc_tuning import tune_for_latency
 from harness.engine.health import LoopHealth
 from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
-from harness.wire.messages import EngineConfig, RolloutRequest
+from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 from harness.wire.records import RolloutRecord
 from providers import create_provider
@@ -147,7 +147,35 @@ class Engine:
                 tasks_by_request.pop(req_id, None)
             send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
 
+        async def lease(req_id: Any, message: dict[str, Any]) -> None:
+            """Rollouts back to back for one closed-model user, until it cancels or the run ends."""
+            request = RolloutRequest.from_wire(message)
+            leases.add(req_id)
+            try:
+                while req_id not in ended_leases:
+                    run = self.run
+                    if run is None or not run.accepting:
+                        error(req_id, msg.ERROR_NOT_CONFIGURED, "engine has no active run")
+                        return
+                    task = run.start(run.leased_request(request))
+                    tasks_by_request[req_id] = task
+                    try:
+                        record = await asyncio.shield(task)
+                    except asyncio.CancelledError:
+                        return  # the connection is going away; the task records itself, the drain owns it
+                    except RehearsalOver:
+                        error(req_id, msg.ERROR_DONE, "the rehearsal has all its steps")
+                        return
+                    finally:
+                        tasks_by_request.pop(req_id, None)
+                    send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
+            finally:
+                leases.discard(req_id)
+                ended_leases.discard(req_id)
+
         tasks_by_request: dict[Any, asyncio.Task[RolloutRecord]] = {}
+        leases: set[Any] = set()
+        ended_leases: set[Any] = set()
         try:
             while not reader.at_eof():
                 line = await reader.readline()
@@ -158,9 +186,18 @@ class Engine:
                 except ValueError as exc:
                     error(None, msg.ERROR_HARNESS, f"bad message: {exc}")
                     continue
-                if message["op"] == msg.ROLLOUT:
+                op = message["op"]
+                if op == msg.ROLLOUT:
                     spawned = asyncio.get_running_loop().create_task(run_one(message.get("id"), message))
-                elif message["op"] == msg.CANCEL:
+                elif op == msg.LEASE:
+                    spawned = asyncio.get_running_loop().create_task(lease(message.get("id"), message))
+                elif op == msg.STAGE:
+                    if self.run is not None:
+                        self.run.stage = StageUpdate.from_wire(message)
+                    continue
+                elif op == msg.CANCEL:
+                    if message.get("id") in leases:
+                        ended_leases.add(message.get("id"))
                     task = tasks_by_request.get(message.get("id"))
                     if task is not None:
                         task.cancel()

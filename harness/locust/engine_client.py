@@ -11,18 +11,20 @@ import itertools
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.event
 import gevent.lock
+import gevent.queue
 import gevent.socket
 import gevent.subprocess
 from gevent import GreenletExit
 
 from harness.wire import messages as msg
-from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest
+from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
@@ -45,6 +47,7 @@ class EngineClient:
         self._socket_dir = socket_dir
         self._ids = itertools.count(1)
         self._waiting: dict[int, gevent.event.AsyncResult] = {}
+        self._streams: dict[int, gevent.queue.Queue[dict[str, Any] | BaseException]] = {}
         self._send_lock = gevent.lock.Semaphore()
         self._closed = False
         self._reader = gevent.spawn(self._read_loop)
@@ -111,6 +114,39 @@ class EngineClient:
         record: dict[str, Any] = answer["record"]
         return record
 
+    def lease(self, request: RolloutRequest) -> Iterator[dict[str, Any]]:
+        """Rollouts run back to back by the engine for one closed-model user: each row as it arrives.
+
+        No socket round trip between one rollout and the next, so the user's loop is never the harness's
+        queue. Closing the iterator (or killing the greenlet that reads it) cancels the lease and its
+        rollout in flight.
+        """
+        if self._closed:
+            raise EngineError("engine connection is closed")
+        req_id = next(self._ids)
+        stream: gevent.queue.Queue[dict[str, Any] | BaseException] = gevent.queue.Queue()
+        self._streams[req_id] = stream
+        finished = False
+        try:
+            self._send({"op": msg.LEASE, "id": req_id, **request.to_wire()})
+            while True:
+                answer = stream.get()
+                if isinstance(answer, BaseException):
+                    finished = True
+                    raise answer
+                if answer.get("op") == msg.ERROR:
+                    finished = True
+                    raise EngineError(answer.get("message", "engine error"), kind=answer.get("kind", msg.ERROR_HARNESS))
+                yield answer["record"]
+        finally:
+            self._streams.pop(req_id, None)
+            if not finished:
+                self._try_send({"op": msg.CANCEL, "id": req_id})
+
+    def stage(self, update: StageUpdate) -> None:
+        """What leased rollouts record from now on (no answer)."""
+        self._try_send({"op": msg.STAGE, **update.to_wire()})
+
     def stats(self, timeout: float = 10.0) -> EngineStats | None:
         stats = self.request({"op": msg.STATS}, timeout=timeout).get("stats")
         return EngineStats.from_wire(stats) if stats else None
@@ -157,9 +193,13 @@ class EngineClient:
                 buffer += chunk
                 if len(buffer) > MAX_LINE_BYTES:
                     raise EngineError("engine answer too long")
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
                     message = decode(line)
+                    stream = self._streams.get(message.get("id"))  # type: ignore[arg-type]
+                    if stream is not None:
+                        stream.put(message)
+                        continue
                     waiter = self._waiting.get(message.get("id"))  # type: ignore[arg-type]
                     if waiter is not None and not waiter.ready():
                         waiter.set(message)
@@ -171,6 +211,8 @@ class EngineClient:
             for waiter in list(self._waiting.values()):
                 if not waiter.ready():
                     waiter.set_exception(failure)
+            for stream in list(self._streams.values()):
+                stream.put(failure)
 
     def _close_socket(self) -> None:
         self._closed = True

@@ -60,11 +60,24 @@ class RunState:
         self.ended = False
         self.live = LiveView()
         self.dropped: Counter[str] = Counter()  # open model: starts dropped at the in-flight cap, per stage
-        self.stage: Stage = IDLE_STAGE
+        self._stage: Stage = IDLE_STAGE
+        self.stage_listeners: list[Callable[[Stage], None]] = []  # the engine client: leased rollouts' stage
         self.gate_step = 0
         self.gate_closed = False
         self._gate = gevent.event.Event()
         self.broadcast: Broadcast | None = None  # a master sends stage and gate to its workers through this
+
+    @property
+    def stage(self) -> Stage:
+        return self._stage
+
+    @stage.setter
+    def stage(self, stage: Stage) -> None:
+        changed = stage != self._stage
+        self._stage = stage
+        if changed:
+            for listener in self.stage_listeners:
+                listener(stage)
 
     def attach(self, environment: Any) -> None:
         setattr(environment, _ATTRIBUTE, self)

@@ -43,7 +43,7 @@ from harness.locust.vendor_process import EmbeddedVendor
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.results.dataset import load_rollouts
 from harness.results.run_summary import render_run_summary
-from harness.wire.messages import EngineConfig
+from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -163,8 +163,19 @@ class StampedeSession:
                 self._start_vendor()
             if self.runs_users:
                 self.engine = EngineClient.spawn(self.worker_name())
+                self.state.stage_listeners.append(self._tell_engine_stage)
         finally:
             self.services_ready.set()
+
+    def _tell_engine_stage(self, stage: Stage) -> None:
+        if self.engine is not None and self.engine.alive:
+            self.engine.stage(StageUpdate(stage.name, stage.target_users))
+
+    def lease_request(self) -> RolloutRequest:
+        """A closed-model user's lease: it records the stage in force now (the engine hears of later ones)."""
+        stage = self.state.stage
+        target = stage.target_users or int(getattr(self.runner, "target_user_count", 0) or 0)
+        return RolloutRequest(stage.name, target)
 
     def wait_until_ready(self, timeout_s: float = 120.0) -> bool:
         """In a user's greenlet: until this run's engine is configured. False if it never will be."""

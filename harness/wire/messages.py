@@ -2,8 +2,11 @@
 
 Requests carry an `id`; the engine answers each with the same `id`:
 `configure` (an `EngineConfig`) -> `configured`; `rollout` (a `RolloutRequest`) -> `result` (a rollout row);
-`cancel` -> no answer (the `result` arrives cancelled); `stats` -> `stats`; `drain` -> `drained`;
-`shutdown` -> `drained`, then the engine exits. A request that cannot be served gets `error` with a kind.
+`lease` (a `RolloutRequest`) -> a `result` per rollout, run back to back in the engine until `cancel` (a
+closed-model user: no socket round trip between one rollout and the next); `stage` (a `StageUpdate`, no
+answer): what leased rollouts record from now on; `cancel` -> no answer (the `result` arrives cancelled);
+`stats` -> `stats`; `drain` -> `drained`; `shutdown` -> `drained`, then the engine exits. A request that
+cannot be served gets `error` with a kind.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 # requests
 CONFIGURE = "configure"
 ROLLOUT = "rollout"
+LEASE = "lease"
+STAGE = "stage"
 CANCEL = "cancel"
 STATS = "stats"
 DRAIN = "drain"
@@ -89,6 +94,21 @@ class RolloutRequest:
             t_intended=data.get("t_intended"),
             attempt=int(data.get("attempt", 1)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StageUpdate:
+    """The load shape moved on: leased rollouts submitted from now on record this stage and target."""
+
+    stage: str
+    target_users: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> StageUpdate:
+        return cls(stage=str(data.get("stage", "")), target_users=int(data.get("target_users", 0)))
 
 
 @dataclass(slots=True)

@@ -50,6 +50,8 @@ class RolloutRecord:
     attempt: int = 1
     turns: int = 0  # agentic turns completed
     gen_s: float | None = None  # emulated model generation time, summed over turns (wall seconds)
+    ready_poll_s: float | None = None  # of ready_s, the window in which the provider's polling may have lagged
+    loop_lag_s: float | None = None  # the engine's own event-loop lag when the first command returned
 
     def to_row(self) -> dict[str, Any]:
         # not dataclasses.asdict: it deep-copies every value and showed up in the engine's profile
@@ -106,6 +108,8 @@ ROLLOUT_SCHEMA = pa.schema(
         ("attempt", pa.int16()),
         ("turns", pa.int16()),
         ("gen_s", pa.float64()),
+        ("ready_poll_s", pa.float64()),
+        ("loop_lag_s", pa.float64()),
     ],
     metadata={b"stampede.schema_version": str(SCHEMA_VERSION).encode(), b"stampede.table": b"rollouts"},
 )
