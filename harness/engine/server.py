@@ -169,6 +169,7 @@ class Engine:
                     finally:
                         tasks_by_request.pop(req_id, None)
                     send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
+                send({"op": msg.RELEASED, "id": req_id})
             finally:
                 leases.discard(req_id)
                 ended_leases.discard(req_id)
@@ -194,6 +195,10 @@ class Engine:
                 elif op == msg.STAGE:
                     if self.run is not None:
                         self.run.stage = StageUpdate.from_wire(message)
+                    continue
+                elif op == msg.RELEASE:
+                    if message.get("id") in leases:
+                        ended_leases.add(message.get("id"))  # the rollout in flight finishes first
                     continue
                 elif op == msg.CANCEL:
                     if message.get("id") in leases:

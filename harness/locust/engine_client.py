@@ -11,7 +11,7 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, Sta
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
+LEASE_CHECK_S = 0.25  # how often a waiting lease checks whether Locust is stopping its user
 
 
 class EngineError(Exception):
@@ -114,11 +115,12 @@ class EngineClient:
         record: dict[str, Any] = answer["record"]
         return record
 
-    def lease(self, request: RolloutRequest) -> Iterator[dict[str, Any]]:
+    def lease(self, request: RolloutRequest, stopping: Callable[[], bool] = lambda: False) -> Iterator[dict[str, Any]]:
         """Rollouts run back to back by the engine for one closed-model user: each row as it arrives.
 
         No socket round trip between one rollout and the next, so the user's loop is never the harness's
-        queue. Closing the iterator (or killing the greenlet that reads it) cancels the lease and its
+        queue. Once `stopping()` turns true (Locust's graceful stop), the rollout in flight finishes and the
+        lease ends; closing the iterator (or killing the greenlet that reads it) cancels the lease and its
         rollout in flight.
         """
         if self._closed:
@@ -126,18 +128,30 @@ class EngineClient:
         req_id = next(self._ids)
         stream: gevent.queue.Queue[dict[str, Any] | BaseException] = gevent.queue.Queue()
         self._streams[req_id] = stream
-        finished = False
+        finished = released = False
         try:
             self._send({"op": msg.LEASE, "id": req_id, **request.to_wire()})
             while True:
-                answer = stream.get()
+                try:
+                    answer = stream.get(timeout=LEASE_CHECK_S)
+                except gevent.queue.Empty:
+                    if not released and stopping():
+                        released = True
+                        self._try_send({"op": msg.RELEASE, "id": req_id})
+                    continue
                 if isinstance(answer, BaseException):
                     finished = True
                     raise answer
+                if answer.get("op") == msg.RELEASED:
+                    finished = True
+                    return
                 if answer.get("op") == msg.ERROR:
                     finished = True
                     raise EngineError(answer.get("message", "engine error"), kind=answer.get("kind", msg.ERROR_HARNESS))
                 yield answer["record"]
+                if not released and stopping():
+                    released = True
+                    self._try_send({"op": msg.RELEASE, "id": req_id})
         finally:
             self._streams.pop(req_id, None)
             if not finished:

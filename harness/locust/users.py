@@ -103,7 +103,8 @@ class RolloutUser(User):
     def _lease(self, session: StampedeSession) -> None:
         assert session.engine is not None
         try:
-            for record in session.engine.lease(session.lease_request()):
+            stopping = lambda: self._state == LOCUST_STATE_STOPPING  # noqa: E731
+            for record in session.engine.lease(session.lease_request(), stopping):
                 report(self, record)
         except EngineError as exc:
             if exc.kind == ERROR_DONE:

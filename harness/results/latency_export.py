@@ -19,6 +19,7 @@ Failure probabilities are over finished rollouts (ok + failed); cancelled ones a
 
 from __future__ import annotations
 
+import math
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from harness.errors import UsageError
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
+from harness.results.timing_error import per_rollout_error_s, stage_timing_error
 from harness.results.latency_schema import validate_latency_model
 from harness.results.quantiles import group_sorted
 from harness.results.stage_aggregate import stage_order
@@ -78,6 +80,7 @@ def _prepare(info: RunInfo) -> pd.DataFrame:
         out[column] = frame[column].to_numpy(dtype=float) * factor
     measured = concurrency_at_submit(frame).astype(float)
     out["measured"] = measured
+    out["harness_error"] = per_rollout_error_s(frame, 1.0 / factor)
     target = frame["target_users"].to_numpy(dtype=float)
     stage_codes = pd.Categorical(out["stage"], categories=stage_order(frame)).codes
     per_stage_target = pd.Series(target).groupby(stage_codes).max()
@@ -149,6 +152,9 @@ def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[s
             }
         stages = part.groupby(["run_id", "stage"], observed=True).size()
         rate = part["stage_start_rate"].dropna()
+        ok_ttis = grouped["tti"].group(i)  # sorted
+        tti_p50 = float(ok_ttis[math.ceil(0.5 * len(ok_ttis)) - 1]) if len(ok_ttis) else math.nan
+        timing = stage_timing_error(part["harness_error"].to_numpy(dtype=float), tti_p50)
         result.append(
             {
                 "concurrency": max(int(level), 1),
@@ -174,6 +180,11 @@ def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[s
                     "by_phase": {str(k): int(v) / denominator for k, v in by_phase.items() if v},
                 },
                 "start_rate_per_s": float(rate.median()) if len(rate) else None,
+                "harness_timing_error": {
+                    "p99_s": None if timing.p99_s != timing.p99_s else timing.p99_s,
+                    "limit_s": timing.limit_s,
+                    "flagged": timing.flagged,
+                },
                 "metrics": metrics,
             }
         )

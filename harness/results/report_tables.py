@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.results.timing_error import FLAG_NOTE
 from harness.results.knee import Knee
 from harness.results.quantiles import QUANTILE_NAMES
 from harness.results.stage_aggregate import RunStats, StageStats
@@ -59,7 +60,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     unit = "vendor s" if run.basis == "vendor" else "wall s"
     retried = any(s.retries for s in run.stages)
     header = ["stage", "conc", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]}",
-              *QUANTILE_NAMES[1:], "starts/s", "failures by kind", "by phase"]  # fmt: skip
+              *QUANTILE_NAMES[1:], "starts/s", "harness err", "failures by kind", "by phase"]  # fmt: skip
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[2:3] = ["attempts", "retries", "gave up"]
     rows = []
@@ -76,6 +77,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
             "-" if s.success_rate != s.success_rate else f"{100 * s.success_rate:.1f}",
             *(seconds(tti[name]) for name in QUANTILE_NAMES),
             "-" if s.start_rate != s.start_rate else f"{s.start_rate:.1f}",
+            s.timing_error.describe(),
             _kinds(s.failures_by_kind),
             _kinds(s.failures_by_phase),
         ]
@@ -83,6 +85,8 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
             row[3:3] = [str(s.retries), str(s.gave_up)]
         rows.append(row)
     title = f"{run.info.label}  [{unit}]"
+    if any(s.timing_error.flagged for s in run.stages):
+        title += "\n" + FLAG_NOTE
     return Table(title, header, rows, left=frozenset({0, len(header) - 2, len(header) - 1}))
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import RunInfo
+from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
 from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
 
 TimeBasis = Literal["vendor", "wall"]
@@ -52,6 +53,7 @@ class StageStats:
     start_rate: float  # rollouts submitted per (vendor or wall) second over the stage's submit span
     time_scale: float
     basis: TimeBasis
+    timing_error: TimingError  # the harness's own share of a TTI (harness.results.timing_error)
 
 
 @dataclass(slots=True)
@@ -130,6 +132,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     retries = np.bincount(codes, weights=attempt > 1, minlength=n).astype(int)
     gave_up = _gave_up(info, frame, codes, n, is_failed) if retries.any() else failed.copy()
 
+    errors = per_rollout_error_s(frame, 1.0 / factor)
     tti = samples["tti"]
     levels = np.array([0.99])
     stats: list[StageStats] = []
@@ -163,6 +166,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
                 start_rate=rollouts[i] / span if span > 0 else float("nan"),
                 time_scale=info.time_scale,
                 basis=basis,
+                timing_error=stage_timing_error(errors[codes == i], phases["tti"]["p50"]),
             )
         )
         sorted_tti[stage] = tti.group(i)

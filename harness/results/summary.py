@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.quantiles import quantiles
+from harness.results.timing_error import FLAG_NOTE, TimingError, per_rollout_error_s, stage_timing_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +32,14 @@ class StageRow:
     tti: dict[str, float]
     max_inflight: int
     start_rate: float
+    timing_error: TimingError
 
 
 def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
     rows: list[StageRow] = []
     if rollouts.empty:
         return rows
-    rollouts = rollouts.assign(_concurrency=concurrency_at_submit(rollouts))
+    rollouts = rollouts.assign(_concurrency=concurrency_at_submit(rollouts), _error=per_rollout_error_s(rollouts))
     # A stage lasts from its first submit to the next stage's first submit (the last one: to the run's end),
     # so the start rate is starts per second of the stage, not per second of a burst's release instant.
     firsts = rollouts.groupby("stage", sort=True)["t_submit"].min()
@@ -50,6 +52,7 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
         finished = ok + failed
         failures = group.loc[group["outcome"] == "failed", "failure_kind"].value_counts().to_dict()
         span = float(spans[stage])
+        tti = quantiles(group["tti_s"])
         rows.append(
             StageRow(
                 stage=str(stage),
@@ -61,9 +64,10 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
                 failure_rate=failed / finished if finished else 0.0,
                 failures={str(k): int(v) for k, v in failures.items()},
                 # any rollout that got its first command back has a TTI, even if cut off or failed later
-                tti=quantiles(group["tti_s"]),
+                tti=tti,
                 max_inflight=int(group["_concurrency"].max()),
                 start_rate=len(group) / span if span > 0 else float("nan"),
+                timing_error=stage_timing_error(group["_error"].to_numpy(dtype=float), tti["p50"]),
             )
         )
     return rows
@@ -81,7 +85,7 @@ def _seconds(value: float) -> str:
 
 def format_stage_table(rows: list[StageRow]) -> str:
     header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", "TTI p50", "p90", "p99", "p99.9", "max",
-              "inflight", "starts/s", "failures by kind"]  # fmt: skip
+              "inflight", "starts/s", "harness err", "failures by kind"]  # fmt: skip
     table = [header]
     for row in rows:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(row.failures.items(), key=lambda kv: -kv[1]))
@@ -101,6 +105,7 @@ def format_stage_table(rows: list[StageRow]) -> str:
                 _seconds(row.tti["max"]),
                 str(row.max_inflight),
                 "-" if row.start_rate != row.start_rate else f"{row.start_rate:.1f}",
+                row.timing_error.describe(),
                 kinds or "-",
             ]
         )
@@ -113,6 +118,8 @@ def format_stage_table(rows: list[StageRow]) -> str:
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * width for width in widths))
+    if any(row.timing_error.flagged for row in rows):
+        lines.append(FLAG_NOTE)
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 Requests carry an `id`; the engine answers each with the same `id`:
 `configure` (an `EngineConfig`) -> `configured`; `rollout` (a `RolloutRequest`) -> `result` (a rollout row);
 `lease` (a `RolloutRequest`) -> a `result` per rollout, run back to back in the engine until `cancel` (a
-closed-model user: no socket round trip between one rollout and the next); `stage` (a `StageUpdate`, no
+closed-model user: no socket round trip between one rollout and the next), or until `release`: the rollout
+in flight finishes, then `released` ends the lease (Locust's graceful stop); `stage` (a `StageUpdate`, no
 answer): what leased rollouts record from now on; `cancel` -> no answer (the `result` arrives cancelled);
 `stats` -> `stats`; `drain` -> `drained`; `shutdown` -> `drained`, then the engine exits. A request that
 cannot be served gets `error` with a kind.
@@ -20,6 +21,8 @@ from typing import Any
 CONFIGURE = "configure"
 ROLLOUT = "rollout"
 LEASE = "lease"
+RELEASE = "release"
+RELEASED = "released"
 STAGE = "stage"
 CANCEL = "cancel"
 STATS = "stats"
