@@ -41,6 +41,7 @@ def stampede(
         (["run", "--stages", "60,lots"], "--stages must be whole numbers"),
         (["run", "--commands", " ; "], "at least one command"),
         (["run", "--seed", "x"], "invalid int value: 'x'"),
+        (["run", "--workers", "lots"], "--workers takes a whole number or auto"),
         (["run", "--base-url", "http://127.0.0.1:9", "--token", "t"], "is unreachable"),
         (["run", "--run-time", "soon"], "is not a time span"),
         (["run", "--provider-option", "novalue"], "takes KEY=VALUE"),
@@ -94,3 +95,11 @@ def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
     assert "01-ramp4" in result.stdout and "results:" in result.stdout
     summary = stampede("summary", str(run_dir))
     assert summary.returncode == 0 and "02-ramp8" in summary.stdout
+
+
+def test_workers_auto_spreads_a_peak_over_engines_only_past_what_one_engine_holds():
+    from harness.cli.run import PER_ENGINE_IN_FLIGHT, engines_needed
+
+    assert engines_needed(None) == 0 and engines_needed(960) == 0 and engines_needed(PER_ENGINE_IN_FLIGHT) == 0
+    assert engines_needed(PER_ENGINE_IN_FLIGHT + 1) == 2
+    assert engines_needed(20_000) == -(-20_000 // PER_ENGINE_IN_FLIGHT)

@@ -31,7 +31,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
     dist = run.add_argument_group("distributed (Locust master and workers, each worker with its own engine)")
-    dist.add_argument("--workers", type=int, default=0, help="run a master here and N local worker processes")
+    dist.add_argument(
+        "--workers",
+        default="auto",
+        help="run a master here and N local worker processes, each with its own engine (default auto: one "
+        "process, or as many engines as the peak in flight needs)",
+    )
     dist.add_argument("--master", action="store_true", help="be the master for workers on other machines")
     dist.add_argument("--expect-workers", type=int, default=1, help="--master: wait for this many workers")
     dist.add_argument("--master-bind-host", default="*", help="--master: interface to listen on (default: all)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -29,7 +30,7 @@ from locust.util.load_locustfile import load_locustfile
 from harness.errors import UsageError
 from harness.locust.session import session_of
 from harness.locust.settings import RunSettings
-from harness.locust.shapes import RehearseShape
+from harness.locust.shapes import RehearseShape, StampedeShape
 from harness.locust.vendor_process import probe
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -112,6 +113,28 @@ def _parse_run_time(text: str) -> int:
         raise UsageError(f"--run-time {text!r} is not a time span like 90s, 5m or 1h30m") from None
 
 
+PER_ENGINE_IN_FLIGHT = 5000
+"""Rollouts one engine holds with its loop lag p99 under 50 ms on a 2-core machine (bench/bench_scale.py);
+`--workers auto` spreads a larger peak over more engines rather than measuring one engine's queue."""
+
+
+def engines_needed(peak_in_flight: int | None) -> int:
+    """Local workers `--workers auto` starts for this peak (0: the run stays one process with one engine)."""
+    if not peak_in_flight or peak_in_flight <= PER_ENGINE_IN_FLIGHT:
+        return 0
+    return math.ceil(peak_in_flight / PER_ENGINE_IN_FLIGHT)
+
+
+def _parse_workers(text: object) -> int | None:
+    """`--workers N` or `auto` (None)."""
+    if text is None or str(text).strip().lower() == "auto":
+        return None
+    try:
+        return int(str(text))
+    except ValueError:
+        raise UsageError(f"--workers takes a whole number or auto (got {text!r})") from None
+
+
 def _role(args: argparse.Namespace) -> str:
     roles = [
         name for name, on in (("workers", args.workers > 0), ("master", args.master), ("worker", args.worker)) if on
@@ -154,6 +177,8 @@ def _dump_greenlets() -> None:
 
 def run(args: argparse.Namespace) -> int:
     gevent.signal_handler(signal.SIGUSR1, _dump_greenlets)
+    requested_workers = _parse_workers(args.workers)
+    args.workers = requested_workers or 0
     role = _role(args)
     scenario = resolve_scenario(args.scenario)
     settings = _validate(args) if role != "worker" else None  # a worker takes every setting from its master
@@ -168,6 +193,13 @@ def run(args: argparse.Namespace) -> int:
     if not user_classes:
         raise UsageError(f"scenario {scenario} defines no Locust user class")
     shape = shapes[0] if shapes else None
+    if requested_workers is None and role == "local" and settings is not None and isinstance(shape, StampedeShape):
+        args.workers = engines_needed(shape.peak_users(settings))
+        if args.workers:
+            role = "workers"
+            print(f"stampede: {shape.peak_users(settings)} in flight is more than one engine holds "
+                  f"({PER_ENGINE_IN_FLIGHT}): a master and {args.workers} local workers, each with its own engine "
+                  "(--workers 0 keeps one process)", file=sys.stderr, flush=True)  # fmt: skip
     if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
         raise UsageError(
             f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`"

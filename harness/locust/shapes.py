@@ -76,6 +76,10 @@ class StampedeShape(LoadTestShape):
         """Shape parameters for run.json."""
         return {"shape": type(self).__name__}
 
+    def peak_users(self, settings: RunSettings) -> int | None:
+        """The most rollouts this shape keeps in flight at once under these settings (None: open model)."""
+        return None
+
     def live_stage(self, name: str) -> StageStats:
         state = self.state()
         return state.live.stage(name) if state is not None else StageStats()
@@ -142,11 +146,18 @@ class RampShape(_HoldingShape):
     abstract = True
 
     def levels(self) -> tuple[int, ...]:
-        stages = self.settings().stages
-        cap = self.settings().users
+        return self.ramp_levels(self.settings())
+
+    @staticmethod
+    def ramp_levels(settings: RunSettings) -> tuple[int, ...]:
+        stages = settings.stages
+        cap = settings.users
         if cap:
             stages = (*(level for level in stages if level < cap), cap)
         return stages
+
+    def peak_users(self, settings: RunSettings) -> int | None:
+        return max(self.ramp_levels(settings))
 
     def label(self) -> str:
         return "ramp"
@@ -163,6 +174,9 @@ class SteadyShape(_HoldingShape):
 
     def levels(self) -> tuple[int, ...]:
         return (self.settings().users or DEFAULT_STEADY_USERS,)
+
+    def peak_users(self, settings: RunSettings) -> int | None:
+        return settings.users or DEFAULT_STEADY_USERS
 
     def label(self) -> str:
         return "steady"
@@ -199,7 +213,10 @@ class KneeShape(_HoldingShape):
     abstract = True
 
     def levels(self) -> tuple[int, ...]:
-        return RampShape.levels(self)  # type: ignore[arg-type]
+        return RampShape.ramp_levels(self.settings())
+
+    def peak_users(self, settings: RunSettings) -> int | None:
+        return max(RampShape.ramp_levels(settings))
 
     def label(self) -> str:
         return "knee"
@@ -255,10 +272,16 @@ class BurstShape(StampedeShape):
         self._done = False
 
     def size(self) -> int:
-        settings = self.settings()
+        return self.burst_size(self.settings())
+
+    @staticmethod
+    def burst_size(settings: RunSettings) -> int:
         if settings.batch and settings.group:
             return settings.batch * settings.group
         return settings.users or DEFAULT_BURST_SIZE
+
+    def peak_users(self, settings: RunSettings) -> int | None:
+        return self.burst_size(settings)
 
     def describe(self) -> dict[str, Any]:
         settings = self.settings()
@@ -374,6 +397,9 @@ class RehearseShape(StampedeShape):
 
     def level(self) -> int:
         return self.settings().users or DEFAULT_STEADY_USERS
+
+    def peak_users(self, settings: RunSettings) -> int | None:
+        return settings.users or DEFAULT_STEADY_USERS
 
     def tick(self) -> tuple[int, float] | None:
         if self.settings().trainer is None:  # nothing would ever end the run: refuse to start it
