@@ -106,6 +106,19 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
+    from harness.cli.calibrate import add_arguments
+
+    text = "run the public benchmarks' protocols against simulated vendor profiles; simulated vs public"
+    add_arguments(sub.add_parser("calibrate", help=text, description=text))
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from harness.cli.calibrate import run
+
+    return run(args)
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="stampede", description="Load-test a fleet of code-execution sandboxes.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -118,6 +131,7 @@ def build_parser() -> OneLineParser:
     _add_cleanup(sub)
     _add_analysis(sub)
     _add_rehearse(sub)
+    _add_calibrate(sub)
     modal_local = sub.add_parser("modal-local", help="the local Modal control plane over the vendor simulator")
     modal_sub = modal_local.add_subparsers(dest="modal_command", metavar="COMMAND", parser_class=OneLineParser)
     modal_sub.required = True
@@ -214,6 +228,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": _cmd_analysis,
     "model": _cmd_analysis,
     "rehearse": _cmd_rehearse,
+    "calibrate": _cmd_calibrate,
 }
 
 

@@ -30,6 +30,8 @@ TRUTH_SCHEMA = pa.schema(
         ("ready_wall", pa.float64()),
         ("ended_wall", pa.float64()),
         ("first_exec_done_wall", pa.float64()),
+        ("first_exec_start_wall", pa.float64()),
+        ("exec_busy_s", pa.float64()),
     ]
 )
 """The simulated vendor's own record of each sandbox (`sim_truth.parquet`): the cross-check of our timing."""
@@ -131,6 +133,8 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
             "ready_wall": sandbox.get("running_wall"),
             "ended_wall": sandbox.get("ended_wall"),
             "first_exec_done_wall": sandbox.get("first_exec_done_wall"),
+            "first_exec_start_wall": sandbox.get("first_exec_start_wall"),
+            "exec_busy_s": sandbox.get("exec_busy_s"),
         }
         for sandbox in sandboxes
         if label in (sandbox.get("labels") or [])

@@ -7,8 +7,9 @@ Conventions (the README states them too):
   failures: counted apart, split into those cut off before and after becoming interactive, and the TTI p99 is
   also given as if every rollout cut off before interactive had been slower than all the others (an upper
   bound on what censoring hides).
-- Durations are converted to vendor seconds (wall / time scale) unless wall seconds are asked for; start
-  rates likewise are per vendor second.
+- Durations are converted to vendor seconds unless wall seconds are asked for: with the simulator's truth only
+  the vendor's own share is scaled (harness.results.vendor_time), else wall / time scale; start rates are per
+  vendor second.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import RunInfo
-from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
 from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
+from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
+from harness.results.vendor_time import to_vendor_seconds
 
 TimeBasis = Literal["vendor", "wall"]
 PHASES: tuple[tuple[str, str], ...] = (("tti", "tti_s"), ("create", "create_s"), ("exec", "exec_s"),
@@ -99,8 +101,9 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     cxl_pre = np.bincount(codes, weights=is_cxl & np.isnan(tti_raw), minlength=n).astype(int)
 
     samples: dict[str, GroupedSample] = {}
+    converted = to_vendor_seconds(info, frame) if basis == "vendor" else None
     for phase, column in PHASES:
-        values = frame[column].to_numpy(dtype=float) * factor
+        values = converted[column] if converted is not None else frame[column].to_numpy(dtype=float) * factor
         # TTI: every rollout that got its first command back, whatever happened to it later (a rollout cut
         # off by the end of the run, or failing in a later command, still became interactive at that time).
         samples[phase] = group_sorted(codes, values, n)

@@ -84,8 +84,10 @@ def start_command(
             return
         if kind == "done":
             sim.exec_counts["ok"] += 1
+            sb.exec_busy_s += total
             if sb.first_exec_done_at is None:
                 sb.first_exec_done_at = sim.clock.now()
+                sb.first_exec_started_at = now
             ticket.resolve(ExecOutcome(result.exit_code, result.stdout, result.stderr, total))
         elif kind == "timeout":
             sim.exec_counts["timeout"] += 1

@@ -2,7 +2,10 @@
 
 `simulate_burst` (N created at once, or `spacing_s` apart) and `simulate_sequential` (one at a time) drive
 create -> ready -> one command -> terminate with callbacks on a `VirtualClock`, and return every rollout's
-times and failure: what the calibration tests and profile tuning compare against field reports.
+times and failure: what the calibration tests and profile tuning compare against field reports. A burst can
+retry init failures as RL frameworks do (`retries`, a client-side `ready_timeout_s`, `retry_backoff_s`): each
+failed attempt is counted in `attempt_failures`, and `startup_s` runs from a rollout's first create to its
+first command, across attempts.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import gc
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from providers.sim.core.clock import VirtualClock
@@ -36,6 +39,8 @@ class BurstSample:
     tti_s: float | None
     failure: str | None
     phase: str | None  # "create", "ready" or "exec" for failures
+    attempts: int = 1
+    startup_s: float | None = None  # first attempt's create -> first command done (= tti_s without retries)
 
     @property
     def ok(self) -> bool:
@@ -49,6 +54,11 @@ class BurstResult:
     seed: int
     samples: tuple[BurstSample, ...]
     stats: Mapping[str, Any]
+    attempt_failures: Mapping[str, int] = field(default_factory=dict)  # every failed attempt, by kind
+
+    def startups(self) -> list[float]:
+        """Startup latencies (first create -> interactive, across retries) of the rollouts that got there, sorted."""
+        return sorted(s.startup_s for s in self.samples if s.startup_s is not None)
 
     def ttis(self) -> list[float]:
         """TTIs of the successful rollouts, sorted."""
@@ -99,24 +109,55 @@ class _ProbeWorkload:
         probe: str,
         probe_timeout_s: float,
         on_finish: Callable[[int], None] | None = None,
+        *,
+        retries: int = 0,
+        ready_timeout_s: float = math.inf,
+        retry_backoff_s: float = 1.0,
     ) -> None:
         self.sim = sim
         self.request = request
         self.probe = probe
         self.probe_timeout_s = probe_timeout_s
         self.on_finish = on_finish
+        self.retries = retries
+        self.ready_timeout_s = ready_timeout_s
+        self.retry_backoff_s = retry_backoff_s
         self.samples: dict[int, BurstSample] = {}
+        self.attempt_failures: Counter[str] = Counter()
+        self._first: dict[int, float] = {}
+        self._attempt: dict[int, int] = {}
         self._by_id: dict[str, tuple[int, float]] = {}
         sim.add_listener(self._changed)
 
     def launch(self, index: int) -> None:
         now = self.sim.clock.now()
+        self._first.setdefault(index, now)
+        self._attempt[index] = self._attempt.get(index, 0) + 1
         try:
             sb = self.sim.create(self.request)
         except Rejected as exc:
-            self._finish(BurstSample(index, now, None, None, str(exc.reason), "create"))
+            self._fail(index, now, None, str(exc.reason), "create")
             return
         self._by_id[sb.id] = (index, now)
+        if math.isfinite(self.ready_timeout_s):
+            self.sim.clock.call_at(now + self.ready_timeout_s, functools.partial(self._ready_timeout, sb))
+
+    def _ready_timeout(self, sb: SimSandbox) -> None:
+        entry = self._by_id.get(sb.id)
+        if entry is None or sb.running_at is not None:
+            return
+        del self._by_id[sb.id]
+        if sb.active:
+            self.sim.terminate(sb.id)  # the client gives up on it and cleans up, as the harness does
+        self._fail(entry[0], entry[1], sb.id, "ready_timeout", "ready")
+
+    def _fail(self, index: int, created: float, sandbox_id: str | None, failure: str, phase: str) -> None:
+        self.attempt_failures[failure] += 1
+        attempt = self._attempt[index]
+        if phase in ("create", "ready") and attempt <= self.retries:
+            self.sim.clock.call_at(self.sim.clock.now() + self.retry_backoff_s, functools.partial(self.launch, index))
+            return
+        self._finish(BurstSample(index, created, sandbox_id, None, failure, phase, attempt))
 
     def _changed(self, sb: SimSandbox) -> None:
         entry = self._by_id.get(sb.id)
@@ -128,20 +169,24 @@ class _ProbeWorkload:
             def done(result: ExecOutcome | BaseException) -> None:
                 now = self.sim.clock.now()
                 self._by_id.pop(sb.id, None)
+                attempt = self._attempt[index]
                 if isinstance(result, ExecOutcome):
-                    sample = BurstSample(index, created, sb.id, now - created, None, None)
+                    startup = now - self._first[index]
+                    sample = BurstSample(index, created, sb.id, now - created, None, None, attempt, startup)
                 elif isinstance(result, SandboxDied):
-                    sample = BurstSample(index, created, sb.id, None, f"died:{result.error_type}", "exec")
+                    sample = BurstSample(index, created, sb.id, None, f"died:{result.error_type}", "exec", attempt)
                 else:
-                    sample = BurstSample(index, created, sb.id, None, type(result).__name__, "exec")
+                    sample = BurstSample(index, created, sb.id, None, type(result).__name__, "exec", attempt)
                 if sb.active:
                     self.sim.terminate(sb.id)
+                if sample.failure is not None:
+                    self.attempt_failures[sample.failure] += 1
                 self._finish(sample)
 
             self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
         elif not sb.active and sb.running_at is None:
             self._by_id.pop(sb.id, None)
-            self._finish(BurstSample(index, created, sb.id, None, sb.error_type or str(sb.status), "ready"))
+            self._fail(index, created, sb.id, sb.error_type or str(sb.status), "ready")
 
     def _finish(self, sample: BurstSample) -> None:
         self.samples[sample.index] = sample
@@ -180,10 +225,13 @@ def simulate_burst(
     probe_timeout_s: float = 60.0,
     request: CreateRequest | None = None,
     spacing_s: float = 0.0,
+    retries: int = 0,
+    ready_timeout_s: float = math.inf,
+    retry_backoff_s: float = 1.0,
 ) -> BurstResult:
-    """`n` rollouts created at once (or `spacing_s` apart), no client retries, on a VirtualClock.
-
-    Each waits until RUNNING (noticed instantly), runs one probe command, and is terminated.
+    """`n` rollouts created at once (or `spacing_s` apart) on a VirtualClock, retrying init failures
+    `retries` times (no retries by default). Each waits until RUNNING (noticed instantly, or given up after
+    `ready_timeout_s`), runs one probe command, and is terminated.
     """
     prof = _load(profile)
     if n < 0:
@@ -191,7 +239,10 @@ def simulate_burst(
     clock = VirtualClock()
     sim = VendorSimulator(prof, seed=seed, clock=clock)
     req = request or CreateRequest(image=image, labels=("stampede-sim-burst",), lifetime_s=3600.0)
-    work = _ProbeWorkload(sim, req, probe, probe_timeout_s)
+    work = _ProbeWorkload(
+        sim, req, probe, probe_timeout_s,
+        retries=retries, ready_timeout_s=ready_timeout_s, retry_backoff_s=retry_backoff_s,
+    )  # fmt: skip
     with _gc_paused():
         for i in range(n):
             if spacing_s > 0:
@@ -202,7 +253,7 @@ def simulate_burst(
     stats = sim.stats()
     sim.close()
     samples = tuple(work.samples[i] for i in range(n))
-    return BurstResult(prof.name, n, seed, samples, stats)
+    return BurstResult(prof.name, n, seed, samples, stats, dict(work.attempt_failures))
 
 
 def simulate_sequential(
@@ -234,4 +285,4 @@ def simulate_sequential(
     stats = sim.stats()
     sim.close()
     samples = tuple(work.samples[i] for i in range(n))
-    return BurstResult(prof.name, n, seed, samples, stats)
+    return BurstResult(prof.name, n, seed, samples, stats, dict(work.attempt_failures))

@@ -108,19 +108,23 @@ class Image:
 
 @dataclass(frozen=True, slots=True)
 class Boot:
-    """Boot time ~ lognormal(median_s, sigma) x max(1, n_starting / congestion_knee) ** congestion_exponent.
+    """Boot time ~ lognormal(median_s, sigma) x max(1, n / knee) ** exponent + min(load_delay_s x (n - 1), load_delay_max_s).
 
-    n_starting counts the account's sandboxes in PROVISIONING when this boot starts: the start-pipeline
-    congestion that turns a wide burst into "Runtime did not start" errors.
+    n counts the account's sandboxes in PROVISIONING when this boot starts (itself included). Each other starting
+    sandbox adds `load_delay_s`, up to `load_delay_max_s` (why every rollout of a burst of 100 is a few hundred
+    ms slower than one alone, in the public figures, while the tail is not stretched); past the knee the
+    pipeline collapses (the power law that turns a wide burst into "Runtime did not start" errors).
     """
 
     median_s: float
     sigma: float
     congestion_knee: float
     congestion_exponent: float
+    load_delay_s: float = 0.0
+    load_delay_max_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _non_negative(self, "median_s", "sigma", "congestion_exponent")
+        _non_negative(self, "median_s", "sigma", "congestion_exponent", "load_delay_s", "load_delay_max_s")
         _positive(self, "congestion_knee")
 
 

@@ -170,6 +170,8 @@ class SimSandbox:
     node: int | None = None
     exec_count: int = 0
     first_exec_done_at: float | None = None  # the first command that completed: what a client calls TTI
+    first_exec_started_at: float | None = None  # when that command reached the vendor
+    exec_busy_s: float = 0.0  # vendor seconds spent running commands that completed (overhead + own time)
     _phase: int = field(default=_QUEUED, repr=False)
     _timers: list[TimerHandle] = field(default_factory=list, repr=False)
     # commands in flight, in start order (a dict, not a set: resolution order must not depend on id())
@@ -211,6 +213,8 @@ class SimSandbox:
             "ended_wall": w(self.ended_at),
             "first_exec_done_s": self.first_exec_done_at,
             "first_exec_done_wall": w(self.first_exec_done_at),
+            "first_exec_start_wall": w(self.first_exec_started_at),
+            "exec_busy_s": self.exec_busy_s,
             "exec_count": self.exec_count,
         }
 

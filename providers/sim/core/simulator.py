@@ -469,9 +469,11 @@ class VendorSimulator:
         spec = self.profile.boot
         now = self.clock.now()
         sb._phase = _BOOTING
-        congestion = max(1.0, self._n_provisioning / spec.congestion_knee) ** spec.congestion_exponent
+        n = self._n_provisioning
+        congestion = max(1.0, n / spec.congestion_knee) ** spec.congestion_exponent
         draws = Stream(self.seed, "boot", sb.seq)
-        duration = draws.lognormal(spec.median_s, spec.sigma) * congestion
+        load = min(spec.load_delay_s * max(n - 1, 0), spec.load_delay_max_s)
+        duration = draws.lognormal(spec.median_s, spec.sigma) * congestion + load
         crashes = draws.chance(self.profile.errors.boot_crash_prob)
         crash_frac = draws.uniform()
         if crashes:
