@@ -129,46 +129,38 @@ class Engine:
             except Exception as exc:
                 error(req_id, msg.ERROR_HARNESS, f"{type(exc).__name__}: {exc}")
 
-        async def run_one(req_id: Any, message: dict[str, Any]) -> None:
+        async def run_and_answer(req_id: Any, lease: RolloutRequest | None, message: dict[str, Any]) -> bool:
+            """One rollout for a request (or the next of a lease), answered with its row; False: stop here."""
             run = self.run
             if run is None or not run.accepting:
                 error(req_id, msg.ERROR_NOT_CONFIGURED, "engine has no active run")
-                return
-            task = run.start(RolloutRequest.from_wire(message))
+                return False
+            request = run.leased_request(lease) if lease is not None else RolloutRequest.from_wire(message)
+            task = run.start(request)
             tasks_by_request[req_id] = task
             try:
                 record = await asyncio.shield(task)
             except asyncio.CancelledError:
-                return  # the connection is going away; the task still records itself and the drain owns it
+                return False  # the connection is going away; the task still records itself, the drain owns it
             except RehearsalOver:
                 error(req_id, msg.ERROR_DONE, "the rehearsal has all its steps")
-                return
+                return False
             finally:
                 tasks_by_request.pop(req_id, None)
             send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
+            return True
+
+        async def run_one(req_id: Any, message: dict[str, Any]) -> None:
+            await run_and_answer(req_id, None, message)
 
         async def lease(req_id: Any, message: dict[str, Any]) -> None:
-            """Rollouts back to back for one closed-model user, until it cancels or the run ends."""
+            """Rollouts back to back for one closed-model user, until it cancels, releases or the run ends."""
             request = RolloutRequest.from_wire(message)
             leases.add(req_id)
             try:
                 while req_id not in ended_leases:
-                    run = self.run
-                    if run is None or not run.accepting:
-                        error(req_id, msg.ERROR_NOT_CONFIGURED, "engine has no active run")
+                    if not await run_and_answer(req_id, request, message):
                         return
-                    task = run.start(run.leased_request(request))
-                    tasks_by_request[req_id] = task
-                    try:
-                        record = await asyncio.shield(task)
-                    except asyncio.CancelledError:
-                        return  # the connection is going away; the task records itself, the drain owns it
-                    except RehearsalOver:
-                        error(req_id, msg.ERROR_DONE, "the rehearsal has all its steps")
-                        return
-                    finally:
-                        tasks_by_request.pop(req_id, None)
-                    send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
                 send({"op": msg.RELEASED, "id": req_id})
             finally:
                 leases.discard(req_id)

@@ -1,0 +1,155 @@
+"""How many rollouts can one engine hold, and what does holding them cost? Loop lag and memory at N in flight.
+
+Each rollout holds its sandbox with one long command (`sleep`), so N rollouts stay in flight at once against
+the ideal stub, through the whole harness (`python -m harness.cli run --scenario steady`). Printed per level:
+the engine's event-loop lag p99 once the level is held (its own probe, over the last 10-20 s, read from the
+progress line), the engine's RSS before the ramp and while holding (psutil on the engine process), and the
+memory per held rollout (summed over engines when `--workers auto` spreads the level). The Locust processes'
+RSS is printed beside it.
+
+    python bench/bench_scale.py                             # 960 and 5000: about 3 minutes
+    python bench/bench_scale.py --levels 20000 --hold 40    # the 20,000 target (about 3 minutes more)
+
+Bounded in time; targets 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+PROGRESS = re.compile(r"users (\d+)/(\d+) \| in flight (\d+).*loop lag p99 (\d+)ms")
+
+
+@dataclass
+class Level:
+    users: int
+    held: int = 0
+    lag_p99_ms: list[float] | None = None
+    engine_rss_idle_mb: float = float("nan")
+    engine_rss_held_mb: float = float("nan")
+    locust_rss_held_mb: float = float("nan")
+    engines: int = 0
+
+    @property
+    def kb_per_rollout(self) -> float:
+        return 1024 * (self.engine_rss_held_mb - self.engine_rss_idle_mb) / self.users if self.users else float("nan")
+
+
+def processes_running(root: psutil.Process, module: str) -> list[psutil.Process]:
+    """Descendants of the run whose command line runs `module` (its engines, or its local workers)."""
+    found = []
+    for child in root.children(recursive=True):
+        try:
+            if module in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def engines_of(root: psutil.Process) -> list[psutil.Process]:
+    """Every engine of the run (one, or one per local worker under --workers auto)."""
+    return processes_running(root, "harness.engine")
+
+
+def rss_mb(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            total += process.memory_info().rss / 2**20
+        except psutil.Error:
+            return float("nan")
+    return total if processes else float("nan")
+
+
+def expected_engines(users: int) -> int:
+    from harness.cli.run import engines_needed
+
+    return max(1, engines_needed(users))
+
+
+def measure(users: int, hold_s: float, spawn_rate: float) -> Level:
+    level = Level(users, lag_p99_ms=[])
+    out = tempfile.mkdtemp(prefix="bench-scale-")
+    sleep_s = int(hold_s + users / spawn_rate + 60)
+    argv = [
+        sys.executable, "-m", "harness.cli", "run", "--scenario", "steady", "--users", str(users),
+        "--spawn-rate", str(spawn_rate), "--hold", str(hold_s), "--profile", "ideal",
+        "--commands", f"true; sleep {sleep_s}", "--exec-timeout", str(sleep_s + 60), "--progress-interval", "2",
+        "--stop-timeout", "0", "--out", out,
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    root = psutil.Process(process.pid)
+    held_since: list[float] = []
+
+    def watch() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            match = PROGRESS.search(line)
+            if not match:
+                continue
+            inflight, lag = int(match.group(3)), float(match.group(4))
+            level.held = max(level.held, inflight)
+            if inflight >= users:
+                held_since.append(time.monotonic())
+                if time.monotonic() - held_since[0] >= 20:  # the probe's window now covers only the hold
+                    assert level.lag_p99_ms is not None
+                    level.lag_p99_ms.append(lag)
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + hold_s + users / spawn_rate + 120
+    engines: list[psutil.Process] = []
+    while time.monotonic() < deadline and process.poll() is None:
+        engines = engines_of(root)
+        if engines and len(engines) >= expected_engines(users):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    level.engines = len(engines)
+    level.engine_rss_idle_mb = rss_mb(engines)
+    while not held_since and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.5)
+    time.sleep(min(10.0, hold_s / 2))
+    level.engine_rss_held_mb = rss_mb(engines)
+    level.locust_rss_held_mb = rss_mb([root, *processes_running(root, "harness.cli")])
+    try:
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        process.wait(timeout=120)
+    reader.join(timeout=5)
+    return level
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", default="960,5000", help="comma-separated rollouts held in flight")
+    parser.add_argument("--hold", type=float, default=40.0, help="seconds each level is held once reached")
+    parser.add_argument("--spawn-rate", type=float, default=500.0, help="users started per second")
+    args = parser.parse_args()
+    print(f"{'held':>7} {'engines':>7} | {'loop lag p99 (held)':>19} | {'engine RSS idle':>15} {'held':>7} "
+          f"{'KB/rollout':>10} | {'Locust RSS':>10}")  # fmt: skip
+    for users in (int(level) for level in args.levels.split(",") if level):
+        level = measure(users, args.hold, args.spawn_rate)
+        lags = level.lag_p99_ms or []
+        lag = f"{max(lags):.0f} ms (max of {len(lags)})" if lags else "-"
+        print(f"{level.held:>7} {level.engines:>7} | {lag:>19} | {level.engine_rss_idle_mb:>12.0f} MB {level.engine_rss_held_mb:>4.0f} MB "
+              f"{level.kb_per_rollout:>10.1f} | {level.locust_rss_held_mb:>7.0f} MB", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
