@@ -75,7 +75,7 @@ def rss_mb(processes: list[psutil.Process]) -> float:
 
 
 def expected_engines(users: int) -> int:
-    from harness.cli.run import engines_needed
+    from harness.cli.capacity import engines_needed  # no Locust here: it would patch this process with gevent
 
     return max(1, engines_needed(users))
 

@@ -98,7 +98,7 @@ def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
 
 
 def test_workers_auto_spreads_a_peak_over_engines_only_past_what_one_engine_holds():
-    from harness.cli.run import PER_ENGINE_IN_FLIGHT, engines_needed
+    from harness.cli.capacity import PER_ENGINE_IN_FLIGHT, engines_needed
 
     assert engines_needed(None) == 0 and engines_needed(960) == 0 and engines_needed(PER_ENGINE_IN_FLIGHT) == 0
     assert engines_needed(PER_ENGINE_IN_FLIGHT + 1) == 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
 import socket
@@ -27,6 +26,7 @@ from locust.env import Environment
 from locust.log import setup_logging
 from locust.util.load_locustfile import load_locustfile
 
+from harness.cli.capacity import PER_ENGINE_IN_FLIGHT, engines_needed
 from harness.errors import UsageError
 from harness.locust.session import session_of
 from harness.locust.settings import RunSettings
@@ -111,18 +111,6 @@ def _parse_run_time(text: str) -> int:
         return int(parse_timespan(text))
     except ValueError:
         raise UsageError(f"--run-time {text!r} is not a time span like 90s, 5m or 1h30m") from None
-
-
-PER_ENGINE_IN_FLIGHT = 5000
-"""Rollouts one engine holds with its loop lag p99 under 50 ms on a 2-core machine (bench/bench_scale.py);
-`--workers auto` spreads a larger peak over more engines rather than measuring one engine's queue."""
-
-
-def engines_needed(peak_in_flight: int | None) -> int:
-    """Local workers `--workers auto` starts for this peak (0: the run stays one process with one engine)."""
-    if not peak_in_flight or peak_in_flight <= PER_ENGINE_IN_FLIGHT:
-        return 0
-    return math.ceil(peak_in_flight / PER_ENGINE_IN_FLIGHT)
 
 
 def _parse_workers(text: object) -> int | None:
