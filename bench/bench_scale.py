@@ -50,7 +50,11 @@ class Level:
 def processes_running(root: psutil.Process, module: str) -> list[psutil.Process]:
     """Descendants of the run whose command line runs `module` (its engines, or its local workers)."""
     found = []
-    for child in root.children(recursive=True):
+    try:
+        children = root.children(recursive=True)
+    except psutil.Error:
+        return found
+    for child in children:
         try:
             if module in " ".join(child.cmdline()):
                 found.append(child)

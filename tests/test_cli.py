@@ -101,5 +101,7 @@ def test_workers_auto_spreads_a_peak_over_engines_only_past_what_one_engine_hold
     from harness.cli.capacity import PER_ENGINE_IN_FLIGHT, engines_needed
 
     assert engines_needed(None) == 0 and engines_needed(960) == 0 and engines_needed(PER_ENGINE_IN_FLIGHT) == 0
-    assert engines_needed(PER_ENGINE_IN_FLIGHT + 1) == 2
-    assert engines_needed(20_000) == -(-20_000 // PER_ENGINE_IN_FLIGHT)
+    assert engines_needed(PER_ENGINE_IN_FLIGHT + 1, cores=16) == 2
+    assert engines_needed(20_000, cores=16) == -(-20_000 // PER_ENGINE_IN_FLIGHT)
+    assert engines_needed(20_000, cores=4) == 2  # one worker per two cores: its Locust process and its engine
+    assert engines_needed(20_000, cores=2) == 0  # one engine, and the run says the harness may be the limit

@@ -21,7 +21,10 @@ def test_soft_limit_rises_to_what_is_wanted_then_the_hard_limit_and_never_falls(
         after_max = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         raise_open_files_limit(100)
         after_less = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        expected_max = 65536 if hard == resource.RLIM_INFINITY else hard
+        new_hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        # a process allowed to (CAP_SYS_RESOURCE) lifts a hard limit below the target; others stop at it
+        expected_max = 262144 if new_hard == resource.RLIM_INFINITY else min(262144, new_hard)
+        assert new_hard == resource.RLIM_INFINITY or new_hard >= min(hard, 262144)
         assert (after_wanted, after_max, after_less) == (300, expected_max, expected_max), (
             after_wanted, after_max, after_less, hard)
         """

@@ -26,7 +26,7 @@ from locust.env import Environment
 from locust.log import setup_logging
 from locust.util.load_locustfile import load_locustfile
 
-from harness.cli.capacity import PER_ENGINE_IN_FLIGHT, engines_needed
+from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
 from harness.locust.session import session_of
 from harness.locust.settings import RunSettings
@@ -182,12 +182,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"scenario {scenario} defines no Locust user class")
     shape = shapes[0] if shapes else None
     if requested_workers is None and role == "local" and settings is not None and isinstance(shape, StampedeShape):
-        args.workers = engines_needed(shape.peak_users(settings))
-        if args.workers:
-            role = "workers"
-            print(f"stampede: {shape.peak_users(settings)} in flight is more than one engine holds "
-                  f"({PER_ENGINE_IN_FLIGHT}): a master and {args.workers} local workers, each with its own engine "
-                  "(--workers 0 keeps one process)", file=sys.stderr, flush=True)  # fmt: skip
+        peak = shape.peak_users(settings)
+        args.workers = engines_needed(peak)
+        role = "workers" if args.workers else role
+        note = spread_note(peak, args.workers)
+        if note:
+            print(f"stampede: {note}", file=sys.stderr, flush=True)
     if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
         raise UsageError(
             f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`"

@@ -41,8 +41,6 @@ from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.vendor_process import EmbeddedVendor
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
-from harness.results.dataset import load_rollouts
-from harness.results.run_summary import render_run_summary
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from providers import LOCAL_VENDORS
 
@@ -154,6 +152,9 @@ class StampedeSession:
         A worker already listens to its master while this runs (the engine takes a second to start), so the
         master may start the test meanwhile: `begin_run` and the users wait for `services_ready`.
         """
+        # The engine and the local vendor are separate interpreters: start both at once (each takes most of a
+        # second to import its world), not one after the other.
+        engine_start = gevent.spawn(EngineClient.spawn, self.worker_name()) if self.runs_users else None
         try:
             if self.is_master:
                 self.master_link = MasterLink(self.runner, self.state)
@@ -161,11 +162,15 @@ class StampedeSession:
                 self.worker_link = WorkerLink(self.runner, self.state, self.worker_name(), lambda: self.engine)
             if self.settings.embedded_vendor and not self.is_worker:
                 self._start_vendor()
-            if self.runs_users:
-                self.engine = EngineClient.spawn(self.worker_name())
-                self.state.stage_listeners.append(self._tell_engine_stage)
         finally:
+            if engine_start is not None:
+                engine_start.join()
+                if engine_start.successful():
+                    self.engine = engine_start.value  # a vendor that failed still leaves it to close()
+                    self.state.stage_listeners.append(self._tell_engine_stage)
             self.services_ready.set()
+        if engine_start is not None and not engine_start.successful():
+            raise engine_start.exception or EngineError("engine did not start")
 
     def _tell_engine_stage(self, stage: Stage) -> None:
         if self.engine is not None and self.engine.alive:
@@ -348,6 +353,10 @@ class StampedeSession:
         if self.vendor is not None:
             self._save_truth()
         now = time.time()
+        # pandas and pyarrow: imported here, at the end, not on the way to the first rollout
+        from harness.results.dataset import load_rollouts
+        from harness.results.run_summary import render_run_summary
+
         rollouts = load_rollouts(self.run_dir)
         shape = self.shape
         self.manifest.update(
