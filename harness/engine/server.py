@@ -27,7 +27,7 @@ from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
-from harness.wire.records import RolloutRecord
+from harness.wire.records import RolloutRecord, live_row
 from providers import create_provider
 from providers.base import ProviderConfigError, ProviderError
 from providers.open_files import raise_open_files_limit
@@ -147,7 +147,8 @@ class Engine:
                 return False
             finally:
                 tasks_by_request.pop(req_id, None)
-            send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
+            row = live_row(record) if lease is not None else record.to_row()
+            send({"op": msg.RESULT, "id": req_id, "record": row})
             return True
 
         async def run_one(req_id: Any, message: dict[str, Any]) -> None:

@@ -77,6 +77,19 @@ class OpRecord:
 
 
 _ROLLOUT_FIELDS = tuple(f.name for f in fields(RolloutRecord))
+
+LIVE_FIELDS: tuple[str, ...] = (
+    "rollout_id", "stage", "target_users", "inflight_at_submit", "attempt", "outcome", "failure_kind",
+    "failure_phase", "error", "create_s", "ready_s", "tti_s", "exec_count", "exec_s", "terminate_s", "total_s",
+)  # fmt: skip
+"""What a Locust user needs of a finished rollout to report it (the parquet row stays the record)."""
+
+
+def live_row(record: RolloutRecord) -> dict[str, Any]:
+    """The fields a Locust user reports, not the whole row: less to encode and decode per rollout."""
+    return {name: getattr(record, name) for name in LIVE_FIELDS}
+
+
 _OP_FIELDS = tuple(f.name for f in fields(OpRecord))
 
 ROLLOUT_SCHEMA = pa.schema(
