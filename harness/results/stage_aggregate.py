@@ -55,7 +55,7 @@ class StageStats:
     start_rate: float  # rollouts submitted per (vendor or wall) second over the stage's submit span
     time_scale: float
     basis: TimeBasis
-    timing_error: TimingError  # the harness's own share of a TTI (harness.results.timing_error)
+    timing_error: TimingError = field(default_factory=TimingError.unknown)  # the harness's share of a TTI
 
 
 @dataclass(slots=True)

@@ -27,6 +27,11 @@ class TimingError:
     p99_s: float  # NaN: the run recorded neither term (written before stampede measured them)
     limit_s: float
 
+    @classmethod
+    def unknown(cls) -> TimingError:
+        """Neither term recorded (a run written before stampede measured them)."""
+        return cls(p99_s=math.nan, limit_s=ERROR_FLOOR_S)
+
     @property
     def flagged(self) -> bool:
         return not math.isnan(self.p99_s) and self.p99_s > self.limit_s
