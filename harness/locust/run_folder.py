@@ -32,6 +32,13 @@ TRUTH_SCHEMA = pa.schema(
         ("first_exec_done_wall", pa.float64()),
         ("first_exec_start_wall", pa.float64()),
         ("exec_busy_s", pa.float64()),
+        # the same instants in vendor seconds: a live simulated vendor plays a burst's sending 1:1, so wall spans
+        # times 1 / time scale are not always vendor spans (harness.results.vendor_time)
+        ("created_s", pa.float64()),
+        ("ready_s", pa.float64()),
+        ("ended_s", pa.float64()),
+        ("first_exec_start_s", pa.float64()),
+        ("first_exec_done_s", pa.float64()),
     ]
 )
 """The simulated vendor's own record of each sandbox (`sim_truth.parquet`): the cross-check of our timing."""
@@ -135,6 +142,11 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
             "first_exec_done_wall": sandbox.get("first_exec_done_wall"),
             "first_exec_start_wall": sandbox.get("first_exec_start_wall"),
             "exec_busy_s": sandbox.get("exec_busy_s"),
+            "created_s": sandbox.get("created_s"),
+            "ready_s": sandbox.get("running_s"),
+            "ended_s": sandbox.get("ended_s"),
+            "first_exec_start_s": sandbox.get("first_exec_start_s"),
+            "first_exec_done_s": sandbox.get("first_exec_done_s"),
         }
         for sandbox in sandboxes
         if label in (sandbox.get("labels") or [])
