@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import json
 import math
 import shlex
@@ -133,6 +135,34 @@ class StatusPoller:
         self._task: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._backoff_until = 0.0
+        # (due, seq, sandbox id): the next look of each sandbox; stale entries are skipped when reached
+        self._schedule: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._wake_at = math.inf  # when the scheduler will look again unless woken earlier
+
+    def _plan(self, sandbox_id: str, due: float) -> None:
+        heapq.heappush(self._schedule, (due, next(self._seq), sandbox_id))
+        if due < self._wake_at:
+            self._wake.set()
+
+    def _usable(self, entry: tuple[float, int, str]) -> bool:
+        waiting = self._waiting.get(entry[2])
+        return waiting is not None and not waiting.in_flight and waiting.due == entry[0]
+
+    def _pop_due(self, limit: float) -> list[str]:
+        """The sandboxes whose look is due by `limit`, each once (O(log n) a sandbox, never a scan of all)."""
+        due: list[str] = []
+        while self._schedule and self._schedule[0][0] <= limit:
+            entry = heapq.heappop(self._schedule)
+            if self._usable(entry):
+                self._waiting[entry[2]].in_flight = True
+                due.append(entry[2])
+        return due
+
+    def _next_due(self) -> float | None:
+        while self._schedule and not self._usable(self._schedule[0]):
+            heapq.heappop(self._schedule)
+        return self._schedule[0][0] if self._schedule else None
 
     async def wait(self, sandbox_id: str) -> tuple[dict[str, Any], ReadyObservation]:
         """The first status snapshot that is RUNNING or terminal, and how promptly it was seen."""
@@ -143,9 +173,9 @@ class StatusPoller:
         if waiting is None:
             first = min(FIRST_LOOK_S, self.interval_s)
             self._waiting[sandbox_id] = _Waiting([future], due=now + first, delay=first, seen_not_ready_at=now)
+            self._plan(sandbox_id, now + first)
         else:
             waiting.futures.append(future)
-        self._wake.set()
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
         try:
@@ -160,27 +190,31 @@ class StatusPoller:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        last_round = 0.0
-        while self._waiting:
-            self._wake.clear()
-            now = loop.time()
-            if now >= self._backoff_until and now - last_round >= MIN_ROUND_GAP_S:
-                due = [sid for sid, w in self._waiting.items() if not w.in_flight and w.due <= now + COALESCE_S]
-                for start in range(0, len(due), BATCH_LIMIT):
-                    chunk = due[start : start + BATCH_LIMIT]
-                    for sandbox_id in chunk:
-                        self._waiting[sandbox_id].in_flight = True
-                    task = loop.create_task(self._look(chunk, now))
-                    self._requests.add(task)
-                    task.add_done_callback(self._requests.discard)
-                if due:
-                    last_round = now
-            pending = [w.due for w in self._waiting.values() if not w.in_flight]
-            wake_at = max(
-                min(pending, default=now + self.interval_s), last_round + MIN_ROUND_GAP_S, self._backoff_until
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, wake_at - loop.time()))
+        last_round = -math.inf
+        try:
+            while self._waiting:
+                self._wake.clear()
+                now = loop.time()
+                if now >= self._backoff_until and now - last_round >= MIN_ROUND_GAP_S:
+                    due = self._pop_due(now + COALESCE_S)
+                    for start in range(0, len(due), BATCH_LIMIT):
+                        task = loop.create_task(self._look(due[start : start + BATCH_LIMIT], now))
+                        self._requests.add(task)
+                        task.add_done_callback(self._requests.discard)
+                    if due:
+                        last_round = now
+                next_due = self._next_due()
+                self._wake_at = max(
+                    next_due if next_due is not None else now + self.interval_s,
+                    last_round + MIN_ROUND_GAP_S,
+                    self._backoff_until,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, self._wake_at - loop.time()))
+        finally:
+            self._wake_at = math.inf
+            if not self._waiting:
+                self._schedule.clear()
 
     async def _look(self, ids: list[str], sent_at: float) -> None:
         """One batch request: resolve the sandboxes that settled, reschedule the rest."""
@@ -225,7 +259,7 @@ class StatusPoller:
                 waiting.in_flight = False
                 waiting.delay = min(2 * waiting.delay, self.interval_s)
                 waiting.due = received_at + waiting.delay
-        self._wake.set()
+                self._plan(sandbox_id, waiting.due)
 
     @staticmethod
     def _resolve(waiting: _Waiting, result: tuple[dict[str, Any], ReadyObservation]) -> None:
