@@ -4,11 +4,13 @@ Each rollout holds its sandbox with one long command (`sleep`), so N rollouts st
 the ideal stub, through the whole harness (`python -m harness.cli run --scenario steady`). Printed per level:
 the engine's event-loop lag p99 once the level is held (its own probe, over the last 10-20 s, read from the
 progress line), the engine's RSS before the ramp and while holding (psutil on the engine process), and the
-memory per held rollout (summed over engines when `--workers auto` spreads the level). The Locust processes'
+memory per held rollout (summed over engines when `--workers auto` spreads the level), and the slope of
+the engines' RSS over the rest of the hold (sampled every 5 s). The Locust processes'
 RSS is printed beside it.
 
     python bench/bench_scale.py                             # 960 and 5000: about 3 minutes
     python bench/bench_scale.py --levels 20000 --hold 40    # the 20,000 target (about 3 minutes more)
+    python bench/bench_scale.py --levels 960 --hold 600 --churn   # ten minutes of rollouts: RSS slope = leak?
 
 Bounded in time; targets 127.0.0.1 only.
 """
@@ -41,6 +43,19 @@ class Level:
     engine_rss_held_mb: float = float("nan")
     locust_rss_held_mb: float = float("nan")
     engines: int = 0
+    rss_samples: list[tuple[float, float]] | None = None  # (seconds into the hold, engines' RSS MB)
+
+    @property
+    def slope_mb_per_min(self) -> float:
+        """Least-squares growth of the engines' RSS while holding: a leak shows as a steady positive slope."""
+        points = self.rss_samples or []
+        if len(points) < 3:
+            return float("nan")
+        n = len(points)
+        mean_t = sum(t for t, _ in points) / n
+        mean_r = sum(r for _, r in points) / n
+        var = sum((t - mean_t) ** 2 for t, _ in points)
+        return 60 * sum((t - mean_t) * (r - mean_r) for t, r in points) / var if var else float("nan")
 
     @property
     def kb_per_rollout(self) -> float:
@@ -84,14 +99,14 @@ def expected_engines(users: int) -> int:
     return max(1, engines_needed(users))
 
 
-def measure(users: int, hold_s: float, spawn_rate: float) -> Level:
+def measure(users: int, hold_s: float, spawn_rate: float, churn: bool = False) -> Level:
     level = Level(users, lag_p99_ms=[])
     out = tempfile.mkdtemp(prefix="bench-scale-")
     sleep_s = int(hold_s + users / spawn_rate + 60)
     argv = [
         sys.executable, "-m", "harness.cli", "run", "--scenario", "steady", "--users", str(users),
         "--spawn-rate", str(spawn_rate), "--hold", str(hold_s), "--profile", "ideal",
-        "--commands", f"true; sleep {sleep_s}", "--exec-timeout", str(sleep_s + 60), "--progress-interval", "2",
+        "--commands", "true; sleep 2" if churn else f"true; sleep {sleep_s}", "--exec-timeout", str(sleep_s + 60), "--progress-interval", "2",
         "--stop-timeout", "0", "--out", out,
     ]  # fmt: skip
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -128,6 +143,11 @@ def measure(users: int, hold_s: float, spawn_rate: float) -> Level:
         time.sleep(0.5)
     time.sleep(min(10.0, hold_s / 2))
     level.engine_rss_held_mb = rss_mb(engines)
+    level.rss_samples = []
+    held_at = time.monotonic()
+    while process.poll() is None and time.monotonic() - held_at < hold_s - 15:  # sample the rest of the hold
+        level.rss_samples.append((time.monotonic() - held_at, rss_mb(engines)))
+        time.sleep(5.0)
     level.locust_rss_held_mb = rss_mb([root, *processes_running(root, "harness.cli")])
     try:
         process.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -143,15 +163,18 @@ def main() -> int:
     parser.add_argument("--levels", default="960,5000", help="comma-separated rollouts held in flight")
     parser.add_argument("--hold", type=float, default=40.0, help="seconds each level is held once reached")
     parser.add_argument("--spawn-rate", type=float, default=500.0, help="users started per second")
+    parser.add_argument("--churn", action="store_true",
+                        help="rollouts end every ~2 s and new ones start (the leak check), instead of being held")  # fmt: skip
     args = parser.parse_args()
     print(f"{'held':>7} {'engines':>7} | {'loop lag p99 (held)':>19} | {'engine RSS idle':>15} {'held':>7} "
-          f"{'KB/rollout':>10} | {'Locust RSS':>10}")  # fmt: skip
+          f"{'KB/rollout':>10} | {'Locust RSS':>10} | {'RSS slope':>14}")  # fmt: skip
     for users in (int(level) for level in args.levels.split(",") if level):
-        level = measure(users, args.hold, args.spawn_rate)
+        level = measure(users, args.hold, args.spawn_rate, churn=args.churn)
         lags = level.lag_p99_ms or []
         lag = f"{max(lags):.0f} ms (max of {len(lags)})" if lags else "-"
         print(f"{level.held:>7} {level.engines:>7} | {lag:>19} | {level.engine_rss_idle_mb:>12.0f} MB {level.engine_rss_held_mb:>4.0f} MB "
-              f"{level.kb_per_rollout:>10.1f} | {level.locust_rss_held_mb:>7.0f} MB", flush=True)  # fmt: skip
+              f"{level.kb_per_rollout:>10.1f} | {level.locust_rss_held_mb:>7.0f} MB | "
+              f"{level.slope_mb_per_min:>+8.2f} MB/min", flush=True)  # fmt: skip
     return 0
 
 

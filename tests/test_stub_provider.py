@@ -184,3 +184,52 @@ def test_the_default_sandbox_lifetime_is_defined_once_in_the_contract():
 
     assert DEFAULT_LIFETIME_S == 3600.0
     assert SandboxSpec(run_id="r", rollout_id="a").lifetime_s == DEFAULT_LIFETIME_S
+
+
+async def test_a_hung_status_answer_delays_only_the_sandboxes_it_asked_about(monkeypatch):
+    """One batchGet that never answers must not stall every other rollout's readiness (it used to hold the
+    whole poll round for the 60 s request timeout); the hung sandbox is asked again after LOOK_TIMEOUT_S."""
+    from aiohttp import web
+
+    import providers.stub as stub_module
+    from providers.base import SandboxRef
+
+    monkeypatch.setattr(stub_module, "LOOK_TIMEOUT_S", 0.3)
+    asked: dict[str, int] = {}
+    release = asyncio.Event()
+
+    async def batch_get(request: web.Request) -> web.Response:
+        ids = (await request.json())["sandbox_ids"]
+        for sandbox_id in ids:
+            asked[sandbox_id] = asked.get(sandbox_id, 0) + 1
+        if "hung" in ids and not release.is_set():
+            await release.wait()  # a vendor that never answers this request
+        return web.json_response({"statuses": [{"sandbox_id": i, "status": "RUNNING"} for i in ids]})
+
+    async def auth(request: web.Request) -> web.Response:
+        return web.json_response({"token": "t", "gateway_url": "http://127.0.0.1:9", "user_ns": "u", "job_id": "j"})
+
+    app = web.Application()
+    app.router.add_post("/api/v1/sandbox/status:batchGet", batch_get)
+    app.router.add_post("/api/v1/sandbox/{id}/auth", auth)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    provider = StubProvider.from_options({"base_url": f"http://127.0.0.1:{port}", "token": "t"})
+    try:
+        hung = asyncio.create_task(provider.wait_ready(SandboxRef("hung", "stub", "run-1"), timeout=30))
+        while "hung" not in asked:  # its first look is out, and will not come back
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(provider.wait_ready(SandboxRef("fine", "stub", "run-1"), timeout=30), timeout=10)
+        assert not hung.done()  # the other sandbox became ready while this one's answer is still missing
+        while asked["hung"] < 2:  # past LOOK_TIMEOUT_S the hung sandbox is asked again, in a request of its own
+            await asyncio.sleep(0.01)
+        release.set()
+        observation = await asyncio.wait_for(hung, timeout=10)
+        assert observation.polls >= 1 and observation.poll_window_s is not None
+    finally:
+        release.set()
+        await provider.aclose()
+        await runner.cleanup()
