@@ -6,9 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.results.concurrency import concurrency_at_submit, timeline
+from harness.results.concurrency import concurrency_at_submit, concurrency_during, group_levels, timeline
+from harness.results.dataset import load_rollout_frame, read_run_info
 from harness.results.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted, quantiles
 from harness.results.stage_aggregate import _censored_upper
+from harness.results.vendor_time import to_vendor_seconds
+from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -71,3 +74,46 @@ def test_censored_upper_bound_treats_cut_off_rollouts_as_slowest():
     assert _censored_upper(ok, 0, np.array([0.99]))[0] == 98.0
     assert _censored_upper(ok, 2, np.array([0.99]))[0] == float("inf")  # rank 99 of 100 is censored
     assert _censored_upper(ok, 1, np.array([0.5]))[0] == 50.0
+
+
+def test_concurrency_during_a_start_reads_a_burst_as_its_width():
+    # a burst of 4 submitted over 30 ms: at submit they see 1..4, while starting every one met 4
+    burst = pd.DataFrame({"t_submit": [0.0, 0.01, 0.02, 0.03], "total_s": [3.0] * 4, "create_s": [0.1] * 4,
+                          "ready_s": [1.0] * 4})  # fmt: skip
+    assert concurrency_at_submit(burst).tolist() == [1, 2, 3, 4]
+    assert concurrency_during(burst).tolist() == [4, 4, 4, 4]
+    # one start every 600 ms, each usable after 1.1 s and done after 1.5 s: two or three overlap, never 100
+    staggered = pd.DataFrame({"t_submit": np.arange(100) * 0.6, "total_s": [1.5] * 100, "create_s": [0.1] * 100,
+                              "ready_s": [1.0] * 100})  # fmt: skip
+    assert set(concurrency_during(staggered).tolist()) <= {2, 3}
+    # a row that never became usable is counted over its whole interval
+    failed = pd.DataFrame({"t_submit": [0.0, 5.0], "total_s": [10.0, 1.0], "create_s": [0.1, 0.1],
+                           "ready_s": [np.nan, 0.5]})  # fmt: skip
+    assert concurrency_during(failed).tolist() == [2, 2]
+
+
+def test_group_levels_pools_close_levels_and_keeps_steps_apart():
+    assert group_levels([104.0, 3.0, 96.0, 200.0, 110.0]) == [1, 0, 1, 2, 1]
+
+
+def test_vendor_seconds_take_the_vendor_share_from_its_own_clock(tmp_path):
+    # a paced vendor (a burst's sending played 1:1) held each sandbox 0.5 wall s but only 2 vendor s, not 5
+    run = write_synthetic_run(tmp_path, SyntheticRun(run_id="paced", time_scale=0.1,
+                                                     stages=(SyntheticStage(10, 10, init_failure_p=0.0),)))  # fmt: skip
+    info = read_run_info(run)
+    frame = load_rollout_frame(run)
+    ids = load_rollout_frame(run, ("sandbox_id",))["sandbox_id"].to_numpy()
+    created = frame["t_submit"].to_numpy() + frame["create_s"].to_numpy() * 0.5
+    ready = frame["t_submit"].to_numpy() + frame["create_s"].to_numpy() + frame["ready_s"].to_numpy()
+    truth = {"id": ids, "status": ["TERMINATED"] * 10, "error_type": [None] * 10, "created_wall": created,
+             "ready_wall": ready, "ended_wall": ready + 5, "first_exec_done_wall": [np.nan] * 10,
+             "first_exec_start_wall": [np.nan] * 10, "exec_busy_s": [0.0] * 10}  # fmt: skip
+    pd.DataFrame(truth).to_parquet(run / "sim_truth.parquet")
+    wall_only = to_vendor_seconds(info, frame)["tti_s"]
+    held = ready - created
+    assert wall_only == pytest.approx(frame["tti_s"].to_numpy() + held * 9)  # older truth: held wall / scale
+    vendor = {"created_s": np.zeros(10), "ready_s": np.full(10, 2.0), "ended_s": np.full(10, 7.0),
+              "first_exec_start_s": [np.nan] * 10, "first_exec_done_s": [np.nan] * 10}  # fmt: skip
+    pd.DataFrame({**truth, **vendor}).to_parquet(run / "sim_truth.parquet")
+    paced = to_vendor_seconds(info, frame)["tti_s"]
+    assert paced == pytest.approx(frame["tti_s"].to_numpy() - held + 2.0)

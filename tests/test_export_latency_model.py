@@ -39,7 +39,12 @@ def test_export_validates_and_matches_the_rows(ramp, tmp_path):
     document = json.loads(out.read_text())
     validate_latency_model(document)
     (model,) = document["models"]
-    assert [b["concurrency"] for b in model["buckets"]] == [60, 120, 240, 480, 960]
+    # labelled by what was measured in flight (random submits around each target read a little off it)
+    buckets = model["buckets"]
+    assert [b["target_concurrency"] for b in buckets] == [60, 120, 240, 480, 960]
+    for bucket in buckets:
+        assert bucket["concurrency_source"] == "measured"
+        assert bucket["concurrency"] == pytest.approx(bucket["target_concurrency"], rel=0.15)
     rows = load_rollouts(ramp)
     stage = rows[rows["stage"] == "05-ramp960"]
     bucket = model["buckets"][-1]
@@ -123,3 +128,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     for args, needle in (([str(tmp_path / "nope")], "does not exist"), ([str(tmp_path)], "not a stampede run folder")):
         result = command(*args, "-o", str(tmp_path / "lm.json"))
         assert result.returncode == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_buckets_are_measured_concurrency_with_the_target_beside_it(tmp_path):
+    # a staggered 100 (one start every 600 ms, ~1.5 s each) keeps ~3 in flight; a burst of 100 keeps 100
+    staggered = SyntheticStage(100, 100, ready_median_s=1.2, ready_sigma=0.2, init_failure_p=0.0, stagger_s=0.6)
+    burst = SyntheticStage(100, 100, ready_median_s=1.2, ready_sigma=0.2, init_failure_p=0.0, burst_spread_s=0.3)
+    runs = [
+        write_synthetic_run(tmp_path, SyntheticRun(run_id=name, profile=name, exec_s=0.2, exec_count=1, stages=(st,)))
+        for name, st in (("staggered", staggered), ("burst", burst))
+    ]
+    document = build_latency_model(runs, fit=False)
+    validate_latency_model(document)
+    by_profile = {m["profile"]: m["buckets"] for m in document["models"]}
+    ((stag,), (burst_bucket,)) = by_profile["staggered"], by_profile["burst"]
+    assert 1 <= stag["concurrency"] <= 4 and stag["target_concurrency"] == 100
+    assert burst_bucket["concurrency"] == 100 and burst_bucket["target_concurrency"] == 100
+    assert stag["concurrency_source"] == burst_bucket["concurrency_source"] == "measured"
+    # the model knows it has no 100-wide data from the staggered run: asking it for 100 is an extrapolation
+    path = tmp_path / "lm.json"
+    path.write_text(json.dumps(document))
+    (vendor,) = [v for v in load_latency_model(path).vendors if v.profile == "staggered"]
+    assert vendor.at(100).extrapolated and not vendor.at(stag["concurrency"]).extrapolated

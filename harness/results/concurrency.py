@@ -7,6 +7,7 @@ times once answers that for every row (or every instant of a timeline) with one 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,11 +40,76 @@ def concurrency_at(instants: np.ndarray, starts: np.ndarray, ends: np.ndarray) -
 def concurrency_at_submit(frame: pd.DataFrame) -> np.ndarray:
     """The fleet-wide number of rollouts in flight when each row was submitted (itself included).
 
-    The one definition behind "peak in flight" (the end-of-run summary), the report's measured concurrency
-    and the latency export's buckets. Ends sort before starts at equal times: [t_submit, end) is half-open.
+    The definition behind "peak in flight" (the end-of-run summary). Stages are labelled by `concurrency_during`
+    (what each row met while it ran). Ends sort before starts at equal times: [t_submit, end) is half-open.
     """
     starts = frame["t_submit"].to_numpy(dtype=float)
     return concurrency_at(starts, starts, interval_ends(frame))
+
+
+def start_window_ends(frame: pd.DataFrame) -> np.ndarray:
+    """When each row's start ended: submit + create + ready if it became usable, else the end of its interval."""
+    starts = frame["t_submit"].to_numpy(dtype=float)
+    usable = starts + frame["create_s"].to_numpy(dtype=float) + frame["ready_s"].to_numpy(dtype=float)
+    ends = interval_ends(frame)
+    return np.where(np.isnan(usable), ends, np.minimum(usable, ends))
+
+
+def concurrency_during(frame: pd.DataFrame) -> np.ndarray:
+    """The most rollouts in flight fleet-wide at any instant while each row was starting (itself included).
+
+    The load a rollout's start met: the window is [t_submit, usable) (`start_window_ends`), the part of a
+    rollout whose latency and failures depend on the vendor's load, and the part the latency model buckets.
+    Why not the count at submit: the rows of a burst of N are submitted within a few hundred milliseconds, so at
+    their submits they see 1, 2, ... N in flight (median N/2), though every one of them started against N. The
+    peak over the start window is N for each of them, N for a closed loop holding N, and the few that overlap
+    for rollouts started one at a time (a staggered 100 at 600 ms: ~2-3, not 100). Rows submitted at random
+    around a mean of L in flight read a little above L (the peak of a short window).
+    """
+    starts = frame["t_submit"].to_numpy(dtype=float)
+    n = starts.size
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    ends = interval_ends(frame)
+    window_end = np.maximum(start_window_ends(frame), starts)
+    times = np.concatenate([ends, starts])
+    kinds = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])  # ends before starts at ties
+    order = np.lexsort((kinds, times))
+    times = times[order]
+    inflight = np.cumsum(np.where(kinds[order] == 1, 1, -1))  # the count just after each event
+    # the count at a row's submit is the one after every event at or before it; then each event before its end
+    first = np.searchsorted(times, starts, side="right") - 1
+    last = np.maximum(np.searchsorted(times, window_end, side="left"), first + 1)
+    padded = np.append(inflight, 0)
+    pairs = np.empty(2 * n, dtype=np.int64)
+    pairs[0::2], pairs[1::2] = first, last
+    return np.maximum(np.maximum.reduceat(padded, pairs)[0::2], 1).astype(np.int64)  # a zero-length row: itself
+
+
+def stage_concurrency(measured: float) -> int:
+    """A stage's concurrency label: the median of its rows' `concurrency_during`, rounded (at least 1)."""
+    return max(round(measured), 1) if measured == measured else 1
+
+
+LEVEL_TOLERANCE = 0.15
+"""Stages whose measured concurrency is within 15% of each other describe one level (pooled, joined)."""
+
+
+def group_levels(levels: Sequence[float], tolerance: float = LEVEL_TOLERANCE) -> list[int]:
+    """For each measured stage level, the index of its group: levels within `tolerance` of the group's lowest.
+
+    Why: measured concurrency is never exactly a target (a run at scale 0.1 of a closed 100 reads 104, the
+    same at scale 1 reads 106), so exact labels would split one load level across runs in the export's buckets
+    and the report's side-by-side join. Ramps step by 2x, far apart at this tolerance.
+    """
+    order = sorted(range(len(levels)), key=lambda i: levels[i])
+    groups = [0] * len(levels)
+    group, base = -1, None
+    for i in order:
+        if base is None or levels[i] > base * (1.0 + tolerance):
+            group, base = group + 1, max(levels[i], 1.0)
+        groups[i] = group
+    return groups
 
 
 @dataclass(frozen=True, slots=True)

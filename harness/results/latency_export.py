@@ -1,9 +1,11 @@
 """`stampede export`: the latency model (ARCHITECTURE.md "Contracts", version 1) from one or more runs.
 
 Runs of the same provider and profile are pooled after conversion to vendor seconds (wall / time scale), so
-a run at time scale 0.1 and one in real time describe one vendor. Rows are bucketed by concurrency: the
-stage's target in flight for closed-model stages, else the median fleet-wide in-flight count at submit
-(sweep line over the rollout intervals) rounded to a power of two.
+a run at time scale 0.1 and one in real time describe one vendor. Rows are bucketed by measured concurrency:
+per stage, the median over its rows of the most rollouts in flight fleet-wide while each ran (sweep line over
+the rollout intervals, `concurrency.concurrency_during`), rounded. A closed-model stage's target is recorded
+beside it (`target_concurrency`), never instead of it: a staggered 100 keeps ~3 in flight, and labelling it
+100 would have the model read sequential latencies as 100-wide ones.
 
 Per bucket and metric, the quantile grid is computed on every row (nearest rank, untrimmed); fits run on a
 bounded random subset (see fits.py). Metrics:
@@ -19,8 +21,8 @@ Failure probabilities are over finished rollouts (ok + failed); cancelled ones a
 
 from __future__ import annotations
 
-import math
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,13 +32,13 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results.concurrency import concurrency_at_submit
+from harness.results.concurrency import concurrency_during, group_levels, stage_concurrency
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
-from harness.results.timing_error import per_rollout_error_s, stage_timing_error
 from harness.results.latency_schema import validate_latency_model
 from harness.results.quantiles import group_sorted
 from harness.results.stage_aggregate import stage_order
+from harness.results.timing_error import per_rollout_error_s, stage_timing_error
 
 QUANTILE_LEVELS: tuple[float, ...] = (
     0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
@@ -47,8 +49,8 @@ METRICS: tuple[str, ...] = ("tti", "startup", "exec", "teardown", "init_failure_
 FITTED_METRICS: frozenset[str] = frozenset({"tti", "startup", "exec", "teardown", "init_failure_time"})
 INIT_PHASES = ("create", "ready")
 CONCURRENCY_BASIS = (
-    "target in flight of closed-model stages (target_users); otherwise the median fleet-wide in-flight count at "
-    "submit from the rollout intervals, rounded to a power of two"
+    "measured: per stage, the median over its rollouts of the most rollouts in flight fleet-wide while each ran "
+    "(from the rollout intervals), rounded; a closed-model stage's target is in target_concurrency"
 )
 
 
@@ -78,29 +80,30 @@ def _prepare(info: RunInfo) -> pd.DataFrame:
     )
     for column in ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s"):
         out[column] = frame[column].to_numpy(dtype=float) * factor
-    measured = concurrency_at_submit(frame).astype(float)
+    measured = concurrency_during(frame).astype(float)
     out["measured"] = measured
     out["harness_error"] = per_rollout_error_s(frame, 1.0 / factor)
     target = frame["target_users"].to_numpy(dtype=float)
     stage_codes = pd.Categorical(out["stage"], categories=stage_order(frame)).codes
     per_stage_target = pd.Series(target).groupby(stage_codes).max()
     per_stage_measured = pd.Series(measured).groupby(stage_codes).median()
-    bucket = {}
-    source = {}
-    for code in per_stage_target.index:  # one per stage
-        if per_stage_target[code] > 0:
-            bucket[code], source[code] = int(per_stage_target[code]), "target"
-        else:
-            level = max(float(per_stage_measured[code]), 1.0)
-            bucket[code], source[code] = int(2 ** round(np.log2(level))), "measured"
-    out["bucket"] = pd.Series(stage_codes).map(bucket).to_numpy()
-    out["source"] = pd.Series(stage_codes).map(source).to_numpy()
+    level = {code: float(per_stage_measured[code]) for code in per_stage_measured.index}
+    targets = {code: int(t) if t == t and t > 0 else 0 for code, t in per_stage_target.items()}
+    out["stage_level"] = pd.Series(stage_codes).map(level).to_numpy(dtype=float)
+    out["source"] = "measured"
+    out["target"] = pd.Series(stage_codes).map(targets).to_numpy()
     out["run_id"] = info.run_id
     span = frame.groupby(stage_codes, observed=True)["t_submit"].agg(["min", "max", "size"])
     rates = {code: (row["size"] / ((row["max"] - row["min"]) * factor) if row["max"] > row["min"] else np.nan)
              for code, row in span.iterrows()}  # fmt: skip
     out["stage_start_rate"] = pd.Series(stage_codes).map(rates).to_numpy()
     return out
+
+
+def _target(part: pd.DataFrame) -> int | None:
+    """The closed-model target of a bucket's stages (the largest, if they differ); None for open-model ones."""
+    largest = int(part["target"].max()) if len(part) else 0
+    return largest if largest > 0 else None
 
 
 def _metric_values(rows: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -117,7 +120,19 @@ def _metric_values(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
+def _assign_buckets(rows: pd.DataFrame) -> pd.DataFrame:
+    """Pool stages (of every run) whose measured levels are close; label each pool by its rows' measured median."""
+    stage_levels = rows.groupby(["run_id", "stage"], observed=True)["stage_level"].first()
+    groups = dict(zip(stage_levels.index, group_levels(stage_levels.to_numpy().tolist()), strict=True))
+    group = np.array([groups[key] for key in zip(rows["run_id"], rows["stage"], strict=True)], dtype=np.int64)
+    labels = pd.Series(rows["measured"].to_numpy()).groupby(group).median()
+    rows = rows.copy()
+    rows["bucket"] = pd.Series(group).map({g: stage_concurrency(float(m)) for g, m in labels.items()}).to_numpy()
+    return rows
+
+
 def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[str, Any]]:
+    rows = _assign_buckets(rows)
     levels = sorted(int(b) for b in rows["bucket"].unique())
     codes = pd.Categorical(rows["bucket"], categories=levels).codes.astype(np.int64)
     n = len(levels)
@@ -159,6 +174,7 @@ def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[s
             {
                 "concurrency": max(int(level), 1),
                 "concurrency_source": str(part["source"].iloc[0]),
+                "target_concurrency": _target(part),
                 "measured_concurrency": {
                     "median": float(part["measured"].median()),
                     "max": float(part["measured"].max()),

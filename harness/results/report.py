@@ -41,10 +41,12 @@ FOOTNOTES = (
     "Failure rate = failed / (ok + failed). Cancelled rollouts were cut off by the end of the run: censored "
     "observations, counted apart (cxl), never failures; when some were cut off before becoming interactive, "
     "the censoring table gives TTI p99 as if they had been the slowest (an upper bound).",
-    "Concurrency is the stage's target in flight (closed model); 'measured' concurrency is the fleet-wide count "
-    "of open rollouts at each submit, from the rollout intervals (a sweep line), so distributed runs count right.",
-    "Vendor seconds = wall seconds / time scale (a simulated vendor may run faster than real time). Harness and "
-    "network overheads are not scaled by the simulator, so at time scale 0.1 a 2 ms overhead reads as 20 ms.",
+    "Concurrency (conc) is measured: per stage, the median over its rollouts of the most rollouts in flight "
+    "fleet-wide while each ran, from the rollout intervals (a sweep line), so distributed runs count right and a "
+    "burst of N reads N; a closed-model stage's target is shown beside it (target), never instead of it.",
+    "Vendor seconds: with a simulated vendor's truth, the harness's share of a duration is kept as measured and "
+    "the vendor's share is in the vendor's own seconds (harness.results.vendor_time); without it, wall seconds / "
+    "time scale, which also stretches harness and network overheads (at 0.1, 2 ms reads as 20 ms).",
     "Start rate = rollouts submitted in the stage / the stage's submit span; a burst submits all at once.",
 )
 
@@ -142,7 +144,7 @@ def build_report(
 
 
 def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
-    header = ["run_id", "provider", "profile", "stage", "concurrency", "measured_concurrency", "rollouts", "ok",
+    header = ["run_id", "provider", "profile", "stage", "concurrency", "measured_concurrency", "target_concurrency", "rollouts", "ok",
               "failed", "cancelled", "cancelled_before_tti", "retries", "gave_up", "success_rate", "failure_rate", "start_rate",
               "time_scale", "basis", "failures_by_kind", "failures_by_phase"]  # fmt: skip
     phases = ("tti", "create", "exec", "teardown")
@@ -152,7 +154,7 @@ def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
         writer.writerow(header)
         for run in runs:
             for s in run.stages:
-                row = [s.run_id, s.provider, s.profile, s.stage, s.concurrency, f"{s.measured_concurrency:g}",
+                row = [s.run_id, s.provider, s.profile, s.stage, s.concurrency, f"{s.measured_concurrency:g}", "" if s.target is None else s.target,
                        s.rollouts, s.ok, s.failed, s.cancelled, s.cancelled_before_tti, s.retries, s.gave_up, f"{s.success_rate:.6g}",
                        f"{s.failure_rate:.6g}", f"{s.start_rate:.6g}", s.time_scale, s.basis,
                        ";".join(f"{k}={v}" for k, v in s.failures_by_kind.items()),

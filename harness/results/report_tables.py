@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.results.timing_error import FLAG_NOTE
+from harness.results.concurrency import group_levels
 from harness.results.knee import Knee
 from harness.results.quantiles import QUANTILE_NAMES
 from harness.results.stage_aggregate import RunStats, StageStats
+from harness.results.timing_error import FLAG_NOTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +60,10 @@ def basis_note(run: RunStats) -> str:
 def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     unit = "vendor s" if run.basis == "vendor" else "wall s"
     retried = any(s.retries for s in run.stages)
-    header = ["stage", "conc", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]}",
+    header = ["stage", "conc", "target", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]}",
               *QUANTILE_NAMES[1:], "starts/s", "harness err", "failures by kind", "by phase"]  # fmt: skip
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
-        header[2:3] = ["attempts", "retries", "gave up"]
+        header[3:4] = ["attempts", "retries", "gave up"]
     rows = []
     for s in run.stages:
         tti = s.phases["tti"]
@@ -70,6 +71,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
         row = [
             s.stage + marker,
             str(s.concurrency),
+            "-" if s.target is None else str(s.target),
             str(s.rollouts),
             str(s.ok),
             str(s.failed),
@@ -82,7 +84,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
             _kinds(s.failures_by_phase),
         ]
         if retried:
-            row[3:3] = [str(s.retries), str(s.gave_up)]
+            row[4:4] = [str(s.retries), str(s.gave_up)]
         rows.append(row)
     title = f"{run.info.label}  [{unit}]"
     if any(s.timing_error.flagged for s in run.stages):
@@ -123,17 +125,25 @@ def censoring_table(runs: Sequence[RunStats]) -> Table | None:
 
 
 def comparison_table(runs: Sequence[RunStats]) -> Table:
-    """Side by side: one row per concurrency level, TTI p50/p99 and failure % per run."""
-    levels = sorted({s.concurrency for run in runs for s in run.stages})
-    header = ["concurrency"]
+    """Side by side: one row per measured concurrency level, TTI p50/p99 and failure % per run.
+
+    Runs are joined on what they measured in flight, not on their targets: a staggered 100 (~3 in flight) sits
+    beside other runs' sequential stages, not beside a burst of 100. Levels within 15% of each other are one row
+    (`concurrency.group_levels`): measured levels are never exactly equal across runs.
+    """
+    stages = [(r, s) for r, run in enumerate(runs) for s in run.stages]
+    groups = group_levels([s.measured_concurrency for _, s in stages])
+    header = ["concurrency (measured)"]
     for run in runs:
         name = f"{run.info.provider}/{run.info.profile}"
         header += [f"{name} p50", "p99", "fail%"]
     rows = []
-    for level in levels:
-        row = [str(level)]
-        for run in runs:
-            match = [s for s in run.stages if s.concurrency == level]
+    for group in sorted(set(groups)):
+        members = [(r, s) for (r, s), g in zip(stages, groups, strict=True) if g == group]
+        labels = sorted({s.concurrency for _, s in members})
+        row = [str(labels[0]) if len(labels) == 1 else f"{labels[0]}-{labels[-1]}"]
+        for r in range(len(runs)):
+            match = [s for i, s in members if i == r]
             if not match:
                 row += ["-", "-", "-"]
                 continue

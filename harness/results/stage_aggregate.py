@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from harness.results.concurrency import concurrency_at_submit
+from harness.results.concurrency import concurrency_during, stage_concurrency
 from harness.results.dataset import RunInfo
 from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
 from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
@@ -37,8 +37,8 @@ class StageStats:
     provider: str
     profile: str
     stage: str
-    concurrency: int  # the stage's target in flight (closed model), else the measured median
-    measured_concurrency: float  # fleet-wide in flight at submit, median over the stage's rows (sweep line)
+    concurrency: int  # measured: the stage's median of what each rollout met in flight, rounded (never the target)
+    measured_concurrency: float  # that median unrounded (concurrency.concurrency_during: fleet-wide, sweep line)
     rollouts: int
     ok: int
     failed: int
@@ -56,6 +56,7 @@ class StageStats:
     time_scale: float
     basis: TimeBasis
     timing_error: TimingError = field(default_factory=TimingError.unknown)  # the harness's share of a TTI
+    target: int | None = None  # the stage's target in flight (closed model), shown beside the measured label
 
 
 @dataclass(slots=True)
@@ -127,7 +128,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     stage_end[order[:-1]] = span_min[order[1:]]
     stage_end[order[-1]] = max(run_end, span_max[order[-1]])
     span_max = stage_end
-    measured = concurrency_at_submit(frame)
+    measured = concurrency_during(frame)
     measured_median = pd.Series(measured).groupby(codes).median().reindex(range(n)).to_numpy(dtype=float)
     target = pd.Series(frame["target_users"].to_numpy()).groupby(codes).max().reindex(range(n)).to_numpy()
 
@@ -151,7 +152,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
                 provider=info.provider,
                 profile=info.profile,
                 stage=stage,
-                concurrency=int(target[i]) if target[i] and target[i] > 0 else round(measured_median[i]),
+                concurrency=stage_concurrency(measured_median[i]),
                 measured_concurrency=float(measured_median[i]),
                 rollouts=int(rollouts[i]),
                 ok=int(ok[i]),
@@ -170,6 +171,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
                 time_scale=info.time_scale,
                 basis=basis,
                 timing_error=stage_timing_error(errors[codes == i], phases["tti"]["p50"]),
+                target=int(target[i]) if target[i] == target[i] and target[i] > 0 else None,
             )
         )
         sorted_tti[stage] = tti.group(i)

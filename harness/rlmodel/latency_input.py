@@ -3,7 +3,9 @@
 `SandboxLatency` is what a rollout meets at a given number of sandboxes in flight. Between two exported
 buckets the quantile grids are averaged level by level (quantile averaging) with a weight linear in
 log(concurrency), and probabilities linearly; outside the measured range the nearest bucket is used and the
-answer says so (an extrapolation the user should see).
+answer says so (an extrapolation the user should see). A bucket's `concurrency` is the one picked by: what the
+runs measured in flight (a staggered 100 is ~3 wide, a burst of 100 is 100), never a stage's target, which the
+export keeps apart in `target_concurrency` and which plays no part here.
 """
 
 from __future__ import annotations

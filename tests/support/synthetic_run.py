@@ -27,6 +27,10 @@ class SyntheticStage:
     init_failure_p: float = 0.01  # create/ready-phase failures
     exec_failure_p: float = 0.0
     cancelled: int = 0
+    stagger_s: float | None = (
+        None  # one submit every stagger_s (the staggered shape: target = the count, not in flight)
+    )
+    burst_spread_s: float | None = None  # every submit within this spread (a burst: all in flight at once)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,13 @@ def write_synthetic_run(out_dir: Path, spec: SyntheticRun) -> Path:
         total = np.where(init_fail, create + ready, create + ready + execs) + teardown
         # the stage's rollouts spread over a hold: concurrency / mean duration submits per second
         duration = float(np.mean(total))
-        submit = t + np.sort(rng.random(n)) * max(n * duration / stage.target_users, 1e-3)
+        if stage.stagger_s is not None:
+            submit = t + np.arange(n) * stage.stagger_s
+        elif stage.burst_spread_s is not None:
+            submit = t + np.sort(rng.random(n)) * stage.burst_spread_s
+        else:
+            # in wall seconds, as the durations are recorded: a run at time scale 0.1 submits 10x as fast
+            submit = t + np.sort(rng.random(n)) * max(n * duration * scale / stage.target_users, 1e-3)
         t = float(submit.max()) + 0.5
         cxl = np.zeros(n, dtype=bool)
         if stage.cancelled:
