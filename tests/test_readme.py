@@ -22,6 +22,11 @@ RUN_BY_CI = "pip install -e '.[test]' && scripts/test"  # the test command itsel
 pytestmark = pytest.mark.slow
 
 
+def test_every_check_names_a_command_the_readme_shows():
+    """A check keyed by a command the README no longer shows would silently stop running."""
+    assert set(CHECKS) <= set(readme_commands())
+
+
 def readme_commands() -> list[str]:
     blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
@@ -54,8 +59,8 @@ def check_modal_burst(result: subprocess.CompletedProcess) -> None:
 
 CHECKS = {
     "stampede run": check_default_run,
-    "stampede run --profile modal-like --scenario burst --users 960": check_modal_burst,
-    "stampede run --profile modal-like --scenario burst --users 100": check_modal_burst,
+    "stampede run --profile modal-like --scenario burst --users 960 --seed 0": check_modal_burst,
+    "stampede run --profile modal-like --scenario burst --users 100 --seed 0": check_modal_burst,
 }
 
 
