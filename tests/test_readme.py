@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 def test_every_check_names_a_command_the_readme_shows():
     """A check keyed by a command the README no longer shows would silently stop running."""
-    assert set(CHECKS) <= set(readme_commands())
+    run = {command.removeprefix("pip install -e . && ") for command in readme_commands()}
+    assert set(CHECKS) <= run
 
 
 def readme_commands() -> list[str]:
