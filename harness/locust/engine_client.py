@@ -132,12 +132,12 @@ class EngineClient:
         try:
             self._send({"op": msg.LEASE, "id": req_id, **request.to_wire()})
             while True:
+                if not released and stopping():
+                    released = True
+                    self._try_send({"op": msg.RELEASE, "id": req_id})
                 try:
                     answer = stream.get(timeout=LEASE_CHECK_S)
                 except gevent.queue.Empty:
-                    if not released and stopping():
-                        released = True
-                        self._try_send({"op": msg.RELEASE, "id": req_id})
                     continue
                 if isinstance(answer, BaseException):
                     finished = True
@@ -149,9 +149,6 @@ class EngineClient:
                     finished = True
                     raise EngineError(answer.get("message", "engine error"), kind=answer.get("kind", msg.ERROR_HARNESS))
                 yield answer["record"]
-                if not released and stopping():
-                    released = True
-                    self._try_send({"op": msg.RELEASE, "id": req_id})
         finally:
             self._streams.pop(req_id, None)
             if not finished:
