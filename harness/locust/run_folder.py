@@ -16,32 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from harness.wire.records import SCHEMA_VERSION
-
-TRUTH_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("status", pa.string()),
-        ("error_type", pa.string()),
-        ("created_wall", pa.float64()),
-        ("ready_wall", pa.float64()),
-        ("ended_wall", pa.float64()),
-        ("first_exec_done_wall", pa.float64()),
-        ("first_exec_start_wall", pa.float64()),
-        ("exec_busy_s", pa.float64()),
-        # the same instants in vendor seconds: a live simulated vendor plays a burst's sending 1:1, so wall spans
-        # times 1 / time scale are not always vendor spans (harness.results.vendor_time)
-        ("created_s", pa.float64()),
-        ("ready_s", pa.float64()),
-        ("ended_s", pa.float64()),
-        ("first_exec_start_s", pa.float64()),
-        ("first_exec_done_s", pa.float64()),
-    ]
-)
-"""The simulated vendor's own record of each sandbox (`sim_truth.parquet`): the cross-check of our timing."""
+from harness.wire.schema_version import SCHEMA_VERSION
 
 
 def new_run_id(scenario: str, provider: str) -> str:
@@ -128,6 +103,35 @@ def point_latest_at(run_dir: Path) -> None:
         pass
 
 
+def truth_schema() -> Any:
+    """The simulated vendor's own record of each sandbox (`sim_truth.parquet`): the cross-check of our timing.
+
+    Built on first use: pyarrow is not needed on the way to the first rollout.
+    """
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("status", pa.string()),
+            ("error_type", pa.string()),
+            ("created_wall", pa.float64()),
+            ("ready_wall", pa.float64()),
+            ("ended_wall", pa.float64()),
+            ("first_exec_done_wall", pa.float64()),
+            ("first_exec_start_wall", pa.float64()),
+            ("exec_busy_s", pa.float64()),
+            # the same instants in vendor seconds: a live simulated vendor plays a burst's sending 1:1, so wall spans
+            # times 1 / time scale are not always vendor spans (harness.results.vendor_time)
+            ("created_s", pa.float64()),
+            ("ready_s", pa.float64()),
+            ("ended_s", pa.float64()),
+            ("first_exec_start_s", pa.float64()),
+            ("first_exec_done_s", pa.float64()),
+        ]
+    )
+
+
 def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path:
     """The simulated vendor's records of this run's sandboxes (found by the run label), as parquet."""
     label = f"stampede-run={run_id}"
@@ -152,5 +156,8 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
         if label in (sandbox.get("labels") or [])
     ]
     path = run_dir / "sim_truth.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=TRUTH_SCHEMA), path)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows, schema=truth_schema()), path)
     return path

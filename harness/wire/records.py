@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from harness.wire.schema_version import SCHEMA_VERSION
 
 OUTCOME_OK = "ok"
 OUTCOME_FAILED = "failed"
