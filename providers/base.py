@@ -125,6 +125,7 @@ class ReadyObservation:
 
     poll_window_s: float | None = None
     polls: int = 0  # status looks made for this sandbox
+    probe_ready_s: float | None = None  # a direct command probe first succeeded this long into the wait
 
 
 @dataclass(frozen=True, slots=True)

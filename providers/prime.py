@@ -31,7 +31,8 @@ SDK behaviour the adapter changes, per instance, so that the vendor shows throug
 Options (`--provider-option K=V`): `api_key`, `team_id`, `image` (python:3.11-slim), `retry_429`,
 `auth_cache`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own, 1000),
 `preflight_timeout` (30 s), `check_sdk` (1: refuse any prime-sandboxes but the pinned one, whose wire
-protocol, internals and error texts this adapter and the stub were checked against).
+protocol, internals and error texts this adapter and the stub were checked against), `readiness_probe` (0: 1 runs
+a direct probe beside the SDK's readiness wait, so a run shows how much of that wait is the SDK's polling).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import contextvars
 import math
 import re
 import shlex
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -73,6 +75,7 @@ from providers.base import (
     Provider,
     ProviderConfigError,
     ProviderError,
+    ReadyObservation,
     SandboxRef,
     SandboxSpec,
     classify_common,
@@ -86,6 +89,8 @@ T = TypeVar("T")
 PINNED_SDK = "0.5.1"
 DEFAULT_IMAGE = "python:3.11-slim"
 LIST_PAGE = 100
+PROBE_FIRST_S = 0.05
+PROBE_MAX_S = 1.0
 _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
 
 # The SDK's error texts (0.5.1): `APIError("HTTP <status>: <detail>")` from the control plane,
@@ -122,6 +127,7 @@ class PrimeOptions:
     api_keepalive: int = 20
     gateway_max_connections: int = 1000
     preflight_timeout_s: float = 30.0
+    readiness_probe: bool = False
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:
@@ -159,6 +165,7 @@ class PrimeOptions:
             api_keepalive=values["api_keepalive"],
             gateway_max_connections=values["gateway_max_connections"],
             preflight_timeout_s=values["preflight_timeout"],
+            readiness_probe=values["readiness_probe"],
         )
 
 
@@ -175,6 +182,9 @@ PRIME_OPTIONS: dict[str, Option] = {
     "gateway_max_connections": integer(1000, minimum=1),
     "preflight_timeout": number(30.0, positive=True),
     "check_sdk": flag(True),
+    # beside the SDK's wait, a direct `true` probe: SDK-observed vs probed readiness, side by side in the summary
+    # (off by default: the probe's command is then the first the vendor sees, which the truth cross-check reads)
+    "readiness_probe": flag(False),
 }
 """The prime provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
@@ -318,12 +328,37 @@ class PrimeProvider(Provider):
             sandbox_id=sandbox.id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id, meta=meta
         )
 
-    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation | None:
+        """The SDK's own readiness wait (its status polling backs off from 1 s to 10 s); beside it, with
+        `readiness_probe`, a direct `true` probe on a fast schedule, so a run shows how much of the SDK-observed
+        readiness is the SDK's polling rather than the vendor."""
+        started = time.monotonic()
+        probe = asyncio.ensure_future(self._probe(ref.sandbox_id)) if self.options.readiness_probe else None
         try:
             async with asyncio.timeout(timeout):
                 await cancellable(self.sdk.wait_for_creation(ref.sandbox_id, max_attempts=_max_attempts(timeout)))
         except TimeoutError:
             raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s") from None
+        finally:
+            if probe is not None and not probe.done():
+                probe.cancel()
+        if probe is None or probe.cancelled() or probe.exception() is not None:
+            return None
+        return ReadyObservation(probe_ready_s=probe.result() - started)
+
+    async def _probe(self, sandbox_id: str) -> float:
+        """When `true` first ran in the sandbox (monotonic), asking at 50 ms, then twice as late each time, up
+        to 1 s: the readiness a client that simply tries the sandbox would see."""
+        delay = PROBE_FIRST_S
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                result = await cancellable(self.sdk.execute_command(sandbox_id, "true", timeout=5))
+                if result.exit_code == 0:
+                    return time.monotonic()
+            except Exception:  # not running yet (or the gateway not yet reachable): look again later
+                pass
+            delay = min(2 * delay, PROBE_MAX_S)
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         seconds = max(1, math.ceil(timeout))

@@ -58,10 +58,21 @@ def check_modal_burst(result: subprocess.CompletedProcess) -> None:
         assert len(failed) <= 0.05 * size
 
 
+def check_readiness_probe(result: subprocess.CompletedProcess) -> None:
+    """The Prime SDK's readiness beside a direct probe's, and each row carrying the probe."""
+    assert "readiness (n=" in result.stdout and "the SDK's polling adds" in result.stdout
+    frame = pd.read_parquet(sorted(latest().glob("rollouts*.parquet")))
+    assert frame["ready_probe_s"].notna().sum() > 0
+    assert (frame["ready_probe_s"].dropna() <= frame.loc[frame["ready_probe_s"].notna(), "ready_s"] + 1e-6).all()
+
+
 CHECKS = {
     "stampede run": check_default_run,
     "stampede run --profile modal-like --scenario burst --users 960 --seed 0": check_modal_burst,
     "stampede run --profile modal-like --scenario burst --users 100 --seed 0": check_modal_burst,
+    "stampede run --provider prime --local --stages 20,40 --hold 5 --provider-option readiness_probe=1": (
+        check_readiness_probe
+    ),
 }
 
 

@@ -192,6 +192,7 @@ class _Rollout:
         record.ready_s = self.elapsed() - ready_start
         if observation is not None:
             record.ready_poll_s = observation.poll_window_s
+            record.ready_probe_s = observation.probe_ready_s
 
         self.phase = Phase.EXEC
         for argv in plan.commands:

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
+from harness.results.quantiles import quantiles
 from harness.results.summary import format_stage_table, load_truth, measurement_error, stage_rows
 
 
@@ -61,8 +62,26 @@ def render_run_summary(
                 f"max {first['max']:.0f} ms (the timing error)"
             )
         lines.append(line)
+    probe_line = readiness_probe_line(rollouts)
+    if probe_line:
+        lines.append(probe_line)
     lines.append(f"results: {run_dir}")
     return "\n".join(lines)
+
+
+def readiness_probe_line(rollouts: pd.DataFrame) -> str | None:
+    """SDK-observed readiness beside a direct probe's, where the provider probed (the prime provider does):
+    how much of the vendor's apparent start-up is the SDK's own polling."""
+    if "ready_probe_s" not in rollouts or rollouts["ready_probe_s"].isna().all():
+        return None
+    both = rollouts.dropna(subset=["ready_probe_s", "ready_s"])
+    sdk, probe = quantiles(both["ready_s"]), quantiles(both["ready_probe_s"])
+    missed = int(rollouts["ready_s"].notna().sum() - len(both))
+    return (
+        f"readiness (n={len(both)}): SDK-observed p50 {sdk['p50']:.3f} s, p99 {sdk['p99']:.3f} s; a direct probe saw it "
+        f"p50 {probe['p50']:.3f} s, p99 {probe['p99']:.3f} s; the SDK's polling adds p50 "
+        f"{sdk['p50'] - probe['p50']:.3f} s" + (f" ({missed} where the SDK saw it first)" if missed else "")
+    )
 
 
 def _engine_line(engine: Mapping[str, Any], provider: Any, run_id: Any) -> str:

@@ -51,6 +51,7 @@ class RolloutRecord:
     turns: int = 0  # agentic turns completed
     gen_s: float | None = None  # emulated model generation time, summed over turns (wall seconds)
     ready_poll_s: float | None = None  # of ready_s, the window in which the provider's polling may have lagged
+    ready_probe_s: float | None = None  # a direct command probe saw the sandbox usable this long into ready_s
     loop_lag_s: float | None = None  # the engine's own event-loop lag when the first command returned
 
     def to_row(self) -> dict[str, Any]:
@@ -122,6 +123,7 @@ ROLLOUT_SCHEMA = pa.schema(
         ("turns", pa.int16()),
         ("gen_s", pa.float64()),
         ("ready_poll_s", pa.float64()),
+        ("ready_probe_s", pa.float64()),
         ("loop_lag_s", pa.float64()),
     ],
     metadata={b"stampede.schema_version": str(SCHEMA_VERSION).encode(), b"stampede.table": b"rollouts"},
