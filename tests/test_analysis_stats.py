@@ -7,11 +7,8 @@ import pandas as pd
 import pytest
 
 from harness.results.concurrency import concurrency_at_submit, concurrency_during, group_levels, timeline
-from harness.results.dataset import load_rollout_frame, read_run_info
 from harness.results.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted, quantiles
 from harness.results.stage_aggregate import _censored_upper
-from harness.results.vendor_time import to_vendor_seconds
-from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -94,26 +91,3 @@ def test_concurrency_during_a_start_reads_a_burst_as_its_width():
 
 def test_group_levels_pools_close_levels_and_keeps_steps_apart():
     assert group_levels([104.0, 3.0, 96.0, 200.0, 110.0]) == [1, 0, 1, 2, 1]
-
-
-def test_vendor_seconds_take_the_vendor_share_from_its_own_clock(tmp_path):
-    # a paced vendor (a burst's sending played 1:1) held each sandbox 0.5 wall s but only 2 vendor s, not 5
-    run = write_synthetic_run(tmp_path, SyntheticRun(run_id="paced", time_scale=0.1,
-                                                     stages=(SyntheticStage(10, 10, init_failure_p=0.0),)))  # fmt: skip
-    info = read_run_info(run)
-    frame = load_rollout_frame(run)
-    ids = load_rollout_frame(run, ("sandbox_id",))["sandbox_id"].to_numpy()
-    created = frame["t_submit"].to_numpy() + frame["create_s"].to_numpy() * 0.5
-    ready = frame["t_submit"].to_numpy() + frame["create_s"].to_numpy() + frame["ready_s"].to_numpy()
-    truth = {"id": ids, "status": ["TERMINATED"] * 10, "error_type": [None] * 10, "created_wall": created,
-             "ready_wall": ready, "ended_wall": ready + 5, "first_exec_done_wall": [np.nan] * 10,
-             "first_exec_start_wall": [np.nan] * 10, "exec_busy_s": [0.0] * 10}  # fmt: skip
-    pd.DataFrame(truth).to_parquet(run / "sim_truth.parquet")
-    wall_only = to_vendor_seconds(info, frame)["tti_s"]
-    held = ready - created
-    assert wall_only == pytest.approx(frame["tti_s"].to_numpy() + held * 9)  # older truth: held wall / scale
-    vendor = {"created_s": np.zeros(10), "ready_s": np.full(10, 2.0), "ended_s": np.full(10, 7.0),
-              "first_exec_start_s": [np.nan] * 10, "first_exec_done_s": [np.nan] * 10}  # fmt: skip
-    pd.DataFrame({**truth, **vendor}).to_parquet(run / "sim_truth.parquet")
-    paced = to_vendor_seconds(info, frame)["tti_s"]
-    assert paced == pytest.approx(frame["tti_s"].to_numpy() - held + 2.0)
