@@ -52,3 +52,35 @@ def test_modal_like_starter_quota_via_override() -> None:
 
 def test_readme_names_the_generating_command() -> None:
     assert re.search(r"stampede calibrate", README.read_text())
+
+
+def test_prime_like_held_burst_waits_in_pending_past_115s() -> None:
+    """verifiers PR #2414: under load Prime's sandboxes sit in PENDING past 115 s. A burst past the warm pool,
+    each sandbox held for a rollout's length, leaves the rest waiting for new hosts (vendor seconds, VirtualClock)."""
+    from providers.sim.core.calibration import HELD_BURST_HOLD_S, HELD_BURST_N
+
+    r = simulate_burst("prime-like", HELD_BURST_N, seed=0, hold_s=HELD_BURST_HOLD_S)
+    assert r.pending_max > 115.0
+    assert r.pending_p99 > 115.0
+    assert r.pending_share_over(115.0) >= 0.25  # the 512 past the 1,024 warm slots, of 1,536
+    assert r.never_left_pending() == 0 and r.failure_rate < 0.02  # they wait; they do not fail
+
+
+@pytest.mark.parametrize(("n", "hold_s"), [(1536, 0.0), (960, 600.0)], ids=["no-holds", "within-warm-pool"])
+def test_prime_like_pending_stays_short_without_holds_or_within_the_warm_pool(n: int, hold_s: float) -> None:
+    """The control: the same burst released after its first command frees slots in seconds, and a held burst
+    that fits the warm pool never queues, so the held burst's figure comes from the holds and the pool size."""
+    r = simulate_burst("prime-like", n, seed=0, hold_s=hold_s)
+    assert 0.0 <= r.pending_max < 30.0
+    assert r.pending_share_over(115.0) == 0.0
+
+
+def test_pending_time_is_acceptance_to_placement_and_holds_only_delay_the_terminate() -> None:
+    held = simulate_burst("ideal", 50, seed=3, hold_s=100.0)
+    free = simulate_burst("ideal", 50, seed=3)
+    assert [s.tti_s for s in held.samples] == [s.tti_s for s in free.samples]  # the hold starts after the command
+    assert all(s.pending_s is not None and s.pending_s >= 0.0 for s in held.samples if s.ok)
+    assert held.stats["ended"] == free.stats["ended"] == {"TERMINATED": 50}  # every sandbox let go, by the client
+    assert free.stats["now"] < 100.0 <= held.stats["now"]  # ... 100 vendor seconds after its command when held
+    with pytest.raises(ValueError):
+        simulate_burst("ideal", 1, hold_s=-1.0)

@@ -4,7 +4,8 @@ A profile is only as good as its match to the public record, so the match is com
 Each profile's figures live in `targets/<profile>.toml` (value, source and date, tolerance). The protocols are
 computesdk/benchmarks' (sequential 100, staggered 100 at 200 ms, burst 100; TTI = create -> first command,
 median / p95 / p99 after trimming 5% from both ends, success = ok / runs) plus the 960-wide bursts behind the
-SemiAnalysis report. Everything runs on the VirtualClock: deterministic, seconds not hours, no network.
+SemiAnalysis report, and a held burst (each sandbox kept for a rollout's length after its first command) for
+waits in PENDING. Everything runs on the VirtualClock: deterministic, seconds not hours, no network.
 
 A public figure is one run of 100, so it is compared with the median of that statistic over `seeds` simulated
 runs (the profile's expected value), not with one lucky seed.
@@ -26,6 +27,9 @@ TARGETS_DIR = Path(__file__).with_name("targets")
 DEFAULT_SEEDS = 10
 VERL_READY_TIMEOUT_S = 900.0  # verl/uni-agent PR #47: the init wall budget
 VERL_RETRIES = 5  # uni-agent's max_retries before PR #47 (it lowered it to 2)
+HELD_BURST_N = 1536  # "burst-held": half again prime-like's warm pool (32 x 32 = 1,024), within its quota of 2,000
+HELD_BURST_HOLD_S = 600.0  # each rollout keeps its sandbox this long after its first command (targets/prime-like.toml)
+PENDING_THRESHOLD_S = 115.0  # the SDK's old PENDING budget (verifiers PR #2414): "pending_share_115"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ def _protocols() -> dict[str, Callable[[Profile, int], BurstResult]]:
         "burst960-retries": lambda p, seed: simulate_burst(
             p, 960, seed=seed, retries=VERL_RETRIES, ready_timeout_s=VERL_READY_TIMEOUT_S
         ),
+        "burst-held": lambda p, seed: simulate_burst(p, HELD_BURST_N, seed=seed, hold_s=HELD_BURST_HOLD_S),
     }
 
 
@@ -100,6 +105,12 @@ def statistic(result: BurstResult, stat: str) -> float:
     if stat == "startup_p50":
         startups = result.startups()
         return startups[len(startups) // 2] if startups else math.nan
+    if stat == "pending_max":  # the longest wait in PENDING (acceptance -> placed on a node)
+        return result.pending_max
+    if stat == "pending_p99":
+        return result.pending_p99
+    if stat == "pending_share_115":  # rollouts whose sandbox sat in PENDING past the SDK's old 115 s budget
+        return result.pending_share_over(PENDING_THRESHOLD_S)
     raise ValueError(f"unknown statistic {stat!r}")
 
 
@@ -156,7 +167,7 @@ def calibrate(profile: str | Profile, seeds: int = DEFAULT_SEEDS) -> list[Row]:
 def _fmt(stat: str, value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if stat in ("success", "init_failure_rate"):
+    if stat in ("success", "init_failure_rate", "pending_share_115"):
         return f"{100 * value:.1f}%"
     return f"{value:.3g} s" if value < 100 else f"{value:.0f} s ({value / 60:.1f} min)"
 

@@ -5,7 +5,9 @@ create -> ready -> one command -> terminate with callbacks on a `VirtualClock`, 
 times and failure: what the calibration tests and profile tuning compare against field reports. A burst can
 retry init failures as RL frameworks do (`retries`, a client-side `ready_timeout_s`, `retry_backoff_s`): each
 failed attempt is counted in `attempt_failures`, and `startup_s` runs from a rollout's first create to its
-first command, across attempts.
+first command, across attempts. A burst can also hold each sandbox for `hold_s` vendor seconds after its first
+command before terminating it, as an RL rollout does while it runs tool calls, so later creates meet a full
+pool; each sample records its PENDING time (`pending_s`: acceptance -> placed on a node, `started_at`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class BurstSample:
     phase: str | None  # "create", "ready" or "exec" for failures
     attempts: int = 1
     startup_s: float | None = None  # first attempt's create -> first command done (= tti_s without retries)
+    pending_s: float | None = None  # the last attempt's sandbox: accepted -> left PENDING; None if it never did
 
     @property
     def ok(self) -> bool:
@@ -66,11 +69,31 @@ class BurstResult:
 
     def quantile(self, q: float) -> float:
         """Nearest-rank quantile of the successful TTIs (untrimmed)."""
-        values = self.ttis()
-        if not values:
-            return math.nan
-        rank = max(1, math.ceil(q * len(values)))
-        return values[rank - 1]
+        return _nearest_rank(self.ttis(), q)
+
+    def pendings(self) -> list[float]:
+        """PENDING times (vendor seconds, acceptance -> placed on a node) of the sandboxes that left PENDING,
+        sorted; a sandbox that ended while still PENDING (or a rejected create) has none."""
+        return sorted(s.pending_s for s in self.samples if s.pending_s is not None)
+
+    @property
+    def pending_max(self) -> float:
+        """The longest PENDING (NaN when no sandbox left PENDING)."""
+        values = self.pendings()
+        return values[-1] if values else math.nan
+
+    @property
+    def pending_p99(self) -> float:
+        """Nearest-rank p99 of the PENDING times (untrimmed)."""
+        return _nearest_rank(self.pendings(), 0.99)
+
+    def pending_share_over(self, threshold_s: float) -> float:
+        """Share of all `n` rollouts whose sandbox stayed PENDING longer than `threshold_s` before being placed."""
+        return sum(1 for s in self.samples if s.pending_s is not None and s.pending_s > threshold_s) / max(1, self.n)
+
+    def never_left_pending(self) -> int:
+        """Accepted sandboxes that ended still PENDING (a rollout's last attempt)."""
+        return sum(1 for s in self.samples if s.sandbox_id is not None and s.pending_s is None)
 
     @property
     def failure_rate(self) -> float:
@@ -96,7 +119,21 @@ class BurstResult:
             "p95": self.quantile(0.95),
             "p99": self.quantile(0.99),
             "max": self.quantile(1.0),
+            "pending_max": self.pending_max,
+            "pending_p99": self.pending_p99,
         }
+
+
+def _nearest_rank(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    rank = max(1, math.ceil(q * len(values)))
+    return values[rank - 1]
+
+
+def _pending_s(sb: SimSandbox) -> float | None:
+    """Vendor seconds from acceptance to leaving PENDING (placement on a node); None if it never left."""
+    return None if sb.started_at is None else sb.started_at - sb.created_at
 
 
 class _ProbeWorkload:
@@ -113,6 +150,7 @@ class _ProbeWorkload:
         retries: int = 0,
         ready_timeout_s: float = math.inf,
         retry_backoff_s: float = 1.0,
+        hold_s: float = 0.0,
     ) -> None:
         self.sim = sim
         self.request = request
@@ -122,6 +160,7 @@ class _ProbeWorkload:
         self.retries = retries
         self.ready_timeout_s = ready_timeout_s
         self.retry_backoff_s = retry_backoff_s
+        self.hold_s = hold_s
         self.samples: dict[int, BurstSample] = {}
         self.attempt_failures: Counter[str] = Counter()
         self._first: dict[int, float] = {}
@@ -147,17 +186,26 @@ class _ProbeWorkload:
         if entry is None or sb.running_at is not None:
             return
         del self._by_id[sb.id]
+        pending = _pending_s(sb)  # None: given up on while still PENDING
         if sb.active:
             self.sim.terminate(sb.id)  # the client gives up on it and cleans up, as the harness does
-        self._fail(entry[0], entry[1], sb.id, "ready_timeout", "ready")
+        self._fail(entry[0], entry[1], sb.id, "ready_timeout", "ready", pending)
 
-    def _fail(self, index: int, created: float, sandbox_id: str | None, failure: str, phase: str) -> None:
+    def _fail(
+        self,
+        index: int,
+        created: float,
+        sandbox_id: str | None,
+        failure: str,
+        phase: str,
+        pending_s: float | None = None,
+    ) -> None:
         self.attempt_failures[failure] += 1
         attempt = self._attempt[index]
         if phase in ("create", "ready") and attempt <= self.retries:
             self.sim.clock.call_at(self.sim.clock.now() + self.retry_backoff_s, functools.partial(self.launch, index))
             return
-        self._finish(BurstSample(index, created, sandbox_id, None, failure, phase, attempt))
+        self._finish(BurstSample(index, created, sandbox_id, None, failure, phase, attempt, pending_s=pending_s))
 
     def _changed(self, sb: SimSandbox) -> None:
         entry = self._by_id.get(sb.id)
@@ -170,15 +218,22 @@ class _ProbeWorkload:
                 now = self.sim.clock.now()
                 self._by_id.pop(sb.id, None)
                 attempt = self._attempt[index]
+                pending = _pending_s(sb)
                 if isinstance(result, ExecOutcome):
                     startup = now - self._first[index]
-                    sample = BurstSample(index, created, sb.id, now - created, None, None, attempt, startup)
+                    sample = BurstSample(index, created, sb.id, now - created, None, None, attempt, startup, pending)
                 elif isinstance(result, SandboxDied):
-                    sample = BurstSample(index, created, sb.id, None, f"died:{result.error_type}", "exec", attempt)
+                    failure = f"died:{result.error_type}"
+                    sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
                 else:
-                    sample = BurstSample(index, created, sb.id, None, type(result).__name__, "exec", attempt)
+                    failure = type(result).__name__
+                    sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
                 if sb.active:
-                    self.sim.terminate(sb.id)
+                    if sample.ok and self.hold_s > 0:
+                        # the rollout keeps its sandbox (tool calls) and only then lets it go
+                        self.sim.clock.call_at(now + self.hold_s, functools.partial(self._release, sb))
+                    else:
+                        self.sim.terminate(sb.id)
                 if sample.failure is not None:
                     self.attempt_failures[sample.failure] += 1
                 self._finish(sample)
@@ -186,7 +241,11 @@ class _ProbeWorkload:
             self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
         elif not sb.active and sb.running_at is None:
             self._by_id.pop(sb.id, None)
-            self._fail(index, created, sb.id, sb.error_type or str(sb.status), "ready")
+            self._fail(index, created, sb.id, sb.error_type or str(sb.status), "ready", _pending_s(sb))
+
+    def _release(self, sb: SimSandbox) -> None:
+        if sb.active:  # it may have ended meanwhile (lifetime)
+            self.sim.terminate(sb.id)
 
     def _finish(self, sample: BurstSample) -> None:
         self.samples[sample.index] = sample
@@ -228,20 +287,24 @@ def simulate_burst(
     retries: int = 0,
     ready_timeout_s: float = math.inf,
     retry_backoff_s: float = 1.0,
+    hold_s: float = 0.0,
 ) -> BurstResult:
     """`n` rollouts created at once (or `spacing_s` apart) on a VirtualClock, retrying init failures
     `retries` times (no retries by default). Each waits until RUNNING (noticed instantly, or given up after
-    `ready_timeout_s`), runs one probe command, and is terminated.
+    `ready_timeout_s`), runs one probe command, keeps the sandbox `hold_s` vendor seconds more (0: none; an RL
+    rollout's tool calls), and terminates it.
     """
     prof = _load(profile)
     if n < 0:
         raise ValueError("n must be >= 0")
+    if not hold_s >= 0:
+        raise ValueError("hold_s must be >= 0")
     clock = VirtualClock()
     sim = VendorSimulator(prof, seed=seed, clock=clock)
     req = request or CreateRequest(image=image, labels=("stampede-sim-burst",), lifetime_s=3600.0)
     work = _ProbeWorkload(
         sim, req, probe, probe_timeout_s,
-        retries=retries, ready_timeout_s=ready_timeout_s, retry_backoff_s=retry_backoff_s,
+        retries=retries, ready_timeout_s=ready_timeout_s, retry_backoff_s=retry_backoff_s, hold_s=hold_s,
     )  # fmt: skip
     with _gc_paused():
         for i in range(n):
