@@ -104,7 +104,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     samples: dict[str, GroupedSample] = {}
     converted = to_vendor_seconds(info, frame) if basis == "vendor" else None
     for phase, column in PHASES:
-        values = converted[column] if converted is not None else frame[column].to_numpy(dtype=float) * factor
+        values = converted.durations[column] if converted is not None else frame[column].to_numpy(dtype=float) * factor
         # TTI: every rollout that got its first command back, whatever happened to it later (a rollout cut
         # off by the end of the run, or failing in a later command, still became interactive at that time).
         samples[phase] = group_sorted(codes, values, n)
@@ -136,7 +136,8 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     retries = np.bincount(codes, weights=attempt > 1, minlength=n).astype(int)
     gave_up = _gave_up(info, frame, codes, n, is_failed) if retries.any() else failed.copy()
 
-    errors = per_rollout_error_s(frame, 1.0 / factor)
+    # the harness's own seconds stay as measured where the vendor's share was separated from them
+    errors = per_rollout_error_s(frame, 1.0 / (converted.harness_factor if converted is not None else factor))
     tti = samples["tti"]
     levels = np.array([0.99])
     stats: list[StageStats] = []

@@ -5,12 +5,13 @@ their round trips, poll windows and queueing are real milliseconds. Dividing a w
 scale multiplies that harness share by `1 / time_scale` (at 0.1, 60 ms of client overhead became 0.6 vendor s).
 The simulator's truth says when the vendor held each sandbox (accepted -> RUNNING, and the commands it ran), so a
 duration in vendor seconds is its wall duration with only those spans stretched:
-`vendor = wall + held_wall x (1 / time_scale - 1)`.
-Runs without truth (real vendors, old runs) keep `wall / time_scale`.
+`vendor = wall - held_wall + held_vendor`, with `held_vendor` from the vendor's own clock (truth `*_s`; older truth:
+`held_wall / time_scale`). Runs without truth (real vendors, old runs) keep `wall / time_scale`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +21,33 @@ from harness.results.dataset import RunInfo, load_rollout_frame
 
 DURATIONS: tuple[str, ...] = ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s")
 _TRUTH_COLUMNS = ("created_wall", "ready_wall", "ended_wall", "first_exec_start_wall", "first_exec_done_wall")
+_TRUTH_VENDOR_COLUMNS = ("created_s", "ready_s", "ended_s", "first_exec_start_s", "first_exec_done_s")
 
 
 def _overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> np.ndarray:
     return np.clip(np.minimum(a1, b1) - np.maximum(a0, b0), 0.0, None)
 
 
-def vendor_held_wall(info: RunInfo, frame: pd.DataFrame) -> dict[str, np.ndarray] | None:
-    """Per row and duration column, the wall seconds the simulated vendor held it; None without usable truth."""
+@dataclass(frozen=True)
+class VendorHeld:
+    """Per duration column, the span of each row the simulated vendor held: in wall seconds and in vendor seconds."""
+
+    wall: dict[str, np.ndarray]
+    vendor: dict[str, np.ndarray]
+
+
+def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
+    return frame[name].to_numpy(dtype=float) if name in frame.columns else np.full(len(frame), np.nan)
+
+
+def vendor_held(info: RunInfo, frame: pd.DataFrame) -> VendorHeld | None:
+    """The wall and vendor seconds the simulated vendor held each row's durations; None without usable truth.
+
+    The vendor's share in vendor seconds comes from its own clock (the truth's `*_s` columns) where the truth has
+    them: a live simulated vendor plays a burst's sending 1:1 with real time (providers.sim.core.clock.LoopClock),
+    so its wall spans are not always vendor spans times the time scale. A span the rollout overlaps only in part
+    gets the vendor seconds of that part at the span's mean pace. Older truth (walls only) keeps wall / time scale.
+    """
     path = Path(info.run_dir) / "sim_truth.parquet"
     if info.time_scale == 1.0 or not path.exists():
         return None
@@ -38,13 +58,27 @@ def vendor_held_wall(info: RunInfo, frame: pd.DataFrame) -> dict[str, np.ndarray
     if len(ids) != len(frame):
         return None
     joined = pd.DataFrame({"id": ids.to_numpy()}).merge(truth.drop_duplicates("id"), on="id", how="left")
+    factor = info.to_vendor_seconds()
+    has_vendor = set(_TRUTH_VENDOR_COLUMNS) <= set(truth.columns)
     submit = frame["t_submit"].to_numpy(dtype=float)
-    created = joined["created_wall"].to_numpy(dtype=float)
+    created = _col(joined, "created_wall")
     # the vendor starts the sandbox from acceptance until RUNNING (or its end, if it never ran)
-    boot_end = np.where(np.isnan(joined["ready_wall"]), joined["ended_wall"], joined["ready_wall"]).astype(float)
-    exec0 = joined["first_exec_start_wall"].to_numpy(dtype=float)
-    exec1 = joined["first_exec_done_wall"].to_numpy(dtype=float)
-    busy = joined["exec_busy_s"].to_numpy(dtype=float) * info.time_scale
+    ready_wall, ended_wall = _col(joined, "ready_wall"), _col(joined, "ended_wall")
+    boot_end = np.where(np.isnan(ready_wall), ended_wall, ready_wall)
+    exec0, exec1 = _col(joined, "first_exec_start_wall"), _col(joined, "first_exec_done_wall")
+    busy_vendor = np.nan_to_num(_col(joined, "exec_busy_s"))
+    first_exec_wall = np.nan_to_num(exec1 - exec0)
+    if has_vendor:
+        ready_s, ended_s = _col(joined, "ready_s"), _col(joined, "ended_s")
+        boot_vendor = np.where(np.isnan(ready_s), ended_s, ready_s) - _col(joined, "created_s")
+        boot_wall = boot_end - created
+        with np.errstate(divide="ignore", invalid="ignore"):
+            boot_pace = np.where(boot_wall > 0, boot_vendor / boot_wall, factor)
+        boot_pace = np.nan_to_num(boot_pace, nan=factor)
+        first_exec_vendor = np.nan_to_num(_col(joined, "first_exec_done_s") - _col(joined, "first_exec_start_s"))
+    else:
+        boot_pace = np.full(len(frame), factor)
+        first_exec_vendor = first_exec_wall * factor
 
     def col(name: str) -> np.ndarray:
         return np.nan_to_num(frame[name].to_numpy(dtype=float), nan=0.0)
@@ -52,26 +86,49 @@ def vendor_held_wall(info: RunInfo, frame: pd.DataFrame) -> dict[str, np.ndarray
     create_end = submit + col("create_s")
     ready_end = create_end + col("ready_s")
     boot = lambda t0, t1: np.nan_to_num(_overlap(t0, t1, created, boot_end))  # noqa: E731
-    first_exec = np.nan_to_num(exec1 - exec0)
-    return {
-        "create_s": boot(submit, create_end),
-        "ready_s": boot(create_end, ready_end),
-        "tti_s": boot(submit, submit + col("tti_s")) + first_exec,
-        "exec_s": np.nan_to_num(busy),
-        "terminate_s": np.zeros(len(frame)),
-        "total_s": boot(submit, submit + col("total_s")) + np.nan_to_num(busy),
+    spans = {
+        "create_s": (boot(submit, create_end), 0.0, 0.0),
+        "ready_s": (boot(create_end, ready_end), 0.0, 0.0),
+        "tti_s": (boot(submit, submit + col("tti_s")), first_exec_wall, first_exec_vendor),
+        # commands: their vendor seconds are known; their wall share is taken at the nominal scale
+        "exec_s": (np.zeros(len(frame)), busy_vendor / factor, busy_vendor),
+        "terminate_s": (np.zeros(len(frame)), 0.0, 0.0),
+        "total_s": (boot(submit, submit + col("total_s")), busy_vendor / factor, busy_vendor),
     }
+    wall = {name: b + extra_wall for name, (b, extra_wall, _) in spans.items()}
+    vendor = {name: b * boot_pace + extra_vendor for name, (b, _, extra_vendor) in spans.items()}
+    return VendorHeld(wall=wall, vendor=vendor)
 
 
-def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Every duration column in vendor seconds: harness time kept as measured, vendor time unscaled to vendor s."""
+def vendor_held_wall(info: RunInfo, frame: pd.DataFrame) -> dict[str, np.ndarray] | None:
+    """Per row and duration column, the wall seconds the simulated vendor held it; None without usable truth."""
+    held = vendor_held(info, frame)
+    return None if held is None else held.wall
+
+
+@dataclass(frozen=True)
+class VendorSeconds:
+    """A run's durations in vendor seconds, and what its harness-side seconds (loop lag, poll windows) became."""
+
+    durations: dict[str, np.ndarray]
+    harness_factor: float  # 1 where the vendor's share was separated out (truth); else 1 / time scale, like all
+
+
+def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame) -> VendorSeconds:
+    """Every duration column in vendor seconds: harness time kept as measured, the vendor's share in its own
+    seconds."""
     factor = info.to_vendor_seconds()
-    held = vendor_held_wall(info, frame)
+    held = vendor_held(info, frame)
     out: dict[str, np.ndarray] = {}
     for name in DURATIONS:
         wall = frame[name].to_numpy(dtype=float)
         if held is None:
             out[name] = wall * factor
-        else:
-            out[name] = wall + np.minimum(held[name], np.nan_to_num(wall)) * (factor - 1.0)
-    return out
+            continue
+        held_wall = held.wall[name]
+        share = np.minimum(held_wall, np.nan_to_num(wall))
+        # a span clipped by the rollout's own duration keeps the vendor seconds of what is left of it
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kept = np.where(held_wall > 0, share / held_wall, 0.0)
+        out[name] = wall - share + held.vendor[name] * kept
+    return VendorSeconds(durations=out, harness_factor=factor if held is None else 1.0)

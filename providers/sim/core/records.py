@@ -214,6 +214,7 @@ class SimSandbox:
             "first_exec_done_s": self.first_exec_done_at,
             "first_exec_done_wall": w(self.first_exec_done_at),
             "first_exec_start_wall": w(self.first_exec_started_at),
+            "first_exec_start_s": self.first_exec_started_at,
             "exec_busy_s": self.exec_busy_s,
             "exec_count": self.exec_count,
         }

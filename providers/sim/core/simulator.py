@@ -124,6 +124,7 @@ class VendorSimulator:
         sandbox it created, spending neither a rate token nor quota."""
         if self._closed:
             raise RuntimeError("the simulator is closed")
+        self.clock.note_arrival()  # a live clock plays a burst's sending 1:1 (LoopClock.note_arrival says why)
         if req.idempotency_key is not None:
             known = self._idempotency.get(req.idempotency_key)
             if known is not None:
