@@ -62,6 +62,8 @@ class StubOptions:
     base_url: str
     token: str
     poll_interval_s: float = 0.05
+    poll_share: float = 0.01
+    poll_max_s: float = 2.0
     request_timeout_s: float = 60.0
     team_id: str | None = None
 
@@ -77,6 +79,8 @@ class StubOptions:
             base_url=base_url,
             token=values["token"],
             poll_interval_s=values["poll_interval_s"],
+            poll_share=values["poll_share"],
+            poll_max_s=max(values["poll_max_s"], values["poll_interval_s"]),
             request_timeout_s=values["request_timeout_s"],
             team_id=values["team_id"],
         )
@@ -85,7 +89,11 @@ class StubOptions:
 STUB_OPTIONS: dict[str, Option] = {
     "base_url": text(),  # the Prime-like API (--base-url; --local: the embedded stub)
     "token": text(),  # its bearer token (--token, STAMPEDE_TOKEN)
-    "poll_interval_s": number(0.05, positive=True),  # the longest wait between two looks at one sandbox
+    "poll_interval_s": number(0.05, positive=True),  # the longest wait between two looks while a wait is short
+    # a long wait is looked at every `poll_share` of its length (capped at poll_max_s): the poll window stays
+    # that small a share of the TTI without a 960-wide backlog of 299 s starts being asked about 20 times a second
+    "poll_share": number(0.01, positive=True),
+    "poll_max_s": number(2.0, positive=True),
     "request_timeout_s": number(60.0, positive=True),
     "team_id": text(),
 }
@@ -100,8 +108,10 @@ class GatewayAuth:
 
 FIRST_LOOK_S = 0.01
 """A sandbox's first status look comes this long after its create was acknowledged; each later one waits twice
-as long as the one before, up to the poll interval. A fast vendor is seen ready within milliseconds, a slow
-one costs no more requests than a fixed interval would."""
+as long as the one before, up to the poll interval, and once the sandbox has waited long, a fixed share of its
+wait so far (up to a ceiling). A fast vendor is seen ready within milliseconds; a slow start's poll window stays
+the same small share of its TTI (the timing-error budget is relative too) while it costs a few looks a minute,
+not twenty a second."""
 COALESCE_S = 0.005  # sandboxes due this soon ride in the same batch request
 MIN_ROUND_GAP_S = 0.005  # at most 200 batch rounds a second, however many sandboxes wait
 LOOK_TIMEOUT_S = 10.0  # one status request; a lost one is asked again, nobody else waits for it
@@ -115,21 +125,25 @@ class _Waiting:
     due: float
     delay: float
     seen_not_ready_at: float  # when the last look that found it not ready was sent (or the create returned)
+    since: float  # when the wait began
     looks: int = 0
     in_flight: bool = False
 
 
 class StatusPoller:
     """Coalesces readiness waits into `status:batchGet` requests of up to 100 ids, each sandbox on its own
-    backoff schedule (FIRST_LOOK_S doubling up to the poll interval).
+    backoff schedule (FIRST_LOOK_S doubling up to the poll interval, then `share` of the wait so far, up to
+    `max_s`).
 
     Requests are fire-and-forget tasks with their own timeout: one slow or hung answer delays only the
     sandboxes it asked about, and only until LOOK_TIMEOUT_S, never the rest of the fleet.
     """
 
-    def __init__(self, provider: StubProvider, interval_s: float) -> None:
+    def __init__(self, provider: StubProvider, interval_s: float, share: float = 0.01, max_s: float = 2.0) -> None:
         self.provider = provider
         self.interval_s = interval_s
+        self.share = share
+        self.max_s = max(max_s, interval_s)
         self._waiting: dict[str, _Waiting] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -172,7 +186,9 @@ class StatusPoller:
         waiting = self._waiting.get(sandbox_id)
         if waiting is None:
             first = min(FIRST_LOOK_S, self.interval_s)
-            self._waiting[sandbox_id] = _Waiting([future], due=now + first, delay=first, seen_not_ready_at=now)
+            self._waiting[sandbox_id] = _Waiting(
+                [future], due=now + first, delay=first, seen_not_ready_at=now, since=now
+            )
             self._plan(sandbox_id, now + first)
         else:
             waiting.futures.append(future)
@@ -257,9 +273,13 @@ class StatusPoller:
             waiting = self._waiting.get(sandbox_id)
             if waiting is not None and sandbox_id not in settled:
                 waiting.in_flight = False
-                waiting.delay = min(2 * waiting.delay, self.interval_s)
+                waiting.delay = self.next_delay(waiting.delay, received_at - waiting.since)
                 waiting.due = received_at + waiting.delay
                 self._plan(sandbox_id, waiting.due)
+
+    def next_delay(self, delay: float, waited: float) -> float:
+        """The gap before the next look at a sandbox not ready after `waited` seconds (see FIRST_LOOK_S)."""
+        return min(max(min(2 * delay, self.interval_s), self.share * waited), self.max_s)
 
     @staticmethod
     def _resolve(waiting: _Waiting, result: tuple[dict[str, Any], ReadyObservation]) -> None:
@@ -291,7 +311,7 @@ class StubProvider(Provider):
         self.options = options
         self._session: aiohttp.ClientSession | None = None
         self._gateway: dict[str, GatewayAuth] = {}
-        self._poller = StatusPoller(self, options.poll_interval_s)
+        self._poller = StatusPoller(self, options.poll_interval_s, options.poll_share, options.poll_max_s)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> StubProvider:

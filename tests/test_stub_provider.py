@@ -9,7 +9,7 @@ import pytest
 from providers import prime_statuses
 from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
 from providers.sim.prime.api import StubSettings, start_stub
-from providers.stub import StubProvider
+from providers.stub import StatusPoller, StubProvider
 from tests.support.prime_status_cases import PRIME_STATUS_CASES
 
 
@@ -233,3 +233,20 @@ async def test_a_hung_status_answer_delays_only_the_sandboxes_it_asked_about(mon
         release.set()
         await provider.aclose()
         await runner.cleanup()
+
+
+def test_a_long_start_is_looked_at_a_share_of_its_wait_not_every_poll_interval():
+    """A 960-wide backlog of 299 s starts must not be asked about 20 times a second each, yet the poll window
+    (what the look schedule can add to a TTI) stays within 1% of the wait, or the poll interval early on."""
+    poller = StatusPoller(provider=None, interval_s=0.05, share=0.01, max_s=2.0)  # type: ignore[arg-type]
+    waited, delay, looks, gaps = 0.0, 0.01, 0, []
+    while waited < 299.0:
+        waited += delay
+        looks += 1
+        delay = poller.next_delay(delay, waited)
+        gaps.append((waited, delay))
+    fixed_interval_looks = 299.0 / 0.05
+    assert looks < 0.1 * fixed_interval_looks
+    assert all(gap <= max(0.05, 0.01 * at) + 1e-9 for at, gap in gaps)
+    assert [round(gap, 3) for _, gap in gaps[:4]] == [0.02, 0.04, 0.05, 0.05]  # fast vendors: seen within ms
+    assert max(gap for _, gap in gaps) == 2.0
