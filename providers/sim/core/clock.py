@@ -49,7 +49,7 @@ class _VirtualTimer:
 
 PACE_IDLE_S = 1.0
 """Real seconds without a create before the next one opens a wave: a burst starts from a quiet vendor."""
-PACE_WINDOW_S = 0.25
+PACE_WINDOW_S = 0.5
 """Real seconds: a create arriving this soon after the previous one is part of the same wave, still being sent."""
 PACE_MAX_S = 3.0
 """Real seconds: the longest a wave's sending is played 1:1 (a harness sends 960 creates in ~0.6 s here)."""
