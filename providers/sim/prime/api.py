@@ -17,7 +17,7 @@ Error shapes (every body is JSON):
 - REST gateway exec: 401 `{"detail": "Invalid or expired gateway token"}`, 408 `{"detail": "Command timed
   out after N seconds"}`, 409 `{"detail": "Sandbox is not running"}`, 502 `{"error": "sandbox_not_found",
   "detail": "Sandbox not found: ..."}`, 503 `{"detail": "Gateway error: ..."}` (injected exec error);
-- ConnectRPC gateway exec (`command_session.CommandSession`): Connect codes, see prime_command_session.py.
+- ConnectRPC gateway exec (`command_session.CommandSession`): Connect codes, see command_session.py.
 
 Time: durations the vendor enforces (lifetimes, exec timeouts, `sleep` in commands, the startup
 deadline) are vendor seconds and play at the stub's time scale; values a client acts on (Retry-After,
@@ -27,8 +27,8 @@ Divergences from Prime, on purpose: stub-only `GET /api/v1/_stampede/truth` and 
 `startedAt` is when the sandbox became RUNNING; `is_active=false` lists everything (as the SDK's
 `exclude_terminated=False` reads); checkpoints, volumes, networks, GPUs and image builds are not
 modelled (422 / 404); one account and team. Exec speaks both the REST gateway shape of prime-sandboxes
-0.2.x (prime_gateway.py, what the lean `stub` client uses) and 0.5.x's ConnectRPC `CommandSession`
-(prime_command_session.py over connect_protocol.py, what Prime's current SDK uses).
+0.2.x (gateway.py, what the lean `stub` client uses) and 0.5.x's ConnectRPC `CommandSession`
+(command_session.py over sim/core/connect.py, what Prime's current SDK uses).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from providers.sim.core.simulator import (
     SandboxStatus,
     VendorSimulator,
 )
-from providers.sim.prime.connect import CallContext, Code, ConnectService, Procedure, RpcError
+from providers.sim.core.connect import CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.prime.gateway import GatewayTokens
 
 SERVICE = "command_session.CommandSession"

@@ -7,7 +7,7 @@ section 2.3): 401 for a bad token, 408 on command timeout, 409 while the sandbox
 502 `{"error": "sandbox_not_found"}` once it is gone or died during the command.
 
 prime-sandboxes 0.5.x speaks ConnectRPC (`command_session.CommandSession/Start`, a server stream) at the
-same base URL instead: prime_command_session.py serves it on the same `GatewayTokens`.
+same base URL instead: command_session.py serves it on the same `GatewayTokens`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The Connect RPC protocol, server side, on aiohttp: what Prime's sandbox gateway speaks to 0.5.x SDKs.
+"""The Connect RPC protocol, server side, on aiohttp: what Prime's sandbox gateway (prime-sandboxes 0.5.x) and
+E2B's in-sandbox daemon envd (e2b 2.x) speak to their SDKs.
 
 Written against the protocol specification (connectrpc.com/docs/protocol) and checked against the
-`connectrpc` client that prime-sandboxes 0.5.1 ships with. Implemented:
+`connectrpc` clients that prime-sandboxes 0.5.1 and e2b 2.56.0 ship with. Implemented:
 
 - routes `POST .../{service}/{method}`; unknown methods answer HTTP 404 `unimplemented`;
 - unary RPCs: `application/proto` or `application/json` bodies (one bare message), `content-encoding`
@@ -18,7 +19,9 @@ Written against the protocol specification (connectrpc.com/docs/protocol) and ch
 
 Responses are never compressed (identity is always acceptable to a Connect client). Message classes are
 any protobuf-generated classes (`FromString`/`SerializeToString`); the JSON codec loads protobuf's
-`json_format` only when a client asks for JSON.
+`json_format` only when a client asks for JSON. A procedure whose message type is `dict` (`JSON_OBJECT`)
+speaks JSON only, its messages plain objects in protobuf's JSON mapping: a front then needs no generated
+classes of the vendor's (a `proto` request to it is HTTP 415).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ FLAG_END_STREAM = 0b10
 _PREFIX = struct.Struct(">BI")
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _CODECS = ("proto", "json")
+JSON_OBJECT = dict
+"""The message type of a JSON-only procedure: requests arrive as dicts, replies are dicts."""
 
 
 class Code(enum.StrEnum):
@@ -112,6 +117,11 @@ class Codec:
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         try:
+            if message_type is JSON_OBJECT:
+                value = json.loads(data.decode("utf-8")) if data else {}
+                if not isinstance(value, dict):
+                    raise ValueError("a message must be a JSON object")
+                return value
             if self.name == "proto":
                 return message_type.FromString(data)
             from google.protobuf import json_format
@@ -123,6 +133,8 @@ class Codec:
             raise RpcError(Code.INVALID_ARGUMENT, f"cannot decode {self.name} request: {exc}") from None
 
     def encode(self, message: Any) -> bytes:
+        if isinstance(message, dict):
+            return json.dumps(message, separators=(",", ":")).encode("utf-8")
         if self.name == "proto":
             data: bytes = message.SerializeToString()
             return data
@@ -227,6 +239,11 @@ class Procedure:
     handler: UnaryHandler | StreamHandler
     server_streaming: bool = False
 
+    @property
+    def codecs(self) -> tuple[str, ...]:
+        """The codecs this procedure is served in: JSON only for `JSON_OBJECT` messages."""
+        return ("json",) if self.input_type is JSON_OBJECT else _CODECS
+
 
 @dataclass
 class ConnectService:
@@ -246,8 +263,8 @@ class ConnectService:
         content_type = (request.headers.get("Content-Type") or "").partition(";")[0].strip().lower()
         prefix = "application/connect+" if procedure.server_streaming else "application/"
         codec_name = content_type[len(prefix) :] if content_type.startswith(prefix) else ""
-        if codec_name not in _CODECS:
-            accepted = ", ".join(prefix + name for name in _CODECS)
+        if codec_name not in procedure.codecs:
+            accepted = ", ".join(prefix + name for name in procedure.codecs)
             return web.Response(status=415, headers={"Accept-Post": accepted})
         codec = Codec(codec_name)
         if procedure.server_streaming:
