@@ -296,6 +296,23 @@ def test_lifetime_ends_sandbox_as_timeout() -> None:
     assert (sb.status, sb.error_type, sb.ended_at) == (SandboxStatus.TIMEOUT, "TIMEOUT", pytest.approx(10.0))
 
 
+def test_set_lifetime_restarts_the_lifetime_from_now_longer_or_shorter() -> None:
+    sim, clock = _sim("ideal")
+    longer = sim.create(CreateRequest(image="x", lifetime_s=10.0))
+    shorter = sim.create(CreateRequest(image="x", lifetime_s=100.0))
+    clock.run_until(5)
+    sim.set_lifetime(longer.id, 20.0)  # would have ended at 10: now at 25
+    sim.set_lifetime(shorter.id, 1.0)  # would have ended at 100: now at 6
+    clock.run_until(24)
+    assert longer.status is SandboxStatus.RUNNING and shorter.ended_at == pytest.approx(6.0)
+    clock.run_until(100)
+    assert (longer.status, longer.ended_at, longer.lifetime_s) == (SandboxStatus.TIMEOUT, pytest.approx(25.0), 25.0)
+    with pytest.raises(NotRunning):
+        sim.set_lifetime(longer.id, 10.0)
+    with pytest.raises(NotFound):
+        sim.set_lifetime("nope", 10.0)
+
+
 def test_exec_outcomes() -> None:
     sim, clock = _sim("ideal")
     with pytest.raises(NotFound):

@@ -174,6 +174,7 @@ class SimSandbox:
     exec_busy_s: float = 0.0  # vendor seconds spent running commands that completed (overhead + own time)
     _phase: int = field(default=_QUEUED, repr=False)
     _timers: list[TimerHandle] = field(default_factory=list, repr=False)
+    _lifetime_timer: TimerHandle | None = field(default=None, repr=False)  # also in _timers; replaced by set_lifetime
     # commands in flight, in start order (a dict, not a set: resolution order must not depend on id())
     _execs: dict[ExecTicket, None] = field(default_factory=dict, repr=False)
 

@@ -181,6 +181,26 @@ class VendorSimulator:
             self._end(sb, SandboxStatus.TERMINATED, None, None)
         return sb
 
+    def set_lifetime(self, sandbox_id: str, remaining_s: float) -> SimSandbox:
+        """Make an active sandbox end `remaining_s` vendor seconds from now, shorter or longer than it was
+        (E2B's `set_timeout`: the lifetime restarts from the call). Raises NotFound, or NotRunning once ended."""
+        sb = self.get(sandbox_id)
+        if sb._phase == _ENDED:
+            raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
+        if not remaining_s > 0:
+            raise ValueError(f"remaining_s must be > 0, got {remaining_s!r}")
+        now = self.clock.now()
+        old = sb._lifetime_timer
+        if old is not None:
+            old.cancel()
+            sb._timers.remove(old)
+        sb._lifetime_timer = None
+        sb.lifetime_s = now - sb.created_at + remaining_s
+        if math.isfinite(remaining_s):
+            sb._lifetime_timer = self.clock.call_at(now + remaining_s, lambda: self._lifetime(sb))
+            sb._timers.append(sb._lifetime_timer)
+        return sb
+
     def exec_start(
         self,
         sandbox_id: str,
@@ -338,7 +358,8 @@ class VendorSimulator:
         if math.isfinite(deadline):
             sb._timers.append(self.clock.call_at(now + deadline, lambda: self._deadline(sb)))
         if math.isfinite(sb.lifetime_s):
-            sb._timers.append(self.clock.call_at(now + sb.lifetime_s, lambda: self._lifetime(sb)))
+            sb._lifetime_timer = self.clock.call_at(now + sb.lifetime_s, lambda: self._lifetime(sb))
+            sb._timers.append(sb._lifetime_timer)
         self._queue.append(sb)
         self._n_waiting += 1
         if self._dispatch_timer is None:
