@@ -43,9 +43,9 @@ import math
 import re
 import shlex
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import prime_sandboxes
@@ -81,10 +81,9 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.cancellation import cancellable
 from providers.options import Option, choice, flag, integer, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of, status_kind
-
-T = TypeVar("T")
 
 PINNED_SDK = "0.5.1"
 DEFAULT_IMAGE = "python:3.11-slim"
@@ -410,22 +409,6 @@ class PrimeProvider(Provider):
         sdk, self._sdk = self._sdk, None
         if sdk is not None:
             await sdk.aclose()
-
-
-async def cancellable(call: Awaitable[T]) -> T:
-    """Await an SDK call so that cancelling the task still ends in `CancelledError`.
-
-    connectrpc turns a cancelled stream into `ConnectError(CANCELED)` and the SDK wraps that in `APIError`,
-    swallowing the cancellation: `asyncio.timeout` would then never fire and a rollout cut off by the
-    harness would be recorded as failed instead of cancelled.
-    """
-    try:
-        return await call
-    except Exception:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError from None
-        raise
 
 
 def _max_attempts(timeout: float) -> int:

@@ -38,14 +38,17 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.prime_statuses", "provider-support"),
     ("providers.open_files", "provider-support"),
     ("providers.docker_image", "provider-support"),
+    ("providers.cancellation", "provider-support"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
     ("providers.docker", "adapters"),
+    ("providers.e2b", "adapters"),
     ("providers.sim", "sim-core"),
     ("providers.sim.core", "sim-core"),
     ("providers.sim.prime", "sim-fronts"),
     ("providers.sim.modal", "sim-fronts"),
+    ("providers.sim.e2b", "sim-fronts"),
 )
 
 # room -> the rooms it may import (besides itself).
@@ -83,8 +86,8 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
 
 # Within these rooms, sibling modules of different families must not import each other.
 SEPARATE_FAMILIES: dict[str, tuple[str, ...]] = {
-    "adapters": ("providers.stub", "providers.prime", "providers.modal", "providers.docker"),
-    "sim-fronts": ("providers.sim.prime", "providers.sim.modal"),
+    "adapters": ("providers.stub", "providers.prime", "providers.modal", "providers.docker", "providers.e2b"),
+    "sim-fronts": ("providers.sim.prime", "providers.sim.modal", "providers.sim.e2b"),
 }
 
 
