@@ -54,8 +54,9 @@ class EngineClient:
         self._reader = gevent.spawn(self._read_loop)
 
     @classmethod
-    def spawn(cls, worker: str, *, env: dict[str, str] | None = None) -> EngineClient:
-        """Start `python -m harness.engine` in a fresh interpreter (no gevent) and connect to it."""
+    def spawn(cls, worker: str, *, env: dict[str, str] | None = None, preload: str | None = None) -> EngineClient:
+        """Start `python -m harness.engine` in a fresh interpreter (no gevent) and connect to it; `preload`
+        names the provider whose adapter it imports while starting (harness.engine.server.preload_provider)."""
         socket_dir = tempfile.mkdtemp(prefix="stampede-engine-")
         socket_path = os.path.join(socket_dir, "engine.sock")
         child_env = dict(os.environ if env is None else env)
@@ -64,7 +65,8 @@ class EngineClient:
             [str(Path(__file__).resolve().parents[2]), os.getcwd(), child_env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
         process = gevent.subprocess.Popen(
-            [sys.executable, "-m", "harness.engine", "--socket", socket_path, "--worker", worker, "--watch-stdin"],
+            [sys.executable, "-m", "harness.engine", "--socket", socket_path, "--worker", worker, "--watch-stdin",
+             *(("--preload", preload) if preload else ())],  # fmt: skip
             stdin=gevent.subprocess.PIPE,  # closing it (or our death) tells the engine to drain and exit
             stdout=gevent.subprocess.PIPE,
             env=child_env,

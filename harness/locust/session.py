@@ -154,7 +154,11 @@ class StampedeSession:
         """
         # The engine and the local vendor are separate interpreters: start both at once (each takes most of a
         # second to import its world), not one after the other.
-        engine_start = gevent.spawn(EngineClient.spawn, self.worker_name()) if self.runs_users else None
+        engine_start = (
+            gevent.spawn(EngineClient.spawn, self.worker_name(), preload=self.settings.provider)
+            if self.runs_users
+            else None
+        )
         try:
             if self.is_master:
                 self.master_link = MasterLink(self.runner, self.state)
