@@ -19,6 +19,7 @@ PROVIDERS: dict[str, str] = {
     "prime": "providers.prime:PrimeProvider",
     "docker": "providers.docker:DockerProvider",
     "modal": "providers.modal:ModalProvider",
+    "e2b": "providers.e2b:E2BProvider",
 }
 """Provider name -> `module:class`. The `stub` provider is the embedded default."""
 
@@ -26,6 +27,7 @@ LOCAL_VENDORS: dict[str, str] = {
     "stub": "providers.sim.prime.serve",
     "prime": "providers.sim.prime.serve",
     "modal": "providers.sim.modal.serve",
+    "e2b": "providers.sim.e2b.serve",
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
 

@@ -136,6 +136,10 @@ def build_parser() -> OneLineParser:
     modal_sub = modal_local.add_subparsers(dest="modal_command", metavar="COMMAND", parser_class=OneLineParser)
     modal_sub.required = True
     modal_sub.add_parser("serve", help="run it standalone (options: stampede modal-local serve --help)")
+    e2b_local = sub.add_parser("e2b-local", help="the local E2B (REST control plane + envd) over the vendor simulator")
+    e2b_sub = e2b_local.add_subparsers(dest="e2b_command", metavar="COMMAND", parser_class=OneLineParser)
+    e2b_sub.required = True
+    e2b_sub.add_parser("serve", help="run it standalone (options: stampede e2b-local serve --help)")
     docker = sub.add_parser("docker", help="the local Docker provider's helpers")
     docker_sub = docker.add_subparsers(dest="docker_command", metavar="COMMAND", parser_class=OneLineParser)
     docker_sub.required = True
@@ -242,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from providers.sim.modal.serve import main as modal_serve_main
 
         return int(modal_serve_main(argv[2:], prog="stampede modal-local serve"))
+    if argv[:2] == ["e2b-local", "serve"]:
+        from providers.sim.e2b.serve import main as e2b_serve_main
+
+        return int(e2b_serve_main(argv[2:], prog="stampede e2b-local serve"))
     if argv[:2] == ["docker", "image"]:
         from providers.docker_image import main as docker_image_main
 

@@ -1,0 +1,378 @@
+"""The `e2b` provider: E2B sandboxes (Firecracker microVMs) through E2B's own SDK (pinned: `e2b==2.56.0`).
+
+One module, like prime.py: the SDK adaptation and the classification of that SDK's exceptions are one
+adapter's two halves.
+
+A rollout is `AsyncSandbox.create(template, timeout=<lifetime s>, metadata=spec.tags(), envs,
+allow_internet_access)`. E2B's create answers only once the sandbox runs (envd inside it reachable), so
+readiness is create's answer: `wait_ready` returns at once, having looked at nothing
+(`ReadyObservation(poll_window_s=0, polls=0)`: no polling term hides in `ready_s`). Commands are
+`sandbox.commands.run` (Connect RPC `process.Process/Start` on envd: stdout, stderr, exit code; the SDK's
+`CommandExitException` for a non-zero exit is a result, not a failure); `terminate` is `AsyncSandbox.kill(id)`
+(False once gone: idempotent); a run's leftovers are found with `AsyncSandbox.list(query=SandboxQuery(
+metadata=...))`, running and paused, and killed one by one.
+
+Where it talks, as whom: everything goes to the SDK as per-call parameters, never into the process environment.
+Without `base_url`, the SDK's own configuration (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
+`E2B_SANDBOX_URL`); with `base_url` (`--base-url`, or `--local` for the local E2B), that API URL, `token` as the
+API key, and `sandbox_url` the sandbox proxy (the local E2B announces it). `E2B_DEBUG=true` is refused: the
+SDK then skips the API altogether and every create answers the same fake id.
+
+SDK behaviour the adapter changes, per call, so that the vendor shows through (options restore it):
+- `create_retries` (default 0): the SDK retries a create answered 503, or 429 with Retry-After, up to 3 times,
+  so throttling would hide inside create latency. A throttled create fails at once as `rate_limited` (or
+  `quota_exhausted` for the concurrent-sandbox cap, `capacity` for a 503). 3 is the SDK as shipped.
+- `create_timeout` (default 300 s, the harness's create budget): E2B's create waits for the boot, and the SDK's
+  60 s request timeout would turn the vendor's own slow starts into client timeouts. Other calls keep
+  `request_timeout` (60 s, the SDK's).
+
+Options (`--provider-option K=V`): `api_key`, `domain`, `sandbox_url`, `template` (`base`; a rollout's image,
+when set, names the template), `create_retries`, `create_timeout`, `request_timeout`, `preflight_timeout` (30 s),
+`check_sdk` (1: refuse any e2b but the pinned one, whose wire protocol and exceptions this adapter and the local
+E2B were checked against). E2B sizes a sandbox by its template: the spec's cpu, memory and disk are not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import httpx
+import pyqwest
+from connectrpc.code import Code as ConnectCode
+from connectrpc.errors import ConnectError
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    CommandExitException,
+    ConnectionConfig,
+    InvalidArgumentException,
+    NotEnoughSpaceException,
+    NotFoundException,
+    RateLimitException,
+    SandboxException,
+    SandboxNotFoundException,
+    SandboxNotRunningException,
+    SandboxQuery,
+    SandboxUnreachableException,
+    ServiceBusyException,
+    TemplateException,
+    TimeoutException,
+)
+
+from providers.base import (
+    ROLLOUT_LABEL,
+    ExecResult,
+    FailureKind,
+    Phase,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    ReadyObservation,
+    SandboxRef,
+    SandboxSpec,
+    classify_common,
+    owner_labels,
+)
+from providers.cancellation import cancellable
+from providers.options import Option, flag, integer, number, parse_options, text
+
+PINNED_SDK = "2.56.0"
+DEFAULT_TEMPLATE = "base"
+MAX_TIMEOUT_S = 86_400  # E2B's longest sandbox life (Pro); an unbounded lifetime asks for this
+LIST_PAGE = 100
+_EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
+_QUOTA_TEXT = "maximum number of concurrent"  # E2B's 429 for the account's concurrent-sandbox cap
+_CANCELED_TEXT = "cancelled by the server"  # the SDK's TimeoutException for a Connect CANCELED: stream cut off
+_TRANSPORT_ERRORS = (
+    httpx.TransportError,
+    pyqwest.ReadError,
+    pyqwest.WriteError,
+    pyqwest.StreamError,
+    OSError,
+    EOFError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class E2BOptions:
+    """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings."""
+
+    connection: Mapping[str, Any]  # ApiParams for every SDK call (api_key, api_url, sandbox_url, domain, debug)
+    template: str = DEFAULT_TEMPLATE
+    create_retries: int = 0
+    create_timeout_s: float = 300.0
+    request_timeout_s: float = 60.0
+    preflight_timeout_s: float = 30.0
+
+    @property
+    def where(self) -> str:
+        return str(self.connection.get("api_url") or ConnectionConfig(**self.connection).api_url)
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> E2BOptions:
+        values = parse_options("e2b", options, E2B_OPTIONS)
+        installed = metadata.version("e2b")
+        if installed != PINNED_SDK and values["check_sdk"]:
+            raise ProviderConfigError(
+                f"e2b provider: checked against e2b=={PINNED_SDK}, found {installed}; "
+                f"pip install e2b=={PINNED_SDK} (or check_sdk=0 to try this one)"
+            )
+        base_url = (values["base_url"] or "").strip().rstrip("/") or None
+        connection: dict[str, Any] = {"debug": False}
+        if base_url is not None:
+            connection["api_url"] = base_url
+        for key, value in (
+            ("api_key", values["api_key"] or (values["token"] if base_url else None)),
+            ("sandbox_url", values["sandbox_url"]),
+            ("domain", values["domain"]),
+        ):
+            if value:
+                connection[key] = value
+        try:
+            resolved = ConnectionConfig(**{**connection, "debug": None})  # the SDK's own reading of E2B_* too
+        except SandboxException as exc:
+            raise ProviderConfigError(f"e2b provider: the E2B SDK's configuration is unusable: {exc}") from None
+        if resolved.debug:
+            raise ProviderConfigError(
+                "e2b provider: E2B_DEBUG=true makes the SDK skip E2B's API (every create answers one fake id); unset it"
+            )
+        if not resolved.api_key:
+            raise ProviderConfigError(
+                "e2b provider: no API key; set E2B_API_KEY (or --provider-option api_key=...), "
+                "or use --local for the local E2B"
+            )
+        return cls(
+            connection=connection,
+            template=values["template"],
+            create_retries=values["create_retries"],
+            create_timeout_s=values["create_timeout"],
+            request_timeout_s=values["request_timeout"],
+            preflight_timeout_s=values["preflight_timeout"],
+        )
+
+
+E2B_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # --base-url / --local: the API URL; none: the SDK's own configuration
+    "token": text(),  # the API key for base_url (--token, STAMPEDE_TOKEN)
+    "api_key": text(),
+    "domain": text(),
+    "sandbox_url": text(),
+    "template": text(DEFAULT_TEMPLATE),
+    "create_retries": integer(0, minimum=0),
+    "create_timeout": number(300.0, positive=True),
+    "request_timeout": number(60.0, positive=True),
+    "preflight_timeout": number(30.0, positive=True),
+    "check_sdk": flag(True),
+}
+"""The e2b provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
+
+
+def sandbox_timeout(lifetime_s: float) -> int:
+    """E2B's `timeout` (whole seconds the sandbox may live) for a spec's lifetime."""
+    if math.isinf(lifetime_s):
+        return MAX_TIMEOUT_S
+    return max(1, math.ceil(lifetime_s))
+
+
+class E2BProvider(Provider):
+    """E2B sandboxes through `e2b.AsyncSandbox`."""
+
+    name = "e2b"
+
+    def __init__(self, options: E2BOptions) -> None:
+        self.options = options
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> E2BProvider:
+        return cls(E2BOptions.from_mapping(options))
+
+    def _params(self, **extra: Any) -> dict[str, Any]:
+        return {**self.options.connection, "request_timeout": self.options.request_timeout_s, **extra}
+
+    # --- the contract ----------------------------------------------------------------------------------
+
+    async def preflight(self) -> None:
+        where = self.options.where
+        try:
+            async with asyncio.timeout(self.options.preflight_timeout_s):
+                await AsyncSandbox.list(limit=1, **self._params()).next_items()
+        except AuthenticationException:
+            raise ProviderError(FailureKind.AUTH, f"{where} refused the API key (HTTP 401)") from None
+        except TimeoutError:
+            raise ProviderError(
+                FailureKind.TRANSPORT, f"{where} did not answer within {self.options.preflight_timeout_s:g}s"
+            ) from None
+        except Exception as exc:
+            kind = self.classify(exc, Phase.CREATE)
+            if kind is FailureKind.TRANSPORT:
+                raise ProviderError(kind, f"{where} is unreachable: {exc}") from None
+            raise ProviderError(kind, f"{where}: {exc}") from None
+
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        sandbox = await cancellable(
+            AsyncSandbox.create(
+                template=spec.image or self.options.template,
+                timeout=sandbox_timeout(spec.lifetime_s),
+                metadata=spec.tags(),
+                envs=dict(spec.env) or None,
+                allow_internet_access=spec.network,
+                **self._params(request_timeout=self.options.create_timeout_s, retries=self.options.create_retries),
+            )
+        )
+        return SandboxRef(
+            sandbox_id=sandbox.sandbox_id,
+            provider=self.name,
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            handle=sandbox,
+        )
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation:
+        """Nothing to wait for: E2B's create answered once the sandbox ran. No look was made, so no poll window."""
+        return ReadyObservation(poll_window_s=0.0, polls=0)
+
+    async def _sandbox(self, ref: SandboxRef) -> AsyncSandbox:
+        if isinstance(ref.handle, AsyncSandbox):
+            return ref.handle
+        connected: AsyncSandbox = await cancellable(AsyncSandbox.connect(ref.sandbox_id, **self._params()))
+        return connected
+
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        sandbox = await self._sandbox(ref)
+        try:
+            async with asyncio.timeout(timeout + _EXEC_GRACE_S):
+                result = await cancellable(
+                    sandbox.commands.run(
+                        shlex.join(argv), timeout=timeout, request_timeout=self.options.request_timeout_s
+                    )
+                )
+        except CommandExitException as exc:  # a non-zero exit: a result
+            return ExecResult(exit_code=exc.exit_code, stdout=exc.stdout, stderr=exc.stderr)
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + _EXEC_GRACE_S:g}s") from None
+        return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def terminate(self, ref: SandboxRef) -> None:
+        await cancellable(AsyncSandbox.kill(ref.sandbox_id, **self._params()))  # False: already gone
+
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        query = SandboxQuery(metadata=owner_labels(run_id, engine))
+        pages = AsyncSandbox.list(query=query, limit=LIST_PAGE, **self._params())
+        refs: list[SandboxRef] = []
+        while pages.has_next:
+            for info in await cancellable(pages.next_items()):
+                rollout = info.metadata.get(ROLLOUT_LABEL, "")
+                refs.append(SandboxRef(sandbox_id=info.sandbox_id, provider=self.name, run_id=run_id, rollout_id=rollout))
+        return refs
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        return classify_e2b(exc, phase)
+
+    def versions(self) -> Mapping[str, str]:
+        return {"e2b": metadata.version("e2b")}
+
+
+# --- classification ----------------------------------------------------------------------------------
+
+
+def classify_e2b(exc: BaseException, phase: Phase | None) -> FailureKind:
+    """Every exception e2b 2.56.0 raises, onto the taxonomy (the README's E2B section has the table).
+
+    E2B's create is also its readiness wait, so a create that runs out of time is `ready_timeout`.
+    """
+    if isinstance(exc, ProviderError):
+        return exc.kind
+    if isinstance(exc, AuthenticationException):  # 401 from the API, or envd refusing the access token
+        return FailureKind.AUTH
+    if isinstance(exc, RateLimitException):  # 429: the create rate, or the concurrent-sandbox cap
+        return FailureKind.QUOTA_EXHAUSTED if _QUOTA_TEXT in str(exc) else FailureKind.RATE_LIMITED
+    if isinstance(exc, ServiceBusyException):  # 503: no room to place the sandbox, or a node declining
+        return FailureKind.CAPACITY if phase in (None, Phase.CREATE) else _vendor_error(phase)
+    if isinstance(exc, (SandboxNotRunningException, SandboxNotFoundException)):  # killed, or its timeout came
+        return _gone(phase)
+    if isinstance(exc, SandboxUnreachableException):  # running, but envd could not be reached
+        return FailureKind.TRANSPORT
+    if isinstance(exc, TimeoutException):
+        return _gone(phase) if _CANCELED_TEXT in str(exc) else _timed_out(phase)
+    if isinstance(exc, TemplateException):  # a template built for an envd this SDK cannot speak to
+        return FailureKind.IMAGE
+    if isinstance(exc, InvalidArgumentException):
+        return FailureKind.INVALID_REQUEST
+    if isinstance(exc, (NotFoundException, NotEnoughSpaceException, CommandExitException)):
+        return FailureKind.EXEC_ERROR if phase is Phase.EXEC else _vendor_error(phase)
+    if isinstance(exc, SandboxException):
+        return _status_kind(exc.status_code, str(exc), phase)
+    if isinstance(exc, ConnectError):
+        return _connect_code(exc.code, phase)
+    if isinstance(exc, (httpx.ConnectTimeout, pyqwest.ConnectTimeout)):
+        return FailureKind.TRANSPORT
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):  # TimeoutError is an OSError: first
+        return _timed_out(phase)
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return FailureKind.TRANSPORT
+    if type(exc) is Exception and str(exc) in ("Body of the request is None", "Command ended without an end event"):
+        return _vendor_error(phase)  # the SDK's bare Exceptions: an answer it could not use
+    return classify_common(exc, phase)
+
+
+def _timed_out(phase: Phase | None) -> FailureKind:
+    if phase is Phase.EXEC:
+        return FailureKind.EXEC_TIMEOUT
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.READY_TIMEOUT  # create (which waits for the boot) or ready
+
+
+def _gone(phase: Phase | None) -> FailureKind:
+    if phase is Phase.EXEC:
+        return FailureKind.DIED_DURING_EXEC
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.DIED_BEFORE_READY
+
+
+def _vendor_error(phase: Phase | None) -> FailureKind:
+    """A vendor answer that is an error and nothing more specific, by phase."""
+    return {
+        Phase.CREATE: FailureKind.CREATE_ERROR,
+        Phase.READY: FailureKind.DIED_BEFORE_READY,
+        Phase.EXEC: FailureKind.EXEC_ERROR,
+    }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)
+
+
+def _status_kind(status: int | None, message: str, phase: Phase | None) -> FailureKind:
+    """A `SandboxException` carrying the API's HTTP status (the SDK keeps `code: message`, drops `error_code`)."""
+    if status in (400, 422):
+        return FailureKind.INVALID_REQUEST
+    if status in (401, 403):
+        return FailureKind.AUTH
+    if status == 404 and phase in (None, Phase.CREATE) and "template" in message.lower():
+        return FailureKind.IMAGE
+    if status == 404:
+        return _gone(phase)
+    if status == 504 and phase in (None, Phase.CREATE):  # "Failed to place sandbox: ... timed out"
+        return FailureKind.READY_TIMEOUT
+    if status in (502, 504) and phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return _vendor_error(phase)
+
+
+def _connect_code(code: ConnectCode, phase: Phase | None) -> FailureKind:
+    """A raw Connect error from envd (the SDK normally maps these to its own classes first)."""
+    if code in (ConnectCode.UNAUTHENTICATED, ConnectCode.PERMISSION_DENIED):
+        return FailureKind.AUTH
+    if code is ConnectCode.RESOURCE_EXHAUSTED:
+        return FailureKind.RATE_LIMITED
+    if code is ConnectCode.DEADLINE_EXCEEDED:
+        return _timed_out(phase)
+    if code in (ConnectCode.NOT_FOUND, ConnectCode.UNAVAILABLE, ConnectCode.CANCELED):
+        return _gone(phase)
+    if code in (ConnectCode.INVALID_ARGUMENT, ConnectCode.UNIMPLEMENTED, ConnectCode.OUT_OF_RANGE):
+        return FailureKind.INVALID_REQUEST
+    return _vendor_error(phase)

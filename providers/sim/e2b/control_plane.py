@@ -1,0 +1,279 @@
+"""E2B's REST control plane over the simulator: the calls e2b 2.56.0's `Sandbox`/`AsyncSandbox` make.
+
+Routes (API key in `X-API-KEY`, checked by the server's middleware):
+- `POST /v2/sandboxes` creates and, as E2B's API does, answers only once the sandbox runs: 201 `Sandbox`
+  (with the `envdAccessToken` the SDK then sends to envd). The simulator's refusals in E2B's words:
+  create-rate limit 429 "Sandbox creation rate limit exceeded ..." with `Retry-After` (real seconds; the SDK
+  retries a 429 only when it carries one); the account's concurrent-sandbox cap 429 "you have reached the
+  maximum number of concurrent E2B sandboxes (N) ..." without one (the text users' code matches on); no room
+  503 `sandbox_capacity_unavailable`; injected transient failure 500 `internal_server_error`; a sandbox that
+  does not start within the profile's deadline 504 `sandbox_placement_timeout`; one that fails to start (boot
+  crash, image) or is killed while starting 500 `sandbox_create_failed`; bad input 400. Placement failures
+  begin "Failed to place sandbox", as E2B's do.
+- `GET /v2/sandboxes` lists by `metadata` (percent-encoded pairs, form-encoded), `state`, `order`, `limit`,
+  `nextToken`; the next page's token comes back in `X-Next-Token`.
+- `GET /sandboxes/{id}` (`SandboxDetail`), `DELETE /sandboxes/{id}` (204), `POST /sandboxes/{id}/timeout`
+  (204: the timeout restarts from now, shorter or longer), `POST /v2/sandboxes/{id}/connect` (200 `Sandbox`;
+  a timeout only ever lengthens the sandbox's life); a sandbox that ended or never existed is 404.
+- `GET /api/v1/_stampede/truth`, `/api/v1/_stampede/stats` (Bearer API key): the simulator's own record.
+
+Time: timeouts are vendor seconds (they play at the front's time scale); Retry-After and timestamps are real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+from typing import Any
+
+from aiohttp import web
+
+from providers.sim.core.simulator import (
+    CreateRequest,
+    ErrorType,
+    NotFound,
+    Rejected,
+    RejectReason,
+    SandboxStatus,
+    SimSandbox,
+    VendorSimulator,
+)
+from providers.sim.e2b.app_state import INFO, SIM, simulator, time_scale
+from providers.sim.e2b.shapes import (
+    META_ENVD_TOKEN,
+    META_METADATA,
+    META_TEMPLATE,
+    TEMPLATE_CPU,
+    TEMPLATE_MEMORY_MB,
+    BadRequest,
+    created_body,
+    detail_body,
+    end_at,
+    error_body,
+    listed_body,
+    metadata_of,
+    parse_metadata_query,
+    parse_new_sandbox,
+    parse_timeout,
+)
+
+PLACEMENT = "Failed to place sandbox"
+BILLING_URL = "https://e2b.dev/docs/billing"
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+_STATES = frozenset({"running", "paused"})
+
+
+class StartWaits:
+    """Creates waiting for their sandbox to run or end: E2B's create answers only then."""
+
+    def __init__(self, sim: VendorSimulator) -> None:
+        self._waiting: dict[str, list[asyncio.Future[SimSandbox]]] = {}
+        sim.add_listener(self._changed)
+
+    def _changed(self, sb: SimSandbox) -> None:
+        if sb.status is SandboxStatus.RUNNING or not sb.active:
+            for future in self._waiting.pop(sb.id, ()):
+                if not future.done():
+                    future.set_result(sb)
+
+    async def wait(self, sb: SimSandbox) -> SimSandbox:
+        if sb.status is SandboxStatus.RUNNING or not sb.active:
+            return sb
+        future: asyncio.Future[SimSandbox] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(sb.id, [])
+        waiting.append(future)
+        try:
+            return await future
+        finally:
+            if future in waiting:
+                waiting.remove(future)
+                if not waiting:
+                    self._waiting.pop(sb.id, None)
+
+
+STARTS = web.AppKey("e2b_start_waits", StartWaits)
+
+
+def error(status: int, message: str, error_code: str | None = None, **headers: str) -> web.Response:
+    return web.json_response(error_body(status, message, error_code), status=status, headers=headers or None)
+
+
+def not_found(sandbox_id: str) -> web.Response:
+    return error(404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it")
+
+
+def rejection_response(exc: Rejected, sim: VendorSimulator) -> web.Response:
+    """A refused create in E2B's words (the module doc lists them)."""
+    if exc.reason is RejectReason.RATE_LIMITED:
+        real = max(0.0, (exc.retry_after or 0.0) * time_scale(sim.clock))
+        rate = sim.profile.create_rate.per_s
+        message = f"Sandbox creation rate limit exceeded ({rate:g}/s), please slow down"
+        return error(429, message, **{"Retry-After": str(max(1, math.ceil(real)))})
+    if exc.reason is RejectReason.QUOTA_EXHAUSTED:
+        limit = sim.profile.quota.max_active
+        message = (
+            f"you have reached the maximum number of concurrent E2B sandboxes ({limit:g}). "
+            f"If you need more, please visit '{BILLING_URL}'"
+        )
+        return error(429, message)
+    if exc.reason is RejectReason.CAPACITY:
+        message = f"{PLACEMENT}: not enough capacity for the requested resources right now, please retry shortly"
+        return error(503, message, "sandbox_capacity_unavailable")
+    if exc.reason is RejectReason.INVALID:
+        return error(400, f"invalid sandbox request: {exc.message}")
+    return error(500, PLACEMENT, "internal_server_error")
+
+
+def start_failure(sb: SimSandbox) -> web.Response:
+    """A sandbox that ended before it ran: what the create waiting on it answers."""
+    if sb.error_type == ErrorType.PROVISIONING_TIMEOUT:
+        return error(504, f"{PLACEMENT}: {sb.error_message}, please retry", "sandbox_placement_timeout")
+    if sb.status is SandboxStatus.ERROR:
+        return error(500, f"{PLACEMENT}: {sb.error_message}", "sandbox_create_failed")
+    return error(500, f"{PLACEMENT}: the sandbox was killed while it was starting", "sandbox_create_failed")
+
+
+async def _body(request: web.Request) -> Any:
+    if not request.can_read_body:
+        return {}
+    try:
+        return await request.json()
+    except ValueError:
+        raise BadRequest("request body is not valid JSON") from None
+
+
+def _active(sim: VendorSimulator, sandbox_id: str) -> SimSandbox | None:
+    try:
+        sb = sim.get(sandbox_id)
+    except NotFound:
+        return None
+    return sb if sb.active else None
+
+
+# --- handlers ------------------------------------------------------------------------------------
+
+
+async def create_sandbox(request: web.Request) -> web.Response:
+    try:
+        new = parse_new_sandbox(await _body(request))
+    except BadRequest as exc:
+        return error(400, str(exc))
+    sim = simulator(request)
+    req = CreateRequest(
+        image=new.template,
+        labels=tuple(f"{key}={value}" for key, value in sorted(new.metadata.items())),
+        cpu=TEMPLATE_CPU,
+        memory_mb=TEMPLATE_MEMORY_MB,
+        lifetime_s=float(new.timeout_s),
+        env=new.env,
+        meta={META_METADATA: new.metadata, META_TEMPLATE: new.template, META_ENVD_TOKEN: secrets.token_urlsafe(18)},
+    )
+    try:
+        sb = sim.create(req)
+    except Rejected as exc:
+        return rejection_response(exc, sim)
+    sb = await request.app[STARTS].wait(sb)
+    if sb.status is SandboxStatus.RUNNING:
+        return web.json_response(created_body(sb), status=201)
+    return start_failure(sb)
+
+
+async def list_sandboxes(request: web.Request) -> web.Response:
+    query = request.query
+    try:
+        wanted = parse_metadata_query(query.get("metadata"))
+    except ValueError:
+        return error(400, "metadata must be form-encoded key=value pairs")
+    states = {s for s in (query.get("state") or "running,paused").split(",") if s}
+    if not states <= _STATES:
+        return error(400, f"state must be running and/or paused, got {query.get('state')!r}")
+    order = query.get("order") or "asc"
+    if order not in ("asc", "desc"):
+        return error(400, f"order must be asc or desc, got {order!r}")
+    limit_text, token = query.get("limit") or str(DEFAULT_LIMIT), query.get("nextToken") or "0"
+    if not (limit_text.isdigit() and 1 <= int(limit_text) <= MAX_LIMIT):
+        return error(400, f"limit must be a whole number in 1..{MAX_LIMIT}, got {limit_text!r}")
+    if not token.isdigit():
+        return error(400, "invalid nextToken")
+    limit, offset = int(limit_text), int(token)
+    sim = simulator(request)
+    found: list[SimSandbox] = []
+    if "running" in states:  # nothing pauses here: every active sandbox is running
+        found = [sb for sb in sim.list(active_only=True) if wanted.items() <= metadata_of(sb).items()]
+    if order == "desc":
+        found.reverse()
+    page = found[offset : offset + limit]
+    headers = {"X-Next-Token": str(offset + limit)} if offset + limit < len(found) else None
+    return web.json_response([listed_body(sb, sim.clock) for sb in page], headers=headers)
+
+
+async def get_sandbox(request: web.Request) -> web.Response:
+    sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
+    sb = _active(sim, sandbox_id)
+    return not_found(sandbox_id) if sb is None else web.json_response(detail_body(sb, sim.clock))
+
+
+async def kill_sandbox(request: web.Request) -> web.Response:
+    sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
+    if _active(sim, sandbox_id) is None:
+        return not_found(sandbox_id)
+    sim.terminate(sandbox_id)
+    return web.Response(status=204)
+
+
+async def set_timeout(request: web.Request) -> web.Response:
+    sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
+    try:
+        timeout = parse_timeout(await _body(request), required=True)
+    except BadRequest as exc:
+        return error(400, str(exc))
+    if _active(sim, sandbox_id) is None:
+        return not_found(sandbox_id)
+    assert timeout is not None
+    sim.set_lifetime(sandbox_id, float(timeout))
+    return web.Response(status=204)
+
+
+async def connect_sandbox(request: web.Request) -> web.Response:
+    sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
+    try:
+        timeout = parse_timeout(await _body(request), required=False)
+    except BadRequest as exc:
+        return error(400, str(exc))
+    sb = _active(sim, sandbox_id)
+    if sb is None:
+        return not_found(sandbox_id)
+    sb = await request.app[STARTS].wait(sb)
+    if sb.status is not SandboxStatus.RUNNING:
+        return not_found(sandbox_id)
+    if timeout is not None and sim.clock.now() + timeout > end_at(sb):
+        sim.set_lifetime(sandbox_id, float(timeout))
+    return web.json_response(created_body(sb))
+
+
+async def stampede_truth(request: web.Request) -> web.Response:
+    return web.json_response({**request.app[INFO], "sandboxes": simulator(request).truth()})
+
+
+async def stampede_stats(request: web.Request) -> web.Response:
+    return web.json_response({**request.app[INFO], "stats": simulator(request).stats()})
+
+
+def add_routes(app: web.Application) -> None:
+    """The control plane's routes, and its create waits once the simulator exists (after the server's startup)."""
+
+    async def on_startup(app: web.Application) -> None:
+        app[STARTS] = StartWaits(app[SIM])
+
+    app.on_startup.append(on_startup)
+    r = app.router
+    r.add_post("/v2/sandboxes", create_sandbox)
+    r.add_get("/v2/sandboxes", list_sandboxes)
+    r.add_get("/sandboxes/{sandbox_id}", get_sandbox)
+    r.add_delete("/sandboxes/{sandbox_id}", kill_sandbox)
+    r.add_post("/sandboxes/{sandbox_id}/timeout", set_timeout)
+    r.add_post("/v2/sandboxes/{sandbox_id}/connect", connect_sandbox)
+    r.add_get("/api/v1/_stampede/truth", stampede_truth)
+    r.add_get("/api/v1/_stampede/stats", stampede_stats)
