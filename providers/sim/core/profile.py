@@ -69,6 +69,22 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
+class ResourcePool:
+    """An account's pool of vCPU, memory and disk (Daytona's organization quota): every sandbox not yet ended
+    holds its share, and a create that would overdraw any of the three is refused as quota, whatever the count.
+
+    An optional section: a profile without it has no pool (vendors that count sandboxes use `[quota]`).
+    """
+
+    cpu: float = math.inf
+    memory_gb: float = math.inf
+    disk_gb: float = math.inf
+
+    def __post_init__(self) -> None:
+        _positive(self, "cpu", "memory_gb", "disk_gb")
+
+
+@dataclass(frozen=True, slots=True)
 class Pool:
     """Nodes with slots; autoscaling adds nodes after a lag while accepted sandboxes wait for a slot.
 
@@ -199,6 +215,9 @@ _SECTIONS: dict[str, type] = {
     "exec": Exec,
     "limits": Limits,
 }
+_OPTIONAL_SECTIONS: dict[str, type] = {"resource_pool": ResourcePool}
+"""Sections a profile may leave out (None on the Profile: the behaviour is not modelled)."""
+_ALL_SECTIONS: dict[str, type] = {**_SECTIONS, **_OPTIONAL_SECTIONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +236,17 @@ class Profile:
     errors: Errors
     exec: Exec
     limits: Limits
+    resource_pool: ResourcePool | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
 
     def numeric_fields(self) -> dict[str, float]:
         """Every numeric setting by dotted name (what a source must accompany)."""
         out: dict[str, float] = {"default_time_scale": self.default_time_scale}
-        for section in _SECTIONS:
+        for section in _ALL_SECTIONS:
             obj = getattr(self, section)
+            if obj is None:
+                continue
             for f in dataclasses.fields(obj):
                 value = getattr(obj, f.name)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -242,9 +264,10 @@ class Profile:
             "description": self.description,
             "default_time_scale": self.default_time_scale,
         }
-        for section in _SECTIONS:
+        for section in _ALL_SECTIONS:
             obj = getattr(self, section)
-            out[section] = {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+            if obj is not None:
+                out[section] = {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         return out
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
@@ -270,16 +293,19 @@ class Profile:
                     raise ProfileError(f"unknown profile key {key!r} (use section.field, e.g. quota.max_active)")
                 sources[key] = OVERRIDE_SOURCE
                 continue
-            cls = _SECTIONS.get(section)
+            cls = _ALL_SECTIONS.get(section)
             if cls is None:
-                raise ProfileError(f"unknown profile section {section!r} in {key!r} (sections: {', '.join(_SECTIONS)})")
+                raise ProfileError(
+                    f"unknown profile section {section!r} in {key!r} (sections: {', '.join(_ALL_SECTIONS)})"
+                )
             hints = typing.get_type_hints(cls)
             if name not in hints:
                 known = ", ".join(f.name for f in dataclasses.fields(cls))
                 raise ProfileError(f"unknown profile key {key!r} (fields of [{section}]: {known})")
             value = _coerce(raw, hints[name], key, parse_strings=True)
+            current = getattr(profile, section)
             try:
-                new_section = dataclasses.replace(getattr(profile, section), **{name: value})
+                new_section = dataclasses.replace(cls() if current is None else current, **{name: value})
             except ValueError as exc:
                 raise ProfileError(f"override {key}: {exc}") from None
             profile = dataclasses.replace(profile, **{section: new_section})
@@ -354,8 +380,8 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
     sources: dict[str, str] = {}
     top_known = {"name", "description", "default_time_scale", "default_time_scale" + SOURCE_SUFFIX}
     for key in data:
-        if key not in _SECTIONS and key not in top_known:
-            raise ProfileError(f"{where}: unknown top-level key {key!r} (sections: {', '.join(_SECTIONS)})")
+        if key not in _ALL_SECTIONS and key not in top_known:
+            raise ProfileError(f"{where}: unknown top-level key {key!r} (sections: {', '.join(_ALL_SECTIONS)})")
     for key in ("name", "description", "default_time_scale"):
         if key not in data:
             raise ProfileError(f"{where}: missing field {key}")
@@ -372,6 +398,9 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
         if section not in data:
             raise ProfileError(f"{where}: missing section [{section}]")
         sections[section] = _build_section(cls, data[section], section, sources, where)
+    for section, cls in _OPTIONAL_SECTIONS.items():
+        if section in data:
+            sections[section] = _build_section(cls, data[section], section, sources, where)
     return Profile(
         name=name,
         description=description,

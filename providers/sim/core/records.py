@@ -49,7 +49,8 @@ class RejectReason(enum.StrEnum):
 class Rejected(Exception):
     """The vendor refused a create. `retry_after` (vendor seconds) is set for RATE_LIMITED.
 
-    `attempt` is the create-attempt number (fronts use it to pick a deterministic 5xx flavour).
+    `attempt` is the create-attempt number (fronts use it to pick a deterministic 5xx flavour). A quota refused
+    by the resource pool names the `resource` (`cpu`, `memory`, `disk`) and its `limit`, for fronts to word.
     """
 
     def __init__(
@@ -59,12 +60,16 @@ class Rejected(Exception):
         *,
         retry_after: float | None = None,
         attempt: int | None = None,
+        resource: str | None = None,
+        limit: float | None = None,
     ) -> None:
         super().__init__(message)
         self.reason = RejectReason(reason)
         self.message = message
         self.retry_after = retry_after
         self.attempt = attempt
+        self.resource = resource
+        self.limit = limit
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
@@ -121,6 +126,7 @@ class CreateRequest:
     cpu: float = 1.0
     memory_mb: int = 1024
     lifetime_s: float = 3600.0  # inf: no lifetime limit
+    disk_gb: float = 0.0  # what it holds of a resource pool's disk (fronts that know the size set it)
     name: str = ""
     idempotency_key: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -164,6 +170,7 @@ class SimSandbox:
     meta: Mapping[str, Any]
     error_type: str | None = None
     error_message: str | None = None
+    disk_gb: float = 0.0
     started_at: float | None = None
     running_at: float | None = None
     ended_at: float | None = None

@@ -112,6 +112,7 @@ class VendorSimulator:
         self.exec_counts: Counter[str] = Counter()
         self.peak_active = 0
         self.peak_provisioning = 0
+        self.pool_used: tuple[float, float, float] = (0.0, 0.0, 0.0)  # vCPU, memory GiB, disk GiB of active sandboxes
 
     # --- public API ---------------------------------------------------------------------------------
 
@@ -153,6 +154,7 @@ class VendorSimulator:
                 f"Sandbox limit reached: {len(self._active)} active sandboxes, the account allows {limit:g}",
                 attempt=attempt,
             )
+        self._check_resource_pool(req, attempt)
         pool = self.pool
         at_max = len(pool) + pool.booting >= self.profile.pool.max_nodes
         if at_max and pool.free_slots < 1 and self._n_waiting >= self.profile.pool.max_queue:
@@ -316,6 +318,30 @@ class VendorSimulator:
             self.rejections[RejectReason.INVALID] += 1
             raise Rejected(RejectReason.INVALID, problem)
 
+    def _check_resource_pool(self, req: CreateRequest, attempt: int) -> None:
+        """Refuse a create that would overdraw the account's vCPU, memory or disk pool (profile `[resource_pool]`)."""
+        pool = self.profile.resource_pool
+        if pool is None:
+            return
+        wanted = (req.cpu, req.memory_mb / 1024, req.disk_gb)
+        for resource, used, want, limit in zip(
+            ("cpu", "memory", "disk"), self.pool_used, wanted, (pool.cpu, pool.memory_gb, pool.disk_gb), strict=True
+        ):
+            if used + want > limit + 1e-9:
+                self.rejections[RejectReason.QUOTA_EXHAUSTED] += 1
+                raise Rejected(
+                    RejectReason.QUOTA_EXHAUSTED,
+                    f"Total {resource} limit exceeded: {used:g} in use, {want:g} asked, the account allows {limit:g}",
+                    attempt=attempt,
+                    resource=resource,
+                    limit=limit,
+                )
+
+    def _hold(self, sb: SimSandbox, sign: float) -> None:
+        """Take (+1) or give back (-1) a sandbox's share of the resource pool."""
+        cpu, memory, disk = self.pool_used
+        self.pool_used = (cpu + sign * sb.cpu, memory + sign * sb.memory_mb / 1024, disk + sign * sb.disk_gb)
+
     def _take_token(self, now: float) -> float | None:
         """Spend one create token; return None, or the vendor seconds until the next token."""
         rate = self.profile.create_rate
@@ -340,6 +366,7 @@ class VendorSimulator:
             cpu=float(req.cpu),
             memory_mb=int(req.memory_mb),
             lifetime_s=float(req.lifetime_s),
+            disk_gb=float(req.disk_gb),
             status=SandboxStatus.PENDING,
             created_at=now,
             updated_at=now,
@@ -351,6 +378,7 @@ class VendorSimulator:
         self._sandboxes[sb.id] = sb
         self._order.append(sb)
         self._active[sb.id] = sb
+        self._hold(sb, 1.0)
         self.peak_active = max(self.peak_active, len(self._active))
         if req.idempotency_key is not None:
             self._idempotency[req.idempotency_key] = sb.id
@@ -549,6 +577,7 @@ class VendorSimulator:
         sb.ended_at = now
         sb.updated_at = now
         del self._active[sb.id]
+        self._hold(sb, -1.0)
         for handle in sb._timers:
             handle.cancel()
         sb._timers.clear()
