@@ -1,0 +1,91 @@
+"""The local Daytona's shared state: the simulator, what the front adds to its records, and error answers.
+
+The REST handlers (`rest.py`), the toolbox (`toolbox.py`) and the event gateway (`events.py`) all reach the
+same `Front` through the aiohttp application.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from providers.sim.core.simulator import NotFound, SimSandbox, VendorSimulator
+from providers.sim.daytona.shapes import SOURCE_API, Lifecycle, error_body, requested, sandbox_body
+
+API_PREFIX = "/api"
+TOOLBOX_PREFIX = "/toolbox"
+
+
+@dataclass
+class Front:
+    """One simulated Daytona organization: its simulator, token, where it listens, and per-sandbox extras."""
+
+    sim: VendorSimulator
+    token: str
+    base_url: str = ""  # http://host:port, known once bound
+    life: dict[str, Lifecycle] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)  # name -> id, for sandboxes not destroyed
+    on_create: list[Callable[[SimSandbox], None]] = field(default_factory=list)
+    on_change: list[Callable[[SimSandbox, Lifecycle], None]] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return self.base_url + API_PREFIX
+
+    @property
+    def toolbox_url(self) -> str:
+        return self.base_url + TOOLBOX_PREFIX
+
+    @property
+    def time_scale(self) -> float:
+        return float(getattr(self.sim.clock, "time_scale", 1.0))
+
+    def lifecycle(self, sb: SimSandbox) -> Lifecycle:
+        life = self.life.get(sb.id)
+        if life is None:
+            life = self.life[sb.id] = Lifecycle()
+        return life
+
+    def find(self, id_or_name: str) -> SimSandbox:
+        """A sandbox by id, or by the name of one not yet destroyed; NotFound otherwise."""
+        try:
+            return self.sim.get(id_or_name)
+        except NotFound:
+            known = self.names.get(id_or_name)
+            if known is None:
+                raise
+            return self.sim.get(known)
+
+    def body(self, sb: SimSandbox, *, full: bool = True) -> dict[str, object]:
+        return sandbox_body(sb, self.sim.clock, self.toolbox_url, self.life.get(sb.id), full=full)
+
+    def forget_name(self, sb: SimSandbox) -> None:
+        name = requested(sb).name
+        if name and self.names.get(name) == sb.id:
+            del self.names[name]
+
+    def changed(self, sb: SimSandbox) -> None:
+        """A sandbox's record changed (the simulator's listener, or the front's own stop/delete)."""
+        life = self.lifecycle(sb)
+        if not sb.active:
+            self.forget_name(sb)
+        for callback in self.on_change:
+            callback(sb, life)
+
+
+FRONT = web.AppKey("stampede_daytona_front", Front)
+
+
+def front_of(request: web.Request) -> Front:
+    return request.app[FRONT]
+
+
+def error(
+    request: web.Request, status: int, message: str, *, code: str | None = None, source: str = SOURCE_API,
+    headers: dict[str, str] | None = None,
+) -> web.Response:  # fmt: skip
+    """An error in the envelope of the Daytona service named by `source`."""
+    body = error_body(status, message, path=request.path_qs, method=request.method, code=code, source=source)
+    return web.json_response(body, status=status, headers=headers)

@@ -1,0 +1,145 @@
+"""The local Daytona as one aiohttp application on one port: `/api` (REST and Socket.IO) and `/toolbox`.
+
+Point daytona 0.226.1 at it the way a user points it anywhere: `DAYTONA_API_URL=http://127.0.0.1:PORT/api`,
+`DAYTONA_API_KEY=<token>` (or `DaytonaConfig(api_url=..., api_key=...)`). Every sandbox body names
+`toolboxProxyUrl = http://127.0.0.1:PORT/toolbox`, which is where the SDK then sends its commands (plain
+http on loopback, the same API key). Requests without `Authorization: Bearer <token>` get the API's 401.
+
+Time: durations the vendor enforces (TTLs, sleeps, the startup deadline) are vendor seconds at the
+simulator's time scale; a command's `timeout` and `Retry-After-sandbox-create` are the client's real seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from providers.sim.core.clock import LoopClock
+from providers.sim.core.simulator import VendorSimulator
+from providers.sim.core.vendor_settings import VendorSettings
+from providers.sim.daytona import rest, toolbox
+from providers.sim.daytona.events import SOCKETIO_PATH, EventGateway
+from providers.sim.daytona.front import API_PREFIX, FRONT, TOOLBOX_PREFIX, Front, error
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROFILE = "daytona-like"
+
+
+@dataclass(frozen=True)
+class DaytonaSettings(VendorSettings):
+    """The local Daytona: which vendor behaviour, how fast, where, and the API key it accepts."""
+
+    profile: Any = DEFAULT_PROFILE
+
+
+@web.middleware
+async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """The API key on `/api` and `/toolbox` (Socket.IO authenticates in its own handshake); errors as envelopes."""
+    path = request.path
+    guarded = path.startswith((API_PREFIX + "/", TOOLBOX_PREFIX + "/")) and not path.startswith(SOCKETIO_PATH + "/")
+    if guarded:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), request.app[FRONT].token):
+            return error(request, 401, "Unauthorized")
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPNotFound:
+        return error(request, 404, f"Cannot {request.method} {request.path}")
+    except web.HTTPMethodNotAllowed:
+        return error(request, 404, f"Cannot {request.method} {request.path}")
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("local daytona: unhandled error in %s %s", request.method, request.path)
+        return error(request, 500, "An unexpected error occurred. (simulator bug)")
+
+
+def create_app(settings: DaytonaSettings) -> web.Application:
+    """The application; the simulator is built on the app's loop at startup (profile problems raise here)."""
+    profile = settings.resolved_profile()
+    scale = settings.resolved_time_scale(profile)
+    app = web.Application(middlewares=[_auth_and_errors], client_max_size=4 * 1024 * 1024)
+
+    async def on_startup(app: web.Application) -> None:
+        clock = LoopClock(scale)
+        clock.start()
+        sim = VendorSimulator(profile, seed=settings.seed, clock=clock)
+        front = Front(sim=sim, token=settings.token)
+        app[FRONT] = front
+        gateway.bind(front)
+        front.on_change.append(forget_sessions)
+        sim.add_listener(front.changed)
+        app[rest.INFO] = {"profile": profile.name, "seed": settings.seed, "time_scale": scale}
+
+    async def on_cleanup(app: web.Application) -> None:
+        await gateway.close()
+        if FRONT in app:
+            app[FRONT].sim.close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    rest.add_routes(app, API_PREFIX)
+    forget_sessions = toolbox.add_routes(app, TOOLBOX_PREFIX)
+    gateway = EventGateway(settings.token)
+    gateway.attach(app)
+    return app
+
+
+@dataclass
+class RunningDaytona:
+    """A local Daytona listening on a port of this loop. `close()` stops it (sandboxes are not terminated)."""
+
+    url: str  # http://host:port
+    port: int
+    token: str
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def api_url(self) -> str:
+        """What `DAYTONA_API_URL` (or `DaytonaConfig.api_url`) must name."""
+        return self.url + API_PREFIX
+
+    @property
+    def toolbox_url(self) -> str:
+        return self.url + TOOLBOX_PREFIX
+
+    @property
+    def simulator(self) -> VendorSimulator:
+        return self.app[FRONT].sim
+
+    @property
+    def time_scale(self) -> float:
+        return self.app[FRONT].time_scale
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_daytona(settings: DaytonaSettings | None = None) -> RunningDaytona:
+    """Start it on the running loop (tests, `serve`); port 0 picks a free port."""
+    settings = settings or DaytonaSettings()
+    app = create_app(settings)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    port = int(runner.addresses[0][1])
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    url = f"http://{host}:{port}"
+    app[FRONT].base_url = url
+    return RunningDaytona(url=url, port=port, token=settings.token, app=app, runner=runner)
