@@ -20,6 +20,7 @@ PROVIDERS: dict[str, str] = {
     "docker": "providers.docker:DockerProvider",
     "modal": "providers.modal:ModalProvider",
     "e2b": "providers.e2b:E2BProvider",
+    "daytona": "providers.daytona:DaytonaProvider",
 }
 """Provider name -> `module:class`. The `stub` provider is the embedded default."""
 
@@ -28,6 +29,7 @@ LOCAL_VENDORS: dict[str, str] = {
     "prime": "providers.sim.prime.serve",
     "modal": "providers.sim.modal.serve",
     "e2b": "providers.sim.e2b.serve",
+    "daytona": "providers.sim.daytona.serve",
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
 

@@ -44,11 +44,13 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.modal", "adapters"),
     ("providers.docker", "adapters"),
     ("providers.e2b", "adapters"),
+    ("providers.daytona", "adapters"),
     ("providers.sim", "sim-core"),
     ("providers.sim.core", "sim-core"),
     ("providers.sim.prime", "sim-fronts"),
     ("providers.sim.modal", "sim-fronts"),
     ("providers.sim.e2b", "sim-fronts"),
+    ("providers.sim.daytona", "sim-fronts"),
 )
 
 # room -> the rooms it may import (besides itself).
@@ -68,7 +70,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "locust": frozenset({"wire", "errors", "results", "registry", "contract"}),
     "cli": frozenset(
         {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support"}
-        | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`
+        | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`, `daytona-local serve`
     ),
     "scenarios": frozenset({"locust"}),
 }
@@ -86,8 +88,10 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
 
 # Within these rooms, sibling modules of different families must not import each other.
 SEPARATE_FAMILIES: dict[str, tuple[str, ...]] = {
-    "adapters": ("providers.stub", "providers.prime", "providers.modal", "providers.docker", "providers.e2b"),
-    "sim-fronts": ("providers.sim.prime", "providers.sim.modal", "providers.sim.e2b"),
+    "adapters": (
+        "providers.stub", "providers.prime", "providers.modal", "providers.docker", "providers.e2b", "providers.daytona"
+    ),
+    "sim-fronts": ("providers.sim.prime", "providers.sim.modal", "providers.sim.e2b", "providers.sim.daytona"),
 }
 
 

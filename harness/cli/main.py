@@ -140,6 +140,10 @@ def build_parser() -> OneLineParser:
     e2b_sub = e2b_local.add_subparsers(dest="e2b_command", metavar="COMMAND", parser_class=OneLineParser)
     e2b_sub.required = True
     e2b_sub.add_parser("serve", help="run it standalone (options: stampede e2b-local serve --help)")
+    daytona_local = sub.add_parser("daytona-local", help="the local Daytona API over the vendor simulator")
+    daytona_sub = daytona_local.add_subparsers(dest="daytona_command", metavar="COMMAND", parser_class=OneLineParser)
+    daytona_sub.required = True
+    daytona_sub.add_parser("serve", help="run it standalone (options: stampede daytona-local serve --help)")
     docker = sub.add_parser("docker", help="the local Docker provider's helpers")
     docker_sub = docker.add_subparsers(dest="docker_command", metavar="COMMAND", parser_class=OneLineParser)
     docker_sub.required = True
@@ -250,6 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from providers.sim.e2b.serve import main as e2b_serve_main
 
         return int(e2b_serve_main(argv[2:], prog="stampede e2b-local serve"))
+    if argv[:2] == ["daytona-local", "serve"]:
+        from providers.sim.daytona.serve import main as daytona_serve_main
+
+        return int(daytona_serve_main(argv[2:], prog="stampede daytona-local serve"))
     if argv[:2] == ["docker", "image"]:
         from providers.docker_image import main as docker_image_main
 

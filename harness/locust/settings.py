@@ -32,7 +32,7 @@ DEFAULT_OUT = "results"
 SECRET_OPTIONS = ("token",)
 
 
-DEFAULT_PROFILES = {"modal": "modal-like", "e2b": "e2b-like"}
+DEFAULT_PROFILES = {"modal": "modal-like", "e2b": "e2b-like", "daytona": "daytona-like"}
 
 
 def default_profile(provider: str) -> str:
@@ -103,7 +103,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         env_var="STAMPEDE_PROFILE",
         include_in_web_ui=True,
         help="simulated vendor behaviour (embedded stub, or --local): modal-like, prime-like, ideal, or a .toml"
-        " path (default: modal-like for --provider modal, e2b-like for e2b, else prime-like)",
+        " path (default: modal-like for --provider modal, e2b-like for e2b, daytona-like for daytona, else prime-like)",
     )
     add(
         "--profile-set",
