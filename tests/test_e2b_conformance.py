@@ -43,6 +43,7 @@ from e2b import (
     TemplateException,
     TimeoutException,
 )
+from e2b.api import client_async as sdk_transports
 
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, ReadyObservation, SandboxSpec
 from providers.e2b import E2BProvider, classify_e2b, sandbox_timeout
@@ -272,9 +273,9 @@ _CANCELED = TimeoutException("x: The request was cancelled by the server or a pr
 CLASSIFICATION: list[tuple[BaseException, Phase, FailureKind]] = [
     (AuthenticationException("401: Unauthorized"), Phase.CREATE, FailureKind.AUTH),
     (AuthenticationException("unauthorized access"), Phase.EXEC, FailureKind.AUTH),
-    (RateLimitException("429: Rate limit exceeded - Sandbox creation rate limit"), Phase.CREATE, FailureKind.RATE_LIMITED),
+    (RateLimitException("429: Rate limit exceeded - Sandbox creation rate"), Phase.CREATE, FailureKind.RATE_LIMITED),
     (
-        RateLimitException("429: Rate limit exceeded - you have reached the maximum number of concurrent E2B sandboxes"),
+        RateLimitException("429: Rate limit exceeded - the maximum number of concurrent E2B sandboxes"),
         Phase.CREATE,
         FailureKind.QUOTA_EXHAUSTED,
     ),
@@ -295,7 +296,7 @@ CLASSIFICATION: list[tuple[BaseException, Phase, FailureKind]] = [
     (SandboxException("400: templateID is required", status_code=400), Phase.CREATE, FailureKind.INVALID_REQUEST),
     (SandboxException("404: template 'x' not found", status_code=404), Phase.CREATE, FailureKind.IMAGE),
     (SandboxException("500: Failed to place sandbox", status_code=500), Phase.CREATE, FailureKind.CREATE_ERROR),
-    (SandboxException("504: Failed to place sandbox: timed out", status_code=504), Phase.CREATE, FailureKind.READY_TIMEOUT),
+    (SandboxException("504: Failed to place sandbox", status_code=504), Phase.CREATE, FailureKind.READY_TIMEOUT),
     (SandboxException("500: boom", status_code=500), Phase.TERMINATE, FailureKind.TRANSPORT),
     (SandboxException("internal: error running the process"), Phase.EXEC, FailureKind.EXEC_ERROR),
     (ConnectError(Code.UNAUTHENTICATED, "x"), Phase.EXEC, FailureKind.AUTH),
@@ -332,6 +333,16 @@ def test_options_are_checked_and_debug_mode_refused(monkeypatch: pytest.MonkeyPa
     provider = E2BProvider.from_options({})
     assert provider.options.connection == {"debug": False} and provider.options.where == "https://api.e2b.app"
     assert (sandbox_timeout(0.2), sandbox_timeout(600.5), sandbox_timeout(float("inf"))) == (1, 601, 86_400)
+
+
+def test_the_sdks_connection_cap_is_widened_unless_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sdk_transports, "max_connections", sdk_transports.max_connections)  # restored afterwards
+    assert E2BProvider.from_options({"api_key": "k"}).options.max_connections == 1000
+    E2BProvider.from_options({"api_key": "k", "max_connections": "1500"})
+    assert sdk_transports.max_connections == 1500
+    monkeypatch.setenv("E2B_MAX_CONNECTIONS", "300")
+    assert E2BProvider.from_options({"api_key": "k"}).options.max_connections is None
+    assert sdk_transports.max_connections == 1500  # left as it was: the user's setting is the SDK's to read
 
 
 def _provider(e2b: RunningE2B, **options: Any) -> E2BProvider:
@@ -393,7 +404,8 @@ def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone(
         user = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
         assert user.returncode == 0, user.stderr[-2000:]
         assert user.stdout == "from-a-users-script\n"
-        truth = httpx.get(f"{line['truth_url']}/api/v1/_stampede/truth", headers={"Authorization": f"Bearer {line['token']}"})
+        bearer = {"Authorization": f"Bearer {line['token']}"}
+        truth = httpx.get(f"{line['truth_url']}/api/v1/_stampede/truth", headers=bearer)
         assert [row["status"] for row in truth.json()["sandboxes"]] == ["TERMINATED"]
     finally:
         assert serve.stdin is not None
