@@ -166,12 +166,13 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.results.dataset import load_rollouts
+    from harness.results.engine_load import stage_engine_load
     from harness.results.summary import format_stage_table, stage_rows
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir() or not any(run_dir.glob("rollouts*.parquet")):
         raise UsageError(f"{run_dir} is not a stampede run folder (no rollouts*.parquet)")
-    print(format_stage_table(stage_rows(load_rollouts(run_dir))))
+    print(format_stage_table(stage_rows(load_rollouts(run_dir)), stage_engine_load(run_dir)))
     return 0
 
 

@@ -12,6 +12,7 @@ import time
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from harness.engine.stage_health import StageHealth
 from harness.wire.messages import HealthSnapshot
 
 LAG_PROBE_INTERVAL_S = 0.1
@@ -31,6 +32,7 @@ class LoopHealth:
         self._process = psutil.Process()
         self._process.cpu_percent(None)
         self.last_lag_s = 0.0  # the latest probe's lag: how late anything that woke just now ran
+        self.stages = StageHealth()  # the same probes, per stage in force, with the CPU of each stage
 
     def lag_now(self) -> float:
         """The loop's current lag in seconds (the latest probe's; probes run every LAG_PROBE_INTERVAL_S)."""
@@ -57,6 +59,7 @@ class LoopHealth:
             lag_us = min(max(1, int((now - start - self.interval_s) * 1e6)), _LAG_MAX_US)
             self.last_lag_s = lag_us / 1e6
             self.histogram.record_value(lag_us)
+            self.stages.record_lag(lag_us)
             if now - self._rotated >= RECENT_WINDOW_S:
                 self._recent = [self._recent[1], self._recent[0]]
                 self._recent[1].reset()
@@ -65,6 +68,7 @@ class LoopHealth:
 
     def reset(self) -> None:
         self.histogram.reset()
+        self.stages.reset()
         for histogram in self._recent:
             histogram.reset()
 

@@ -58,7 +58,7 @@ class EngineRun:
         self.recent: deque[tuple[float, float | None, bool]] = deque()
         self.stage_stats: dict[str, StageStats] = {}
         self.accepting = True
-        self.stage: StageUpdate | None = None  # what leased rollouts record (the Locust side's current stage)
+        self._stage_update: StageUpdate | None = None
         self.t_start = time.time()
         self.trainer: TrainerEmulator | None = None
         self.tickets: dict[str, Ticket] = {}
@@ -67,6 +67,17 @@ class EngineRun:
             settings = TrainerSettings.from_dict(config.trainer)
             self.trainer = TrainerEmulator(settings, config.run_dir, config.worker, kill=self.kill_step)
             self.trainer.start()
+
+    @property
+    def stage(self) -> StageUpdate | None:
+        """What leased rollouts record: the Locust side's current stage, as last told."""
+        return self._stage_update
+
+    @stage.setter
+    def stage(self, update: StageUpdate | None) -> None:
+        self._stage_update = update
+        if update is not None:
+            self.health.stages.switch(update.stage)
 
     def next_rollout_id(self) -> str:
         self.seq += 1
@@ -104,6 +115,8 @@ class EngineRun:
 
     def _dispatch(self, request: RolloutRequest, ticket: Ticket | None) -> asyncio.Task[RolloutRecord]:
         rollout_id = self.next_rollout_id()
+        if self._stage_update is None:  # no stage told (one-off requests): the requests name it
+            self.health.stages.switch(request.stage)
         if ticket is not None:
             self.tickets[rollout_id] = ticket
         self.inflight += 1
@@ -280,6 +293,7 @@ class EngineRun:
             "peak_live_sandboxes": self.peak_live,
             "versions": self.versions,
             "health": asdict(health),
+            "stage_health": self.health.stages.summary(),
             "t_start": self.t_start,
             "t_end": time.time(),
             "rehearsal": rehearsal,

@@ -61,7 +61,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     unit = "vendor s" if run.basis == "vendor" else "wall s"
     retried = any(s.retries for s in run.stages)
     header = ["stage", "conc", "target", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]}",
-              *QUANTILE_NAMES[1:], "starts/s", "harness err", "failures by kind", "by phase"]  # fmt: skip
+              *QUANTILE_NAMES[1:], "starts/s", "harness err", "engine", "failures by kind", "by phase"]  # fmt: skip
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[3:4] = ["attempts", "retries", "gave up"]
     rows = []
@@ -80,6 +80,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
             *(seconds(tti[name]) for name in QUANTILE_NAMES),
             "-" if s.start_rate != s.start_rate else f"{s.start_rate:.1f}",
             s.timing_error.describe(),
+            run.engine_load[s.stage].describe() if s.stage in run.engine_load else "-",
             _kinds(s.failures_by_kind),
             _kinds(s.failures_by_phase),
         ]

@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.quantiles import quantiles
+from harness.results.engine_load import engine_load_of
 from harness.results.summary import format_stage_table, load_truth, measurement_error, stage_rows
 
 
@@ -32,7 +33,8 @@ def render_run_summary(
             f" durations below are wall seconds (divide by {time_scale:g} for vendor seconds)"
         )
     total = len(rollouts)
-    lines.append(format_stage_table(stage_rows(rollouts)) if total else "(no rollouts recorded)")
+    engine_load = engine_load_of(engines)
+    lines.append(format_stage_table(stage_rows(rollouts), engine_load) if total else "(no rollouts recorded)")
     unknown = int((rollouts["failure_kind"] == "unknown").sum()) if total else 0
     harness = int((rollouts["failure_kind"] == "harness").sum()) if total else 0
     peak = int(concurrency_at_submit(rollouts).max()) if total else 0

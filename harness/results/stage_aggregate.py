@@ -23,6 +23,7 @@ import pandas as pd
 from harness.results.concurrency import concurrency_during, stage_concurrency
 from harness.results.dataset import RunInfo
 from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
+from harness.results.engine_load import EngineLoad, stage_engine_load
 from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
 from harness.results.vendor_time import to_vendor_seconds
 
@@ -68,6 +69,7 @@ class RunStats:
     stages: list[StageStats]
     tti_sorted: dict[str, np.ndarray] = field(default_factory=dict)
     frame: pd.DataFrame | None = None  # converted to the basis; for the timeline
+    engine_load: dict[str, EngineLoad] = field(default_factory=dict)  # the harness's own load per stage
 
 
 def scale_for(info: RunInfo, basis: TimeBasis) -> float:
@@ -187,7 +189,14 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
             "outcome": frame["outcome"],
         }
     )
-    return RunStats(info=info, basis=basis, stages=stats, tti_sorted=sorted_tti, frame=converted)
+    return RunStats(
+        info=info,
+        basis=basis,
+        stages=stats,
+        tti_sorted=sorted_tti,
+        frame=converted,
+        engine_load=stage_engine_load(info.run_dir),
+    )
 
 
 def _gave_up(info: RunInfo, frame: pd.DataFrame, codes: np.ndarray, n: int, is_failed: np.ndarray) -> np.ndarray:

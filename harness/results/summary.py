@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.quantiles import quantiles
+from harness.results.engine_load import EngineLoad
 from harness.results.timing_error import FLAG_NOTE, TimingError, per_rollout_error_s, stage_timing_error
 
 
@@ -83,9 +84,12 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}"
 
 
-def format_stage_table(rows: list[StageRow]) -> str:
+def format_stage_table(rows: list[StageRow], engine: dict[str, EngineLoad] | None = None) -> str:
+    """The per-stage table; `engine` (harness.results.engine_load) adds the engines' CPU and loop lag."""
     header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", "TTI p50", "p90", "p99", "p99.9", "max",
               "inflight", "starts/s", "harness err", "failures by kind"]  # fmt: skip
+    if engine:
+        header.insert(-1, "engine")
     table = [header]
     for row in rows:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(row.failures.items(), key=lambda kv: -kv[1]))
@@ -106,6 +110,7 @@ def format_stage_table(rows: list[StageRow]) -> str:
                 str(row.max_inflight),
                 "-" if row.start_rate != row.start_rate else f"{row.start_rate:.1f}",
                 row.timing_error.describe(),
+                *([engine[row.stage].describe() if row.stage in engine else "-"] if engine else []),
                 kinds or "-",
             ]
         )
