@@ -358,7 +358,9 @@ async def test_the_provider_walks_the_contract_against_the_front(open_e2b: Open)
     with pytest.raises(TimeoutException) as timed_out:
         await provider.exec(ref, ["sleep", "5"], 0.3)
     assert provider.classify(timed_out.value, Phase.EXEC) is FailureKind.EXEC_TIMEOUT
-    assert [r.rollout_id for r in await provider.list_owned("r", "e1")] == ["x"]
+    (listed,) = await provider.list_owned("r", "e1")
+    assert listed.rollout_id == "x" and listed.handle is None
+    assert (await provider.exec(listed, ["echo", "by id"], 5)).stdout == "by id\n"  # no SDK handle: connect by id
     assert await provider.list_owned("r", "e2") == []
     assert provider.versions() == {"e2b": "2.56.0"}
     sb = e2b.simulator.get(ref.sandbox_id)
