@@ -59,6 +59,14 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     assert needle in lines[0] and "Traceback" not in result.stderr
 
 
+def test_a_run_id_that_exists_is_refused_rather_than_mixed_into(tmp_path):
+    """Two runs under one --run-id would mix their rows into one folder's records."""
+    (tmp_path / "taken").mkdir()
+    result = stampede("run", "--out", str(tmp_path), "--run-id", "taken", "--stages", "2", "--hold", "1", timeout=60)
+    assert result.returncode == 2 and "already exists: give another --run-id" in result.stderr
+    assert list((tmp_path / "taken").iterdir()) == []
+
+
 def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
     """A provider from the user's own module (`module:Class`), the ramp shape, results read back by pandas."""
     result = stampede(

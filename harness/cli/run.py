@@ -63,6 +63,10 @@ def _validate(args: argparse.Namespace) -> RunSettings:
     if args.spawn_rate is not None and args.spawn_rate <= 0:
         raise UsageError("--spawn-rate must be positive")
     settings = RunSettings.from_options(argparse.Namespace(**vars(args), num_users=args.users))
+    if settings.run_id:
+        existing = Path(settings.out) / settings.run_id
+        if existing.exists():  # a second run would mix its rows into the first one's records
+            raise UsageError(f"{existing} already exists: give another --run-id, or remove that folder")
     try:
         provider_class(settings.provider)
     except ProviderConfigError as exc:
