@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from providers.sim.core.faults import TransportFaults
+
 PROFILES_DIR = Path(__file__).with_name("profiles")
 SOURCE_SUFFIX = "_source"
 OVERRIDE_SOURCE = "override: set by the user for this run"
@@ -215,7 +217,7 @@ _SECTIONS: dict[str, type] = {
     "exec": Exec,
     "limits": Limits,
 }
-_OPTIONAL_SECTIONS: dict[str, type] = {"resource_pool": ResourcePool}
+_OPTIONAL_SECTIONS: dict[str, type] = {"resource_pool": ResourcePool, "faults": TransportFaults}
 """Sections a profile may leave out (None on the Profile: the behaviour is not modelled)."""
 _ALL_SECTIONS: dict[str, type] = {**_SECTIONS, **_OPTIONAL_SECTIONS}
 
@@ -237,6 +239,7 @@ class Profile:
     exec: Exec
     limits: Limits
     resource_pool: ResourcePool | None = None
+    faults: TransportFaults | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
 
