@@ -25,6 +25,7 @@ from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
 from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
+from harness.wire.redact import secret_values, short_error
 from harness.wire.stage_counters import StageStats
 from providers.base import INIT_FAILURE_KINDS, Provider
 
@@ -42,6 +43,8 @@ class EngineRun:
         self.config = config
         self.provider = provider
         self.plan = RolloutPlan.from_dict(config.plan)
+        # Every string this run writes or answers with is redacted against these (and credential shapes).
+        self.secrets = (*config.secrets, *secret_values(config.provider_options))
         self.health = health
         self.writer = ShardWriter(config.run_dir, config.worker, flush_interval_s=config.flush_interval_s)
         self.registry = SandboxRegistry()
@@ -135,7 +138,7 @@ class EngineRun:
             sdk_version=self.sdk_version,
             t_intended=request.t_intended,
             attempt=request.attempt,
-            secrets=tuple(self.config.secrets),
+            secrets=self.secrets,
             loop_lag=self.health.lag_now,
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
@@ -178,7 +181,7 @@ class EngineRun:
         except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
             record = ctx.new_record()
             record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
-            record.error = f"{type(exc).__name__}: {exc}"[:300]
+            record.error = short_error(exc, self.secrets)
             return record
 
     def _stage(self, name: str) -> StageStats:
@@ -269,7 +272,7 @@ class EngineRun:
                 # this engine's leftovers only: in a distributed run the others are still working
                 reaped = await self.provider.cleanup(self.config.run_id, self.config.worker)
         except Exception as exc:  # an unreachable vendor must not lose the results
-            sweep_error = f"{type(exc).__name__}: {exc}"[:300]
+            sweep_error = short_error(exc, self.secrets)
         await self.writer.close()
         if self.trainer is not None:
             rehearsal = await asyncio.to_thread(self.trainer.write)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 from harness.wire.records import RolloutRecord, live_row
+from harness.wire.redact import RedactingFormatter, redact, secret_values
 from providers import create_provider
 from providers.base import ProviderConfigError, ProviderError
 from providers.open_files import raise_open_files_limit
@@ -46,12 +48,15 @@ class Engine:
         self._configure_lock = asyncio.Lock()
         self._last_summary: dict[str, Any] | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
+        self.secrets: tuple[str, ...] = ()  # the configured run's: every answer and log line is redacted
 
     async def configure(self, data: Mapping[str, Any]) -> dict[str, Any]:
         async with self._configure_lock:
             if self.run is not None:
                 await self.drain()
             config = EngineConfig.from_wire({"worker": self.worker, **data})
+            self.secrets = (*config.secrets, *secret_values(config.provider_options))
+            redact_logs(self.secrets)
             provider = create_provider(config.provider, config.provider_options)
             try:
                 await provider.preflight()
@@ -93,7 +98,7 @@ class Engine:
                 writer.write(encode(message))
 
         def error(req_id: Any, kind: str, message: str) -> None:
-            send({"op": msg.ERROR, "id": req_id, "kind": kind, "message": message})
+            send({"op": msg.ERROR, "id": req_id, "kind": kind, "message": redact(message, self.secrets)})
 
         async def configure(message: Mapping[str, Any]) -> dict[str, Any]:
             return {"op": msg.CONFIGURED, **await self.configure(message.get("config", {}))}
@@ -215,6 +220,17 @@ class Engine:
                 await asyncio.wait(pending, timeout=DRAIN_TIMEOUT_S)
             with contextlib.suppress(Exception):
                 writer.close()
+
+
+def redact_logs(secrets: tuple[str, ...]) -> None:
+    """Whatever a provider or SDK logs reaches the run's stderr only through `redact` (warnings and up)."""
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if isinstance(h.formatter, RedactingFormatter)), None)
+    if handler is None:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        root.addHandler(handler)
+    handler.setFormatter(RedactingFormatter(secrets, "%(levelname)s %(name)s: %(message)s"))
 
 
 def preload_provider(name: str | None) -> None:

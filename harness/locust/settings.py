@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
+from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
 from harness.wire.plan import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
@@ -413,10 +414,18 @@ class RunSettings:
             spawn_rate=float(get("spawn_rate")) if get("spawn_rate") else None,
         )
 
+    def secrets(self) -> list[str]:
+        """The run's secrets: the token and every provider option whose name says secret."""
+        return [s for s in (self.token, *secret_values(self.provider_options)) if s]
+
     def public_dict(self) -> dict[str, Any]:
-        """For run.json: every setting except secrets."""
+        """For run.json: every setting, secrets masked (by name, and by value wherever else one was pasted)."""
         data = asdict(self)
         data["plan"] = self.plan.to_dict()
         data["stages"] = list(self.stages)
-        data["token"] = "***" if self.token else None
-        return data
+        data["token"] = MASK if self.token else None
+        data["provider_options"] = {
+            key: MASK if is_secret_option(key) and value else value for key, value in self.provider_options.items()
+        }
+        public: dict[str, Any] = redact_data(data, self.secrets())
+        return public
