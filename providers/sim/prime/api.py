@@ -34,7 +34,6 @@ modelled (422 / 404); one account and team. Exec speaks both the REST gateway sh
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.simulator import (
     NotFound,
@@ -95,8 +95,8 @@ def _time_scale(clock: SimClock) -> float:
 # --- errors -------------------------------------------------------------------------------------------
 
 
-def _detail(status: int, detail: Any, **extra: Any) -> web.Response:
-    return web.json_response({"detail": detail, **extra}, status=status)
+def _detail(status: int, detail: Any, *, headers: dict[str, str] | None = None, **extra: Any) -> web.Response:
+    return web.json_response({"detail": detail, **extra}, status=status, headers=headers)
 
 
 def _not_found() -> web.Response:
@@ -140,16 +140,15 @@ async def _errors_and_auth(request: web.Request, handler: Callable[[web.Request]
         header = request.headers.get("Authorization")
         if not header:
             return _detail(401, "Not authenticated")
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), request.app[API_TOKEN]):
+        if not bearer_matches(header, request.app[API_TOKEN]):
             return _detail(401, "Invalid API key")
     try:
         response: web.StreamResponse = await handler(request)
         return response
     except web.HTTPNotFound:
         return _detail(404, "Not Found")
-    except web.HTTPMethodNotAllowed:
-        return _detail(405, "Method Not Allowed")
+    except web.HTTPMethodNotAllowed as exc:  # RFC 9110: a 405 lists what the resource allows
+        return _detail(405, "Method Not Allowed", headers={"Allow": ", ".join(sorted(exc.allowed_methods))})
     except web.HTTPException:
         raise
     except asyncio.CancelledError:

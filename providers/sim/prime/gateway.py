@@ -12,7 +12,6 @@ same base URL instead: command_session.py serves it on the same `GatewayTokens`.
 
 from __future__ import annotations
 
-import hmac
 import math
 import secrets
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.simulator import (
     ExecError,
     ExecTimedOut,
@@ -72,8 +72,7 @@ class GatewayTokens:
         known = self._by_job.get(job_id)
         if known is None or known.user_ns != user_ns or known.expires_at <= time.time():
             return False
-        scheme, _, presented = (authorization or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip(), known.token)
+        return bearer_matches(authorization, known.token)
 
     def auth_body(self, token: GatewayToken, base_url: str) -> dict[str, Any]:
         """The `/auth` response / `gatewayAuth` object the SDK caches."""

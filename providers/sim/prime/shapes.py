@@ -15,6 +15,22 @@ from providers.sim.core.simulator import CreateRequest, SimSandbox, iso
 
 DISK_MOUNT_PATH = "/sandbox-workspace"
 USER_ID = "user-stampede"
+LIMITS: dict[str, int] = {
+    "cpu_cores": 1024,
+    "memory_gb": 16384,
+    "disk_size_gb": 65536,
+    "timeout_minutes": 1_000_000,  # ~2 years; idle_timeout_minutes too
+}
+"""The largest create values accepted (422 above): generous, but finite once turned into MB and seconds.
+The OpenAPI document states the same `maximum`s."""
+
+
+def _finite(value: int | float) -> bool:
+    """A JSON number Python can hold as a finite float (an integer of 400 digits cannot)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _field_error(kind: str, name: str | None, msg: str, value: Any) -> dict[str, Any]:
@@ -102,7 +118,7 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
         value = body[name]
         ok = {
             "str": isinstance(value, str),
-            "number": isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+            "number": isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value),
             "int": isinstance(value, int) and not isinstance(value, bool),
             "bool": isinstance(value, bool),
             "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
@@ -123,9 +139,17 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
             return default
         return value
 
-    def positive(name: str, value: Any) -> None:
+    def positive(name: str, value: Any, most: float) -> None:
+        """Above 0 and at most `most`: a size beyond it would overflow on its way to the simulator."""
         if isinstance(value, (int, float)) and not value > 0:
             errors.append(_field_error("greater_than", name, "Input should be greater than 0", value))
+        elif isinstance(value, (int, float)) and value > most:
+            msg = f"Input should be less than or equal to {most:g}"
+            errors.append(_field_error("less_than_equal", name, msg, value))
+
+    def at_most(name: str, value: Any, most: int) -> None:
+        if isinstance(value, int) and value > most:
+            errors.append(_field_error("less_than_equal", name, f"Input should be less than or equal to {most}", value))
 
     name = get("name", "str", required=True)
     image = get("docker_image", "str")
@@ -151,17 +175,18 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
     elif isinstance(image, str) and not image.strip():
         errors.append(_field_error("value_error", "docker_image", "Value error, docker_image must not be empty", image))
     cpu = get("cpu_cores", "number", default=1.0)
-    positive("cpu_cores", cpu)
+    positive("cpu_cores", cpu, LIMITS["cpu_cores"])
     memory_gb = get("memory_gb", "number", default=1.0)
-    positive("memory_gb", memory_gb)
+    positive("memory_gb", memory_gb, LIMITS["memory_gb"])
     disk = get("disk_size_gb", "number", default=5.0)
-    positive("disk_size_gb", disk)
+    positive("disk_size_gb", disk, LIMITS["disk_size_gb"])
     gpus = get("gpu_count", "int", default=0)
     if isinstance(gpus, int) and gpus != 0:
         errors.append(
             _field_error("value_error", "gpu_count", "Value error, GPUs are not modelled by the simulator", gpus)
         )
     minutes = get("timeout_minutes", "int", default=60)
+    at_most("timeout_minutes", minutes, LIMITS["timeout_minutes"])
     if isinstance(minutes, int) and not (minutes == -1 or minutes >= 1):
         errors.append(
             _field_error(
@@ -172,6 +197,7 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
             )
         )
     idle = get("idle_timeout_minutes", "int")
+    at_most("idle_timeout_minutes", idle, LIMITS["timeout_minutes"])
     env = get("environment_vars", "dict[str,str]", default={})
     secrets_in = get("secrets", "dict[str,str]", default={})
     labels = get("labels", "list[str]", default=[])

