@@ -94,6 +94,18 @@ class SandboxSpec:
         return tags
 
 
+def tagged_by_stampede(labels: Mapping[str, Any] | Sequence[str] | None) -> str | None:
+    """The run id a vendor's labels (a mapping, or `key=value` strings) carry, or None if stampede did not tag it."""
+    if isinstance(labels, Mapping):
+        value = labels.get(RUN_LABEL)
+        return None if value is None else str(value)
+    for label in labels or ():
+        key, sep, value = str(label).partition("=")
+        if sep and key == RUN_LABEL:
+            return value
+    return None
+
+
 def owner_labels(run_id: str, engine: str | None = None) -> dict[str, str]:
     """The labels `list_owned` / `cleanup` filter on: the run, and within it one engine when given."""
     labels = {RUN_LABEL: run_id}
@@ -185,6 +197,19 @@ class Provider(abc.ABC):
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:
         """Terminate every live sandbox of the run (of one engine of it, when given); return how many."""
         refs = await self.list_owned(run_id, engine)
+        results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
+        return sum(1 for result in results if not isinstance(result, BaseException))
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every live sandbox stampede tagged on this vendor, whatever its run (`stampede cleanup --all-owned`).
+
+        Adapters whose vendor can list by label key (or list everything and show labels) override this.
+        """
+        raise ProviderConfigError(f"provider {self.name} cannot list every sandbox stampede tagged: give --run-id")
+
+    async def cleanup_all_owned(self) -> int:
+        """Terminate every live sandbox stampede ever tagged on this vendor; return how many."""
+        refs = await self.list_all_owned()
         results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
         return sum(1 for result in results if not isinstance(result, BaseException))
 

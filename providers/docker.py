@@ -35,6 +35,7 @@ from aiodocker.execs import Exec
 
 from providers.base import (
     ROLLOUT_LABEL,
+    RUN_LABEL,
     ExecResult,
     FailureKind,
     Phase,
@@ -427,6 +428,17 @@ class DockerProvider(Provider):
                     meta={key.lower(): container[key] for key in ("State", "Image", "Names") if key in container},
                 )
             )
+        return refs
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every container (running or not) carrying a run label, whatever the run: Docker filters by key alone."""
+        with _daemon_errors("list", None, FailureKind.TRANSPORT, "docker did not answer the container list"):
+            async with asyncio.timeout(self.options.api_timeout_s):
+                containers = await self._client().containers.list(all=True, filters={"label": [RUN_LABEL]})
+        refs = []
+        for container in containers:
+            labels = (container["Labels"] if "Labels" in container else None) or {}
+            refs.append(SandboxRef(sandbox_id=container.id, provider=self.name, run_id=str(labels.get(RUN_LABEL, ""))))
         return refs
 
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:

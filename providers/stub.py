@@ -34,6 +34,7 @@ from providers.base import (
     SandboxSpec,
     classify_common,
     owner_labels,
+    tagged_by_stampede,
 )
 from providers.options import Option, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of
@@ -302,6 +303,9 @@ class StatusPoller:
                     await task
 
 
+ALL_OWNED_MAX_PAGES = 10_000  # 1,000,000 sandboxes: a bound, not a limit anyone meets
+
+
 class StubProvider(Provider):
     """The Prime-like REST API through plain aiohttp."""
 
@@ -476,6 +480,20 @@ class StubProvider(Provider):
         labels = label_strings(owner_labels(run_id, engine))
         body = await self.request("DELETE", "/sandbox", Phase.TERMINATE, json={"labels": labels})
         return len(body.get("succeeded", []))
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every active sandbox whose labels carry a run label (the API filters by `key=value` only: we filter)."""
+        refs: list[SandboxRef] = []
+        for page in range(1, ALL_OWNED_MAX_PAGES + 1):
+            params = [("page", page), ("per_page", 100), ("is_active", "true")]
+            body = await self.request("GET", "/sandbox", Phase.TERMINATE, params=params)
+            for sandbox in body.get("sandboxes", []):
+                run_id = tagged_by_stampede(sandbox.get("labels"))
+                if run_id is not None:
+                    refs.append(SandboxRef(sandbox_id=sandbox["id"], provider=self.name, run_id=run_id))
+            if not body.get("hasNext"):
+                break
+        return refs
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         if isinstance(exc, aiohttp.ClientResponseError):

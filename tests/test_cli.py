@@ -87,7 +87,7 @@ def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
     assert result.returncode == 0, result.stderr
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     manifest = json.loads((run_dir / "run.json").read_text())
-    assert manifest["status"] == "complete" and manifest["schema_version"] == 1
+    assert manifest["status"] == "completed" and manifest["schema_version"] == 1
     assert manifest["shape"]["stages"] == [4, 8]
     rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
     ops = pd.read_parquet(sorted(run_dir.glob("ops*.parquet")))

@@ -73,7 +73,7 @@ def test_sigterm_mid_run_leaves_zero_containers(docker_host, tmp_path):
     assert containers(docker_host, run_id) == []
     frame = rollouts(tmp_path / run_id)
     assert len(frame) >= 6 and set(frame["outcome"]) == {"cancelled"}
-    assert json.loads((tmp_path / run_id / "run.json").read_text())["status"] == "complete"
+    assert json.loads((tmp_path / run_id / "run.json").read_text())["status"] == "interrupted"
 
 
 def test_daemon_stopped_mid_run_gives_classified_failures_and_an_orderly_end(private_daemon, tmp_path):
@@ -114,5 +114,5 @@ def test_daemon_stopped_mid_run_gives_classified_failures_and_an_orderly_end(pri
     assert len(failed) > 0
     assert set(failed["failure_kind"]) <= CLASSIFIED_DAEMON_LOSS, failed["failure_kind"].value_counts()
     manifest = json.loads((run_dir / "run.json").read_text())
-    assert manifest["status"] == "complete" and manifest["rows"]["rollouts"] == len(frame)
+    assert manifest["status"] == "completed" and manifest["rows"]["rollouts"] == len(frame)
     assert "results:" in out

@@ -45,7 +45,7 @@ def check_default_run(_: subprocess.CompletedProcess) -> None:
     assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns)
     assert frame["inflight_at_submit"].max() >= 960
     assert not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
-    assert json.loads((latest() / "run.json").read_text())["status"] == "complete"
+    assert json.loads((latest() / "run.json").read_text())["status"] == "completed"
 
 
 def check_modal_burst(result: subprocess.CompletedProcess) -> None:
@@ -80,7 +80,7 @@ def check_four_vendors(result: subprocess.CompletedProcess) -> None:
     assert "side by side" in result.stdout
     for vendor in ("modal", "prime", "e2b", "daytona"):
         run = REPO / "results" / "four" / vendor
-        assert json.loads((run / "run.json").read_text())["status"] == "complete"
+        assert json.loads((run / "run.json").read_text())["status"] == "completed"
         frame = pd.read_parquet(sorted(run.glob("rollouts*.parquet")))
         assert len(frame) == 100 and not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
         assert f"{vendor}/{vendor}-like" in result.stdout

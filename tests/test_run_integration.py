@@ -138,7 +138,7 @@ def test_ctrl_c_terminates_every_sandbox_and_keeps_the_results(tmp_path):
         assert _active(url, token, "cut-short") == 0
         frame = rollouts(tmp_path / "cut-short")
         assert len(frame) >= 150 and "cancelled" in set(frame["outcome"])
-        assert json.loads((tmp_path / "cut-short" / "run.json").read_text())["status"] == "complete"
+        assert json.loads((tmp_path / "cut-short" / "run.json").read_text())["status"] == "interrupted"
         assert "Traceback" not in err
     finally:
         stub.send_signal(signal.SIGTERM)

@@ -72,12 +72,21 @@ def _add_stub(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_cleanup(sub: argparse._SubParsersAction) -> None:
-    cleanup = sub.add_parser("cleanup", help="terminate every sandbox a run left behind (found by its run label)")
+    cleanup = sub.add_parser(
+        "cleanup",
+        help="terminate every sandbox a run left behind (found by its run label), or every one stampede tagged",
+    )
     cleanup.add_argument("--provider", default="stub")
     cleanup.add_argument("--base-url", default=None)
     cleanup.add_argument("--token", default=None, help="or STAMPEDE_TOKEN")
     cleanup.add_argument("--provider-option", action="append", default=None, help="KEY=VALUE (repeatable)")
-    cleanup.add_argument("--run-id", required=True)
+    which = cleanup.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run-id", help="the run whose sandboxes to reap")
+    which.add_argument(
+        "--all-owned",
+        action="store_true",
+        help="every live sandbox stampede ever tagged on this vendor, whatever the run (crashed runs' leftovers)",
+    )
 
 
 def _add_analysis(sub: argparse._SubParsersAction) -> None:
@@ -165,14 +174,21 @@ def _cmd_profiles(_: argparse.Namespace) -> int:
 def _cmd_summary(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.results.dataset import load_rollouts
+    from harness.results.dataset import is_run_folder, load_rollouts, read_run_info
     from harness.results.engine_load import stage_engine_load
+    from harness.results.run_ending import run_ending
     from harness.results.summary import format_stage_table, stage_rows
 
     run_dir = Path(args.run_dir)
-    if not run_dir.is_dir() or not any(run_dir.glob("rollouts*.parquet")):
-        raise UsageError(f"{run_dir} is not a stampede run folder (no rollouts*.parquet)")
-    print(format_stage_table(stage_rows(load_rollouts(run_dir)), stage_engine_load(run_dir)))
+    if not run_dir.is_dir() or not is_run_folder(run_dir):
+        raise UsageError(f"{run_dir} is not a stampede run folder (no run.json, rollouts*.parquet or ops*.parquet)")
+    info = read_run_info(run_dir)
+    rollouts = load_rollouts(run_dir)
+    print(run_ending(info.manifest, rollouts["outcome"]).banner())
+    if len(rollouts):
+        print(format_stage_table(stage_rows(rollouts), stage_engine_load(run_dir)))
+    else:
+        print("(no rollouts recorded)")
     return 0
 
 
@@ -201,6 +217,8 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         provider = create_provider(args.provider, options)
         try:
             await provider.preflight()
+            if args.all_owned:
+                return await provider.cleanup_all_owned()
             return await provider.cleanup(args.run_id)
         finally:
             await provider.aclose()
@@ -209,7 +227,10 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
         count = asyncio.run(reap())
     except (ProviderConfigError, ProviderError) as exc:
         raise UsageError(str(exc)) from None
-    print(f"reaped {count} sandboxes of run {args.run_id}")
+    if args.all_owned:
+        print(f"reaped {count} sandboxes stampede had tagged on {args.provider} (every run)")
+    else:
+        print(f"reaped {count} sandboxes of run {args.run_id}")
     return 0
 
 

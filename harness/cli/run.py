@@ -3,7 +3,8 @@
 The same locustfiles run under `locust -f`; here we validate input up front (so mistakes cost one line, not
 a half-started run), build Locust's options from ours, and run the shape to its end. Ctrl-C or SIGTERM stop
 the run in order: users stop, the engine cancels in-flight rollouts and terminates every sandbox it holds,
-and the results written so far stay readable.
+and the results written so far stay readable. A second one aborts (no grace for rollouts, sandboxes still
+terminated); run.json and the exit status say which (harness.wire.run_endings holds the table).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from harness.locust.session import session_of
 from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape, StampedeShape
 from harness.locust.vendor_process import probe
+from harness.wire.run_endings import ABORTED, EXIT_INTERRUPTED, exit_code_for
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
-EXIT_INTERRUPTED = 130
 WORKER_CONNECT_TIMEOUT_S = 60.0
 
 
@@ -241,14 +242,25 @@ def run(args: argparse.Namespace) -> int:
 
     def stop(signum: int | None = None) -> None:
         """Ctrl-C / SIGTERM: stop now. In-flight rollouts are cancelled (not waited for) and every sandbox
-        they hold is terminated by the engine; the stop timeout only applies to a shape's natural end."""
-        if not interrupted:
-            print("\nstampede: stopping — terminating in-flight sandboxes…", file=sys.stderr, flush=True)
+        they hold is terminated by the engine; the stop timeout only applies to a shape's natural end.
+        A second one aborts: the engine gives rollouts no grace (sandboxes are still terminated)."""
         interrupted.append(signum)
-        environment.stop_timeout = 0
-        gevent.spawn(runner.quit)
+        if len(interrupted) == 1:
+            print("\nstampede: stopping — terminating in-flight sandboxes… (again: abort, faster)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        elif len(interrupted) == 2:
+            print("stampede: aborting — no grace for rollouts; their sandboxes are still terminated",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        else:
+            print("stampede: still terminating sandboxes (kill -9 would leave them to `stampede cleanup`)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        session.note_signal(len(interrupted))
+        if len(interrupted) == 1:
+            environment.stop_timeout = 0
+            gevent.spawn(runner.quit)
 
     gevent.signal_handler(signal.SIGTERM, stop, signal.SIGTERM)
+    gevent.signal_handler(signal.SIGINT, stop, signal.SIGINT)  # not KeyboardInterrupt: it lands anywhere
     try:
         if shape is not None:
             runner.start_shape()
@@ -257,19 +269,16 @@ def run(args: argparse.Namespace) -> int:
         if options.run_time:
             gevent.spawn_later(options.run_time, runner.quit)
         runner.greenlet.join()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a Ctrl-C before the handler above took over
         stop(signal.SIGINT)
-        try:
-            runner.greenlet.join()
-        except KeyboardInterrupt:  # a second Ctrl-C: still drain, just say so
-            print("stampede: still draining the engine; press Ctrl-C again only to abandon sandboxes",
-                  file=sys.stderr)  # fmt: skip
-            runner.greenlet.join()
+        runner.greenlet.join()
     _quit(environment)
     _stop_workers(workers)
     if environment.process_exit_code not in (None, 0):
         return int(environment.process_exit_code)
-    return EXIT_INTERRUPTED if interrupted else 0
+    if interrupted:  # the table in harness.wire.run_endings: 130 interrupted, 131 aborted
+        return exit_code_for(ABORTED) if len(interrupted) >= 2 else EXIT_INTERRUPTED
+    return 0
 
 
 def _run_worker(environment: Environment, runner: Any) -> int:

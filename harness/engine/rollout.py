@@ -83,11 +83,14 @@ def sandbox_spec(plan: RolloutPlan, run_id: str, rollout_id: str, engine: str = 
 class SandboxRegistry:
     """Live sandboxes by id, so the engine can terminate whatever a cancelled rollout left behind."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_add: Callable[[SandboxRef, str], None] | None = None) -> None:
         self._live: dict[str, SandboxRef] = {}
+        self._on_add = on_add  # the write-ahead: which rollout holds which sandbox, before anything else happens
 
-    def add(self, ref: SandboxRef) -> None:
+    def add(self, ref: SandboxRef, rollout_id: str = "") -> None:
         self._live[ref.sandbox_id] = ref
+        if self._on_add is not None:
+            self._on_add(ref, rollout_id or ref.rollout_id)
 
     def discard(self, ref: SandboxRef) -> None:
         self._live.pop(ref.sandbox_id, None)
@@ -180,7 +183,7 @@ class _Rollout:
         spec = sandbox_spec(plan, self.ctx.run_id, self.ctx.rollout_id, self.ctx.worker)
         self.phase = Phase.CREATE
         self.ref = await self.timed("create", Phase.CREATE, self.provider.create(spec), plan.create_timeout_s)
-        self.registry.add(self.ref)
+        self.registry.add(self.ref, self.ctx.rollout_id)
         record.sandbox_id = self.ref.sandbox_id
         record.create_s = self.elapsed()
 

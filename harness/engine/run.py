@@ -21,15 +21,18 @@ from typing import Any
 from harness.engine.health import LoopHealth
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.engine.shards import ShardWriter, safe_name
+from harness.engine.submit_log import SubmitLog
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
 from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
 from harness.wire.redact import secret_values, short_error
 from harness.wire.stage_counters import StageStats
-from providers.base import INIT_FAILURE_KINDS, Provider
+from providers.base import INIT_FAILURE_KINDS, Provider, SandboxRef
 
 RECENT_WINDOW_S = 10.0
+ABORT_GRACE_S = 1.0  # aborted (a second Ctrl-C): how long cancelled rollouts get to end on their own
+ABORT_DEADLINE_S = 15.0  # aborted: the whole drain (terminating leftovers, the label sweep) within this
 
 
 class RehearsalOver(Exception):
@@ -47,7 +50,15 @@ class EngineRun:
         self.secrets = (*config.secrets, *secret_values(config.provider_options))
         self.health = health
         self.writer = ShardWriter(config.run_dir, config.worker, flush_interval_s=config.flush_interval_s)
-        self.registry = SandboxRegistry()
+        self.submits = SubmitLog(
+            config.run_dir,
+            safe_name(config.worker),
+            {"run_id": config.run_id, "worker": config.worker, "provider": config.provider,
+             "profile": config.profile, "scenario": config.scenario, "pid": os.getpid()},
+            rotate_s=config.flush_interval_s,
+        )  # fmt: skip
+        self.hurried = asyncio.Event()  # set by an abort: the drain gives rollouts no grace
+        self.registry = SandboxRegistry(on_add=self._sandbox_acknowledged)
         self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
         self.versions = dict(provider.versions())
         self.sdk_version = ";".join(f"{name}={version}" for name, version in sorted(self.versions.items()))
@@ -125,6 +136,7 @@ class EngineRun:
         self.inflight += 1
         self.started += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
+        self._write_ahead(rollout_id, 1, request.stage, request.target_users, request.t_intended)
         ctx = RolloutContext(
             run_id=self.config.run_id,
             worker=self.config.worker,
@@ -159,8 +171,9 @@ class EngineRun:
                 outcome = record.outcome
                 if not self._retryable(record) or ctx.attempt > self.plan.retries:
                     return record
-                await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
                 ctx = dataclasses.replace(ctx, attempt=ctx.attempt + 1, inflight_at_submit=self.inflight)
+                self._write_ahead(ctx.rollout_id, ctx.attempt, ctx.stage, ctx.target_users, ctx.t_intended)
+                await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
         finally:
             self.tasks.pop(ctx.rollout_id, None)
             self.inflight -= 1
@@ -183,6 +196,23 @@ class EngineRun:
             record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
             record.error = short_error(exc, self.secrets)
             return record
+
+    def _write_ahead(
+        self, rollout_id: str, attempt: int, stage: str, target_users: int, t_intended: float | None
+    ) -> None:
+        self.submits.submitted(
+            rollout_id,
+            attempt,
+            {"stage": stage, "target_users": target_users, "inflight_at_submit": self.inflight,
+             "t_intended": t_intended, "sdk_version": self.sdk_version},
+        )  # fmt: skip
+
+    def _sandbox_acknowledged(self, ref: SandboxRef, rollout_id: str) -> None:
+        self.submits.created(rollout_id, ref.sandbox_id)
+
+    def hurry(self) -> None:
+        """Aborted: the drain (now or to come) gives rollouts no grace and bounds itself to ABORT_DEADLINE_S."""
+        self.hurried.set()
 
     def _stage(self, name: str) -> StageStats:
         """This stage's live counters, made on first use (not `setdefault`: it builds two HDR histograms)."""
@@ -245,7 +275,7 @@ class EngineRun:
     async def drain(self, timeout_s: float) -> dict[str, Any]:
         """Stop everything: cancel rollouts, terminate what they held, sweep the label, flush the shards."""
         self.accepting = False
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (min(timeout_s, ABORT_DEADLINE_S) if self.hurried.is_set() else timeout_s)
         rehearsal: dict[str, Any] | None = None
         if self.trainer is not None:  # no more admissions: waiting requests are told the rehearsal is over
             await self.trainer.close()
@@ -253,7 +283,7 @@ class EngineRun:
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=max(1.0, deadline - time.monotonic()))
+            deadline = await self._wait_for_rollouts(tasks, deadline)
         leftovers = self.registry.snapshot()
         terminate_errors = 0
         if leftovers:
@@ -274,6 +304,7 @@ class EngineRun:
         except Exception as exc:  # an unreachable vendor must not lose the results
             sweep_error = short_error(exc, self.secrets)
         await self.writer.close()
+        self.submits.close()
         if self.trainer is not None:
             rehearsal = await asyncio.to_thread(self.trainer.write)
             await asyncio.to_thread(
@@ -287,6 +318,9 @@ class EngineRun:
             "outcomes": dict(self.outcomes),
             "failures": dict(self.failures),
             "unfinished_tasks": sum(1 for task in tasks if not task.done()),
+            "aborted": self.hurried.is_set(),
+            "submits_logged": self.submits.written,
+            "submit_log_error": self.submits.error,
             "terminated_leftovers": len(leftovers) - terminate_errors,
             "terminate_errors": terminate_errors,
             "reaped_by_label": reaped,
@@ -307,6 +341,22 @@ class EngineRun:
         with contextlib.suppress(Exception):
             await self.provider.aclose()
         return summary
+
+
+    async def _wait_for_rollouts(self, tasks: list[asyncio.Task[RolloutRecord]], deadline: float) -> float:
+        """Until the cancelled rollouts ended (each terminates its own sandbox), or an abort cut the wait to
+        ABORT_GRACE_S; returns the drain's deadline (an abort shortens it)."""
+        hurried = asyncio.ensure_future(self.hurried.wait())
+        all_ended = asyncio.ensure_future(asyncio.wait(tasks, timeout=max(1.0, deadline - time.monotonic())))
+        try:
+            await asyncio.wait({all_ended, hurried}, return_when=asyncio.FIRST_COMPLETED)
+            if not all_ended.done():  # aborted while rollouts were still ending
+                deadline = min(deadline, time.monotonic() + ABORT_DEADLINE_S)
+                await asyncio.wait({all_ended}, timeout=ABORT_GRACE_S)
+        finally:
+            hurried.cancel()
+            all_ended.cancel()
+        return deadline
 
 
 async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:

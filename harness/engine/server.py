@@ -48,6 +48,8 @@ class Engine:
         self._configure_lock = asyncio.Lock()
         self._last_summary: dict[str, Any] | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
+        self._draining: EngineRun | None = None
+        self.hurried = False
         self.secrets: tuple[str, ...] = ()  # the configured run's: every answer and log line is redacted
 
     async def configure(self, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,11 +72,24 @@ class Engine:
             tune_for_latency()
             return {"versions": self.run.versions, "worker": config.worker}
 
+    def hurry(self) -> None:
+        """SIGUSR2, the Locust side's abort (a second Ctrl-C): drain with no grace for rollouts."""
+        self.hurried = True
+        for run in (self.run, self._draining):
+            if run is not None:
+                run.hurry()
+
     async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
         run, self.run = self.run, None
         if run is None:
             return self._last_summary or {"started": 0}
-        self._last_summary = await run.drain(timeout_s)
+        self._draining = run
+        if self.hurried:
+            run.hurry()
+        try:
+            self._last_summary = await run.drain(timeout_s)
+        finally:
+            self._draining = None
         return self._last_summary
 
     async def close_connections(self) -> None:
@@ -260,6 +275,7 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, engine.stopped.set)
+    loop.add_signal_handler(signal.SIGUSR2, engine.hurry)
     watcher = loop.create_task(_watch_parent(engine.stopped)) if watch_stdin else None  # keep a reference
     print(READY_LINE, flush=True)
     await engine.stopped.wait()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import signal
 import socket
 import sys
 import time
@@ -25,6 +27,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from harness.errors import UsageError
+from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.progress import ProgressPrinter
 from harness.locust.reports import LocustReports
@@ -42,6 +45,7 @@ from harness.locust.shapes import StampedeShape
 from harness.locust.vendor_process import EmbeddedVendor
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
+from harness.wire.run_endings import ending_for_signals, exit_code_for
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -75,6 +79,7 @@ class StampedeSession:
         self.worker_link: WorkerLink | None = None
         self._poller: gevent.Greenlet | None = None
         self._finishing: gevent.Greenlet | None = None
+        self.signals = 0  # Ctrl-C / SIGTERM received: 1 interrupted, 2 or more aborted (harness.wire.run_endings)
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
 
@@ -144,6 +149,52 @@ class StampedeSession:
             return None
         user._stampede_step = step
         return self.state.stage
+
+    @property
+    def ending(self) -> str:
+        """How this run is ending: `completed`, or `interrupted` / `aborted` after one / two signals."""
+        return ending_for_signals(self.signals)
+
+    def note_signal(self, count: int) -> None:
+        """The command line got its `count`-th Ctrl-C/SIGTERM. From the second on the run is aborted: the engine
+        (SIGUSR2) stops waiting for cancelled rollouts and bounds its drain, still terminating every sandbox."""
+        self.signals = max(self.signals, count)
+        if count >= 2 and self.engine is not None and self.engine.alive:
+            try:
+                self.engine.process.send_signal(signal.SIGUSR2)
+            except OSError:
+                pass
+        recorded = self.manifest.get("status") if self.manifest is not None else None
+        if count >= 2 and recorded not in (None, "running", self.ending) and self.run_dir is not None:
+            # the drain had already finished: the run.json the process exits with still says what was asked
+            assert self.manifest is not None
+            self.manifest.update({"status": self.ending, "exit_code": exit_code_for(self.ending)})
+            write_manifest(self.run_dir, self.manifest)
+
+    def _processes(self) -> dict[str, Any]:
+        """Who writes this run (pid and start time, for telling a crash from a run in progress later)."""
+        import psutil
+
+        host = socket.gethostname()
+
+        def record(pid: int) -> dict[str, Any]:
+            try:
+                started: float | None = psutil.Process(pid).create_time()
+            except psutil.Error:
+                started = None
+            return {"pid": pid, "started": started, "hostname": host}
+
+        processes = {"owner": record(os.getpid())}
+        if self.engine is not None:
+            processes["engine"] = record(self.engine.process.pid)
+        if self.vendor is not None:
+            processes["vendor"] = record(self.vendor.process.pid)
+        return processes
+
+    def _offer_cleanup_of_crashed_runs(self) -> None:
+        """Before the first run: earlier runs found crashed are recorded so, each offered for cleanup in one line."""
+        for crashed in find_crashed_runs(Path(self.settings.out)):
+            print(crashed.notice(), file=sys.stderr, flush=True)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start_services(self) -> None:
@@ -248,6 +299,8 @@ class StampedeSession:
                 options.run_id = self.run_id
         self.state.run_dir = Path(self.settings.out) / str(self.run_id)
         if self.owns_run_folder:
+            if self.runs == 1:
+                self._offer_cleanup_of_crashed_runs()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.manifest = self._initial_manifest()
             write_manifest(self.run_dir, self.manifest)
@@ -322,6 +375,7 @@ class StampedeSession:
                 "stop_timeout_s": self.environment.stop_timeout,
                 "role": "master" if self.is_master else "local",
                 "workers": getattr(self.runner, "worker_count", None) if self.is_master else None,
+                "processes": self._processes(),
             }
         )
         return manifest
@@ -368,7 +422,8 @@ class StampedeSession:
                 "ended_at": iso(now),
                 "t_end": now,
                 "wall_s": round(now - float(self.manifest["t_start"]), 3),
-                "status": "complete",
+                "status": self.ending,
+                "exit_code": exit_code_for(self.ending),
                 "rows": {"rollouts": len(rollouts)},
                 "engines": self.engine_summaries,
                 "dropped_starts": dict(self.state.live.dropped),

@@ -1,6 +1,8 @@
 """Load a run's shards (or several runs') as one table; readers take the union of whatever shards exist.
 
 `load_rollouts`/`load_ops` read every column with the exact schema (what `stampede summary` uses).
+Both rollout readers reconcile the engines' write-ahead of submits (`harness.results.submit_ledger`): a rollout
+submitted but never recorded (the run crashed or was aborted first) gets a row with outcome `unfinished`.
 `read_run_info` and `load_rollout_frame` are the analysis side's entry: what a run is (provider, profile, time
 scale) and only the columns a report needs, read in parallel with repeated strings as categories, because a
 million-row run must load in well under a second.
@@ -19,6 +21,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from harness.errors import UsageError
+from harness.results.submit_ledger import recorded_keys, submit_logs, unfinished_rows
 from harness.wire.records import OP_SCHEMA, ROLLOUT_SCHEMA
 
 
@@ -31,7 +34,16 @@ def _read(run_dir: Path, prefix: str, schema: pa.Schema) -> pd.DataFrame:
 
 
 def load_rollouts(run_dir: Path) -> pd.DataFrame:
-    return _read(run_dir, "rollouts", ROLLOUT_SCHEMA)
+    """Every row written, plus an `unfinished` row per submitted attempt that has none."""
+    frame = _read(run_dir, "rollouts", ROLLOUT_SCHEMA)
+    if not submit_logs(run_dir):
+        return frame
+    missing = unfinished_rows(run_dir, recorded_keys(frame["rollout_id"], frame["attempt"]))
+    if missing.num_rows == 0:
+        return frame
+    if frame.empty:
+        return missing.to_pandas()
+    return pd.concat([frame, missing.to_pandas()], ignore_index=True)
 
 
 def load_ops(run_dir: Path) -> pd.DataFrame:
@@ -78,6 +90,20 @@ def rollout_shards(run_dir: Path) -> list[Path]:
     return sorted(Path(run_dir).glob("rollouts*.parquet"))
 
 
+def is_run_folder(run_dir: Path) -> bool:
+    """Anything a run writes from its first second: run.json, a shard of either table, a write-ahead of submits.
+
+    A run killed before its first rollouts shard still has its run.json, ops shards and submits: not refused.
+    """
+    path = Path(run_dir)
+    return (
+        (path / "run.json").is_file()
+        or bool(rollout_shards(path))
+        or any(path.glob("ops*.parquet"))
+        or bool(submit_logs(path))
+    )
+
+
 def read_run_info(run_dir: Path | str) -> RunInfo:
     """Describe a results folder; a folder that is not a run is a one-line UsageError."""
     path = Path(run_dir)
@@ -85,8 +111,8 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
         raise UsageError(f"{path} does not exist")
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory")
-    if not rollout_shards(path):
-        raise UsageError(f"{path} is not a stampede run folder (no rollouts*.parquet)")
+    if not is_run_folder(path):
+        raise UsageError(f"{path} is not a stampede run folder (no run.json, rollouts*.parquet or ops*.parquet)")
     manifest: dict[str, Any] = {}
     manifest_path = path / "run.json"
     if manifest_path.exists():
@@ -128,7 +154,10 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
 
 def _identity_from_shards(run_dir: Path) -> tuple[str, str, str]:
     """Provider, profile and scenario as the rows record them (the profile is empty for real vendors)."""
-    first = rollout_shards(run_dir)[0]
+    shards = rollout_shards(run_dir)
+    if not shards:
+        return "", "", ""
+    first = shards[0]
     try:
         table = pq.read_table(first, columns=["provider", "profile", "scenario"])
     except (OSError, pa.ArrowException, KeyError) as exc:
@@ -148,6 +177,14 @@ def load_rollout_frame(run_dir: Path, columns: tuple[str, ...] = ROLLOUT_REPORT_
         table = dataset.to_table(columns=list(columns), use_threads=True)
     except (OSError, pa.ArrowException) as exc:
         raise UsageError(f"{run_dir}: cannot read the rollouts shards: {exc}") from None
+    if submit_logs(run_dir):
+        try:
+            keys = dataset.to_table(columns=["rollout_id", "attempt"], use_threads=True)
+        except (OSError, pa.ArrowException) as exc:
+            raise UsageError(f"{run_dir}: cannot read the rollouts shards: {exc}") from None
+        missing = unfinished_rows(run_dir, recorded_keys(keys.column(0).to_pylist(), keys.column(1).to_pylist()))
+        if missing.num_rows:
+            table = pa.concat_tables([table, missing.select(list(columns))])
     arrays = []
     for name in table.column_names:
         column = table.column(name)

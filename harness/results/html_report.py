@@ -16,6 +16,8 @@ table{border-collapse:collapse;margin:8px 0 18px;font:12px ui-monospace,Menlo,mo
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4f4}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee;margin:6px 0}
 caption{text-align:left;font-weight:600;padding:4px 0}
+.ending{padding:8px 12px;margin:10px 0;border-left:5px solid #2a7;background:#f2faf5;font-weight:600}
+.ending.cut{border-color:#c33;background:#fdf1f1}
 """
 
 
@@ -40,12 +42,17 @@ def render(
     notes: Sequence[str],
     sections: Sequence[tuple[str, Sequence[Table], Sequence[tuple[str, bytes]]]],
     footnotes: Sequence[str] = (),
+    endings: Sequence[tuple[str, bool]] = (),
 ) -> str:
-    """Sections are (heading, tables, figures as (alt, png)); notes go under the title, footnotes at the end."""
+    """Sections are (heading, tables, figures as (alt, png)); notes go under the title, footnotes at the end.
+
+    `endings`: how each run ended, as (line, cut short), the first thing under the title: red when cut short.
+    """
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        *(f"<p class='ending{' cut' if cut else ''}'>{html.escape(line)}</p>" for line, cut in endings),
         f"<p class='note'>generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%SZ')}</p>",
     ]
     parts += [f"<p class='note'>{html.escape(note)}</p>" for note in notes]

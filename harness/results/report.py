@@ -15,6 +15,7 @@ from harness.errors import UsageError
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.knee import Knee, KneeThresholds, find_knee
+from harness.results.run_ending import RunEnding, run_ending, withhold_knee
 from harness.results.quantiles import QUANTILE_NAMES
 from harness.results.report_tables import (
     Table,
@@ -94,7 +95,9 @@ def build_report(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {out}: {exc}") from None
-    knees = [find_knee(run.stages, thresholds) for run in runs]
+    run_endings = [_ending_of(run) for run in runs]
+    # a cut-short run's last stage did not run its course: its knee verdict is withheld, not guessed
+    knees = [withhold_knee(find_knee(run.stages, thresholds), end) for run, end in zip(runs, run_endings, strict=True)]
 
     per_run: list[tuple[RunStats, Table, Table]] = [
         (run, stage_table(run, knee), phase_table(run)) for run, knee in zip(runs, knees, strict=True)
@@ -103,7 +106,10 @@ def build_report(
     comparison = comparison_table(runs) if len(runs) > 1 else None
     censored = censoring_table(runs)
 
-    text_parts = [basis_note(run) for run in runs]
+    ending_lines = [
+        (f"{run.info.run_id}: {end.banner()}", end.cut_short) for run, end in zip(runs, run_endings, strict=True)
+    ]
+    text_parts = [line for line, _ in ending_lines] + [basis_note(run) for run in runs]
     for _, stages_t, _ in per_run:
         text_parts += ["", stages_t.to_text()]
     if comparison is not None:
@@ -138,9 +144,14 @@ def build_report(
     notes = [basis_note(run) for run in runs] + [f"knee thresholds: {thresholds.describe()}"]
     title = "stampede report: " + ", ".join(run.info.run_id for run in runs)
     html_path = out / "report.html"
-    html_path.write_text(html_report.render(title, notes, sections, FOOTNOTES))
+    html_path.write_text(html_report.render(title, notes, sections, FOOTNOTES, endings=ending_lines))
     text_parts += ["", f"report: {html_path}"]
     return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees)
+
+
+def _ending_of(run: RunStats) -> RunEnding:
+    outcomes = run.frame["outcome"] if run.frame is not None and "outcome" in run.frame else None
+    return run_ending(run.info.manifest, outcomes)
 
 
 def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:

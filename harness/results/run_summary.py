@@ -1,4 +1,5 @@
-"""The text a run prints when it ends: the stage table, and what the harness knows about its own accuracy."""
+"""The text a run prints when it ends: how it ended (first), the stage table, and what the harness knows about
+its own accuracy. A cut-short run gets no knee verdict: its last stage did not run its course."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.quantiles import quantiles
 from harness.results.engine_load import engine_load_of
+from harness.results.run_ending import run_ending
 from harness.results.summary import format_stage_table, load_truth, measurement_error, stage_rows
 
 
@@ -22,8 +24,10 @@ def render_run_summary(
 ) -> str:
     run_id, scenario, provider = manifest.get("run_id"), manifest.get("scenario"), manifest.get("provider")
     profile, time_scale = manifest.get("profile"), manifest.get("time_scale")
+    ending = run_ending(manifest, rollouts["outcome"] if len(rollouts) else None)
     lines = [
         "",
+        ending.banner(),
         f"stampede run {run_id} — scenario {scenario}, provider {provider}"
         + (f", profile {profile}" if profile else ""),
     ]
@@ -47,7 +51,9 @@ def render_run_summary(
     if dropped:
         lines.append(f"open model: starts dropped at the in-flight cap: {sum(dropped.values())} ({dict(dropped)})")
     knee = manifest.get("shape_outcome") or {}
-    if "knee" in knee:
+    if "knee" in knee and ending.cut_short:
+        lines.append(f"knee: no verdict — the run was {ending.ending} during stage {manifest.get('final_stage') or '?'}")
+    elif "knee" in knee:
         lines.append(f"knee: {knee.get('knee')} in flight" + (f" ({knee['reason']})" if knee.get("reason") else ""))
     for engine in engines:
         lines.append(_engine_line(engine, provider, run_id))

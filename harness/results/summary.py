@@ -2,7 +2,8 @@
 
 Percentiles are never trimmed and are nearest-rank (every value printed was observed). Failure rates are over
 finished rollouts (ok + failed); cancelled rollouts (cut off by the end of the run) are counted apart, because
-they are disproportionately the slow ones.
+they are disproportionately the slow ones. Unfinished rollouts (submitted, no record of their end: the run crashed
+or was aborted first; `harness.results.submit_ledger`) are counted apart too, in their own column.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.quantiles import quantiles
 from harness.results.engine_load import EngineLoad
+from harness.results.submit_ledger import OUTCOME_UNFINISHED
 from harness.results.timing_error import FLAG_NOTE, TimingError, per_rollout_error_s, stage_timing_error
 
 
@@ -34,6 +36,7 @@ class StageRow:
     max_inflight: int
     start_rate: float
     timing_error: TimingError
+    unfinished: int = 0
 
 
 def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
@@ -50,6 +53,7 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
         ok = int((group["outcome"] == "ok").sum())
         failed = int((group["outcome"] == "failed").sum())
         cancelled = int((group["outcome"] == "cancelled").sum())
+        unfinished = int((group["outcome"] == OUTCOME_UNFINISHED).sum())
         finished = ok + failed
         failures = group.loc[group["outcome"] == "failed", "failure_kind"].value_counts().to_dict()
         span = float(spans[stage])
@@ -69,6 +73,7 @@ def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
                 max_inflight=int(group["_concurrency"].max()),
                 start_rate=len(group) / span if span > 0 else float("nan"),
                 timing_error=stage_timing_error(group["_error"].to_numpy(dtype=float), tti["p50"]),
+                unfinished=unfinished,
             )
         )
     return rows
@@ -90,6 +95,9 @@ def format_stage_table(rows: list[StageRow], engine: dict[str, EngineLoad] | Non
               "inflight", "starts/s", "harness err", "failures by kind"]  # fmt: skip
     if engine:
         header.insert(-1, "engine")
+    show_unfinished = any(row.unfinished for row in rows)
+    if show_unfinished:
+        header.insert(6, "unfinished")
     table = [header]
     for row in rows:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(row.failures.items(), key=lambda kv: -kv[1]))
@@ -101,6 +109,7 @@ def format_stage_table(rows: list[StageRow], engine: dict[str, EngineLoad] | Non
                 str(row.ok),
                 str(row.failed),
                 str(row.cancelled),
+                *([str(row.unfinished)] if show_unfinished else []),
                 f"{100 * row.failure_rate:.1f}",
                 _seconds(row.tti["p50"]),
                 _seconds(row.tti["p90"]),

@@ -1,0 +1,72 @@
+"""How a run ended (run.json `status`) and the exit status `stampede run` returns for it: the one table.
+
+- `completed` (exit 0): the shape (or `--run-time`) ran to its end.
+- usage error (exit 2): bad input, a vendor that cannot start; one line on stderr, no run.
+- `interrupted` (exit 130): the first Ctrl-C or SIGTERM; rollouts cancelled, every sandbox terminated, the label
+  swept.
+- `aborted` (exit 131): a second Ctrl-C or SIGTERM before stampede exits; cancelled rollouts get ABORT_GRACE_S
+  (1 s), the whole drain ABORT_DEADLINE_S (15 s, harness.engine.run), sandboxes still terminated.
+- `crashed` (no exit status of ours: the process died; a shell shows 137 for kill -9): found later, when run.json
+  still says `running` and the process that wrote it is gone.
+
+A run in progress says `running`. Runs written before endings were recorded say `complete`: read as `completed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import EXIT_USAGE
+
+RUNNING = "running"
+COMPLETED = "completed"
+INTERRUPTED = "interrupted"
+ABORTED = "aborted"
+CRASHED = "crashed"
+
+EXIT_COMPLETED = 0
+EXIT_INTERRUPTED = 130
+EXIT_ABORTED = 131
+
+CUT_SHORT = frozenset({INTERRUPTED, ABORTED, CRASHED})
+"""Endings whose last stage did not run its course: no knee verdict speaks over them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    name: str
+    exit_code: int | None
+    meaning: str
+
+
+ENDINGS: tuple[Ending, ...] = (
+    Ending(COMPLETED, EXIT_COMPLETED, "ran to the end of its shape"),
+    Ending(INTERRUPTED, EXIT_INTERRUPTED, "stopped by Ctrl-C or SIGTERM: rollouts cancelled, sandboxes terminated"),
+    Ending(ABORTED, EXIT_ABORTED, "stopped by a second Ctrl-C or SIGTERM: no grace for rollouts, sandboxes terminated"),
+    Ending(CRASHED, None, "its processes died without recording an ending (kill -9, OOM): sandboxes may be left"),
+)
+_BY_NAME = {ending.name: ending for ending in ENDINGS}
+USAGE_EXIT = EXIT_USAGE  # bad input: see harness.errors
+
+
+def normalize(status: object) -> str:
+    """run.json's `status` in this vocabulary (`complete`, from before endings were recorded, is `completed`)."""
+    text = str(status or "").strip().lower()
+    return COMPLETED if text == "complete" else text
+
+
+def exit_code_for(ending: str) -> int:
+    found = _BY_NAME.get(normalize(ending))
+    return found.exit_code if found is not None and found.exit_code is not None else EXIT_COMPLETED
+
+
+def meaning_of(ending: str) -> str:
+    found = _BY_NAME.get(normalize(ending))
+    return found.meaning if found is not None else "still running (or its ending was never recorded)"
+
+
+def ending_for_signals(count: int) -> str:
+    """The ending the run is heading for after `count` Ctrl-C/SIGTERM: none, interrupted, then aborted."""
+    if count <= 0:
+        return COMPLETED
+    return INTERRUPTED if count == 1 else ABORTED

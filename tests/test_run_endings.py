@@ -1,0 +1,187 @@
+"""How a run ended is always recorded, and nothing it started is lost: Ctrl-C, a second Ctrl-C, SIGTERM and kill -9
+of every process of a real `stampede run` against a standalone stub (real Locust, engine and HTTP on loopback).
+
+Per interruption: the ending run.json / `stampede summary` record, the exit status, the sandboxes the vendor still
+holds (0, after `stampede cleanup --all-owned` for kill -9), and the submitted rollouts without a row (0: every
+sandbox the vendor ever made for the run is some row's, and kill -9 leaves `unfinished` rows from the write-ahead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.results.dataset import load_rollouts
+from harness.results.report import build_report
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN = "endings-token"
+pytestmark = pytest.mark.slow
+FIGURES: dict[str, dict[str, object]] = {}
+
+
+def stampede(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+
+
+@pytest.fixture(scope="module")
+def stub_url():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", "ideal", "--port", "0", "--token", TOKEN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        yield json.loads(process.stdout.readline())["url"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        if FIGURES:
+            print("\n" + "\n".join(f"{name}: {figures}" for name, figures in FIGURES.items()))
+
+
+def sandboxes(url: str, run_id: str, *, active: bool) -> list[dict]:
+    """The vendor's own list: the run's live sandboxes, or every one it ever made for the run."""
+    found: list[dict] = []
+    for page in range(1, 200):
+        request = urllib.request.Request(
+            f"{url}/api/v1/sandbox?is_active={'true' if active else 'false'}&per_page=100&page={page}"
+            f"&labels=stampede-run%3D{run_id}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = json.loads(response.read())
+        found += body["sandboxes"]
+        if not body["hasNext"]:
+            break
+    return found
+
+
+def start_run(url: str, out: Path, run_id: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", "--base-url", url, "--token", TOKEN, "--run-id", run_id,
+         "--stages", "40", "--hold", "120", "--commands", "true; sleep 1", "--out", str(out),
+         "--progress-interval", "0", "--workers", "0"],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=True,  # its own process group, as a terminal gives it
+    )
+
+
+def under_load(url: str, run_id: str, run_dir: Path) -> None:
+    """Until 30 sandboxes are live and rollouts have finished (some rows are on disk, more are buffered)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(sandboxes(url, run_id, active=True)) >= 30 and list(run_dir.glob("rollouts*.parquet")):
+            return
+        time.sleep(0.2)
+    pytest.fail("the run never reached 30 sandboxes with rows written")
+
+
+def kill_every_process(process: subprocess.Popen) -> None:
+    """kill -9 of the run's process group and of its engine (a session of its own, so it drains on a parent's
+    ordinary death): nothing of the run survives to record anything."""
+    children = psutil.Process(process.pid).children(recursive=True)
+    os.killpg(process.pid, signal.SIGKILL)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+CASES = {
+    "SIGINT": ([signal.SIGINT], "interrupted", 130),
+    "double SIGINT": ([signal.SIGINT, signal.SIGINT], "aborted", 131),
+    "SIGTERM": ([signal.SIGTERM], "interrupted", 130),
+    "kill -9 of every process": (None, "crashed", -signal.SIGKILL),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, tmp_path, case):
+    signals, ending, exit_code = CASES[case]
+    run_id = "cut-" + case.replace(" ", "-").replace("/", "")
+    run_dir = tmp_path / run_id
+    run = start_run(stub_url, tmp_path, run_id)
+    try:
+        under_load(stub_url, run_id, run_dir)
+        if signals is None:
+            kill_every_process(run)
+        else:
+            for signum in signals:
+                run.send_signal(signum)
+                time.sleep(0.15)  # apart, so the two are not one pending signal
+        _out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == exit_code, err[-2000:]
+    assert "Traceback" not in err
+    left = len(sandboxes(stub_url, run_id, active=True))
+
+    summary = stampede("summary", str(run_dir))
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stdout.splitlines()[0].startswith(f"ended: {ending}"), summary.stdout
+
+    if signals is None:
+        # The next run finds it crashed, records that, and names the command that reaps its leftovers.
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+        following = stampede("run", "--base-url", stub_url, "--token", TOKEN, "--stages", "1", "--hold", "0.5",
+                             "--commands", "true", "--out", str(tmp_path), "--progress-interval", "0")  # fmt: skip
+        assert following.returncode == 0, following.stderr
+        assert f"run {run_id} crashed earlier" in following.stderr
+        assert f"stampede cleanup --provider stub --base-url {stub_url} --run-id {run_id}" in following.stderr
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "crashed"
+        assert left > 0  # kill -9 left sandboxes behind: the vendor still has them
+        reaped = stampede("cleanup", "--provider", "stub", "--base-url", stub_url, "--token", TOKEN, "--all-owned")
+        assert reaped.returncode == 0, reaped.stderr
+        assert int(reaped.stdout.split()[1]) >= left
+    else:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        assert (manifest["status"], manifest["exit_code"]) == (ending, exit_code)
+        assert left == 0  # the run terminated every sandbox itself
+    after_cleanup = len(sandboxes(stub_url, run_id, active=True))
+    assert after_cleanup == 0
+
+    rows = load_rollouts(run_dir)
+    made = {sandbox["id"] for sandbox in sandboxes(stub_url, run_id, active=False)}
+    without_row = made - set(rows["sandbox_id"].dropna())
+    assert without_row == set()  # every sandbox the vendor made for the run is some rollout's row
+    unfinished = int((rows["outcome"] == "unfinished").sum())
+    if signals is None:
+        assert unfinished > 0  # in flight or buffered at the kill: rows from the write-ahead, not silence
+    FIGURES[case] = {"ending": ending, "exit": run.returncode, "sandboxes_left": left, "after_cleanup": after_cleanup,
+                     "rows": len(rows), "vendor_sandboxes": len(made), "without_row": len(without_row),
+                     "unfinished": unfinished}  # fmt: skip
+
+    if signals is None:
+        # The report says it first, withholds the knee verdict, and reads a folder the kill left without any
+        # rollouts shard (only ops shards and the write-ahead).
+        report = build_report([run_dir], tmp_path / "report", figures=False)
+        assert report.text.splitlines()[0].startswith(f"{run_id}: ended: crashed")
+        assert "no verdict" in report.text
+        html = report.html_path.read_text()
+        assert html.index("ended: crashed") < html.index("<table")
+        bare = tmp_path / "ops-only"
+        shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("rollouts*", "report"))
+        bare_summary = stampede("summary", str(bare))
+        assert bare_summary.returncode == 0, bare_summary.stderr
+        assert "ended: crashed" in bare_summary.stdout.splitlines()[0]
+        assert len(load_rollouts(bare)) == len(rows.drop_duplicates(["rollout_id", "attempt"]))
