@@ -22,7 +22,16 @@ Options (`--provider-option K=V`): `token_id`, `token_secret` (default: `token` 
 else the user's Modal config), `sandbox_v2` (1/0), `max_throttle_wait` (seconds, `none` for the SDK's
 default of unlimited), `app_name` (stampede), `environment`, `readiness` (`probe`, or `none`: the first
 command absorbs the boot), `region`, `preflight_timeout` (seconds to connect, authenticate and resolve
-the default image: 30 with `base_url`, else 180; the SDK itself retries an unreachable server for a minute).
+the default image: 30 with `base_url`, else 180; the SDK itself retries an unreachable server for a minute),
+`rpc_timeout` (seconds, default 60: the most a call that should answer at once may take: a V2 create, a
+command's start, a terminate, a list; the SDK waits on such calls without a deadline, so a hung vendor
+would otherwise hold a rollout until the engine's watchdog).
+
+Hostile transport: the SDK retries resets, UNAVAILABLE/INTERNAL/UNKNOWN and timeouts itself (3 times on the
+control plane; the command router until the call's deadline). What it gives up on is classified here: a
+reply that does not decode or a unary call that ended without one is `transport`; RESOURCE_EXHAUSTED
+without a named cause is `rate_limited`. `terminate` and `list_owned` retry such transient failures a few
+times themselves (a sandbox a failed terminate left would otherwise run until the run's final sweep).
 """
 
 from __future__ import annotations
@@ -32,14 +41,15 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpclib
 import grpclib.exceptions
 import modal
 import modal.exception as mexc
+from google.protobuf.message import DecodeError
 from modal_proto import api_pb2
 
 from providers.base import (
@@ -53,8 +63,11 @@ from providers.base import (
     SandboxSpec,
     classify_common,
     owner_labels,
+    tagged_by_stampede,
 )
 from providers.options import Option, choice, flag, number, parse_options, text
+
+T = TypeVar("T")
 
 PINNED_SDK = "1.6.4"
 LOCAL_TOKEN_ID = "ak-stampede-local"
@@ -62,6 +75,12 @@ DEFAULT_APP = "stampede"
 _ENV_V2 = "MODAL_SANDBOX_V2"
 _ENV_THROTTLE = "MODAL_MAX_THROTTLE_WAIT"
 _READY_GRACE_S = 5.0
+_DEFAULT_RPC_TIMEOUT_S = 60.0
+_POLL_AFTER_OVERRUN_S = 5.0
+_CONTROL_ATTEMPTS = 4  # terminate / list: the first try and 3 retries of a transient failure
+_CONTROL_BACKOFF_S = 0.25
+_GRPCLIB_DIR = os.path.dirname(grpclib.__file__)
+_TRANSIENT_KINDS = frozenset({"transport", "rate_limited"})
 
 # Message patterns, checked against the SDK's exception text (Modal's wording where it is known).
 _DID_NOT_START = re.compile(r"did not start within|not scheduled within", re.I)
@@ -96,6 +115,7 @@ MODAL_OPTIONS: dict[str, Option] = {
     "readiness": choice("probe", "probe", "none"),
     "region": text(),
     "preflight_timeout": number(None, positive=True),  # None: 30 s with base_url, else 180 s
+    "rpc_timeout": number(_DEFAULT_RPC_TIMEOUT_S, positive=True),
 }
 """The modal provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
@@ -115,6 +135,7 @@ class ModalOptions:
     readiness: str = "probe"
     region: str | None = None
     preflight_timeout_s: float = 30.0  # 180 s against the real Modal: a first image build may be slow
+    rpc_timeout_s: float = _DEFAULT_RPC_TIMEOUT_S
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> ModalOptions:
@@ -154,6 +175,7 @@ class ModalOptions:
             readiness=values["readiness"],
             region=values["region"],
             preflight_timeout_s=preflight_timeout,
+            rpc_timeout_s=float(values["rpc_timeout"]),
         )
 
     @property
@@ -271,7 +293,13 @@ class ModalProvider(Provider):
             kwargs["region"] = self.options.region
         if self.options.readiness == "probe":
             kwargs["readiness_probe"] = modal.Probe.with_exec("true")
-        sandbox = await modal.Sandbox.create.aio(**kwargs)
+        throttle_wait = self.options.max_throttle_wait
+        if self.options.sandbox_v2 and throttle_wait is not None:
+            # V2 answers at once, after the throttling waits the SDK was allowed; V1's create waits for
+            # scheduling, and an unlimited throttle wait is the user's choice: the engine's budget bounds those
+            sandbox = await self._bounded("create", modal.Sandbox.create.aio(**kwargs), extra_s=throttle_wait)
+        else:
+            sandbox = await modal.Sandbox.create.aio(**kwargs)
         return SandboxRef(
             sandbox_id=sandbox.object_id,
             provider=self.name,
@@ -297,14 +325,15 @@ class ModalProvider(Provider):
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         sandbox = await self._sandbox(ref)
         budget = asyncio.timeout(timeout)
+        process: Any = None
         try:
             async with budget:
-                process = await sandbox.exec.aio(*argv, text=False)
+                process = await self._bounded("the command's start", sandbox.exec.aio(*argv, text=False))
                 stdout, stderr = await asyncio.gather(process.stdout.read.aio(), process.stderr.read.aio())
                 code = await process.wait.aio()
         except TimeoutError:
             if budget.expired():
-                raise ProviderError(FailureKind.EXEC_TIMEOUT, f"command did not finish within {timeout:g}s") from None
+                raise await self._exec_overran(process, timeout) from None
             raise
         return ExecResult(
             exit_code=int(code),
@@ -312,17 +341,44 @@ class ModalProvider(Provider):
             stderr=stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr),
         )
 
+    async def _exec_overran(self, process: Any, timeout: float) -> ProviderError:
+        """Why a command's budget ran out: `exec_timeout` only when the vendor says the command still runs.
+
+        A hung or dead output stream looks like a slow command from here; one poll of the command's status
+        (bounded) tells them apart, so a transport stall is not blamed on the command.
+        """
+        if process is not None:
+            try:
+                async with asyncio.timeout(min(self.options.rpc_timeout_s, _POLL_AFTER_OVERRUN_S)):
+                    code = await process.poll.aio()
+            except Exception as exc:  # the router no longer answers about the command (or not in time)
+                return ProviderError(
+                    FailureKind.TRANSPORT,
+                    f"no result within {timeout:g}s and no answer about the command ({type(exc).__name__})",
+                )
+            if code is not None:
+                return ProviderError(
+                    FailureKind.TRANSPORT,
+                    f"the command exited ({code}) but its result never arrived within {timeout:g}s",
+                )
+        return ProviderError(FailureKind.EXEC_TIMEOUT, f"command did not finish within {timeout:g}s")
+
     async def terminate(self, ref: SandboxRef) -> None:
+        await self._retrying(lambda: self._terminate_once(ref))
+
+    async def _terminate_once(self, ref: SandboxRef) -> None:
         try:
-            sandbox = await self._sandbox(ref)
+            sandbox = await self._bounded("terminate", self._sandbox(ref))
         except mexc.NotFoundError:
             return  # never existed or long gone: terminate is idempotent
         try:
             try:
-                await sandbox.terminate.aio()
+                await self._bounded("terminate", sandbox.terminate.aio())
             except mexc.ClientClosed:  # a handle we detached after an earlier terminate: ask by id
-                sandbox = await modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client())
-                await sandbox.terminate.aio()
+                sandbox = await self._bounded(
+                    "terminate", modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client())
+                )
+                await self._bounded("terminate", sandbox.terminate.aio())
         except mexc.NotFoundError:
             pass
         finally:
@@ -330,6 +386,9 @@ class ModalProvider(Provider):
                 await sandbox.detach.aio()
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        return await self._retrying(lambda: self._bounded("list", self._list_once(run_id, engine)))
+
+    async def _list_once(self, run_id: str, engine: str | None) -> list[SandboxRef]:
         client = await self.client()
         app = await self.app()
         refs: list[SandboxRef] = []
@@ -339,10 +398,45 @@ class ModalProvider(Provider):
             refs.append(SandboxRef(sandbox_id=sandbox.object_id, provider=self.name, run_id=run_id, handle=sandbox))
         return refs
 
+    async def _bounded(self, what: str, call: Awaitable[T], extra_s: float = 0.0) -> T:
+        """`call`, failed as `transport` when the vendor has not answered within `rpc_timeout` (+ `extra_s`)."""
+        limit = self.options.rpc_timeout_s + extra_s
+        budget = asyncio.timeout(limit)
+        try:
+            async with budget:
+                return await call
+        except TimeoutError:
+            if budget.expired():
+                raise ProviderError(FailureKind.TRANSPORT, f"{what}: no answer within {limit:g}s") from None
+            raise
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """An idempotent control call, retried a few times when it failed transiently (reset, 5xx, throttle)."""
+        for n in range(_CONTROL_ATTEMPTS):
+            try:
+                return await attempt()
+            except Exception as exc:
+                if n + 1 >= _CONTROL_ATTEMPTS or str(classify_modal(exc)) not in _TRANSIENT_KINDS:
+                    raise
+            await asyncio.sleep(_CONTROL_BACKOFF_S * 2**n)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def _sandbox(self, ref: SandboxRef) -> Any:
         if isinstance(ref.handle, modal.Sandbox):
             return ref.handle
         return await modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client())
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every live sandbox of the app whose tags carry a run label (Modal filters by `key=value` only; the app
+        may hold sandboxes stampede did not make, so each one's tags are read)."""
+        client = await self.client()
+        app = await self.app()
+        refs: list[SandboxRef] = []
+        async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, client=client):
+            run_id = tagged_by_stampede(await sandbox.get_tags.aio())
+            if run_id is not None:
+                refs.append(SandboxRef(sandbox_id=sandbox.object_id, provider=self.name, run_id=run_id, handle=sandbox))
+        return refs
 
     def versions(self) -> Mapping[str, str]:
         return {"modal": modal.__version__, "modal_backend": self.options.backend}
@@ -412,7 +506,19 @@ def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKin
         return _grpc_status(exc, phase)
     if isinstance(exc, (grpclib.exceptions.StreamTerminatedError, grpclib.exceptions.ProtocolError)):
         return FailureKind.TRANSPORT
+    if isinstance(exc, DecodeError) or _unanswered_unary_call(exc):
+        return FailureKind.TRANSPORT  # a reply the client could not decode, or a call that ended without one
     return classify_common(exc, phase)
+
+
+def _unanswered_unary_call(exc: BaseException) -> bool:
+    """grpclib's unary call asserts it got a reply: a server that sent OK trailers without one trips it."""
+    if not isinstance(exc, AssertionError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.dirname(tb.tb_frame.f_code.co_filename) == _GRPCLIB_DIR
 
 
 def _cause(message: str) -> FailureKind | None:

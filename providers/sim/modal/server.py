@@ -21,10 +21,12 @@ import grpclib.server
 from aiohttp import web
 
 from providers.sim.core.clock import LoopClock
+from providers.sim.core.faults import FaultInjector
 from providers.sim.core.profile import Profile
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.modal.control_plane import ModalControlPlane
+from providers.sim.modal.faults import GrpcFaults
 from providers.sim.modal.grpc_plumbing import start_grpc_server, stop_grpc_server
 from providers.sim.modal.registry import ModalRegistry
 from providers.sim.modal.router import ModalCommandRouter
@@ -57,6 +59,7 @@ class RunningModal:
     registry: ModalRegistry
     _servers: list[grpclib.server.Server]
     _http: web.AppRunner
+    faults: GrpcFaults
 
     @property
     def time_scale(self) -> float:
@@ -75,6 +78,7 @@ class RunningModal:
         return rows
 
     async def close(self) -> None:
+        self.faults.close()
         self.registry.close()
         for server in self._servers:
             await stop_grpc_server(server)
@@ -104,7 +108,9 @@ def _truth_app(running: Callable[[], RunningModal], token: str) -> web.Applicati
         return web.json_response({**info(), "sandboxes": running().truth()})
 
     async def stats(request: web.Request) -> web.Response:
-        return web.json_response({**info(), "stats": running().simulator.stats()})
+        modal = running()
+        injected = dict(modal.faults.injector.injected)
+        return web.json_response({**info(), "stats": modal.simulator.stats(), "faults_injected": injected})
 
     app = web.Application(middlewares=[auth])
     app.router.add_get("/api/v1/_stampede/truth", truth)
@@ -121,18 +127,19 @@ async def start_modal(settings: ModalSettings) -> RunningModal:
     sim = VendorSimulator(profile, seed=settings.seed, clock=clock)
     registry = ModalRegistry(sim)
     signer = JwtSigner()
+    faults = GrpcFaults(FaultInjector(profile.faults))
     credentials = Credentials(settings.token_id, settings.token)
     servers: list[grpclib.server.Server] = []
     holder: list[RunningModal] = []
     runner: web.AppRunner | None = None
     try:
         router, router_port = await start_grpc_server(
-            [ModalCommandRouter(registry, signer)], settings.host, settings.router_port
+            [faults.wrap(ModalCommandRouter(registry, signer))], settings.host, settings.router_port
         )
         servers.append(router)
         router_url = _url(settings.host, router_port)
         control, port = await start_grpc_server(
-            [ModalControlPlane(registry, credentials, signer, router_url)], settings.host, settings.port
+            [faults.wrap(ModalControlPlane(registry, credentials, signer, router_url))], settings.host, settings.port
         )
         servers.append(control)
         runner = web.AppRunner(_truth_app(lambda: holder[0], settings.token), access_log=None, handle_signals=False)
@@ -157,6 +164,7 @@ async def start_modal(settings: ModalSettings) -> RunningModal:
         registry=registry,
         _servers=servers,
         _http=runner,
+        faults=faults,
     )
     holder.append(running)
     return running
