@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 3  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked
+CONTRACT_VERSION = 4  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+# 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run)
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"

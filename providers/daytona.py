@@ -84,6 +84,7 @@ from providers.base import (
     SandboxSpec,
     classify_common,
     owner_labels,
+    tagged_by_stampede,
 )
 from providers.options import Option, choice, flag, integer, number, parse_options, text
 
@@ -404,6 +405,15 @@ class DaytonaProvider(Provider):
             SandboxRef(sandbox_id=sandbox.id, provider=self.name, run_id=run_id, handle=sandbox)
             async for sandbox in self.sdk.list(query)
         ]
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every sandbox whose labels carry a run label (Daytona filters by `key=value` only: we filter)."""
+        refs: list[SandboxRef] = []
+        async for sandbox in self.sdk.list(ListSandboxesQuery(limit=100)):
+            run_id = tagged_by_stampede(sandbox.labels or {})
+            if run_id is not None:
+                refs.append(SandboxRef(sandbox_id=sandbox.id, provider=self.name, run_id=run_id, handle=sandbox))
+        return refs
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         return classify_daytona(exc, phase)

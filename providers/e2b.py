@@ -86,6 +86,7 @@ from providers.base import (
     SandboxSpec,
     classify_common,
     owner_labels,
+    tagged_by_stampede,
 )
 from providers.cancellation import cancellable
 from providers.options import Option, flag, integer, number, parse_options, text
@@ -289,6 +290,19 @@ class E2BProvider(Provider):
             for info in await cancellable(pages.next_items()):
                 rollout = info.metadata.get(ROLLOUT_LABEL, "")
                 refs.append(SandboxRef(info.sandbox_id, self.name, run_id, rollout_id=rollout))
+        return refs
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every sandbox whose metadata carries a run label (E2B filters by `key=value` only: we filter)."""
+        pages = AsyncSandbox.list(query=SandboxQuery(), limit=LIST_PAGE, **self._params())
+        refs: list[SandboxRef] = []
+        while pages.has_next:
+            for info in await cancellable(pages.next_items()):
+                metadata = info.metadata or {}
+                run_id = tagged_by_stampede(metadata)
+                if run_id is not None:
+                    rollout = metadata.get(ROLLOUT_LABEL, "")
+                    refs.append(SandboxRef(info.sandbox_id, self.name, run_id, rollout_id=rollout))
         return refs
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:

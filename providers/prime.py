@@ -80,6 +80,7 @@ from providers.base import (
     SandboxSpec,
     classify_common,
     owner_labels,
+    tagged_by_stampede,
 )
 from providers.cancellation import cancellable
 from providers.options import Option, choice, flag, integer, number, parse_options, text
@@ -88,6 +89,7 @@ from providers.prime_statuses import error_from_response, retry_after_of, status
 PINNED_SDK = "0.5.1"
 DEFAULT_IMAGE = "python:3.11-slim"
 LIST_PAGE = 100
+ALL_OWNED_MAX_PAGES = 10_000  # a bound on the listing, not a limit anyone meets
 PROBE_FIRST_S = 0.05
 PROBE_MAX_S = 1.0
 _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
@@ -393,6 +395,21 @@ class PrimeProvider(Provider):
             if not listed.has_next:
                 return refs
             page += 1
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every live sandbox whose labels carry a run label (Prime filters by `key=value` only: we filter)."""
+        refs: list[SandboxRef] = []
+        for page in range(1, ALL_OWNED_MAX_PAGES + 1):
+            listed = await self.sdk.list(
+                exclude_terminated=True, page=page, per_page=LIST_PAGE, team_id=self.options.team_id
+            )
+            for sandbox in listed.sandboxes:
+                run_id = tagged_by_stampede(sandbox.labels)
+                if run_id is not None:
+                    refs.append(SandboxRef(sandbox_id=sandbox.id, provider=self.name, run_id=run_id))
+            if not listed.has_next:
+                break
+        return refs
 
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:
         labels = [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]

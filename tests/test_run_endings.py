@@ -185,3 +185,77 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, tm
         assert bare_summary.returncode == 0, bare_summary.stderr
         assert "ended: crashed" in bare_summary.stdout.splitlines()[0]
         assert len(load_rollouts(bare)) == len(rows.drop_duplicates(["rollout_id", "attempt"]))
+
+
+# -- `stampede cleanup --all-owned`: every sandbox stampede tagged on a vendor, whatever the run -----------------
+
+
+def serve_local_vendor(provider: str) -> tuple[subprocess.Popen, dict]:
+    """The provider's simulated vendor as a child process, and the options its provider needs to reach it."""
+    from providers import LOCAL_VENDORS
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", LOCAL_VENDORS[provider], "--profile=ideal", "--seed=0", "--host=127.0.0.1",
+         "--port=0", f"--token={TOKEN}"],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
+    info = json.loads(process.stdout.readline())
+    options = {**{key: str(value) for key, value in (info.get("provider_options") or {}).items()},
+               "base_url": info["url"], "token": TOKEN}  # fmt: skip
+    return process, options
+
+
+async def reap_all_owned(provider_name: str, options: dict) -> tuple[set[str], set[str], int, set[str]]:
+    """Two runs' sandboxes: what list_all_owned sees of them, what cleanup_all_owned reaps, what is left."""
+    from providers import create_provider
+    from providers.base import SandboxSpec
+
+    provider = create_provider(provider_name, options)
+    try:
+        await provider.preflight()
+        made = set()
+        for run_id in ("all-owned-a", "all-owned-b"):
+            ref = await provider.create(SandboxSpec(run_id=run_id, rollout_id=f"{run_id}-1"))
+            made.add(ref.sandbox_id)
+        listed = {ref.sandbox_id for ref in await provider.list_all_owned()}
+        runs = {ref.run_id for ref in await provider.list_all_owned() if ref.sandbox_id in made}
+        reaped = await provider.cleanup_all_owned()
+        left = {ref.sandbox_id for ref in await provider.list_all_owned()} & made
+        return made & listed, runs, reaped, left
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("provider_name", ["stub", "prime", "modal", "e2b", "daytona"])
+async def test_cleanup_all_owned_reaps_every_run_on_each_vendor(provider_name, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no user SDK configuration is read
+    vendor, options = serve_local_vendor(provider_name)
+    try:
+        seen, runs, reaped, left = await reap_all_owned(provider_name, options)
+    finally:
+        vendor.send_signal(signal.SIGTERM)
+        vendor.wait(timeout=30)
+    assert len(seen) == 2 and runs == {"all-owned-a", "all-owned-b"}
+    assert reaped >= 2 and left == set()
+
+
+@pytest.mark.docker
+async def test_docker_lists_every_run_it_tagged(docker_host):
+    """Listing only, on the shared daemon: reaping everything there would take other runs' containers."""
+    from providers import create_provider
+    from providers.base import SandboxSpec
+
+    provider = create_provider("docker", {"host": docker_host})
+    runs = (f"all-owned-a-{time.monotonic_ns()}", f"all-owned-b-{time.monotonic_ns()}")
+    try:
+        await provider.preflight()
+        refs = [await provider.create(SandboxSpec(run_id=run_id, rollout_id="r1")) for run_id in runs]
+        listed = {ref.sandbox_id: ref.run_id for ref in await provider.list_all_owned()}
+        assert {listed.get(ref.sandbox_id) for ref in refs} == set(runs)
+    finally:
+        for run_id in runs:
+            await provider.cleanup(run_id)
+        await provider.aclose()
