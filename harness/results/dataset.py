@@ -145,11 +145,18 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
         scenario=str(manifest.get("scenario") or scenario or "-"),
         time_scale=scale if scale is not None else 1.0,
         time_scale_recorded=scale is not None,
-        status=str(manifest.get("status") or ("unknown" if manifest else "no run.json")),
+        status=_ending(manifest) if manifest else "no run.json",
         stampede_version=str(versions.get("stampede", "")) if isinstance(versions, dict) else "",
         started_at=manifest.get("started_at"),
         manifest=manifest,
     )
+
+
+def _ending(manifest: dict[str, Any]) -> str:
+    """How the run ended (`crashed` when run.json still says running and its owner process is gone)."""
+    from harness.results.run_ending import ending_of  # deferred: run_ending reads knee, which reads this module
+
+    return ending_of(manifest)
 
 
 def _identity_from_shards(run_dir: Path) -> tuple[str, str, str]:

@@ -15,7 +15,7 @@ from harness.errors import UsageError
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.knee import Knee, KneeThresholds, find_knee
-from harness.results.run_ending import RunEnding, run_ending, withhold_knee
+from harness.results.run_ending import RunEnding, run_ending
 from harness.results.quantiles import QUANTILE_NAMES
 from harness.results.report_tables import (
     Table,
@@ -152,6 +152,21 @@ def build_report(
 def _ending_of(run: RunStats) -> RunEnding:
     outcomes = run.frame["outcome"] if run.frame is not None and "outcome" in run.frame else None
     return run_ending(run.info.manifest, outcomes)
+
+
+def withhold_knee(knee: Knee, ending: RunEnding) -> Knee:
+    """A cut-short run gets no knee verdict: its last stage ended early, so no stage can be called the limit."""
+    if not ending.cut_short:
+        return knee
+    return WithheldKnee(None, None, None, f"no verdict: the run was {ending.ending} before its stages ran their course")
+
+
+@dataclass(frozen=True, slots=True)
+class WithheldKnee(Knee):
+    """A knee verdict withheld: `describe` says why instead of naming a stage."""
+
+    def describe(self) -> str:
+        return self.reason
 
 
 def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.results.knee import Knee
 from harness.results.submit_ledger import OUTCOME_UNFINISHED
 from harness.wire import run_endings as endings
 
@@ -92,17 +91,3 @@ def run_ending(manifest: Mapping[str, Any], outcomes: Any = None) -> RunEnding:
         unfinished = sum(1 for outcome in outcomes if outcome == OUTCOME_UNFINISHED)
     return RunEnding(ending_of(manifest), unfinished, cleanup_command(manifest))
 
-
-def withhold_knee(knee: Knee, ending: RunEnding) -> Knee:
-    """A cut-short run gets no knee verdict: its last stage ended early, so no stage can be called the limit."""
-    if not ending.cut_short:
-        return knee
-    return WithheldKnee(None, None, None, f"no verdict: the run was {ending.ending} before its stages ran their course")
-
-
-@dataclass(frozen=True, slots=True)
-class WithheldKnee(Knee):
-    """A knee verdict withheld: `describe` says why instead of naming a stage."""
-
-    def describe(self) -> str:
-        return self.reason
