@@ -29,6 +29,7 @@ from locust.util.load_locustfile import load_locustfile
 
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
+from harness.locust.run_limits import MachineRoom, asked_peak, check_in_flight, cleartext_token_warning
 from harness.locust.session import session_of
 from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape, StampedeShape
@@ -64,6 +65,9 @@ def _validate(args: argparse.Namespace) -> RunSettings:
     if args.spawn_rate is not None and args.spawn_rate <= 0:
         raise UsageError("--spawn-rate must be positive")
     settings = RunSettings.from_options(argparse.Namespace(**vars(args), num_users=args.users))
+    warning = cleartext_token_warning(settings.base_url)
+    if warning:
+        print(f"stampede: {warning}", file=sys.stderr, flush=True)
     if settings.run_id:
         existing = Path(settings.out) / settings.run_id
         if existing.exists():  # a second run would mix its rows into the first one's records
@@ -186,13 +190,19 @@ def run(args: argparse.Namespace) -> int:
     if not user_classes:
         raise UsageError(f"scenario {scenario} defines no Locust user class")
     shape = shapes[0] if shapes else None
+    note = None
     if requested_workers is None and role == "local" and settings is not None and isinstance(shape, StampedeShape):
         peak = shape.peak_users(settings)
         args.workers = engines_needed(peak)
         role = "workers" if args.workers else role
         note = spread_note(peak, args.workers)
-        if note:
-            print(f"stampede: {note}", file=sys.stderr, flush=True)
+    if settings is not None:  # before Locust spawns a user: a count this machine cannot hold ends here
+        peak, what = asked_peak(shape.peak_users(settings) if isinstance(shape, StampedeShape) else args.users,
+                                settings, shaped=isinstance(shape, StampedeShape))  # fmt: skip
+        check_in_flight(peak, what, MachineRoom.measure(), engines=max(1, args.workers),
+                        allow=settings.allow_oversubscribe)  # fmt: skip
+    if note:
+        print(f"stampede: {note}", file=sys.stderr, flush=True)
     if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
         raise UsageError(
             f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`"

@@ -203,6 +203,13 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="KEY=VALUE passed to the provider (repeatable)",
     )
     add(
+        "--allow-oversubscribe",
+        action="store_true",
+        default=False,
+        env_var="STAMPEDE_ALLOW_OVERSUBSCRIBE",
+        help="run even when the users or in-flight cap exceed what this machine holds (files, memory, SIGTERM)",
+    )
+    add(
         "--progress-interval",
         type=float,
         default=5.0,
@@ -216,7 +223,8 @@ def _positive(name: str, value: float | None) -> None:
         raise UsageError(f"--{name} must be a positive number (got {value!r})")
 
 
-MAX_STAGES = 64
+MAX_STAGES = 64  # LOW..HIGH doubles at most this often
+MAX_LISTED_STAGES = 1000  # a longer list is a typo, and each stage holds for --hold seconds
 
 
 def parse_stages(text: str) -> tuple[int, ...]:
@@ -238,6 +246,8 @@ def parse_stages(text: str) -> tuple[int, ...]:
         raise UsageError(f"--stages must be whole numbers, A,B,C or LOW..HIGH (got {text!r})") from None
     if not parsed or any(stage <= 0 for stage in parsed):
         raise UsageError(f"--stages must list positive concurrency levels (got {text!r})")
+    if len(parsed) > MAX_LISTED_STAGES:
+        raise UsageError(f"--stages lists {len(parsed)} stages, more than {MAX_LISTED_STAGES} (LOW..HIGH doubles)")
     return parsed
 
 
@@ -330,6 +340,7 @@ class RunSettings:
     progress_interval_s: float = 5.0
     users: int | None = None  # -u as the user gave it: the ramp's cap, the burst's size
     spawn_rate: float | None = None  # -r as the user gave it
+    allow_oversubscribe: bool = False  # past harness.locust.run_limits' estimate of what this machine holds
 
     @property
     def embedded_vendor(self) -> bool:
@@ -412,6 +423,7 @@ class RunSettings:
             # Read at init, before headless Locust fills in its own defaults (-u 1 -r 1).
             users=int(get("num_users")) if get("num_users") else None,
             spawn_rate=float(get("spawn_rate")) if get("spawn_rate") else None,
+            allow_oversubscribe=bool(get("allow_oversubscribe", False)),
         )
 
     def secrets(self) -> list[str]:
