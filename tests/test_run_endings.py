@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -28,12 +30,24 @@ REPO = Path(__file__).resolve().parent.parent
 TOKEN = "endings-token"
 pytestmark = pytest.mark.slow
 FIGURES: dict[str, dict[str, object]] = {}
+FLUSH_INTERVAL_S = 2.0  # harness.engine.shards / EngineConfig.flush_interval_s: rows reach parquet this often
 
 
 def stampede(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
     )
+
+
+def in_process(*args: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """`stampede ARGS` in this interpreter (the analysis commands import no Locust): its stdout; exit 0 asserted."""
+    from harness.cli.main import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -114,31 +128,56 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, tmp_path, case):
-    signals, ending, exit_code = CASES[case]
-    run_id = "cut-" + case.replace(" ", "-").replace("/", "")
-    run_dir = tmp_path / run_id
-    run = start_run(stub_url, tmp_path, run_id)
-    try:
-        under_load(stub_url, run_id, run_dir)
-        if signals is None:
-            kill_every_process(run)
-        else:
-            for signum in signals:
-                run.send_signal(signum)
-                time.sleep(0.15)  # apart, so the two are not one pending signal
-        _out, err = run.communicate(timeout=120)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-    assert run.returncode == exit_code, err[-2000:]
-    assert "Traceback" not in err
-    left = len(sandboxes(stub_url, run_id, active=True))
+@dataclass
+class Interrupted:
+    run_dir: Path
+    returncode: int
+    stderr: str
+    killed_at: float
+    sandboxes_left: int
 
-    summary = stampede("summary", str(run_dir))
-    assert summary.returncode == 0, summary.stderr
-    assert summary.stdout.splitlines()[0].startswith(f"ended: {ending}"), summary.stdout
+
+@pytest.fixture(scope="module")
+def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
+    """The four runs side by side (one stub, one results folder), each interrupted its way once under load."""
+    out = tmp_path_factory.mktemp("endings")
+    runs = {case: start_run(stub_url, out, run_id_of(case)) for case in CASES}
+    try:
+        for case in CASES:
+            under_load(stub_url, run_id_of(case), out / run_id_of(case))
+        killed_at = time.time()
+        kill_every_process(runs["kill -9 of every process"])
+        for case, (signals, _, _) in CASES.items():
+            if signals:
+                runs[case].send_signal(signals[0])
+        time.sleep(0.4)  # apart, so the two are not one pending signal; the run is still draining or exiting
+        runs["double SIGINT"].send_signal(signal.SIGINT)
+        errors = {case: run.communicate(timeout=120)[1] for case, run in runs.items()}
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+    return {
+        case: Interrupted(out / run_id_of(case), run.returncode, errors[case], killed_at,
+                          len(sandboxes(stub_url, run_id_of(case), active=True)))  # fmt: skip
+        for case, run in runs.items()
+    }
+
+
+def run_id_of(case: str) -> str:
+    return "cut-" + case.replace(" ", "-")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, interrupted_runs, case, capsys):
+    signals, ending, exit_code = CASES[case]
+    found = interrupted_runs[case]
+    run_id, run_dir, killed_at, left = run_id_of(case), found.run_dir, found.killed_at, found.sandboxes_left
+    tmp_path = run_dir.parent
+    assert found.returncode == exit_code, found.stderr[-2000:]
+    assert "Traceback" not in found.stderr
+
+    assert in_process("summary", str(run_dir), capsys=capsys).splitlines()[0].startswith(f"ended: {ending}")
 
     if signals is None:
         # The next run finds it crashed, records that, and names the command that reaps its leftovers.
@@ -150,9 +189,9 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, tm
         assert f"stampede cleanup --provider stub --base-url {stub_url} --run-id {run_id}" in following.stderr
         assert json.loads((run_dir / "run.json").read_text())["status"] == "crashed"
         assert left > 0  # kill -9 left sandboxes behind: the vendor still has them
-        reaped = stampede("cleanup", "--provider", "stub", "--base-url", stub_url, "--token", TOKEN, "--all-owned")
-        assert reaped.returncode == 0, reaped.stderr
-        assert int(reaped.stdout.split()[1]) >= left
+        reaped = in_process("cleanup", "--provider", "stub", "--base-url", stub_url, "--token", TOKEN, "--all-owned",
+                            capsys=capsys)  # fmt: skip
+        assert int(reaped.split()[1]) >= left
     else:
         manifest = json.loads((run_dir / "run.json").read_text())
         assert (manifest["status"], manifest["exit_code"]) == (ending, exit_code)
@@ -161,29 +200,36 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, tm
     assert after_cleanup == 0
 
     rows = load_rollouts(run_dir)
-    made = {sandbox["id"] for sandbox in sandboxes(stub_url, run_id, active=False)}
+    vendor = sandboxes(stub_url, run_id, active=False)
+    made = {sandbox["id"] for sandbox in vendor}
     without_row = made - set(rows["sandbox_id"].dropna())
     assert without_row == set()  # every sandbox the vendor made for the run is some rollout's row
     unfinished = int((rows["outcome"] == "unfinished").sum())
+    # Finished before the kill, yet without a row of their own: their rows were still in the engine's buffer.
+    ended = {sandbox["id"]: datetime.fromisoformat(sandbox["terminatedAt"]).timestamp()
+             for sandbox in vendor if sandbox.get("terminatedAt")}  # fmt: skip
+    lost_finished = [ended[sid] for sid in rows.loc[rows["outcome"] == "unfinished", "sandbox_id"].dropna()
+                     if sid in ended and ended[sid] < killed_at]  # fmt: skip
+    oldest_lost_s = round(killed_at - min(lost_finished), 2) if lost_finished else 0.0
     if signals is None:
         assert unfinished > 0  # in flight or buffered at the kill: rows from the write-ahead, not silence
-    FIGURES[case] = {"ending": ending, "exit": run.returncode, "sandboxes_left": left, "after_cleanup": after_cleanup,
+        assert oldest_lost_s <= FLUSH_INTERVAL_S + 2.0  # at most one flush interval of finished rows (+ slack)
+    FIGURES[case] = {"ending": ending, "exit": found.returncode, "sandboxes_left": left, "after_cleanup": after_cleanup,
                      "rows": len(rows), "vendor_sandboxes": len(made), "without_row": len(without_row),
-                     "unfinished": unfinished}  # fmt: skip
+                     "unfinished": unfinished, "finished_but_unflushed": len(lost_finished),
+                     "oldest_unflushed_finish_s_before_kill": oldest_lost_s}  # fmt: skip
 
     if signals is None:
         # The report says it first, withholds the knee verdict, and reads a folder the kill left without any
         # rollouts shard (only ops shards and the write-ahead).
-        report = build_report([run_dir], tmp_path / "report", figures=False)
+        report = build_report([run_dir], tmp_path / "kill-report", figures=False)
         assert report.text.splitlines()[0].startswith(f"{run_id}: ended: crashed")
         assert "no verdict" in report.text
         html = report.html_path.read_text()
         assert html.index("ended: crashed") < html.index("<table")
         bare = tmp_path / "ops-only"
         shutil.copytree(run_dir, bare, ignore=shutil.ignore_patterns("rollouts*", "report"))
-        bare_summary = stampede("summary", str(bare))
-        assert bare_summary.returncode == 0, bare_summary.stderr
-        assert "ended: crashed" in bare_summary.stdout.splitlines()[0]
+        assert "ended: crashed" in in_process("summary", str(bare), capsys=capsys).splitlines()[0]
         assert len(load_rollouts(bare)) == len(rows.drop_duplicates(["rollout_id", "attempt"]))
 
 
