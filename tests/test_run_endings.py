@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -305,3 +306,16 @@ async def test_docker_lists_every_run_it_tagged(docker_host):
         for run_id in runs:
             await provider.cleanup(run_id)
         await provider.aclose()
+
+
+def test_a_run_in_progress_is_told_from_a_crashed_one_by_its_owner_pid_and_start_time():
+    from harness.results.run_ending import run_ending
+
+    me = psutil.Process()
+    owner = {"pid": me.pid, "started": me.create_time(), "hostname": socket.gethostname()}
+    assert run_ending({"status": "running", "processes": {"owner": owner}}).ending == "running"
+    reused = {**owner, "started": owner["started"] - 3600}  # the pid now belongs to another process
+    assert run_ending({"status": "running", "processes": {"owner": reused}}).ending == "crashed"
+    elsewhere = {**owner, "pid": 2**22 + 7, "hostname": "another-host"}  # cannot tell from here: not crashed
+    assert run_ending({"status": "running", "processes": {"owner": elsewhere}}).ending == "running"
+    assert run_ending({"status": "complete"}).ending == "completed"  # run.json from before endings were recorded

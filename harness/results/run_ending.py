@@ -30,6 +30,10 @@ class RunEnding:
 
     def banner(self) -> str:
         """One line: how the run ended, first in every summary and report."""
+        if self.ending == endings.RUNNING:
+            return "not ended: still running (the process that writes it is alive, or on another host)"
+        if self.ending == "unknown":
+            return "ended: unknown (no run.json, or no status in it)"
         code = endings.exit_code_for(self.ending) if self.ending in (endings.COMPLETED, *endings.CUT_SHORT) else None
         line = f"ended: {self.ending}"
         if self.ending != endings.CRASHED and code is not None:
