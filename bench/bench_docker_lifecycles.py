@@ -39,7 +39,8 @@ from harness.locust.engine_client import EngineClient
 from harness.results.summary import quantiles
 from harness.wire.messages import EngineConfig, RolloutRequest
 from providers import create_provider
-from providers.docker import DEFAULT_CAP_DROP
+from providers.docker import DEFAULT_CAP_DROP, DEFAULT_SCRATCH_MB
+from providers.docker_image import SCRATCH_DIR
 
 COMMANDS = [["true"], ["echo", "hi"]]
 CPU, MEMORY_MB, PIDS, LIFETIME_S = 1.0, 256, 256, 600
@@ -93,7 +94,8 @@ def cli_lifecycle_script(docker: str, image: str, run_id: str) -> str:
     run = (
         f"{docker} run -d --name stampede-{run_id}-c$1 "
         f"--label stampede-run={run_id} --label stampede-rollout=c$1 "
-        f"--network none {caps} --security-opt no-new-privileges --init --log-driver none "
+        f"--network none {caps} --security-opt no-new-privileges --init --log-driver none --read-only "
+        f"--tmpfs {SCRATCH_DIR}:rw,nosuid,nodev,size={DEFAULT_SCRATCH_MB}m,mode=1777 "
         f"--cpus {CPU} --memory {memory} --memory-swap {memory} "
         f"--pids-limit {PIDS} --entrypoint sleep {image} {LIFETIME_S}"
     )

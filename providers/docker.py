@@ -8,8 +8,11 @@ Users run it to learn what their own hardware can do as a sandbox fleet. One san
 id; `wait_ready` starts it and returns once it is running, so a slow start shows up as readiness time (and
 `ready_timeout`) the way a vendor's boot does; `exec` goes through the exec API; `terminate` force-removes.
 The container's own process is `sleep <lifetime>` (under docker-init), so the daemon side also bounds a
-leak. Sandboxes get no network, no privileges, no host mounts, fewer capabilities, and the spec's cpu,
-memory (no swap) and pids limits.
+leak. Sandboxes get no network, no privileges, no host mounts, and the spec's cpu, memory (no swap) and pids
+limits; they run hardened: every capability dropped, no-new-privileges, a read-only root filesystem with one
+size-capped writable tmpfs (`scratch`, /tmp), and the image's own non-root user (the stampede image's is uid
+1000). No user namespace: userns-remap is a daemon setting (`dockerd --userns-remap`) the daemon here is not
+started with; the non-root uid without capabilities is the equivalent a container escape meets.
 
 The connection pool is sized for thousands of calls in flight: aiohttp's default limit of 100 would
 silently queue requests client-side and make the daemon look faster (or slower) than it is.
@@ -47,7 +50,7 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
-from providers.docker_image import DEFAULT_IMAGE, default_host, ensure_image, image_id
+from providers.docker_image import DEFAULT_IMAGE, SCRATCH_DIR, default_host, ensure_image, image_id
 from providers.open_files import raise_open_files_limit
 from providers.options import Option, like, parse_options, text
 
@@ -58,17 +61,10 @@ TRANSPORT_STATUS = 900  # aiodocker's status for "could not connect to the daemo
 SIGKILL_EXIT = 128 + 9
 RUNTIME_REFUSED_EXIT = 126  # docker's exit code when the runtime could not start the exec'd command
 _DYING_HINTS = (b"stopped state", b"not running", b" not found: not found", b"container not found")
-DEFAULT_CAP_DROP: tuple[str, ...] = (
-    # Docker's default set minus what a tool call seldom needs; CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
-    # SETUID and SETGID stay so that package managers and ordinary scripts work as root in the sandbox.
-    "NET_RAW",
-    "NET_BIND_SERVICE",
-    "MKNOD",
-    "AUDIT_WRITE",
-    "SETFCAP",
-    "SETPCAP",
-    "SYS_CHROOT",
-)
+DEFAULT_CAP_DROP: tuple[str, ...] = ("ALL",)
+"""Every capability: the sandbox's user is not root. An image whose tool calls need root's (a package manager
+chowning files) takes `cap_drop=NET_RAW,NET_BIND_SERVICE,MKNOD,AUDIT_WRITE,SETFCAP,SETPCAP,SYS_CHROOT`."""
+DEFAULT_SCRATCH_MB = 256  # the writable tmpfs; its pages count against the sandbox's memory limit too
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]+")
 
 
@@ -83,7 +79,11 @@ class DockerOptions:
     command: tuple[str, ...] = ()  # the container's process; () = sleep <lifetime>; "{lifetime}" expands
     init: bool = True  # docker-init as PID 1: reaps orphans of tool calls, dies on SIGTERM
     network_mode: str = "bridge"  # used only when the spec asks for network
-    cap_drop: tuple[str, ...] = DEFAULT_CAP_DROP  # ("ALL",) for the strictest
+    cap_drop: tuple[str, ...] = DEFAULT_CAP_DROP  # () keeps Docker's default set
+    read_only: bool = True  # the root filesystem; `scratch` is the one writable place
+    scratch: str = SCRATCH_DIR  # a tmpfs of `scratch_mb` (writes past it fail: "No space left on device")
+    scratch_mb: int = DEFAULT_SCRATCH_MB
+    user: str = ""  # uid[:gid] the sandbox runs as; "" = the image's USER (stampede's image: 1000)
     runtime: str = ""  # OCI runtime (e.g. "crun"); "" = the daemon's default
     pull: bool = False  # pull a missing non-stampede image (needs registry access)
     name_containers: bool = True  # name containers stampede-<run>-<rollout> (readable `docker ps`)
@@ -95,8 +95,10 @@ class DockerOptions:
         values = parse_options("docker", options, DOCKER_OPTIONS)
         values.pop("token")
         parsed = cls(**values)
-        if parsed.max_connections < 1 or parsed.api_timeout_s <= 0:
-            raise ProviderConfigError("docker provider: max_connections and api_timeout_s must be positive")
+        if parsed.max_connections < 1 or parsed.api_timeout_s <= 0 or parsed.scratch_mb < 1:
+            raise ProviderConfigError("docker provider: max_connections, api_timeout_s and scratch_mb must be positive")
+        if not parsed.scratch.startswith("/"):
+            raise ProviderConfigError(f"docker provider: scratch must be an absolute path (got {parsed.scratch!r})")
         return parsed
 
 
@@ -268,6 +270,8 @@ class DockerProvider(Provider):
             "CapAdd": None,
             "CapDrop": list(self.options.cap_drop),
             "SecurityOpt": ["no-new-privileges"],
+            "ReadonlyRootfs": self.options.read_only,
+            "Tmpfs": {self.options.scratch: f"rw,nosuid,nodev,size={self.options.scratch_mb}m,mode=1777"},
             "NanoCpus": max(int(cpu * 1e9), 10_000_000),
             "Memory": memory,
             "MemorySwap": memory,  # equal to Memory: no swap beyond the limit
@@ -288,6 +292,7 @@ class DockerProvider(Provider):
             "Cmd": None,
             "Labels": {str(k): str(v) for k, v in spec.tags().items()},
             "Env": [f"{k}={v}" for k, v in spec.env.items()],
+            **({"User": self.options.user} if self.options.user else {}),
             "Tty": False,
             "OpenStdin": False,
             "AttachStdin": False,

@@ -6,6 +6,10 @@ imported with `POST /images/create?fromSrc=-` (what `docker import` does; aiodoc
 to `images/load`, the `docker save` format, so the raw endpoint is used). About 1 MB, built in well under
 a second. Users with registry access name any image instead (`image` option / `SandboxSpec.image`).
 
+The image runs as an unprivileged user (`sandbox`, uid/gid 1000) whose home and working directory is /tmp,
+the one writable place once the provider mounts the root filesystem read-only with a size-capped tmpfs there.
+Tag 2 is that image; tag 1 ran as root.
+
 `stampede docker image` is `main()`.
 """
 
@@ -29,14 +33,18 @@ from yarl import URL
 
 from providers.base import FailureKind, ProviderError
 
-DEFAULT_IMAGE = "stampede/busybox:1"
+DEFAULT_IMAGE = "stampede/busybox:2"
+SANDBOX_UID = 1000  # the image's USER: not root, no capabilities once the provider drops them
+SCRATCH_DIR = "/tmp"  # the user's home and working directory: the provider's writable tmpfs
 BUSYBOX_PATH = "/bin/busybox"
 BUSYBOX_ENV = "STAMPEDE_BUSYBOX"  # another static busybox, for machines that are not Debian
 IMAGE_LABEL = "stampede-image"
 IMPORT_CHANGES: tuple[str, ...] = (
     'CMD ["/bin/sh"]',
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "WORKDIR /root",
+    f"ENV HOME={SCRATCH_DIR}",
+    f"USER {SANDBOX_UID}:{SANDBOX_UID}",
+    f"WORKDIR {SCRATCH_DIR}",
     f"LABEL {IMAGE_LABEL}=busybox",
 )
 _MTIME = 1_700_000_000  # fixed: the same busybox gives the same tar bytes
@@ -60,8 +68,13 @@ _DIRS: tuple[tuple[str, int], ...] = (
     ("var/tmp", 0o1777),
 )
 _FILES: tuple[tuple[str, str], ...] = (
-    ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"),
-    ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+    (
+        "etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\n"
+        f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{SCRATCH_DIR}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    ),
+    ("etc/group", f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n"),
     ("etc/os-release", 'NAME="stampede busybox"\nID=stampede-busybox\n'),
 )
 
@@ -256,6 +269,8 @@ if __name__ == "__main__":
 
 __all__: Sequence[str] = (
     "DEFAULT_IMAGE",
+    "SANDBOX_UID",
+    "SCRATCH_DIR",
     "ImageResult",
     "build_rootfs_tar",
     "default_host",

@@ -82,7 +82,7 @@ async def test_isolation_and_limits(provider: DockerProvider, docker_host: str, 
     host = info["HostConfig"]
     assert host["NetworkMode"] == "none" and host["Privileged"] is False
     assert not host.get("Binds") and not info.get("Mounts") and not host.get("CapAdd")
-    assert "NET_RAW" in host["CapDrop"] and "no-new-privileges" in host["SecurityOpt"]
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert host["NanoCpus"] == 500_000_000 and host["PidsLimit"] == 50
     assert host["Memory"] == host["MemorySwap"] == 64 * 1024 * 1024
     assert info["Config"]["Labels"][RUN_LABEL] == run_id
