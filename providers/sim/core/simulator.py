@@ -14,6 +14,11 @@ reports say breaks fleets at scale:
 - a startup deadline, lifetimes, injected create/boot/exec failures, exec overhead plus the command's
   own duration from the tiny shell (`shell.py`).
 
+Memory: on a live clock an ended sandbox is forgotten `retention_s` real seconds after it ended (vendors forget them too; a
+client asking about it later gets NotFound). Its truth row moves to a `TruthArchive` on disk first, so
+`truth()` still has every sandbox of the run, and fronts drop their own per-sandbox state in a prune
+listener. A soak's memory then holds only the sandboxes of the last `retention_s`, whatever its length.
+
 Determinism: per-sandbox draws are keyed by (seed, acceptance number, purpose) and per-create draws by
 (seed, create-attempt number), so the same calls at the same virtual times give the same truth.
 
@@ -33,7 +38,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from providers.sim.core.clock import SimClock, TimerHandle
+from providers.sim.core.clock import LoopClock, SimClock, TimerHandle
 from providers.sim.core.commands import start_command
 from providers.sim.core.draws import Stream
 from providers.sim.core.pool import Node, NodePool, Pull
@@ -60,6 +65,7 @@ from providers.sim.core.records import (
     SimSandbox,
     iso,
 )
+from providers.sim.core.truth_archive import TruthArchive
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -80,15 +86,32 @@ __all__ = [
 ]
 
 
+RETENTION_S = 60.0
+"""Real seconds an ended sandbox stays known (its commands' results, status, an idempotent retry) before it
+is pruned: longer than any client's follow-up call, short enough that a 960-wide soak keeps ~1 minute of
+ended sandboxes."""
+
+
 class VendorSimulator:
     """One vendor account's control plane. Not thread-safe: call it from the clock's thread/loop."""
 
-    def __init__(self, profile: Profile, *, seed: int, clock: SimClock) -> None:
+    def __init__(
+        self, profile: Profile, *, seed: int, clock: SimClock, retention_s: float | None = None
+    ) -> None:
+        """`retention_s`: real seconds an ended sandbox stays known; None: RETENTION_S on a live clock (a
+        served vendor), never pruned on a virtual one (offline experiments read every sandbox at the end)."""
         self.profile = profile
         self.seed = int(seed)
         self.clock = clock
-        self._sandboxes: dict[str, SimSandbox] = {}
-        self._order: list[SimSandbox] = []
+        if retention_s is None:
+            retention_s = RETENTION_S if isinstance(clock, LoopClock) else math.inf
+        # in vendor seconds on this clock (one vendor second lasts `time_scale` real seconds)
+        self.retention_s = float(retention_s) / float(getattr(clock, "time_scale", 1.0) or 1.0)
+        self._sandboxes: dict[str, SimSandbox] = {}  # known sandboxes, in acceptance order
+        self._accepted = 0
+        self._ended_fifo: deque[SimSandbox] = deque()  # ended, known sandboxes in the order they ended
+        self._archive = TruthArchive()  # the truth rows of pruned sandboxes
+        self._prune_listeners: list[Callable[[SimSandbox, builtins.dict[str, Any]], None]] = []
         self._active: dict[str, SimSandbox] = {}
         self._idempotency: dict[str, str] = {}
         self._attempts = 0
@@ -115,6 +138,16 @@ class VendorSimulator:
         self.pool_used: tuple[float, float, float] = (0.0, 0.0, 0.0)  # vCPU, memory GiB, disk GiB of active sandboxes
 
     # --- public API ---------------------------------------------------------------------------------
+
+    def add_prune_listener(self, callback: Callable[[SimSandbox, builtins.dict[str, Any]], None]) -> None:
+        """Call `callback(sandbox, truth_row)` when an ended sandbox is forgotten: a front drops its own state
+        for it, and may add its fields to the truth row before the row is archived."""
+        self._prune_listeners.append(callback)
+
+    @property
+    def known(self) -> int:
+        """Sandboxes still held in memory (active, or ended within the retention window)."""
+        return len(self._sandboxes)
 
     def add_listener(self, callback: Callable[[SimSandbox], None]) -> None:
         """Called (synchronously) after every status change of any sandbox."""
@@ -170,7 +203,7 @@ class VendorSimulator:
 
     def list(self, *, labels: Sequence[str] = (), active_only: bool = False) -> list[SimSandbox]:
         """Sandboxes in acceptance order, optionally only active ones, carrying every label in `labels`."""
-        source = self._active.values() if active_only else self._order
+        source = self._active.values() if active_only else self._sandboxes.values()
         if not labels:
             return list(source)
         wanted = set(labels)
@@ -257,7 +290,9 @@ class VendorSimulator:
         by_status: Counter[str] = Counter(sb.status for sb in self._active.values())
         return {
             "now": now,
-            "created": len(self._order),
+            "created": self._accepted,
+            "known": len(self._sandboxes),
+            "pruned": self._archive.count,
             "create_attempts": self._attempts,
             "active": len(self._active),
             "pending": by_status[SandboxStatus.PENDING],
@@ -276,8 +311,13 @@ class VendorSimulator:
         }
 
     def truth(self) -> builtins.list[builtins.dict[str, Any]]:
-        """The vendor's own record of every sandbox: lifecycle times in vendor seconds and epoch seconds."""
-        return [sb.truth_row(self.clock.wall) for sb in self._order]
+        """The vendor's own record of every sandbox (pruned ones included), in acceptance order: lifecycle
+        times in vendor seconds and epoch seconds."""
+        live = [sb.truth_row(self.clock.wall) for sb in self._sandboxes.values()]
+        archived = self._archive.rows()
+        if not archived:
+            return live
+        return sorted(archived + live, key=lambda row: int(row["seq"]))
 
     def close(self) -> None:
         """Cancel every timer; commands in flight fail with SandboxDied. Sandboxes keep their state."""
@@ -355,7 +395,9 @@ class VendorSimulator:
         return (1.0 - self._tokens) / rate.per_s
 
     def _accept(self, req: CreateRequest, now: float) -> SimSandbox:
-        seq = len(self._order)
+        self._prune(now)
+        seq = self._accepted
+        self._accepted += 1
         digest = hashlib.blake2b(f"{self.seed}:{seq}".encode(), digest_size=12).hexdigest()
         sb = SimSandbox(
             id=f"sb{digest}",
@@ -376,7 +418,6 @@ class VendorSimulator:
             meta=dict(req.meta),
         )
         self._sandboxes[sb.id] = sb
-        self._order.append(sb)
         self._active[sb.id] = sb
         self._hold(sb, 1.0)
         self.peak_active = max(self.peak_active, len(self._active))
@@ -591,6 +632,7 @@ class VendorSimulator:
                 self.pool.release_slot(node)
                 self._maybe_idle(node)
         self.ended[f"{status}/{sb.error_type}" if sb.error_type else str(status)] += 1
+        self._ended_fifo.append(sb)
         if sb._execs:
             died = SandboxDied(sb.id, str(status), sb.error_type, message or f"Sandbox is {status}")
             for ticket in list(sb._execs):
@@ -598,6 +640,21 @@ class VendorSimulator:
         self._notify(sb)
         if phase != _QUEUED and self._n_waiting > 0:
             self._dispatch()
+
+    def _prune(self, now: float) -> None:
+        """Forget the sandboxes that ended more than `retention_s` ago; archive their truth rows first."""
+        fifo = self._ended_fifo
+        horizon = now - self.retention_s
+        while fifo and (fifo[0].ended_at or 0.0) <= horizon:
+            sb = fifo.popleft()
+            if self._sandboxes.pop(sb.id, None) is None:
+                continue
+            if sb.idempotency_key is not None and self._idempotency.get(sb.idempotency_key) == sb.id:
+                del self._idempotency[sb.idempotency_key]
+            row = sb.truth_row(self.clock.wall)
+            for callback in self._prune_listeners:
+                callback(sb, row)
+            self._archive.append(row)
 
     def _notify(self, sb: SimSandbox) -> None:
         for callback in self._listeners:

@@ -22,6 +22,7 @@ app, image, secret) are never faulted: they run once per client, before any roll
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -54,6 +55,7 @@ OPERATION_OF: dict[str, str] = {
 }
 """Which injector operation each Modal RPC (control plane and command router) counts as."""
 
+MAX_DEAD_EXECS = 10_000
 THROTTLE_MESSAGE = "Too many requests, please slow down"
 _GARBAGE = b"\x0a\xff\xff\xff\xff\x0f<html>502 Bad Gateway</html>"  # a length-delimited field longer than the body
 _HTML = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
@@ -92,7 +94,7 @@ class GrpcFaults:
 
     def __init__(self, injector: FaultInjector) -> None:
         self.injector = injector
-        self.dead_execs: set[tuple[str, str]] = set()
+        self.dead_execs: OrderedDict[tuple[str, str], None] = OrderedDict()  # newest last, at most MAX_DEAD_EXECS
         self._closing = asyncio.Event()
         self._five_hundreds = 0
 
@@ -105,10 +107,6 @@ class GrpcFaults:
         if not self.injector.active:
             return service
         return _FaultyService(service, self)
-
-    def forget_task(self, task_id: str) -> None:
-        """Drop what is remembered about a task's dead commands (its sandbox is being pruned)."""
-        self.dead_execs = {key for key in self.dead_execs if key[0] != task_id}
 
     async def apply(self, name: str, stream: Any, handler: Handler) -> None:
         operation = OPERATION_OF.get(name)
@@ -146,7 +144,9 @@ class GrpcFaults:
             if name == "TaskExecStart":
                 await handler(_Silenced(stream, request))  # the command starts; its answer never arrives
             if exec_key is not None:
-                self.dead_execs.add(exec_key)
+                self.dead_execs[exec_key] = None
+                while len(self.dead_execs) > MAX_DEAD_EXECS:  # a soak with this fault on must not grow
+                    self.dead_execs.popitem(last=False)
             await stream.cancel()
 
     def _settings(self) -> Any:

@@ -87,6 +87,7 @@ class ModalRegistry:
         self._waiters: dict[str, list[_Waiter]] = {}
         self._last_created = 0.0
         sim.add_listener(self._changed)
+        sim.add_prune_listener(self._pruned)
 
     # --- records --------------------------------------------------------------------------------------
 
@@ -204,9 +205,24 @@ class ModalRegistry:
             if not waiter.future.done() and waiter.predicate(sb):
                 waiter.future.set_result(sb)
 
+    def _pruned(self, sb: SimSandbox, row: dict[str, Any]) -> None:
+        """The simulator forgot an ended sandbox: forget its Modal record, and keep Modal's ids in its truth row."""
+        record = self.by_sim.pop(sb.id, None)
+        self._waiters.pop(sb.id, None)
+        if record is None:
+            return
+        self.by_id.pop(record.modal_id, None)
+        self.by_task.pop(record.task_id, None)
+        row.update(modal_fields(record, row["id"]))
+
     def close(self) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
                 if not waiter.future.done():
                     waiter.future.cancel()
         self._waiters.clear()
+
+
+def modal_fields(record: ModalSandbox, sim_id: str) -> dict[str, Any]:
+    """What the truth rows say of a sandbox in Modal's terms (`sim_id` keeps the simulator's own id)."""
+    return {"sim_id": sim_id, "id": record.modal_id, "backend": f"v{record.version}", "task_id": record.task_id}

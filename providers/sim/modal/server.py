@@ -28,7 +28,7 @@ from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.modal.control_plane import ModalControlPlane
 from providers.sim.modal.faults import GrpcFaults
 from providers.sim.modal.grpc_plumbing import start_grpc_server, stop_grpc_server
-from providers.sim.modal.registry import ModalRegistry
+from providers.sim.modal.registry import ModalRegistry, modal_fields
 from providers.sim.modal.router import ModalCommandRouter
 from providers.sim.modal.tokens import DEFAULT_TOKEN_ID, Credentials, JwtSigner
 
@@ -69,12 +69,13 @@ class RunningModal:
         """The simulator's records with Modal's sandbox ids (`sim_id` keeps the simulator's own)."""
         rows = self.simulator.truth()
         for row in rows:
+            if "sim_id" in row:
+                continue  # a pruned sandbox's row: the registry wrote Modal's ids into it then
             record = self.registry.by_sim.get(row["id"])
-            row["sim_id"] = row["id"]
             if record is not None:
-                row["id"] = record.modal_id
-                row["backend"] = f"v{record.version}"
-                row["task_id"] = record.task_id
+                row.update(modal_fields(record, row["id"]))
+            else:
+                row["sim_id"] = row["id"]
         return rows
 
     async def close(self) -> None:

@@ -421,6 +421,7 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
         if maker is not None:
             app[SIM] = maker()
         app[INFO] = describe(app[SIM])
+        app[SIM].add_prune_listener(app[TOKENS].forget)  # a pruned sandbox's gateway token goes with it
 
     async def on_cleanup(app: web.Application) -> None:
         if owned and SIM in app:

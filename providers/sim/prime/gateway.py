@@ -30,6 +30,7 @@ from providers.sim.core.simulator import (
     NotRunning,
     SandboxDied,
     SandboxStatus,
+    SimSandbox,
     VendorSimulator,
 )
 
@@ -67,6 +68,10 @@ class GatewayTokens:
         )
         self._by_job[sandbox_id] = token
         return token
+
+    def forget(self, sandbox: SimSandbox, row: dict[str, Any]) -> None:
+        """The simulator pruned an ended sandbox (a prune listener): its token goes with it."""
+        self._by_job.pop(sandbox.id, None)
 
     def check(self, user_ns: str, job_id: str, authorization: str | None) -> bool:
         known = self._by_job.get(job_id)

@@ -1,0 +1,55 @@
+"""The truth rows of sandboxes the simulator has forgotten, kept on disk so a long soak's memory stays flat.
+
+A vendor forgets a sandbox some time after it ended; the run still wants the vendor's own record of it
+(`sim_truth.parquet` is written from `VendorSimulator.truth()` when the run ends). So the simulator moves a
+pruned sandbox's truth row here: rows wait in a small buffer and go to an anonymous temporary file (deleted
+by the OS when closed, even after a crash) as JSON lines; `rows()` reads them all back.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from typing import IO, Any
+
+FLUSH_EVERY = 512  # rows held in memory before they are written out
+
+
+class TruthArchive:
+    """Append-only truth rows: at most `FLUSH_EVERY` in memory, the rest in a temporary file."""
+
+    def __init__(self) -> None:
+        self._buffer: list[str] = []
+        self._file: IO[str] | None = None
+        self.count = 0
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._buffer.append(json.dumps(row, separators=(",", ":")))
+        self.count += 1
+        if len(self._buffer) >= FLUSH_EVERY:
+            self._flush()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every archived row, oldest first."""
+        self._flush()
+        if self._file is None:
+            return []
+        self._file.seek(0)
+        rows = [json.loads(line) for line in self._file if line.strip()]
+        self._file.seek(0, 2)
+        return rows
+
+    def close(self) -> None:
+        self._buffer.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(mode="w+", encoding="utf-8", prefix="stampede-sim-truth-")
+        self._file.write("\n".join(self._buffer) + "\n")
+        self._file.flush()
+        self._buffer.clear()
