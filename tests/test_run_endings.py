@@ -319,3 +319,42 @@ def test_a_run_in_progress_is_told_from_a_crashed_one_by_its_owner_pid_and_start
     elsewhere = {**owner, "pid": 2**22 + 7, "hostname": "another-host"}  # cannot tell from here: not crashed
     assert run_ending({"status": "running", "processes": {"owner": elsewhere}}).ending == "running"
     assert run_ending({"status": "complete"}).ending == "completed"  # run.json from before endings were recorded
+
+
+def test_an_abort_bounds_the_drain_when_the_vendor_hangs_on_terminate(tmp_path):
+    """The engine's side of a second Ctrl-C (SIGUSR2): a vendor whose terminate takes 60 s holds an ordinary
+    drain at least that long; aborted, the drain gives rollouts 1 s and ends within its 15 s bound, says so, and
+    every submitted rollout still has a row."""
+    import gevent
+
+    from harness.engine.run import ABORT_DEADLINE_S
+    from harness.locust.engine_client import EngineClient
+    from harness.wire.messages import EngineConfig, RolloutRequest
+
+    engine = EngineClient.spawn("t0")
+    try:
+        engine.configure(
+            EngineConfig(run_id="abort", worker="t0", out_dir=str(tmp_path),
+                         provider="tests.support.scripted_provider:ScriptedProvider",
+                         provider_options={"exec_delay_s": 60, "terminate_delay_s": 60}, profile="scripted",
+                         scenario="test", plan={"commands": [["true"], ["sleep"]]}, flush_interval_s=0.2)  # fmt: skip
+        )
+        users = [gevent.spawn(engine.run_rollout, RolloutRequest("01-s", 5)) for _ in range(5)]
+        deadline = time.monotonic() + 30
+        while (engine.stats() or None) is None or engine.stats().inflight < 5:
+            assert time.monotonic() < deadline
+            gevent.sleep(0.1)
+        engine.process.send_signal(signal.SIGUSR2)
+        started = time.monotonic()
+        summary = engine.drain(timeout=120)
+        drained_s = time.monotonic() - started
+        gevent.killall(users, block=False)
+    finally:
+        engine.shutdown(timeout=60)
+    assert summary["aborted"] is True and summary["started"] == 5
+    assert drained_s < ABORT_DEADLINE_S + 10  # not the 60 s the vendor's terminates take
+    rows = load_rollouts(tmp_path / "abort")
+    assert len(rows) == 5 and set(rows["outcome"]) <= {"cancelled", "unfinished"}
+    figures = {key: summary[key] for key in ("terminated_leftovers", "terminate_errors", "unfinished_tasks")}
+    print(f"\nabort drain (terminate hangs 60 s): drain {drained_s:.1f} s, {figures}, outcomes "
+          f"{rows['outcome'].value_counts().to_dict()}")  # fmt: skip

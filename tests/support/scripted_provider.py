@@ -6,7 +6,7 @@ Options: ready_delay_s, exec_delay_s, create_delay_s, fail ("phase:kind"), fail_
 terminate_fail (bool), classify_raises (bool), ledger (path: a JSON-lines file of create/terminate events,
 so a test in another process can check that every sandbox created was terminated), echo (bool: a leaky
 vendor that repeats the credentials it was given, as is, upper-cased and as a per-sandbox token, in every
-error it raises), cleanup_fail (bool: the end-of-run sweep fails).
+error it raises), cleanup_fail (bool: the end-of-run sweep fails), terminate_delay_s (a vendor slow to terminate).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ScriptedProvider(Provider):
         self.ready_delay_s = float(options.get("ready_delay_s", 0.0))
         self.exec_delay_s = float(options.get("exec_delay_s", 0.0))
         self.create_delay_s = float(options.get("create_delay_s", 0.0))
+        self.terminate_delay_s = float(options.get("terminate_delay_s", 0.0))
         fail = str(options.get("fail", ""))
         self.fail_phase, _, kind = fail.partition(":")
         self.fail_kind = FailureKind(kind) if kind else None
@@ -107,6 +108,8 @@ class ScriptedProvider(Provider):
     async def terminate(self, ref: SandboxRef) -> None:
         if self.terminate_fail:
             raise ProviderError(FailureKind.TRANSPORT, f"scripted terminate failure{self._echoed()}")
+        if self.terminate_delay_s:
+            await asyncio.sleep(self.terminate_delay_s)
         if self.live.pop(ref.sandbox_id, None) is not None:
             self.terminated.append(ref.sandbox_id)
             self._log("terminate", ref.sandbox_id)
