@@ -32,7 +32,7 @@ from providers.base import INIT_FAILURE_KINDS, Provider, SandboxRef
 
 RECENT_WINDOW_S = 10.0
 ABORT_GRACE_S = 1.0  # aborted (a second Ctrl-C): how long cancelled rollouts get to end on their own
-ABORT_DEADLINE_S = 15.0  # aborted: the whole drain (terminating leftovers, the label sweep) within this
+ABORT_DEADLINE_S = 10.0  # aborted: the whole drain (terminating leftovers, the label sweep) within this
 
 
 class RehearsalOver(Exception):

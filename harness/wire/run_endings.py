@@ -5,7 +5,7 @@
 - `interrupted` (exit 130): the first Ctrl-C or SIGTERM; rollouts cancelled, every sandbox terminated, the label
   swept.
 - `aborted` (exit 131): a second Ctrl-C or SIGTERM before stampede exits; cancelled rollouts get ABORT_GRACE_S
-  (1 s), the whole drain ABORT_DEADLINE_S (15 s, harness.engine.run), sandboxes still terminated.
+  (1 s), the whole drain ABORT_DEADLINE_S (10 s, harness.engine.run), sandboxes still terminated.
 - `crashed` (no exit status of ours: the process died; a shell shows 137 for kill -9): found later, when run.json
   still says `running` and the process that wrote it is gone.
 
