@@ -44,6 +44,7 @@ from aiohttp import web
 
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock, SimClock
+from providers.sim.core.faults import FaultInjector
 from providers.sim.core.simulator import (
     NotFound,
     Rejected,
@@ -57,6 +58,7 @@ from providers.sim.prime.command_session import build_service, connect_handler
 from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
 from providers.sim.prime.openapi import openapi_document
 from providers.sim.prime.shapes import _bool_param, _check_create, _field_error, _int_param, _logs, sandbox_body
+from providers.sim.prime.wire_faults import FAULTS, install, transport_faults
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +368,8 @@ async def stampede_truth(request: web.Request) -> web.Response:
 
 async def stampede_stats(request: web.Request) -> web.Response:
     info: dict[str, Any] = request.app[INFO]
-    return web.json_response({**info, "stats": _sim(request).stats()})
+    injected = dict(request.app[FAULTS].injected) if FAULTS in request.app else {}
+    return web.json_response({**info, "stats": _sim(request).stats(), "faults_injected": injected})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -392,9 +395,11 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
     api_token = token or (settings.token if settings is not None else None)
     if not api_token:
         raise ValueError("create_app needs an API token (token=...) when not given StubSettings")
-    app = web.Application(middlewares=[_errors_and_auth], client_max_size=4 * 1024 * 1024)
+    # transport faults first: the hostile network sits in front of the vendor's own auth and errors
+    app = web.Application(middlewares=[transport_faults, _errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[API_TOKEN] = api_token
     app[TOKENS] = GatewayTokens()
+    install(app)
     owned = False
     if settings is not None:
         profile = settings.resolved_profile()
@@ -422,6 +427,7 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
             app[SIM] = maker()
         app[INFO] = describe(app[SIM])
         app[SIM].add_prune_listener(app[TOKENS].forget)  # a pruned sandbox's gateway token goes with it
+        app[FAULTS] = FaultInjector(app[SIM].profile.faults)  # the profile's [faults] (inactive without one)
 
     async def on_cleanup(app: web.Application) -> None:
         if owned and SIM in app:

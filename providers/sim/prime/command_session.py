@@ -57,6 +57,7 @@ from providers.sim.core.simulator import (
 )
 from providers.sim.core.connect import CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.prime.gateway import GatewayTokens
+from providers.sim.prime.wire_faults import GATEWAY_DEATH, reset
 
 SERVICE = "command_session.CommandSession"
 CHUNK_BYTES = 32 * 1024
@@ -205,6 +206,9 @@ def build_service(
             yield pb.StartResponse(
                 event=pb.CommandSessionEvent(start=pb.CommandSessionEvent.StartEvent(pid=session.pid))
             )
+            if ctx.request.get(GATEWAY_DEATH):
+                reset(ctx.request)  # an injected gateway death: the command started, its stream is cut
+                return
             quiet_since = time.monotonic()
             while True:
                 try:

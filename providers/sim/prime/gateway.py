@@ -12,6 +12,7 @@ same base URL instead: command_session.py serves it on the same `GatewayTokens`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
@@ -33,6 +34,7 @@ from providers.sim.core.simulator import (
     SimSandbox,
     VendorSimulator,
 )
+from providers.sim.prime.wire_faults import GATEWAY_DEATH, reset
 
 GATEWAY_PREFIX = "/gateway"
 DEFAULT_USER_NS = "stampede"
@@ -150,6 +152,8 @@ def exec_handler(
             return _invalid(errors)
         assert isinstance(command, str)
         sim = get_sim(request)
+        if request.get(GATEWAY_DEATH):
+            return await _die_mid_exec(request, sim, job_id, command, float(timeout))
         try:
             outcome = await sim.exec(job_id, command, timeout_s=float(timeout), env=env, cwd=cwd)
         except NotFound:
@@ -167,6 +171,16 @@ def exec_handler(
         return web.json_response({"stdout": outcome.stdout, "stderr": outcome.stderr, "exit_code": outcome.exit_code})
 
     return handle
+
+
+async def _die_mid_exec(
+    request: web.Request, sim: VendorSimulator, job_id: str, command: str, timeout: float
+) -> web.Response:
+    """An injected gateway death: the command runs, the connection drops before its answer."""
+    with contextlib.suppress(Exception):
+        await sim.exec(job_id, command, timeout_s=timeout)
+    reset(request)
+    return web.Response(status=204)  # never written: the connection is gone
 
 
 def _err(body: dict[str, Any], name: str, kind: str, msg: str, *, missing: bool = False) -> dict[str, Any]:
