@@ -19,6 +19,16 @@ SDK behaviour the adapter changes, per instance, so that the vendor shows throug
   would hide inside create latency. A create answered 429 fails at once as `rate_limited`
   (`quota_exhausted` when the body says the sandbox limit was reached), with the server's Retry-After.
   With 1 the SDK retries as shipped; `ref.meta["throttled_429"]` counts the 429s a create absorbed.
+  A 429 on a status look or a delete is raised past the SDK's retries too (they wait 10 s, then 30 s, whatever
+  Retry-After says, and one throttled status batch would hold every sandbox in it). A create's 429 holds every
+  create client-wide for its Retry-After (`max_backoff_s`, 30 s, at most), then one probe at a time.
+- `api_timeout` (default 30 s): the SDK builds its control-plane client with a 30 s timeout but passes
+  `timeout=None` on every call, which httpx reads as no timeout at all: a hung answer held a rollout (or a
+  whole status batch) forever. Here None means the client's own timeout.
+- readiness: a status look lost on the way (timeout, reset, 5xx, 429, an unreadable answer) fails the SDK's
+  wait for every sandbox of its batch; the adapter asks again (after Retry-After) until the ready deadline.
+- `terminate_attempts` (default 4): a delete the API did not confirm (5xx, reset, timeout, 429, an answer
+  that is not JSON) is asked again, so one blip does not leave the sandbox alive until the end-of-run sweep.
 - `auth_cache` (default `memory`): the SDK persists gateway tokens to `~/.prime/sandbox_auth_cache.json`,
   re-serialising the whole cache (it never shrinks) on every create. `memory` keeps them in this
   process and drops a sandbox's token when it is deleted; `file` is the SDK as shipped.
@@ -30,7 +40,8 @@ SDK behaviour the adapter changes, per instance, so that the vendor shows throug
 
 Options (`--provider-option K=V`): `api_key`, `team_id`, `image` (python:3.11-slim), `retry_429`,
 `auth_cache`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own, 1000),
-`preflight_timeout` (30 s), `check_sdk` (1: refuse any prime-sandboxes but the pinned one, whose wire
+`preflight_timeout` (30 s), `api_timeout` (30 s), `terminate_attempts` (4), `max_backoff_s` (30 s), `check_sdk`
+(1: refuse any prime-sandboxes but the pinned one, whose wire
 protocol, internals and error texts this adapter and the stub were checked against), `readiness_probe` (0: 1 runs
 a direct probe beside the SDK's readiness wait, so a run shows how much of that wait is the SDK's polling).
 """
@@ -85,6 +96,7 @@ from providers.base import (
 from providers.cancellation import cancellable
 from providers.options import Option, choice, flag, integer, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of, status_kind
+from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 
 PINNED_SDK = "0.5.1"
 DEFAULT_IMAGE = "python:3.11-slim"
@@ -93,11 +105,15 @@ ALL_OWNED_MAX_PAGES = 10_000  # a bound on the listing, not a limit anyone meets
 PROBE_FIRST_S = 0.05
 PROBE_MAX_S = 1.0
 _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
+_RETRY_FIRST_S = 0.1  # the first pause before a terminate is asked again; doubled each time
+_RETRY_MAX_S = 2.0
 
 # The SDK's error texts (0.5.1): `APIError("HTTP <status>: <detail>")` from the control plane,
 # `APIError("Connect RPC failed (<code>): <message>")` from the gateway.
 _HTTP = re.compile(r"^HTTP (\d{3}): (.*)$", re.S)
 _CONNECT = re.compile(r"^Connect RPC failed \((\w+)\): (.*)$", re.S)
+_GATEWAY_TROUBLE = frozenset({ConnectCode.UNKNOWN.value, ConnectCode.UNAVAILABLE.value, ConnectCode.INTERNAL.value})
+_UNREADABLE_CONNECT = re.compile(r"invalid content-type|protocol error|invalid message|unexpected EOF", re.I)
 _READY_TIMEOUT_TYPES = frozenset({"PROVISIONING_TIMEOUT", "GATEWAY_REACHABILITY_TIMEOUT"})
 _TRANSPORT_ERRORS = (
     httpx.TransportError,
@@ -129,6 +145,9 @@ class PrimeOptions:
     gateway_max_connections: int = 1000
     preflight_timeout_s: float = 30.0
     readiness_probe: bool = False
+    api_timeout_s: float = 30.0
+    terminate_attempts: int = 4
+    max_backoff_s: float = 30.0
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:
@@ -167,6 +186,9 @@ class PrimeOptions:
             gateway_max_connections=values["gateway_max_connections"],
             preflight_timeout_s=values["preflight_timeout"],
             readiness_probe=values["readiness_probe"],
+            api_timeout_s=values["api_timeout"],
+            terminate_attempts=values["terminate_attempts"],
+            max_backoff_s=values["max_backoff_s"],
         )
 
 
@@ -186,6 +208,11 @@ PRIME_OPTIONS: dict[str, Option] = {
     # beside the SDK's wait, a direct `true` probe: SDK-observed vs probed readiness, side by side in the summary
     # (off by default: the probe's command is then the first the vendor sees, which the truth cross-check reads)
     "readiness_probe": flag(False),
+    # one control-plane request (the SDK configures 30 s but passes timeout=None, i.e. none): a hung answer fails
+    # that call, classified, and holds up no other
+    "api_timeout": number(30.0, positive=True),
+    "terminate_attempts": integer(4, minimum=1),  # a delete the API did not confirm is asked again
+    "max_backoff_s": number(30.0, positive=True),  # the longest a create's Retry-After holds the other creates
 }
 """The prime provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
@@ -208,8 +235,33 @@ class _CreateCall:
 _CREATE_CALL: contextvars.ContextVar[_CreateCall | None] = contextvars.ContextVar("stampede_prime_create", default=None)
 
 
-def _throttle_error(status: int, body: Any, headers: Mapping[str, str]) -> ProviderError:
-    return error_from_response(status, body, Phase.CREATE, retry_after_of(headers, body))
+def _throttle_error(
+    status: int, body: Any, headers: Mapping[str, str], phase: Phase = Phase.CREATE
+) -> ProviderError:
+    return error_from_response(status, body, phase, retry_after_of(headers, body))
+
+
+def _surfaced_429_phase(request: httpx.Request) -> Phase | None:
+    """A 429 the adapter raises past the SDK's retries (10 s, then 30 s, whatever Retry-After said): a status look
+    (one throttled batch would hold every sandbox in it; the adapter asks again after Retry-After) and a delete
+    (retried by `terminate` after Retry-After). Listing and bulk delete keep the SDK's own retries."""
+    path = request.url.path
+    if request.method == "POST" and path.endswith("/sandbox/status:batchGet"):
+        return Phase.READY
+    if request.method == "DELETE" and path.rstrip("/").rsplit("/", 1)[0].endswith("/sandbox"):
+        return Phase.TERMINATE
+    return None
+
+
+class _DefaultTimeoutClient(httpx.AsyncClient):
+    """The control-plane client: prime-sandboxes 0.5.1 passes `timeout=None` on every call, which httpx reads as
+    "no timeout at all" (a hung answer then holds a rollout, or a whole status batch, forever); here None means the
+    client's own timeout (`api_timeout`)."""
+
+    async def request(self, method: str, url: Any, *args: Any, **kwargs: Any) -> httpx.Response:
+        if kwargs.get("timeout", httpx.USE_CLIENT_DEFAULT) is None:
+            kwargs["timeout"] = httpx.USE_CLIENT_DEFAULT
+        return await super().request(method, url, *args, **kwargs)
 
 
 class PrimeProvider(Provider):
@@ -220,6 +272,7 @@ class PrimeProvider(Provider):
     def __init__(self, options: PrimeOptions) -> None:
         self.options = options
         self._sdk: AsyncSandboxClient | None = None
+        self._create_gate = ThrottleGate(options.max_backoff_s)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> PrimeProvider:
@@ -244,10 +297,11 @@ class PrimeProvider(Provider):
         # Same headers, timeouts and redirects as the SDK's own control-plane client; a wider pool and our
         # response hook (429s on create).
         old = api.client
-        api.client = httpx.AsyncClient(
+        seconds = self.options.api_timeout_s
+        api.client = _DefaultTimeoutClient(
             headers=old.headers,
             follow_redirects=old.follow_redirects,
-            timeout=old.timeout,
+            timeout=httpx.Timeout(seconds, connect=min(seconds, old.timeout.connect or seconds)),
             limits=httpx.Limits(
                 max_connections=self.options.api_max_connections,
                 max_keepalive_connections=min(self.options.api_keepalive, self.options.api_max_connections),
@@ -260,18 +314,22 @@ class PrimeProvider(Provider):
 
     async def _on_response(self, response: httpx.Response) -> None:
         """A 429 answering a create: counted, and (unless `retry_429`) raised past the SDK's retries."""
-        call = _CREATE_CALL.get()
-        if call is None or response.status_code != 429:
+        if response.status_code != 429:
             return
-        call.throttled += 1
-        if not call.surface_429:
+        call = _CREATE_CALL.get()
+        if call is not None:
+            call.throttled += 1
+            phase: Phase | None = Phase.CREATE if call.surface_429 else None
+        else:
+            phase = _surfaced_429_phase(response.request) if not self.options.retry_429 else None
+        if phase is None:
             return
         await response.aread()
         try:
             body = response.json()
         except ValueError:
             body = {"detail": response.text[:200]}
-        raise _throttle_error(response.status_code, body, response.headers)
+        raise _throttle_error(response.status_code, body, response.headers, phase)
 
     @property
     def where(self) -> str:
@@ -319,12 +377,25 @@ class PrimeProvider(Provider):
     async def create(self, spec: SandboxSpec) -> SandboxRef:
         request = self.create_request(spec)
         call = _CreateCall(surface_429=not self.options.retry_429)
-        token = _CREATE_CALL.set(call)
-        try:
-            sandbox = await self.sdk.create(request)
-        finally:
-            _CREATE_CALL.reset(token)
-        meta = {"throttled_429": call.throttled} if call.throttled else {}
+        async with self._create_gate.passage() as waited:
+            token = _CREATE_CALL.set(call)
+            try:
+                sandbox = await self.sdk.create(request)
+            except ProviderError as exc:
+                if exc.kind is FailureKind.RATE_LIMITED:
+                    self._create_gate.throttled(exc.retry_after)  # Retry-After holds every create, not just this
+                else:
+                    self._create_gate.answered()
+                raise
+            except Exception:
+                self._create_gate.answered()
+                raise
+            finally:
+                _CREATE_CALL.reset(token)
+            self._create_gate.answered()
+        meta: dict[str, Any] = {"throttled_429": call.throttled} if call.throttled else {}
+        if waited:
+            meta["throttle_wait_s"] = waited
         return SandboxRef(
             sandbox_id=sandbox.id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id, meta=meta
         )
@@ -335,17 +406,42 @@ class PrimeProvider(Provider):
         readiness is the SDK's polling rather than the vendor."""
         started = time.monotonic()
         probe = asyncio.ensure_future(self._probe(ref.sandbox_id)) if self.options.readiness_probe else None
+        lost: list[BaseException] = []
         try:
             async with asyncio.timeout(timeout):
-                await cancellable(self.sdk.wait_for_creation(ref.sandbox_id, max_attempts=_max_attempts(timeout)))
+                while True:
+                    remaining = max(0.0, timeout - (time.monotonic() - started))
+                    try:
+                        await cancellable(
+                            self.sdk.wait_for_creation(ref.sandbox_id, max_attempts=_max_attempts(remaining))
+                        )
+                        break
+                    except Exception as exc:
+                        pause = self._lost_look_pause(exc)
+                        if pause is None:
+                            raise
+                        lost.append(exc)  # a status look lost on the way (a hang, reset, 5xx, 429, garbage)
+                        await asyncio.sleep(pause)
         except TimeoutError:
-            raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s") from None
+            why = f" ({len(lost)} status looks lost, the last: {lost[-1]!r:.120})" if lost else ""
+            raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s{why}") from None
         finally:
             if probe is not None and not probe.done():
                 probe.cancel()
         if probe is None or probe.cancelled() or probe.exception() is not None:
             return None
         return ReadyObservation(probe_ready_s=probe.result() - started)
+
+    def _lost_look_pause(self, exc: BaseException) -> float | None:
+        """How long to wait before asking again after a status look was lost (None: a real answer, raise it).
+
+        The SDK's readiness wait raises on any failed status request, and its batcher fails every sandbox in the
+        batch at once: one lost look must cost those sandboxes a retry, not their rollout."""
+        if isinstance(exc, ProviderError) and exc.kind is FailureKind.RATE_LIMITED:
+            return min(exc.retry_after or THROTTLE_DEFAULT_S, self.options.max_backoff_s)
+        if isinstance(exc, APITimeoutError) or classify_prime(exc, Phase.READY) is FailureKind.TRANSPORT:
+            return _RETRY_FIRST_S
+        return None
 
     async def _probe(self, sandbox_id: str) -> float:
         """When `true` first ran in the sandbox (monotonic), asking at 50 ms, then twice as late each time, up
@@ -371,11 +467,34 @@ class PrimeProvider(Provider):
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
     async def terminate(self, ref: SandboxRef) -> None:
+        """Done once the API confirmed the delete (a JSON object; 404: already gone). A transient failure (the
+        SDK's own retries spent: 5xx, reset, timeout, an unreadable answer) is asked again, up to
+        `terminate_attempts`, so one blip does not leave the sandbox alive until the end-of-run sweep."""
+        delay = _RETRY_FIRST_S
         try:
-            await self.sdk.delete(ref.sandbox_id)
-        except APIError as exc:
-            if not str(exc).startswith("HTTP 404"):
-                raise  # anything but "already gone": terminate is idempotent
+            for attempt in range(1, self.options.terminate_attempts + 1):
+                try:
+                    await self.sdk.delete(ref.sandbox_id)
+                    return
+                except APIError as exc:
+                    if str(exc).startswith("HTTP 404"):
+                        return  # already gone: terminate is idempotent
+                    if attempt == self.options.terminate_attempts or classify_prime(exc, Phase.TERMINATE) in (
+                        FailureKind.AUTH,
+                        FailureKind.INVALID_REQUEST,
+                        FailureKind.QUOTA_EXHAUSTED,
+                    ):
+                        raise
+                except ProviderError as exc:  # a 429 surfaced past the SDK's retries
+                    if exc.kind is not FailureKind.RATE_LIMITED or attempt == self.options.terminate_attempts:
+                        raise
+                    await asyncio.sleep(min(exc.retry_after or THROTTLE_DEFAULT_S, self.options.max_backoff_s))
+                    continue
+                except (ValueError, *_TRANSPORT_ERRORS, httpx.TimeoutException):
+                    if attempt == self.options.terminate_attempts:
+                        raise
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, _RETRY_MAX_S)
         finally:
             if self.options.auth_cache == "memory":
                 await self.sdk._auth_cache.invalidate(ref.sandbox_id)
@@ -483,6 +602,8 @@ def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
         return FailureKind.HARNESS  # the client was closed under a rollout still running: ours
     if isinstance(exc, pydantic.ValidationError):
         return _vendor_error(phase)  # the API answered something the SDK's models cannot read
+    if isinstance(exc, ValueError):  # not JSON at all (garbage, cut short, an HTML page): the answer was lost
+        return FailureKind.TRANSPORT if phase in (Phase.READY, Phase.TERMINATE) else _vendor_error(phase)
     return classify_common(exc, phase)
 
 
@@ -529,6 +650,8 @@ def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
             and not isinstance(cause.__cause__, ConnectError)
         ):
             return FailureKind.TRANSPORT  # minted client-side from a transport failure, not sent by the gateway
+        if _UNREADABLE_CONNECT.search(match.group(2)):  # minted client-side: the gateway's answer was not Connect
+            return FailureKind.EXEC_ERROR if phase is Phase.EXEC else FailureKind.TRANSPORT
         return _connect_code(match.group(1), exc, phase)
     if "status lookup failed" in message:  # a batch-status error item: NOT_FOUND, FORBIDDEN, MANAGED
         return FailureKind.AUTH if "FORBIDDEN" in message else _gone(phase)
@@ -552,6 +675,8 @@ def _connect_code(code: str, exc: BaseException, phase: Phase | None) -> Failure
         return FailureKind.INVALID_REQUEST
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
+    if phase is Phase.READY and code in _GATEWAY_TROUBLE:
+        return FailureKind.TRANSPORT  # the readiness probe's gateway failed (a 5xx, a proxy): not the sandbox dying
     return FailureKind.EXEC_ERROR if phase is Phase.EXEC else _vendor_error(phase)
 
 

@@ -3,6 +3,12 @@
 Lean on purpose: one shared connection pool sized for thousands of rollouts, status polled in batches of up to
 100 ids per request (as Prime's own SDK coalesces), and every HTTP answer mapped onto the failure taxonomy.
 It is the baseline the SDK-based adapters are compared against for per-rollout CPU.
+
+Under a hostile transport (issue 17; the fronts' `[faults]`): every request has a timeout (`request_timeout_s`; a
+status look `status_timeout_s`), a status look lost on the way is asked again soon and its cost stays inside the
+recorded poll window (`ready_poll_s`), a 2xx whose body is not the JSON object the protocol promises is a
+classified vendor error (never a success), a terminate the vendor did not confirm is asked again
+(`terminate_attempts`), and a create's 429 holds every create client-wide for its Retry-After (`max_backoff_s`).
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ from providers.base import (
     owner_labels,
     tagged_by_stampede,
 )
-from providers.options import Option, number, parse_options, text
+from providers.options import Option, integer, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of
+from providers.throttle_gate import ThrottleGate
 
 DEFAULT_IMAGE = "python:3.11-slim"
 BATCH_LIMIT = 100
@@ -66,6 +73,9 @@ class StubOptions:
     poll_share: float = 0.01
     poll_max_s: float = 2.0
     request_timeout_s: float = 60.0
+    status_timeout_s: float = 10.0
+    terminate_attempts: int = 4
+    max_backoff_s: float = 30.0
     team_id: str | None = None
 
     @classmethod
@@ -83,6 +93,9 @@ class StubOptions:
             poll_share=values["poll_share"],
             poll_max_s=max(values["poll_max_s"], values["poll_interval_s"]),
             request_timeout_s=values["request_timeout_s"],
+            status_timeout_s=values["status_timeout_s"],
+            terminate_attempts=values["terminate_attempts"],
+            max_backoff_s=values["max_backoff_s"],
             team_id=values["team_id"],
         )
 
@@ -96,6 +109,10 @@ STUB_OPTIONS: dict[str, Option] = {
     "poll_share": number(0.01, positive=True),
     "poll_max_s": number(2.0, positive=True),
     "request_timeout_s": number(60.0, positive=True),
+    # one status:batchGet look; a lost look is asked again and holds up only the sandboxes it asked about
+    "status_timeout_s": number(10.0, positive=True),
+    "terminate_attempts": integer(4, minimum=1),  # a terminate the vendor did not confirm is asked again
+    "max_backoff_s": number(30.0, positive=True),  # the longest a Retry-After (or a bare 429) holds an operation
     "team_id": text(),
 }
 """The stub provider's options (`--provider-option K=V`): `parse_options` rejects any other key."""
@@ -115,7 +132,25 @@ the same small share of its TTI (the timing-error budget is relative too) while 
 not twenty a second."""
 COALESCE_S = 0.005  # sandboxes due this soon ride in the same batch request
 MIN_ROUND_GAP_S = 0.005  # at most 200 batch rounds a second, however many sandboxes wait
-LOOK_TIMEOUT_S = 10.0  # one status request; a lost one is asked again, nobody else waits for it
+LOOK_TIMEOUT_S = 10.0  # one status request (status_timeout_s); a lost one is asked again, nobody else waits for it
+TERMINATE_ATTEMPT_S = 10.0  # one terminate request (at most request_timeout_s); an unconfirmed one is asked again
+RETRY_FIRST_S = 0.1  # the first pause before asking again after a transient failure; doubled each time
+RETRY_MAX_S = 2.0
+
+_UNREADABLE_KINDS: dict[Phase, FailureKind] = {
+    Phase.CREATE: FailureKind.CREATE_ERROR,
+    Phase.READY: FailureKind.TRANSPORT,  # the status API failing is not the sandbox failing
+    Phase.EXEC: FailureKind.EXEC_ERROR,
+    Phase.TERMINATE: FailureKind.TRANSPORT,  # the vendor did not confirm: the sandbox may live
+}
+"""An answer we cannot read (not JSON, not an object, fields missing), by phase: a vendor error, never ours."""
+
+_NOT_RETRIED = frozenset({FailureKind.AUTH, FailureKind.INVALID_REQUEST, FailureKind.QUOTA_EXHAUSTED})
+
+
+def unreadable(phase: Phase, status: int, what: str) -> ProviderError:
+    """A 2xx answer that is not what the protocol promises (garbage, truncated, the wrong content type)."""
+    return ProviderError(_UNREADABLE_KINDS[phase], f"HTTP {status} but not a JSON object: {what[:120]!r}")
 
 
 @dataclass(slots=True)
@@ -239,7 +274,11 @@ class StatusPoller:
         body: dict[str, Any] = {}
         try:
             body = await self.provider.request(
-                "POST", "/sandbox/status:batchGet", Phase.READY, json={"sandbox_ids": ids}, timeout=LOOK_TIMEOUT_S
+                "POST",
+                "/sandbox/status:batchGet",
+                Phase.READY,
+                json={"sandbox_ids": ids},
+                timeout=self.provider.options.status_timeout_s,
             )
         except ProviderError as exc:
             if exc.kind is FailureKind.AUTH:
@@ -249,6 +288,9 @@ class StatusPoller:
         except (TimeoutError, aiohttp.ClientError, OSError):
             pass  # one lost look is not a failed rollout; the rollout's own deadline still holds
         received_at = loop.time()
+        answered = {snapshot.get("sandbox_id") for snapshot in body.get("statuses", [])} | {
+            error.get("sandbox_id") for error in body.get("errors", [])
+        }
         settled: set[str] = set()
         for snapshot in body.get("statuses", []):
             status = snapshot.get("status")
@@ -274,8 +316,11 @@ class StatusPoller:
             waiting = self._waiting.get(sandbox_id)
             if waiting is not None and sandbox_id not in settled:
                 waiting.in_flight = False
-                waiting.delay = self.next_delay(waiting.delay, received_at - waiting.since)
-                waiting.due = received_at + waiting.delay
+                if sandbox_id in answered:
+                    waiting.delay = self.next_delay(waiting.delay, received_at - waiting.since)
+                    waiting.due = received_at + waiting.delay
+                else:  # a lost look (hung, reset, 5xx, garbage): ask again soon; its window stays open meanwhile
+                    waiting.due = received_at + min(waiting.delay, self.interval_s)
                 self._plan(sandbox_id, waiting.due)
 
     def next_delay(self, delay: float, waited: float) -> float:
@@ -316,6 +361,7 @@ class StubProvider(Provider):
         self._session: aiohttp.ClientSession | None = None
         self._gateway: dict[str, GatewayAuth] = {}
         self._poller = StatusPoller(self, options.poll_interval_s, options.poll_share, options.poll_max_s)
+        self._create_gate = ThrottleGate(options.max_backoff_s)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> StubProvider:
@@ -345,12 +391,43 @@ class StubProvider(Provider):
         timeout: float | None = None,
     ) -> dict[str, Any]:
         url = f"{self.options.base_url}/api/v1{path}"
-        limit = aiohttp.ClientTimeout(total=timeout, sock_connect=10) if timeout is not None else None
+        # no timeout given: the session's (request_timeout_s); aiohttp reads an explicit None as "no timeout at all"
+        limit = aiohttp.ClientTimeout(total=timeout, sock_connect=10) if timeout is not None else self.session.timeout
         async with self.session.request(method, url, json=json, params=params, timeout=limit) as response:
-            body = await _json_or_text(response)
+            text = (await response.read()).decode("utf-8", "replace")
+            body = _parsed(text)
             if response.status >= 400:
-                raise error_from_response(response.status, body, phase, retry_after_of(response.headers, body))
-            return body if isinstance(body, dict) else {}
+                detail = body if body is not None else {"detail": text[:500]}
+                raise error_from_response(response.status, detail, phase, retry_after_of(response.headers, detail))
+            if response.status == 204:
+                return {}
+            if not isinstance(body, dict):
+                raise unreadable(phase, response.status, text)
+            return body
+
+    async def request_retrying(
+        self, method: str, path: str, phase: Phase, *, attempts: int, timeout: float | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """An idempotent request asked again (bounded) after a transient failure: a 5xx, a 429 (after its
+        Retry-After, at most max_backoff_s), a reset, a timeout or an unreadable answer. The last failure is
+        raised, classified."""
+        delay = RETRY_FIRST_S
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self.request(method, path, phase, timeout=timeout, **kwargs)
+            except ProviderError as exc:
+                if exc.kind in _NOT_RETRIED or exc.args[0].startswith("HTTP 404") or attempt == attempts:
+                    raise
+                pause = min(exc.retry_after, self.options.max_backoff_s) if exc.retry_after else delay
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                if attempt == attempts:
+                    raise ProviderError(
+                        FailureKind.TRANSPORT, f"{method} {path}: {type(exc).__name__}: {exc}"
+                    ) from None
+                pause = delay
+            await asyncio.sleep(pause)
+            delay = min(2 * delay, RETRY_MAX_S)
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def preflight(self) -> None:
         try:
@@ -380,12 +457,30 @@ class StubProvider(Provider):
             payload["environment_vars"] = dict(spec.env)
         if self.options.team_id:
             payload["team_id"] = self.options.team_id
-        body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload)
-        sandbox_id = body["id"]
+        async with self._create_gate.passage() as waited:
+            try:
+                body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload)
+            except ProviderError as exc:
+                if exc.kind is FailureKind.RATE_LIMITED:
+                    self._create_gate.throttled(exc.retry_after)
+                else:
+                    self._create_gate.answered()
+                raise
+            except Exception:
+                self._create_gate.answered()  # not a 429: nothing to hold the other creates for
+                raise
+            self._create_gate.answered()
+        sandbox_id = body.get("id")
+        if not isinstance(sandbox_id, str) or not sandbox_id:
+            raise unreadable(Phase.CREATE, 200, str(body))
         auth = body.get("gatewayAuth")
         if isinstance(auth, dict):
-            self._gateway[sandbox_id] = _gateway_auth(auth)
-        return SandboxRef(sandbox_id=sandbox_id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id)
+            with contextlib.suppress(KeyError, TypeError):
+                self._gateway[sandbox_id] = _gateway_auth(auth)
+        meta = {"throttle_wait_s": waited} if waited else {}
+        return SandboxRef(
+            sandbox_id=sandbox_id, provider=self.name, run_id=spec.run_id, rollout_id=spec.rollout_id, meta=meta
+        )
 
     async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation:
         try:
@@ -400,15 +495,30 @@ class StubProvider(Provider):
             message = snapshot.get("error_message") or f"sandbox ended {status} before it was ready"
             raise ProviderError(kind, f"{status}/{error_type or '-'}: {message}")
         if ref.sandbox_id not in self._gateway:
-            auth = await self.request("POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", Phase.READY)
-            self._gateway[ref.sandbox_id] = _gateway_auth(auth)
+            self._gateway[ref.sandbox_id] = await self._gateway_for(ref, Phase.READY)
         return observation
+
+    async def _gateway_for(self, ref: SandboxRef, phase: Phase) -> GatewayAuth:
+        """The sandbox's gateway token (asked again after a transient failure; an unreadable one is the phase's)."""
+        for attempt in range(1, 4):
+            auth = await self.request_retrying(
+                "POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", phase, attempts=3, timeout=self._attempt_timeout
+            )
+            try:
+                return _gateway_auth(auth)
+            except (KeyError, TypeError):
+                if attempt == 3:
+                    raise unreadable(phase, 200, str(auth)) from None
+        raise AssertionError("unreachable")
+
+    @property
+    def _attempt_timeout(self) -> float:
+        return min(self.options.request_timeout_s, TERMINATE_ATTEMPT_S)
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         gateway = self._gateway.get(ref.sandbox_id)
         if gateway is None:
-            auth = await self.request("POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", Phase.EXEC)
-            gateway = self._gateway[ref.sandbox_id] = _gateway_auth(auth)
+            gateway = self._gateway[ref.sandbox_id] = await self._gateway_for(ref, Phase.EXEC)
         payload = {
             "command": shlex.join(argv),
             "timeout": max(1, math.ceil(timeout)),
@@ -416,25 +526,30 @@ class StubProvider(Provider):
             "working_dir": None,
             "env": {},
         }
+        grace = min(5.0, self.options.request_timeout_s)  # past the command's own deadline, the gateway's answer
         try:
             async with self.session.post(
                 f"{gateway.url}/exec",
                 json=payload,
                 headers={"Authorization": f"Bearer {gateway.token}"},
-                timeout=aiohttp.ClientTimeout(total=timeout + 5, sock_connect=10),
+                timeout=aiohttp.ClientTimeout(total=timeout + grace, sock_connect=10),
             ) as response:
-                body = await _json_or_text(response)
+                text = (await response.read()).decode("utf-8", "replace")
                 status = response.status
         except TimeoutError:
-            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + 5:g}s") from None
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + grace:g}s") from None
+        parsed = _parsed(text)
+        body = parsed if parsed is not None else {"detail": text[:500]}
         if status >= 400:
             error = error_from_response(status, body, Phase.EXEC)
             if error.kind is FailureKind.DIED_DURING_EXEC:
                 error = await self._explain_death(ref, error)
             raise error
-        return ExecResult(
-            exit_code=int(body["exit_code"]), stdout=body.get("stdout", ""), stderr=body.get("stderr", "")
-        )
+        exit_code = body.get("exit_code") if isinstance(parsed, dict) else None
+        if isinstance(exit_code, bool) or not isinstance(exit_code, int):
+            raise unreadable(Phase.EXEC, status, text)
+        stdout, stderr = str(body.get("stdout") or ""), str(body.get("stderr") or "")
+        return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr)
 
     async def _explain_death(self, ref: SandboxRef, error: ProviderError) -> ProviderError:
         """A sandbox that vanished mid-command: ask the control plane why (OOM is its own kind)."""
@@ -447,11 +562,19 @@ class StubProvider(Provider):
         return error
 
     async def terminate(self, ref: SandboxRef) -> None:
+        """Done only when the vendor confirmed (a JSON object, or 404: already gone); a 5xx, 429, reset, timeout or
+        unreadable answer is asked again (`terminate_attempts`), so one blip does not leak a sandbox until the sweep."""
         self._gateway.pop(ref.sandbox_id, None)
         try:
-            await self.request("DELETE", f"/sandbox/{quote(ref.sandbox_id)}", Phase.TERMINATE)
+            await self.request_retrying(
+                "DELETE",
+                f"/sandbox/{quote(ref.sandbox_id)}",
+                Phase.TERMINATE,
+                attempts=self.options.terminate_attempts,
+                timeout=self._attempt_timeout,
+            )
         except ProviderError as exc:
-            if "HTTP 404" in exc.args[0]:
+            if exc.args[0].startswith("HTTP 404"):
                 return  # already gone: terminate is idempotent
             raise
 
@@ -500,12 +623,9 @@ class StubProvider(Provider):
             return error_from_response(exc.status, {"detail": exc.message}, phase or Phase.CREATE).kind
         if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
             return FailureKind.TRANSPORT
-        if isinstance(exc, (KeyError, ValueError, aiohttp.ContentTypeError)):
+        if isinstance(exc, (KeyError, ValueError, TypeError, aiohttp.ContentTypeError)):
             # The API answered something we cannot read: a vendor error in this phase, not ours.
-            return {
-                Phase.CREATE: FailureKind.CREATE_ERROR,
-                Phase.EXEC: FailureKind.EXEC_ERROR,
-            }.get(phase or Phase.CREATE, FailureKind.UNKNOWN)
+            return _UNREADABLE_KINDS[phase or Phase.CREATE]
         return classify_common(exc, phase)
 
     def versions(self) -> Mapping[str, str]:
@@ -525,11 +645,9 @@ def _gateway_auth(auth: Mapping[str, Any]) -> GatewayAuth:
     )
 
 
-async def _json_or_text(response: aiohttp.ClientResponse) -> Any:
-    text = await response.text()
-    if not text:
-        return {}
+def _parsed(text: str) -> Any:
+    """The JSON of an answer's text, or None when it is not JSON (empty, garbage, HTML, cut short)."""
     try:
         return json.loads(text)
     except ValueError:
-        return {"detail": text[:500]}
+        return None

@@ -39,6 +39,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.open_files", "provider-support"),
     ("providers.docker_image", "provider-support"),
     ("providers.cancellation", "provider-support"),
+    ("providers.throttle_gate", "provider-support"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
