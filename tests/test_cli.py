@@ -113,3 +113,18 @@ def test_workers_auto_spreads_a_peak_over_engines_only_past_what_one_engine_hold
     assert engines_needed(20_000, cores=16) == -(-20_000 // PER_ENGINE_IN_FLIGHT)
     assert engines_needed(20_000, cores=4) == 2  # one worker per two cores: its Locust process and its engine
     assert engines_needed(20_000, cores=2) == 0  # one engine, and the run says the harness may be the limit
+
+
+def test_output_piped_into_a_reader_that_leaves_is_not_a_traceback():
+    """`stampede summary RUN | head`: when the reader has gone, the command stops quietly with 141 (SIGPIPE's code)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "profiles"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+            timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr

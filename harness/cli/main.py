@@ -7,6 +7,7 @@ with gevent) before anything imports asyncio or ssl.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -287,9 +288,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # inside the try: a reader that left is met here, not in a traceback at exit
+        return code
     except UsageError as exc:
         return print_usage_error(exc)
     except KeyboardInterrupt:
         print("stampede: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `stampede summary RUN | head`: the reader left; say nothing more (Python would print a traceback at exit)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by it
