@@ -10,14 +10,31 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.serve_process import finish, ready_line, spawn_serve
+from tests.support.serve_process import ROOT, finish, ready_line, spawn_serve
 
 TOKEN = "fuzz-token"
+CONFIG = ROOT / "tests" / "support" / "schemathesis.toml"
+EXAMPLES = 15  # per operation and phase: ~1,100 cases, ~10 s alone on this machine (the default, 100: ~1,900)
+LINKED = {
+    # what the stateful phase must reach through the create response's links, each answered 2xx at least once
+    ("GET", r"/api/v1/sandbox/sb\w+"),
+    ("DELETE", r"/api/v1/sandbox/sb\w+"),
+    ("GET", r"/api/v1/sandbox/sb\w+/error-context"),
+    ("GET", r"/api/v1/sandbox/sb\w+/logs"),
+    ("POST", r"/api/v1/sandbox/sb\w+/auth"),
+    ("POST", r"/gateway/stampede/sb\w+/exec"),
+    ("POST", r"/gateway/stampede/sb\w+/command_session\.CommandSession/List"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +103,31 @@ def test_a_non_ascii_gateway_token_is_a_401_not_a_500(stub: dict[str, Any]) -> N
     path = f"/gateway/{gateway['user_ns']}/{gateway['job_id']}/exec"
     status, answer = _request(stub, "POST", path, {"command": "true"}, auth="Bearer ünïcode".encode())
     assert (status, answer) == (401, {"detail": "Invalid or expired gateway token"})
+
+
+def test_schemathesis_finds_nothing_with_every_check(stub: dict[str, Any], tmp_path: Path) -> None:
+    """schemathesis 4 (every check is on unless tests/support/schemathesis.toml says why not) over the stub's
+    /openapi.json: coverage, fuzzing and stateful phases, 0 failures, and the links reach the by-id operations
+    and the gateway with a sandbox that exists."""
+    report, har = tmp_path / "report.json", tmp_path / "requests.har"
+    command = [
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "run", stub["url"] + "/openapi.json",
+        "--max-examples", str(EXAMPLES), "--seed", "1", "--workers", "1", "--report", "json,har",
+        "--report-json-path", str(report), "--report-har-path", str(har),
+    ]  # fmt: skip
+    env = {**os.environ, "STAMPEDE_FUZZ_URL": stub["url"], "STAMPEDE_FUZZ_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # its cache too
+    summary = json.loads(report.read_text())
+    cases = summary["test_cases"]
+    took = summary["running_time"]
+    print(f"schemathesis: {cases['generated']} cases, {cases['unique_failures']} failures in {took:.1f} s")
+    assert run.returncode == 0 and summary["failures"] == [] and cases["unique_failures"] == 0, run.stdout[-6000:]
+    assert summary["operations"]["tested"] == summary["operations"]["total"] >= 16
+    assert all(phase["status"] == "success" for name, phase in summary["phases"].items() if name != "examples")
+    answered = [
+        (entry["request"]["method"], entry["request"]["url"], entry["response"]["status"])
+        for entry in json.loads(har.read_text())["log"]["entries"]
+    ]
+    for method, pattern in LINKED:
+        hits = [status for m, url, status in answered if m == method and re.fullmatch(r"http://[^/]+" + pattern, url)]
+        assert any(200 <= status < 300 for status in hits), (method, pattern, hits[:20])

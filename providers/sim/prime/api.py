@@ -53,8 +53,8 @@ from providers.sim.core.simulator import (
     VendorSimulator,
 )
 from providers.sim.core.vendor_settings import VendorSettings
-from providers.sim.prime.command_session import SERVICE as COMMAND_SESSION
-from providers.sim.prime.command_session import build_service, connect_handler
+from providers.sim.prime.command_session import build_service
+from providers.sim.prime.connect_routes import add_connect_routes
 from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
 from providers.sim.prime.openapi import openapi_document
 from providers.sim.prime.shapes import _bool_param, _check_create, _field_error, _int_param, _logs, sandbox_body
@@ -308,6 +308,11 @@ async def bulk_delete(request: web.Request) -> web.Response:
         errors.append(_field_error("list_type", "sandbox_ids", "Input should be a valid list of strings", ids))
     if labels is not None and not (isinstance(labels, list) and all(isinstance(i, str) for i in labels)):
         errors.append(_field_error("list_type", "labels", "Input should be a valid list of strings", labels))
+    for name in ("team_id", "user_id"):  # accepted and ignored (one account), but typed as Prime types them
+        if body.get(name) is not None and not isinstance(body[name], str):
+            errors.append(_field_error("string_type", name, "Input should be a valid string", body[name]))
+    if "all_users" in body and not isinstance(body["all_users"], bool):
+        errors.append(_field_error("bool_type", "all_users", "Input should be a valid boolean", body["all_users"]))
     if not errors and not ids and not labels:
         errors.append(_field_error("value_error", None, "Value error, provide sandbox_ids or labels", body))
     if errors:
@@ -441,18 +446,16 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
     r.add_post(f"{p}/sandbox", create_sandbox)
     r.add_get(f"{p}/sandbox", list_sandboxes)
     r.add_delete(f"{p}/sandbox", bulk_delete)
-    r.add_get(f"{p}/sandbox/{{sandbox_id}}", get_sandbox)
-    r.add_delete(f"{p}/sandbox/{{sandbox_id}}", delete_sandbox)
-    r.add_get(f"{p}/sandbox/{{sandbox_id}}/error-context", error_context)
-    r.add_get(f"{p}/sandbox/{{sandbox_id}}/logs", sandbox_logs)
-    r.add_post(f"{p}/sandbox/{{sandbox_id}}/auth", sandbox_auth)
+    one = f"{p}/sandbox/{{sandbox_id:[^/:]+}}"  # no ':', so `status:batchGet` is its own resource (and Allow)
+    r.add_get(one, get_sandbox)
+    r.add_delete(one, delete_sandbox)
+    r.add_get(f"{one}/error-context", error_context)
+    r.add_get(f"{one}/logs", sandbox_logs)
+    r.add_post(f"{one}/auth", sandbox_auth)
     r.add_get(f"{p}/_stampede/truth", stampede_truth)
     r.add_get(f"{p}/_stampede/stats", stampede_stats)
     r.add_post(f"{GATEWAY_PREFIX}/{{user_ns}}/{{job_id}}/exec", exec_handler(_sim, _tokens))
-    r.add_post(
-        f"{GATEWAY_PREFIX}/{{user_ns}}/{{job_id}}/{COMMAND_SESSION}/{{method}}",
-        connect_handler(build_service(_sim, _tokens)),
-    )
+    add_connect_routes(r, GATEWAY_PREFIX, build_service(_sim, _tokens), _tokens)
     r.add_get("/openapi.json", openapi)
     return app
 

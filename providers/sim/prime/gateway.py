@@ -13,7 +13,6 @@ same base URL instead: command_session.py serves it on the same `GatewayTokens`.
 from __future__ import annotations
 
 import contextlib
-import math
 import secrets
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ GATEWAY_PREFIX = "/gateway"
 DEFAULT_USER_NS = "stampede"
 TOKEN_TTL_S = 3600.0  # real seconds
 DEFAULT_EXEC_TIMEOUT_S = 300.0  # the SDK's default command timeout
+MAX_EXEC_TIMEOUT_S = 10**9  # vendor seconds; above it a 422 (a huge integer would not even become a float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +137,9 @@ def exec_handler(
         timeout = body.get("timeout", DEFAULT_EXEC_TIMEOUT_S)
         if timeout is None:
             timeout = DEFAULT_EXEC_TIMEOUT_S
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or math.isnan(timeout):
-            errors.append(_err(body, "timeout", "greater_than", "Input should be a positive number"))
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_EXEC_TIMEOUT_S:
+            msg = f"Input should be a positive number of at most {MAX_EXEC_TIMEOUT_S} seconds"
+            errors.append(_err(body, "timeout", "greater_than", msg))
         cwd = body.get("working_dir")
         if cwd is not None and not isinstance(cwd, str):
             errors.append(_err(body, "working_dir", "string_type", "Input should be a valid string"))

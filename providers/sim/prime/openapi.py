@@ -11,6 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from providers.sim.prime.gateway import MAX_EXEC_TIMEOUT_S
+from providers.sim.prime.shapes import LIMITS
+
 _REF = "#/components/schemas/"
 
 
@@ -29,6 +32,7 @@ _NOT_FOUND = _json(_ref("Error"), "Sandbox not found")
 _ID = {"name": "sandbox_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
+
 def _op(
     summary: str,
     responses: dict[str, Any],
@@ -37,8 +41,15 @@ def _op(
     params: list[Any] | None = None,
     auth: str = "bearer",
     tag: str = "sandbox",
+    op_id: str | None = None,
+    links: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
+    if op_id:
+        op["operationId"] = op_id
+    if links:
+        first_2xx = next(code for code in responses if code.startswith("2"))
+        responses[first_2xx] = {**responses[first_2xx], "links": links}
     if auth == "bearer":
         op["security"] = [{"bearer": []}]
         responses.setdefault("401", _UNAUTH)
@@ -59,6 +70,12 @@ def _nullable(kind: str | dict[str, Any]) -> dict[str, Any]:
 
 
 _TS = _nullable({"type": "string", "format": "date-time"})
+
+
+def _size(name: str, default: float) -> dict[str, Any]:
+    return {"type": "number", "exclusiveMinimum": 0, "maximum": LIMITS[name], "default": default}
+
+
 _STATUS = {
     "type": "string",
     "enum": ["PENDING", "PROVISIONING", "RUNNING", "PAUSED", "ERROR", "TERMINATED", "TIMEOUT"],
@@ -112,14 +129,20 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["name", "docker_image"],
         "properties": {
             "name": {"type": "string"},
-            "docker_image": {"type": "string"},
+            "docker_image": {"type": "string", "pattern": "\\S", "description": "not blank"},
             "start_command": {"anyOf": [_ref("StartCommand"), {"type": "string"}, {"type": "null"}]},
-            "cpu_cores": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
-            "memory_gb": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
-            "disk_size_gb": {"type": "number", "exclusiveMinimum": 0, "default": 5.0},
+            "cpu_cores": _size("cpu_cores", 1.0),
+            "memory_gb": _size("memory_gb", 1.0),
+            "disk_size_gb": _nullable(_size("disk_size_gb", 5.0)),
             "gpu_count": {"type": "integer", "const": 0, "default": 0},
-            "timeout_minutes": {"type": "integer", "default": 60, "description": "-1: no lifetime limit"},
-            "idle_timeout_minutes": _nullable("integer"),
+            "timeout_minutes": {
+                "type": "integer",
+                "anyOf": [{"const": -1}, {"minimum": 1, "maximum": LIMITS["timeout_minutes"]}],
+                "default": 60,
+                "description": "-1: no lifetime limit",
+            },
+            "idle_timeout_minutes": _nullable({"type": "integer", "maximum": LIMITS["timeout_minutes"]}),
+            "checkpoint_id": {"type": "null", "description": "restoring checkpoints is not modelled"},
             "environment_vars": _nullable({"type": "object", "additionalProperties": {"type": "string"}}),
             "secrets": _nullable({"type": "object", "additionalProperties": {"type": "string"}}),
             "labels": {"type": "array", "items": {"type": "string"}},
@@ -262,6 +285,11 @@ _SCHEMAS: dict[str, Any] = {
     },
     "BulkDeleteRequest": {
         "type": "object",
+        "description": "sandbox_ids or labels, at least one of them non-empty",
+        "anyOf": [
+            {"required": ["sandbox_ids"], "properties": {"sandbox_ids": {"type": "array", "minItems": 1}}},
+            {"required": ["labels"], "properties": {"labels": {"type": "array", "minItems": 1}}},
+        ],
         "properties": {
             "sandbox_ids": _nullable({"type": "array", "items": {"type": "string"}}),
             "labels": _nullable({"type": "array", "items": {"type": "string"}}),
@@ -295,10 +323,19 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["command"],
         "properties": {
             "command": {"type": "string", "description": "run as `sh -c command` by the simulator's shell"},
-            "timeout": {"type": "number", "default": 300, "description": "vendor seconds"},
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_EXEC_TIMEOUT_S,
+                "default": 300,
+                "description": "vendor seconds",
+            },
             "working_dir": _nullable("string"),
             "env": _nullable({"type": "object", "additionalProperties": {"type": "string"}}),
-            "sandbox_id": _nullable("string"),
+            "sandbox_id": {
+                "type": "null",
+                "description": "older SDKs repeat the path's job_id here; any other value is a 422",
+            },
         },
     },
     "ExecResponse": {
@@ -311,6 +348,167 @@ _SCHEMAS: dict[str, Any] = {
         },
     },
 }
+
+
+_BY_ID = {"sandbox_id": "$response.body#/id"}
+_GATEWAY_JOB = {"user_ns": "$response.body#/gatewayAuth/user_ns", "job_id": "$response.body#/gatewayAuth/job_id"}
+_CREATE_LINKS: dict[str, Any] = {
+    **{
+        name: {"operationId": op_id, "parameters": _BY_ID}
+        for name, op_id in (
+            ("GetSandbox", "getSandbox"),
+            ("DeleteSandbox", "deleteSandbox"),
+            ("GetErrorContext", "getErrorContext"),
+            ("GetSandboxLogs", "getSandboxLogs"),
+            ("AuthSandbox", "authSandbox"),
+        )
+    },
+    **{
+        name: {"operationId": op_id, "parameters": _GATEWAY_JOB}
+        for name, op_id in (
+            ("GatewayExec", "gatewayExec"),
+            ("ConnectStart", "connectStart"),
+            ("ConnectList", "connectList"),
+            ("ConnectSendSignal", "connectSendSignal"),
+        )
+    },
+}
+"""From a created sandbox to everything addressed by its id, so a fuzzer's stateful phase reaches them."""
+
+_CONNECT_BASE = "/gateway/{user_ns}/{job_id}/command_session.CommandSession"
+_GATEWAY_PARAMS = [
+    {"name": "user_ns", "in": "path", "required": True, "schema": {"type": "string"}},
+    {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}},
+]
+_CONNECT_HEADERS = [
+    {
+        "name": "connect-timeout-ms",
+        "in": "header",
+        "schema": {"type": "integer", "minimum": 0, "maximum": 9999999999},
+        "description": "the call's real-time deadline (0: already expired)",
+    },
+    {"name": "connect-protocol-version", "in": "header", "schema": {"type": "string", "const": "1"}},
+]
+_CONNECT_ERROR = {
+    "type": "object",
+    "required": ["code"],
+    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+}
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_UNARY_ERRORS = {
+    "400": _json(_CONNECT_ERROR, "invalid_argument: the message does not decode, or a bad header"),
+    "401": _json(_CONNECT_ERROR, "unauthenticated: missing, bad or expired gateway token"),
+    "404": _json(_CONNECT_ERROR, "not_found: no such session"),
+    "415": {"description": "not application/json or application/proto (see the Accept-Post header)"},
+    "500": _json(_CONNECT_ERROR, "internal"),
+    "503": _json(_CONNECT_ERROR, "unavailable (an injected gateway error)"),
+    "504": _json(_CONNECT_ERROR, "deadline_exceeded: connect-timeout-ms ran out"),
+}
+
+
+def _connect_unary(op_id: str, summary: str, request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": op_id,
+            "summary": summary,
+            "description": "A unary Connect call: one bare message in, one out. The document describes the JSON "
+            "codec (protobuf's JSON mapping); `application/proto` (binary protobuf) is served too. Errors are "
+            'HTTP statuses with `{"code", "message"}`.',
+            "tags": ["gateway"],
+            "security": [{"gatewayToken": []}],
+            "parameters": [*_GATEWAY_PARAMS, *_CONNECT_HEADERS],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
+            "responses": {"200": _json(reply, "the reply message"), **copy.deepcopy(_UNARY_ERRORS)},
+        }
+    }
+
+
+def _connect_paths() -> dict[str, Any]:
+    """Prime's ConnectRPC gateway (prime-sandboxes 0.5.x), one path per procedure."""
+    start = {
+        "post": {
+            "operationId": "connectStart",
+            "summary": "Run a command as a session: a server stream of events",
+            "description": "Connect streaming, not JSON/REST: one enveloped command_session.StartRequest in "
+            "(`application/connect+proto` or `+json`: a flags byte, a big-endian uint32 length, the message), "
+            "enveloped StartResponse events out (start, keepalive, data, end), then an end-of-stream envelope "
+            "carrying any error (unauthenticated, invalid_argument, not_found, unavailable, deadline_exceeded) "
+            "with HTTP 200, as the protocol has every streamed error travel: a missing token or a malformed "
+            "message is refused there, not by the HTTP status. A request that is not a Connect stream gets the "
+            "unary answers (401 without a valid token, then 415).",
+            "tags": ["gateway"],
+            "security": [{"gatewayToken": []}],
+            "parameters": [*_GATEWAY_PARAMS, *_CONNECT_HEADERS],
+            "requestBody": {
+                "required": True,
+                "content": {media: _BINARY for media in ("application/connect+proto", "application/connect+json")},
+            },
+            "responses": {
+                "200": {
+                    "description": "a stream of envelopes ending with the end-of-stream one (binary framing, "
+                    "so no schema: `+json` names the codec of the messages inside, not the body)",
+                    "content": {media: {} for media in ("application/connect+proto", "application/connect+json")},
+                },
+                "401": _json(_CONNECT_ERROR, "unauthenticated (a request that is not a Connect stream)"),
+                "415": {"description": "not a Connect stream content type (see the Accept-Post header)"},
+            },
+        }
+    }
+    selector = {
+        "type": "object",
+        "additionalProperties": False,
+        "maxProperties": 1,
+        "properties": {
+            "pid": {"type": "integer", "minimum": 0, "maximum": 2**32 - 1},
+            "sessionUuid": {"type": "string"},
+        },
+    }
+    signal = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["signal"],
+        "properties": {
+            "session": selector,
+            "signal": {"enum": ["SIGNAL_SIGTERM", "SIGNAL_SIGKILL", 15, 9]},
+            "signalUuid": {"type": "string"},
+        },
+    }
+    sessions = {"type": "object", "properties": {"sessions": {"type": "array", "items": {"type": "object"}}}}
+    served = ["Start", "List", "SendSignal"]
+    return {
+        f"{_CONNECT_BASE}/Start": start,
+        f"{_CONNECT_BASE}/List": _connect_unary(
+            "connectList", "The sessions running in this sandbox", {"type": "object", "maxProperties": 0}, sessions
+        ),
+        f"{_CONNECT_BASE}/SendSignal": _connect_unary(
+            "connectSendSignal", "SIGTERM or SIGKILL to a running session", signal, {"type": "object"}
+        ),
+        f"{_CONNECT_BASE}/{{method}}": {
+            "post": {
+                "operationId": "connectUnimplemented",
+                "summary": "Any other CommandSession method (SendInput, Connect, Update, StreamInput, ...)",
+                "description": "Answered `unimplemented` before any token is looked at.",
+                "tags": ["gateway"],
+                "security": [],
+                "parameters": [
+                    *_GATEWAY_PARAMS,
+                    {
+                        "name": "method",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "not": {"enum": served}},
+                    },
+                ],
+                "responses": {
+                    "404": _json(
+                        {"anyOf": [_CONNECT_ERROR, _ref("Error")]}, "unimplemented (or no such path at all)"
+                    ),
+                    "401": _json(_CONNECT_ERROR, "a served procedure's name: its own path above answers"),
+                    "501": _json(_CONNECT_ERROR, "the stub runs without prime-sandboxes' messages"),
+                },
+            }
+        },
+    }
 
 
 def openapi_document() -> dict[str, Any]:
@@ -333,6 +531,8 @@ def openapi_document() -> dict[str, Any]:
                     "503": _json(_ref("Error"), "INSUFFICIENT_CAPACITY or a transient error"),
                 },
                 body="CreateSandboxRequest",
+                op_id="createSandbox",
+                links=_CREATE_LINKS,
             ),
             "get": _op(
                 "List sandboxes, newest first",
@@ -341,7 +541,7 @@ def openapi_document() -> dict[str, Any]:
                     {
                         "name": "page",
                         "in": "query",
-                        "schema": {"type": "integer", "minimum": 1, "default": 1},
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 10**9, "default": 1},
                     },
                     {
                         "name": "per_page",
@@ -376,11 +576,13 @@ def openapi_document() -> dict[str, Any]:
                         "description": "ignored",
                     },
                 ],
+                op_id="listSandboxes",
             ),
             "delete": _op(
                 "Bulk delete by sandbox_ids or labels",
                 {"200": _json(_ref("BulkDeleteResponse"), "result"), "422": _VALIDATION},
                 body="BulkDeleteRequest",
+                op_id="bulkDeleteSandboxes",
             ),
         },
         f"{p}/sandbox/status:batchGet": {
@@ -391,6 +593,7 @@ def openapi_document() -> dict[str, Any]:
                     "422": _VALIDATION,
                 },
                 body="BatchStatusRequest",
+                op_id="batchGetStatus",
             )
         },
         f"{p}/sandbox/{{sandbox_id}}": {
@@ -398,11 +601,13 @@ def openapi_document() -> dict[str, Any]:
                 "Get one sandbox",
                 {"200": _json(_ref("Sandbox"), "the sandbox"), "404": _NOT_FOUND},
                 params=[_ID],
+                op_id="getSandbox",
             ),
             "delete": _op(
-                "Terminate a sandbox (idempotent)",
+                "Terminate a sandbox (idempotent; it stays readable as TERMINATED)",
                 {"200": _json({"type": "object"}, "{id, status, message}"), "404": _NOT_FOUND},
                 params=[_ID],
+                op_id="deleteSandbox",
             ),
         },
         f"{p}/sandbox/{{sandbox_id}}/error-context": {
@@ -410,6 +615,7 @@ def openapi_document() -> dict[str, Any]:
                 "Why a sandbox is not running",
                 {"200": _json(_ref("ErrorContext"), "context"), "404": _NOT_FOUND},
                 params=[_ID],
+                op_id="getErrorContext",
             )
         },
         f"{p}/sandbox/{{sandbox_id}}/logs": {
@@ -420,6 +626,7 @@ def openapi_document() -> dict[str, Any]:
                     "404": _NOT_FOUND,
                 },
                 params=[_ID],
+                op_id="getSandboxLogs",
             )
         },
         f"{p}/sandbox/{{sandbox_id}}/auth": {
@@ -427,6 +634,7 @@ def openapi_document() -> dict[str, Any]:
                 "A gateway token for this sandbox",
                 {"200": _json(_ref("GatewayAuth"), "token"), "404": _NOT_FOUND},
                 params=[_ID],
+                op_id="authSandbox",
             )
         },
         f"{p}/_stampede/truth": {
@@ -471,64 +679,10 @@ def openapi_document() -> dict[str, Any]:
                 ],
                 auth="gateway",
                 tag="gateway",
+                op_id="gatewayExec",
             )
         },
-        "/gateway/{user_ns}/{job_id}/command_session.CommandSession/{method}": {
-            "post": {
-                "summary": "Prime's ConnectRPC gateway (prime-sandboxes 0.5.x): Start (server stream), List, "
-                "SendSignal; other methods answer unimplemented",
-                "description": "Connect protocol, not JSON/REST. Start takes `application/connect+proto` (or "
-                "`+json`): one enveloped command_session.StartRequest in, enveloped StartResponse events out "
-                "(start, keepalive, data, end), then an end-of-stream JSON envelope carrying any error "
-                "(unauthenticated, not_found, unavailable, deadline_exceeded) with HTTP 200. Unary methods take "
-                "`application/proto` or `application/json`; their errors are HTTP statuses with "
-                '`{"code", "message"}`. `connect-timeout-ms` is the real-time deadline of the call.',
-                "tags": ["gateway"],
-                "security": [{"gatewayToken": []}],
-                "parameters": [
-                    {"name": "user_ns", "in": "path", "required": True, "schema": {"type": "string"}},
-                    {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                    {
-                        "name": "method",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "enum": ["Start", "List", "SendSignal"]},
-                    },
-                    {
-                        "name": "connect-timeout-ms",
-                        "in": "header",
-                        "schema": {"type": "integer", "maximum": 9999999999},
-                    },
-                    {"name": "connect-protocol-version", "in": "header", "schema": {"const": "1"}},
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        media: {"schema": {"type": "string", "format": "binary"}}
-                        for media in (
-                            "application/connect+proto",
-                            "application/connect+json",
-                            "application/proto",
-                            "application/json",
-                        )
-                    },
-                },
-                "responses": {
-                    "200": {
-                        "description": "a stream of envelopes (Start) or one message (unary)",
-                        "content": {
-                            media: {"schema": {"type": "string", "format": "binary"}}
-                            for media in ("application/connect+proto", "application/connect+json", "application/proto")
-                        },
-                    },
-                    "404": _json(
-                        {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}},
-                        "unknown method (unimplemented), or a unary call's not_found",
-                    ),
-                    "415": {"description": "unsupported content type (see the Accept-Post header)"},
-                },
-            }
-        },
+        **_connect_paths(),
         "/openapi.json": {
             "get": _op("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}, auth="none", tag="meta")
         },

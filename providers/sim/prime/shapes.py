@@ -110,8 +110,9 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
         ]
     errors: list[dict[str, Any]] = []
 
-    def get(name: str, kind: str, *, required: bool = False, default: Any = None) -> Any:
-        if name not in body or (body[name] is None and not required):
+    def get(name: str, kind: str, *, required: bool = False, default: Any = None, nullable: bool = True) -> Any:
+        """The field's value, or `default` when absent (or null, for an Optional field of Prime's model)."""
+        if name not in body or (body[name] is None and nullable and not required):
             if required:
                 errors.append({"type": "missing", "loc": ["body", name], "msg": "Field required", "input": body})
             return default
@@ -119,7 +120,8 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
         ok = {
             "str": isinstance(value, str),
             "number": isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value),
-            "int": isinstance(value, int) and not isinstance(value, bool),
+            "int": (isinstance(value, int) and not isinstance(value, bool))
+            or (isinstance(value, float) and value.is_integer()),  # 60.0 is an integer, to JSON Schema and pydantic
             "bool": isinstance(value, bool),
             "list[str]": isinstance(value, list) and all(isinstance(v, str) for v in value),
             "dict[str,str]": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
@@ -137,7 +139,7 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
             }[kind]
             errors.append(_field_error(msg[0], name, msg[1], value))
             return default
-        return value
+        return int(value) if kind == "int" else value
 
     def positive(name: str, value: Any, most: float) -> None:
         """Above 0 and at most `most`: a size beyond it would overflow on its way to the simulator."""
@@ -174,18 +176,18 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
             )
     elif isinstance(image, str) and not image.strip():
         errors.append(_field_error("value_error", "docker_image", "Value error, docker_image must not be empty", image))
-    cpu = get("cpu_cores", "number", default=1.0)
+    cpu = get("cpu_cores", "number", default=1.0, nullable=False)
     positive("cpu_cores", cpu, LIMITS["cpu_cores"])
-    memory_gb = get("memory_gb", "number", default=1.0)
+    memory_gb = get("memory_gb", "number", default=1.0, nullable=False)
     positive("memory_gb", memory_gb, LIMITS["memory_gb"])
     disk = get("disk_size_gb", "number", default=5.0)
     positive("disk_size_gb", disk, LIMITS["disk_size_gb"])
-    gpus = get("gpu_count", "int", default=0)
+    gpus = get("gpu_count", "int", default=0, nullable=False)
     if isinstance(gpus, int) and gpus != 0:
         errors.append(
             _field_error("value_error", "gpu_count", "Value error, GPUs are not modelled by the simulator", gpus)
         )
-    minutes = get("timeout_minutes", "int", default=60)
+    minutes = get("timeout_minutes", "int", default=60, nullable=False)
     at_most("timeout_minutes", minutes, LIMITS["timeout_minutes"])
     if isinstance(minutes, int) and not (minutes == -1 or minutes >= 1):
         errors.append(
@@ -200,11 +202,11 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
     at_most("idle_timeout_minutes", idle, LIMITS["timeout_minutes"])
     env = get("environment_vars", "dict[str,str]", default={})
     secrets_in = get("secrets", "dict[str,str]", default={})
-    labels = get("labels", "list[str]", default=[])
+    labels = get("labels", "list[str]", default=[], nullable=False)
     team_id = get("team_id", "str")
     region = get("region", "str")
     key = get("idempotency_key", "str")
-    vm = get("vm", "bool", default=True)
+    vm = get("vm", "bool", default=True, nullable=False)
     allow = get("network_allowlist", "list[str]")
     deny = get("network_denylist", "list[str]")
     advanced = get("advanced_configs", "dict")
@@ -213,8 +215,8 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
     if isinstance(start, str):
         try:
             argv = tuple(shlex.split(start))
-        except ValueError as exc:
-            errors.append(_field_error("value_error", "start_command", f"Value error, {exc}", start))
+        except ValueError:  # e.g. an unclosed quote: Prime takes any string, so keep it word by word
+            argv = tuple(start.split())
     elif isinstance(start, dict):
         exe, args = start.get("executable"), start.get("args", [])
         if not isinstance(exe, str) or not exe:
