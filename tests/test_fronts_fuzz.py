@@ -131,3 +131,26 @@ def test_schemathesis_finds_nothing_with_every_check(stub: dict[str, Any], tmp_p
     for method, pattern in LINKED:
         hits = [status for m, url, status in answered if m == method and re.fullmatch(r"http://[^/]+" + pattern, url)]
         assert any(200 <= status < 300 for status in hits), (method, pattern, hits[:20])
+
+
+async def test_the_document_states_the_maxima_of_the_profile_served() -> None:
+    """A schema-valid create is never a 422: the maxima follow the profile's [limits] (modal-like: 64 vCPU, 24 h)."""
+    import aiohttp
+
+    from providers.sim.prime.api import StubSettings, start_stub
+
+    stub = await start_stub(StubSettings(profile="modal-like", seed=1, time_scale=0.001, token=TOKEN))
+    try:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(stub.url + "/openapi.json") as resp:
+                fields = (await resp.json())["components"]["schemas"]["CreateSandboxRequest"]["properties"]
+            assert fields["cpu_cores"]["maximum"] == 64 and fields["timeout_minutes"]["anyOf"] == [
+                {"minimum": 1, "maximum": 1440}
+            ]
+            body = {"name": "m", "docker_image": "python:3.12-slim", "timeout_minutes": 1440}
+            for cpu, status in ((fields["cpu_cores"]["maximum"], 201), (fields["cpu_cores"]["maximum"] + 1, 422)):
+                async with http.post(stub.api_url + "/sandbox", json={**body, "cpu_cores": cpu}, headers=auth) as resp:
+                    assert resp.status == status, await resp.text()
+    finally:
+        await stub.close()

@@ -57,7 +57,15 @@ from providers.sim.prime.command_session import build_service
 from providers.sim.prime.connect_routes import add_connect_routes
 from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
 from providers.sim.prime.openapi import openapi_document
-from providers.sim.prime.shapes import _bool_param, _check_create, _field_error, _int_param, _logs, sandbox_body
+from providers.sim.prime.shapes import (
+    _bool_param,
+    _check_create,
+    _field_error,
+    _int_param,
+    _logs,
+    create_maxima,
+    sandbox_body,
+)
 from providers.sim.prime.wire_faults import FAULTS, install, transport_faults
 
 log = logging.getLogger(__name__)
@@ -378,7 +386,7 @@ async def stampede_stats(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document())
+    return web.json_response(openapi_document(create_maxima(_sim(request).profile.limits)))
 
 
 # --- app, runner, serve -------------------------------------------------------------------------------

@@ -406,6 +406,17 @@ _UNARY_ERRORS = {
 }
 
 
+def _with_maxima(schemas: dict[str, Any], maxima: dict[str, int | float]) -> dict[str, Any]:
+    fields = schemas["CreateSandboxRequest"]["properties"]
+    fields["cpu_cores"]["maximum"] = maxima["cpu_cores"]
+    fields["memory_gb"]["maximum"] = maxima["memory_gb"]
+    fields["timeout_minutes"]["anyOf"][1]["maximum"] = maxima["timeout_minutes"]
+    if maxima.get("lifetime_limited"):
+        fields["timeout_minutes"]["anyOf"] = fields["timeout_minutes"]["anyOf"][1:]
+        fields["timeout_minutes"]["description"] = "minutes; this profile has a lifetime limit"
+    return schemas
+
+
 def _connect_unary(op_id: str, summary: str, request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
     return {
         "post": {
@@ -511,8 +522,9 @@ def _connect_paths() -> dict[str, Any]:
     }
 
 
-def openapi_document() -> dict[str, Any]:
-    """A fresh copy of the document (callers may mutate it)."""
+def openapi_document(maxima: dict[str, int | float] | None = None) -> dict[str, Any]:
+    """A fresh copy of the document (callers may mutate it); `maxima` (shapes.create_maxima) narrows the
+    create request's maxima to what the served profile accepts."""
     p = "/api/v1"
     rate_limited = {
         **_json(_ref("Error"), "RATE_LIMITED (with Retry-After header, real seconds) or SANDBOX_LIMIT_REACHED"),
@@ -697,7 +709,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": copy.deepcopy(_SCHEMAS),
+            "schemas": _with_maxima(copy.deepcopy(_SCHEMAS), maxima or LIMITS),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "the stub's API token"},
                 "gatewayToken": {

@@ -11,6 +11,7 @@ import shlex
 from typing import Any
 
 from providers.sim.core.clock import SimClock
+from providers.sim.core.profile import Limits
 from providers.sim.core.simulator import CreateRequest, SimSandbox, iso
 
 DISK_MOUNT_PATH = "/sandbox-workspace"
@@ -23,6 +24,18 @@ LIMITS: dict[str, int] = {
 }
 """The largest create values accepted (422 above): generous, but finite once turned into MB and seconds.
 The OpenAPI document states the same `maximum`s."""
+
+
+def create_maxima(limits: Limits) -> dict[str, int | float]:
+    """LIMITS narrowed to what a profile's `[limits]` accept (the simulator refuses more with a 422), so the
+    OpenAPI document served with that profile states the maxima that hold."""
+    maxima: dict[str, int | float] = dict(LIMITS)
+    maxima["cpu_cores"] = min(LIMITS["cpu_cores"], limits.max_cpu)
+    maxima["memory_gb"] = min(LIMITS["memory_gb"], limits.max_memory_mb / 1024)
+    if math.isfinite(limits.max_lifetime_s):  # and then no -1 (no lifetime limit) either
+        maxima["timeout_minutes"] = min(LIMITS["timeout_minutes"], max(1, math.floor(limits.max_lifetime_s / 60)))
+        maxima["lifetime_limited"] = 1
+    return maxima
 
 
 def _finite(value: int | float) -> bool:
