@@ -33,7 +33,9 @@ from providers.sim.core.simulator import (
 
 RANK = {SandboxStatus.PENDING: 0, SandboxStatus.PROVISIONING: 1, SandboxStatus.RUNNING: 2}
 TERMINAL = frozenset(SandboxStatus) - ACTIVE_STATUSES
-EXAMPLES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+EXAMPLES = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None
+)
 
 profiles = st.fixed_dictionaries(
     {
@@ -155,7 +157,7 @@ def test_states_only_move_forward_and_every_sandbox_ends_once(
     assert sum(stats["ended"].values()) == len(seen.accepted)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
 @given(profiles, steps, st.integers(0, 3))
 def test_the_same_calls_at_the_same_times_give_the_same_truth(
     overrides: dict[str, Any], script: list[Any], seed: int
