@@ -154,3 +154,21 @@ async def test_the_document_states_the_maxima_of_the_profile_served() -> None:
                     assert resp.status == status, await resp.text()
     finally:
         await stub.close()
+
+
+def test_the_local_daytona_answers_a_non_ascii_api_key_with_401() -> None:
+    """The same defect on the local Daytona's front (its middleware compared str tokens too)."""
+    proc = spawn_serve("providers.sim.daytona.serve", "--port", "0", "--exit-on-stdin-eof")
+    try:
+        ready = ready_line(proc)
+        host, port = ready["truth_url"].removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.putrequest("GET", "/api/sandbox")
+        conn.putheader("Authorization", "Bearer tökén".encode())
+        conn.endheaders()
+        assert conn.getresponse().status == 401
+        conn.close()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)

@@ -12,7 +12,6 @@ simulator's time scale; a command's `timeout` and `Retry-After-sandbox-create` a
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
@@ -45,8 +45,7 @@ async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request]
     path = request.path
     guarded = path.startswith((API_PREFIX + "/", TOOLBOX_PREFIX + "/")) and not path.startswith(SOCKETIO_PATH + "/")
     if guarded:
-        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), request.app[FRONT].token):
+        if not bearer_matches(request.headers.get("Authorization"), request.app[FRONT].token):
             return error(request, 401, "Unauthorized")
     try:
         response: web.StreamResponse = await handler(request)
