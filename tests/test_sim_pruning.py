@@ -4,7 +4,9 @@ vendor's truth still has every sandbox a run created. On the VirtualClock: count
 
 from __future__ import annotations
 
-from providers.sim.core.clock import LoopClock, VirtualClock
+import asyncio
+
+from providers.sim.core.clock import COMPACT_MIN, LoopClock, VirtualClock
 from providers.sim.core.profile import load_profile
 from providers.sim.core.simulator import CreateRequest, NotFound, VendorSimulator
 from providers.sim.modal.registry import ModalRegistry
@@ -103,3 +105,22 @@ async def test_a_served_vendor_prunes_a_virtual_one_keeps_everything() -> None:
     live = VendorSimulator(load_profile("ideal"), seed=0, clock=clock)
     assert live.retention_s == 60.0 / 2.0  # real seconds, on a clock whose vendor second lasts 2 real ones
     live.close()
+
+
+async def test_a_live_clock_does_not_keep_cancelled_timers_until_they_were_due() -> None:
+    """Every ended sandbox cancels timers due up to its lifetime (an hour) later: they must not pile up."""
+    clock = LoopClock(1.0)
+    clock.start()
+    fired: list[int] = []
+    for i in range(20 * COMPACT_MIN):
+        clock.call_at(clock.now() + 3600.0, lambda: fired.append(-1)).cancel()
+        if i % 1000 == 0:
+            clock.call_at(clock.now() + 3600.0, lambda: fired.append(-2))  # live ones stay
+    assert len(clock._heap) <= 2 * COMPACT_MIN
+    assert sum(1 for entry in clock._heap if not entry[2].cancelled) == 20 * COMPACT_MIN // 1000 + 1
+    clock.call_at(clock.now() + 0.01, lambda: fired.append(1))
+    for _ in range(200):  # bounded: the timer is due in 10 ms
+        if fired:
+            break
+        await asyncio.sleep(0.01)
+    assert fired == [1]

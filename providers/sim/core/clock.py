@@ -55,6 +55,10 @@ PACE_MAX_S = 3.0
 """Real seconds: the longest a wave's sending is played 1:1 (a harness sends 960 creates in ~0.6 s here)."""
 
 
+COMPACT_MIN = 4096
+"""A live clock's timer heap is swept of cancelled timers once it reaches this size (and twice its live size)."""
+
+
 class LoopClock:
     """Vendor time on the running asyncio loop: one vendor second lasts `time_scale` real seconds, except while
     the harness is still sending a burst.
@@ -117,6 +121,7 @@ class LoopClock:
         self._seq = itertools.count()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = float("inf")
+        self._compact_at = COMPACT_MIN
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Anchor vendor t=0 at the loop's current time (idempotent)."""
@@ -145,9 +150,18 @@ class LoopClock:
         self._ensure()
         timer = _VirtualTimer()
         heapq.heappush(self._heap, (t, next(self._seq), timer, cb))
+        if len(self._heap) >= self._compact_at:
+            self._compact()
         if t < self._armed_at:
             self._arm()
         return timer
+
+    def _compact(self) -> None:
+        """Drop cancelled timers. A sandbox that ends cancels its lifetime timer, due maybe an hour later; kept
+        until then, each would hold its sandbox alive, and a soak's memory would grow for that hour."""
+        self._heap[:] = [entry for entry in self._heap if not entry[2].cancelled]
+        heapq.heapify(self._heap)
+        self._compact_at = max(COMPACT_MIN, 2 * len(self._heap))  # amortised O(1) per timer
 
     def _arm(self) -> None:
         loop = self._ensure()
