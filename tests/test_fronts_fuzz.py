@@ -172,3 +172,38 @@ def test_the_local_daytona_answers_a_non_ascii_api_key_with_401() -> None:
         assert proc.stdin is not None
         proc.stdin.close()
         finish(proc)
+
+
+def _status_with_header(url: str, path: str, name: str, value: bytes) -> int:
+    host, port = url.removeprefix("http://").split("/")[0].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest("GET", path)
+        conn.putheader(name, value)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("module", "url_key", "path", "header"),
+    [
+        ("providers.sim.e2b.serve", "url", "/v2/sandboxes", "X-API-KEY"),  # .encode() refused escaped bytes
+        ("providers.sim.e2b.serve", "url", "/api/v1/_stampede/truth", "Authorization"),
+        ("providers.sim.modal.serve", "truth_url", "/api/v1/_stampede/truth", "Authorization"),
+    ],
+)
+def test_the_other_fronts_answer_a_non_ascii_or_non_utf8_key_with_401(
+    module: str, url_key: str, path: str, header: str
+) -> None:
+    proc = spawn_serve(module, "--port", "0", "--exit-on-stdin-eof")
+    try:
+        url = ready_line(proc)[url_key]
+        for raw in ("tökén".encode(), b"\xff\xfe"):
+            value = b"Bearer " + raw if header == "Authorization" else raw
+            assert _status_with_header(url, path, header, value) == 401, (path, raw)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hmac
 import itertools
 import math
 import shlex
@@ -37,6 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.bearer import tokens_equal
 from providers.sim.core.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,
@@ -297,7 +297,7 @@ def process_handler(service: ConnectService) -> Any:
             return found
         presented = request.headers.get("X-Access-Token") or ""
         expected = str(found.meta.get(META_ENVD_TOKEN, ""))
-        if not hmac.compare_digest(presented.encode(), expected.encode()):
+        if not tokens_equal(presented, expected):
             return web.Response(status=401, text="unauthorized access, please provide a valid access token")
         return await service.handle(request, request.match_info["method"])
 

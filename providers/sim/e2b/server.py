@@ -14,7 +14,6 @@ checks each sandbox's own access token (envd.py). Unknown routes answer 404 and 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.bearer import tokens_equal
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
@@ -64,7 +64,7 @@ async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request]
         presented = _presented(request.headers.get("Authorization"), "bearer") if stampede else _presented(
             request.headers.get("X-API-KEY")
         )
-        if not hmac.compare_digest(presented.encode(), request.app[API_KEY].encode()):
+        if not tokens_equal(presented, request.app[API_KEY]):
             return _error(401, "Invalid API key")
     try:
         response: web.StreamResponse = await handler(request)

@@ -12,7 +12,6 @@ as the secret, so no extra secret is ever printed or recorded.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import grpclib.server
 from aiohttp import web
 
+from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.faults import FaultInjector
 from providers.sim.core.profile import Profile
@@ -94,8 +94,7 @@ def _url(host: str, port: int) -> str:
 def _truth_app(running: Callable[[], RunningModal], token: str) -> web.Application:
     @web.middleware
     async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip(), token):
+        if not bearer_matches(request.headers.get("Authorization"), token):
             return web.json_response({"detail": "Invalid API key"}, status=401)
         response: web.StreamResponse = await handler(request)
         return response
