@@ -24,6 +24,13 @@ from tests.support.serve_process import ROOT, finish, ready_line, spawn_serve
 
 TOKEN = "fuzz-token"
 CONFIG = ROOT / "tests" / "support" / "schemathesis.toml"
+CONFIG_E2B = ROOT / "tests" / "support" / "schemathesis-e2b.toml"
+LINKED_E2B = {
+    ("GET", "/sandboxes/ID"),
+    ("DELETE", "/sandboxes/ID"),
+    ("POST", "/sandboxes/ID/timeout"),
+    ("POST", "/v2/sandboxes/ID/connect"),
+}
 EXAMPLES = 15  # per operation and phase: ~1,100 cases, ~10 s alone on this machine (the default, 100: ~1,900)
 LINKED = {
     # what the stateful phase must reach through the create response's links, each answered 2xx at least once
@@ -105,32 +112,61 @@ def test_a_non_ascii_gateway_token_is_a_401_not_a_500(stub: dict[str, Any]) -> N
     assert (status, answer) == (401, {"detail": "Invalid or expired gateway token"})
 
 
-def test_schemathesis_finds_nothing_with_every_check(stub: dict[str, Any], tmp_path: Path) -> None:
-    """schemathesis 4 (every check is on unless tests/support/schemathesis.toml says why not) over the stub's
-    /openapi.json: coverage, fuzzing and stateful phases, 0 failures, and the links reach the by-id operations
-    and the gateway with a sandbox that exists."""
+def _schemathesis(url: str, config: Path, tmp_path: Path) -> tuple[dict[str, Any], list[tuple[str, str, int]]]:
+    """Run schemathesis on a front's /openapi.json as a user would; its JSON summary and every (method, url,
+    status) it saw. Asserts the run found nothing, tested every operation and passed every phase."""
     report, har = tmp_path / "report.json", tmp_path / "requests.har"
     command = [
-        sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "run", stub["url"] + "/openapi.json",
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", url + "/openapi.json",
         "--max-examples", str(EXAMPLES), "--seed", "1", "--workers", "1", "--report", "json,har",
         "--report-json-path", str(report), "--report-har-path", str(har),
     ]  # fmt: skip
-    env = {**os.environ, "STAMPEDE_FUZZ_URL": stub["url"], "STAMPEDE_FUZZ_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "STAMPEDE_FUZZ_URL": url, "STAMPEDE_FUZZ_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # its cache too
     summary = json.loads(report.read_text())
     cases = summary["test_cases"]
     took = summary["running_time"]
-    print(f"schemathesis: {cases['generated']} cases, {cases['unique_failures']} failures in {took:.1f} s")
+    print(f"schemathesis {url}: {cases['generated']} cases, {cases['unique_failures']} failures in {took:.1f} s")
     assert run.returncode == 0 and summary["failures"] == [] and cases["unique_failures"] == 0, run.stdout[-6000:]
-    assert summary["operations"]["tested"] == summary["operations"]["total"] >= 16
+    assert summary["operations"]["tested"] == summary["operations"]["total"]
     assert all(phase["status"] == "success" for name, phase in summary["phases"].items() if name != "examples")
     answered = [
         (entry["request"]["method"], entry["request"]["url"], entry["response"]["status"])
         for entry in json.loads(har.read_text())["log"]["entries"]
     ]
-    for method, pattern in LINKED:
+    return summary, answered
+
+
+def _reached(answered: list[tuple[str, str, int]], linked: set[tuple[str, str]]) -> None:
+    for method, pattern in linked:
         hits = [status for m, url, status in answered if m == method and re.fullmatch(r"http://[^/]+" + pattern, url)]
         assert any(200 <= status < 300 for status in hits), (method, pattern, hits[:20])
+
+
+def test_schemathesis_finds_nothing_with_every_check(stub: dict[str, Any], tmp_path: Path) -> None:
+    """schemathesis 4 (every check is on unless tests/support/schemathesis.toml says why not) over the stub's
+    /openapi.json: coverage, fuzzing and stateful phases, 0 failures, and the links reach the by-id operations
+    and the gateway with a sandbox that exists."""
+    summary, answered = _schemathesis(stub["url"], CONFIG, tmp_path)
+    assert summary["operations"]["total"] >= 16
+    _reached(answered, LINKED)
+
+
+def test_schemathesis_finds_nothing_on_the_local_e2b(tmp_path: Path) -> None:
+    """The same over the local E2B's control plane (its REST API; envd's Connect service is not described)."""
+    proc = spawn_serve(
+        "providers.sim.e2b.serve",
+        *("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--token", TOKEN, "--port", "0"),
+        "--exit-on-stdin-eof",
+    )
+    try:
+        summary, answered = _schemathesis(ready_line(proc)["url"], CONFIG_E2B, tmp_path)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)
+    assert summary["operations"]["total"] >= 8
+    _reached(answered, {(m, p.replace("ID", r"sb\w+")) for m, p in LINKED_E2B})
 
 
 async def test_the_document_states_the_maxima_of_the_profile_served() -> None:
@@ -207,3 +243,30 @@ def test_the_other_fronts_answer_a_non_ascii_or_non_utf8_key_with_401(
         assert proc.stdin is not None
         proc.stdin.close()
         finish(proc)
+
+
+async def test_the_local_e2b_document_describes_every_control_plane_route() -> None:
+    import aiohttp
+
+    from providers.sim.e2b.server import E2BSettings, start_e2b
+
+    e2b = await start_e2b(E2BSettings(profile="e2b-like", seed=1, time_scale=0.01, token=TOKEN))
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(e2b.url + "/openapi.json") as resp:
+                doc = await resp.json()
+            huge = {"templateID": "base", "timeout": 10**400}  # once a 500: float() of it overflowed
+            async with http.post(e2b.url + "/v2/sandboxes", json=huge, headers={"X-API-KEY": TOKEN}) as resp:
+                assert resp.status == 400, await resp.text()
+        served = {
+            (route.method.lower(), route.resource.canonical)
+            for route in e2b.app.router.routes()
+            if route.method != "HEAD" and route.resource is not None
+        }
+        envd = {("get", "/health"), ("post", "/process.Process/{method}")}  # envd's, behind the sandbox proxy
+        described = {(method, path) for path, ops in doc["paths"].items() for method in ops}
+        assert served - envd == described
+        create = doc["components"]["schemas"]["NewSandbox"]["properties"]["timeout"]
+        assert create["maximum"] == 86400  # e2b-like: sandboxes live up to 24 h
+    finally:
+        await e2b.close()

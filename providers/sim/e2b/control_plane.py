@@ -16,6 +16,7 @@ Routes (API key in `X-API-KEY`, checked by the server's middleware):
   (204: the timeout restarts from now, shorter or longer), `POST /v2/sandboxes/{id}/connect` (200 `Sandbox`;
   a timeout only ever lengthens the sandbox's life); a sandbox that ended or never existed is 404.
 - `GET /api/v1/_stampede/truth`, `/api/v1/_stampede/stats` (Bearer API key): the simulator's own record.
+- `GET /openapi.json` (no key): these routes described (openapi.py), with the served profile's timeout limit.
 
 Time: timeouts are vendor seconds (they play at the front's time scale); Retry-After and timestamps are real.
 """
@@ -40,6 +41,7 @@ from providers.sim.core.simulator import (
     VendorSimulator,
 )
 from providers.sim.e2b.app_state import INFO, SIM, simulator, time_scale
+from providers.sim.e2b.openapi import max_timeout_s, openapi_document
 from providers.sim.e2b.shapes import (
     META_ENVD_TOKEN,
     META_METADATA,
@@ -257,6 +259,10 @@ async def stampede_truth(request: web.Request) -> web.Response:
     return web.json_response({**request.app[INFO], "sandboxes": simulator(request).truth()})
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document(max_timeout_s(simulator(request).profile.limits)))
+
+
 async def stampede_stats(request: web.Request) -> web.Response:
     return web.json_response({**request.app[INFO], "stats": simulator(request).stats()})
 
@@ -277,3 +283,4 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/v2/sandboxes/{sandbox_id}/connect", connect_sandbox)
     r.add_get("/api/v1/_stampede/truth", stampede_truth)
     r.add_get("/api/v1/_stampede/stats", stampede_stats)
+    r.add_get("/openapi.json", openapi)

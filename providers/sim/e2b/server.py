@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROFILE = "e2b-like"
 STAMPEDE_PREFIX = "/api/v1/_stampede/"
-_OPEN_PATHS = ("/health", f"/{envd.SERVICE}/")  # the proxy and envd: each sandbox's own token, not the API key
+# the proxy and envd (each sandbox's own token, not the API key), and the API's own description
+_OPEN_PATHS = ("/health", f"/{envd.SERVICE}/", "/openapi.json")
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,10 @@ async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request]
         return response
     except web.HTTPNotFound:
         return _error(404, "Not Found")
-    except web.HTTPMethodNotAllowed:
-        return _error(405, "Method Not Allowed")
+    except web.HTTPMethodNotAllowed as exc:  # RFC 9110: a 405 lists what the resource allows
+        response = _error(405, "Method Not Allowed")
+        response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
     except web.HTTPException:
         raise
     except asyncio.CancelledError:

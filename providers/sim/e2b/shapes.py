@@ -67,6 +67,8 @@ def parse_new_sandbox(body: Any) -> NewSandbox:
     timeout = _seconds(body.get("timeout", DEFAULT_TIMEOUT_S))
     if body.get("autoPause") is True:
         raise BadRequest("autoPause is not modelled by the stampede simulator (sandboxes are killed at their timeout)")
+    if body.get("autoPause") is not None and body.get("autoPause") is not False:
+        raise BadRequest(f"autoPause must be a boolean, got {body['autoPause']!r}")
     for key, what in _NOT_MODELLED.items():
         if body.get(key) not in (None, [], {}):
             raise BadRequest(f"{what} ({key}) are not modelled by the stampede simulator")
@@ -80,16 +82,23 @@ def parse_new_sandbox(body: Any) -> NewSandbox:
 
 def parse_timeout(body: Any, *, required: bool) -> int | None:
     """`{"timeout": <s>}` of the timeout and connect requests."""
-    timeout = body.get("timeout") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    timeout = body.get("timeout")
     if timeout is None and not required:
         return None
     return _seconds(timeout)
 
 
+MAX_TIMEOUT_S = 10**9  # above it a 400 (a huge integer would not even become a float)
+
+
 def _seconds(value: Any) -> int:
-    """A sandbox timeout: whole seconds, at least 1 (the simulator has no zero-length sandbox)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadRequest(f"timeout must be a positive whole number of seconds, got {value!r}")
+    """A sandbox timeout: whole seconds (60.0 counts, as JSON Schema's integer), 1 to MAX_TIMEOUT_S."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TIMEOUT_S:
+        raise BadRequest(f"timeout must be a whole number of seconds in 1..{MAX_TIMEOUT_S}, got {value!r}")
     return value
 
 
