@@ -270,3 +270,25 @@ async def test_the_local_e2b_document_describes_every_control_plane_route() -> N
         assert create["maximum"] == 86400  # e2b-like: sandboxes live up to 24 h
     finally:
         await e2b.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"ttlMinutes": 10**400}, {"buildInfo": {"dockerfileContent": "FROM python:3.12"}, "cpu": 10**400}],
+)
+def test_the_local_daytona_answers_a_huge_integer_with_400(body: dict[str, Any]) -> None:
+    """Once a 500: `ttlMinutes * 60.0` and `float(cpu)` overflowed."""
+    proc = spawn_serve("providers.sim.daytona.serve", "--port", "0", "--exit-on-stdin-eof")
+    try:
+        ready = ready_line(proc)
+        host, port = ready["truth_url"].removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        data = json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {ready['token']}", "Content-Type": "application/json"}
+        conn.request("POST", "/api/sandbox", body=data, headers=headers)
+        assert conn.getresponse().status == 400
+        conn.close()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)

@@ -174,6 +174,9 @@ def _string_map(body: Mapping[str, Any], key: str, problems: list[str]) -> dict[
     return dict(raw)
 
 
+MAX_INT = 2**31 - 1
+
+
 def _optional(body: Mapping[str, Any], key: str, kind: type, problems: list[str], *, minimum: int | None = None) -> Any:
     raw = body.get(key)
     if raw is None:
@@ -186,6 +189,9 @@ def _optional(body: Mapping[str, Any], key: str, kind: type, problems: list[str]
         return None
     if minimum is not None and raw < minimum:
         problems.append(f"{key} must not be less than {minimum}")
+        return None
+    if kind is int and raw > MAX_INT:  # as the API's int32 fields: a larger one would overflow a float later
+        problems.append(f"{key} must not be greater than {MAX_INT}")
         return None
     return raw
 
