@@ -25,6 +25,7 @@ from tests.support.serve_process import ROOT, finish, ready_line, spawn_serve
 TOKEN = "fuzz-token"
 CONFIG = ROOT / "tests" / "support" / "schemathesis.toml"
 CONFIG_E2B = ROOT / "tests" / "support" / "schemathesis-e2b.toml"
+CONFIG_DAYTONA = ROOT / "tests" / "support" / "schemathesis-daytona.toml"
 LINKED_E2B = {
     ("GET", "/sandboxes/ID"),
     ("DELETE", "/sandboxes/ID"),
@@ -167,6 +168,45 @@ def test_schemathesis_finds_nothing_on_the_local_e2b(tmp_path: Path) -> None:
         finish(proc)
     assert summary["operations"]["total"] >= 8
     _reached(answered, {(m, p.replace("ID", r"sb\w+")) for m, p in LINKED_E2B})
+
+
+def test_schemathesis_finds_nothing_on_the_local_daytona(tmp_path: Path) -> None:
+    """The same over the local Daytona's REST control plane (the toolbox and Socket.IO events are not described)."""
+    proc = spawn_serve(
+        "providers.sim.daytona.serve",
+        *("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--token", TOKEN, "--port", "0"),
+        "--exit-on-stdin-eof",
+    )
+    try:
+        summary, answered = _schemathesis(ready_line(proc)["truth_url"], CONFIG_DAYTONA, tmp_path)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)
+    assert summary["operations"]["total"] >= 11
+    one = r"/api/sandbox/sb\w+"
+    _reached(answered, {("GET", one), ("DELETE", one), ("POST", one + "/start"), ("GET", one + "/toolbox-proxy-url")})
+
+
+async def test_the_local_daytona_document_describes_every_rest_route() -> None:
+    import aiohttp
+
+    from providers.sim.daytona.server import DaytonaSettings, start_daytona
+
+    daytona = await start_daytona(DaytonaSettings(profile="daytona-like", seed=1, time_scale=0.01, token=TOKEN))
+    try:
+        async with aiohttp.ClientSession() as http, http.get(daytona.url + "/openapi.json") as resp:
+            doc = await resp.json()
+        served = {
+            (route.method.lower(), route.resource.canonical)
+            for route in daytona.app.router.routes()
+            if route.method != "HEAD" and route.resource is not None
+            and not route.resource.canonical.startswith(("/toolbox", "/api/socket.io"))
+        }  # fmt: skip
+        described = {(method, path) for path, ops in doc["paths"].items() for method in ops}
+        assert served == described
+    finally:
+        await daytona.close()
 
 
 async def test_the_document_states_the_maxima_of_the_profile_served() -> None:

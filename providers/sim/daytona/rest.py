@@ -2,7 +2,8 @@
 
 `POST /api/sandbox` (create), `GET /api/sandbox` (cursor pages, `labels` as a JSON object), `GET|DELETE
 /api/sandbox/{idOrName}`, `POST .../start|stop`, `GET /api/sandbox/{id}/toolbox-proxy-url`, `GET /api/config`,
-`GET /api/shared-regions`; and the simulator's own `GET /api/v1/_stampede/truth|stats`.
+`GET /api/shared-regions`; and the simulator's own `GET /api/v1/_stampede/truth|stats`; `GET /openapi.json`
+describes them (openapi.py).
 
 A create the simulator refuses is answered as the API would, so the SDK raises its own class:
 - the create rate (the API's `sandbox-create` throttler): 429, `RATE_LIMIT_EXCEEDED`, "ThrottlerException: Too
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from providers.sim.core.simulator import NotFound, Rejected, RejectReason, SandboxStatus
 from providers.sim.daytona.front import Front, error, front_of
+from providers.sim.daytona.openapi import openapi_document
 from providers.sim.daytona.shapes import (
     DEFAULT_SNAPSHOT,
     PER_SANDBOX_LIMIT,
@@ -133,8 +135,10 @@ async def list_sandboxes(request: web.Request) -> web.Response:
     if not 1 <= limit <= MAX_PAGE or start < 0:
         return error(request, 400, f"limit must be between 1 and {MAX_PAGE}")
     states = set(query.getall("states", []))
-    everything = query.get("includeErroredDeleted", "false").lower() == "true"
-    found = _listed(front, labels, states, everything)
+    everything = query.get("includeErroredDeleted", "false").lower()
+    if everything not in ("true", "false"):
+        return error(request, 400, "includeErroredDeleted must be a boolean value")
+    found = _listed(front, labels, states, everything == "true")
     page = found[start : start + limit]
     more = start + limit < len(found)
     return web.json_response({"items": [front.body(sb, full=False) for sb in page],
@@ -215,6 +219,10 @@ async def stampede_truth(request: web.Request) -> web.Response:
     return web.json_response({**request.app[INFO], "sandboxes": front_of(request).sim.truth()})
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
 async def stampede_stats(request: web.Request) -> web.Response:
     return web.json_response({**request.app[INFO], "stats": front_of(request).sim.stats()})
 
@@ -232,4 +240,5 @@ def add_routes(app: web.Application, prefix: str) -> None:
     r.add_get(f"{prefix}/shared-regions", shared_regions)
     r.add_get(f"{prefix}/v1/_stampede/truth", stampede_truth)
     r.add_get(f"{prefix}/v1/_stampede/stats", stampede_stats)
+    r.add_get("/openapi.json", openapi)
 

@@ -181,6 +181,8 @@ def _optional(body: Mapping[str, Any], key: str, kind: type, problems: list[str]
     raw = body.get(key)
     if raw is None:
         return None
+    if kind is int and isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)  # 5.0 is an integer to JSON (and to the API's validator)
     if kind is int and (isinstance(raw, bool) or not isinstance(raw, int)):
         problems.append(f"{key} must be an integer number")
         return None
@@ -190,7 +192,7 @@ def _optional(body: Mapping[str, Any], key: str, kind: type, problems: list[str]
     if minimum is not None and raw < minimum:
         problems.append(f"{key} must not be less than {minimum}")
         return None
-    if kind is int and raw > MAX_INT:  # as the API's int32 fields: a larger one would overflow a float later
+    if kind is int and not -MAX_INT - 1 <= raw <= MAX_INT:  # the API's int32: a larger one would overflow a float
         problems.append(f"{key} must not be greater than {MAX_INT}")
         return None
     return raw
@@ -214,6 +216,8 @@ def parse_create(body: Any, lifetime_cap_s: float) -> tuple[CreateRequest | None
     env = _string_map(body, "env", problems)
     name = _optional(body, "name", str, problems)
     snapshot = _optional(body, "snapshot", str, problems)
+    if snapshot is not None and not snapshot.strip():
+        snapshot = None  # blank: the default snapshot
     user = _optional(body, "user", str, problems) or OS_USER
     target = _optional(body, "target", str, problems) or REGION
     public = bool(_optional(body, "public", bool, problems))
@@ -230,7 +234,7 @@ def parse_create(body: Any, lifetime_cap_s: float) -> tuple[CreateRequest | None
         dockerfile = build.get("dockerfileContent") if isinstance(build, dict) else None
         if not isinstance(dockerfile, str) or base_image(dockerfile) is None:
             problems.append("buildInfo.dockerfileContent must be a Dockerfile with a FROM line")
-    if body.get("volumes"):
+    if body.get("volumes") is not None and body.get("volumes") != []:
         problems.append("volumes are not modelled by the simulator")
     if problems:
         return None, problems
