@@ -54,9 +54,9 @@ import math
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import prime_sandboxes
@@ -107,6 +107,7 @@ PROBE_MAX_S = 1.0
 _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
 _RETRY_FIRST_S = 0.1  # the first pause before a terminate is asked again; doubled each time
 _RETRY_MAX_S = 2.0
+_T = TypeVar("_T")
 
 # The SDK's error texts (0.5.1): `APIError("HTTP <status>: <detail>")` from the control plane,
 # `APIError("Connect RPC failed (<code>): <message>")` from the gateway.
@@ -499,16 +500,43 @@ class PrimeProvider(Provider):
             if self.options.auth_cache == "memory":
                 await self.sdk._auth_cache.invalidate(ref.sandbox_id)
 
+    async def _asked_again(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """An idempotent control-plane call (list, bulk delete) asked again after a transient failure, up to
+        `terminate_attempts`: the end-of-run sweep is the last chance to reap leftovers, one blip must not end it."""
+        delay = _RETRY_FIRST_S
+        for attempt in range(1, self.options.terminate_attempts + 1):
+            try:
+                return await call()
+            except APIError as exc:
+                if attempt == self.options.terminate_attempts or classify_prime(exc, Phase.TERMINATE) in (
+                    FailureKind.AUTH,
+                    FailureKind.INVALID_REQUEST,
+                ):
+                    raise
+            except ProviderError as exc:  # a 429 surfaced past the SDK's retries
+                if exc.kind is not FailureKind.RATE_LIMITED or attempt == self.options.terminate_attempts:
+                    raise
+                await asyncio.sleep(min(exc.retry_after or THROTTLE_DEFAULT_S, self.options.max_backoff_s))
+                continue
+            except (ValueError, *_TRANSPORT_ERRORS, httpx.TimeoutException):
+                if attempt == self.options.terminate_attempts:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, _RETRY_MAX_S)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         refs: list[SandboxRef] = []
         page = 1
         while True:
-            listed = await self.sdk.list(
-                labels=[f"{k}={v}" for k, v in owner_labels(run_id, engine).items()],
-                exclude_terminated=True,
-                page=page,
-                per_page=LIST_PAGE,
-                team_id=self.options.team_id,
+            listed = await self._asked_again(
+                lambda page=page: self.sdk.list(
+                    labels=[f"{k}={v}" for k, v in owner_labels(run_id, engine).items()],
+                    exclude_terminated=True,
+                    page=page,
+                    per_page=LIST_PAGE,
+                    team_id=self.options.team_id,
+                )
             )
             refs.extend(SandboxRef(sandbox_id=s.id, provider=self.name, run_id=run_id) for s in listed.sandboxes)
             if not listed.has_next:
@@ -519,8 +547,10 @@ class PrimeProvider(Provider):
         """Every live sandbox whose labels carry a run label (Prime filters by `key=value` only: we filter)."""
         refs: list[SandboxRef] = []
         for page in range(1, ALL_OWNED_MAX_PAGES + 1):
-            listed = await self.sdk.list(
-                exclude_terminated=True, page=page, per_page=LIST_PAGE, team_id=self.options.team_id
+            listed = await self._asked_again(
+                lambda page=page: self.sdk.list(
+                    exclude_terminated=True, page=page, per_page=LIST_PAGE, team_id=self.options.team_id
+                )
             )
             for sandbox in listed.sandboxes:
                 run_id = tagged_by_stampede(sandbox.labels)
@@ -532,7 +562,7 @@ class PrimeProvider(Provider):
 
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:
         labels = [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]
-        result = await self.sdk.bulk_delete(labels=labels, team_id=self.options.team_id)
+        result = await self._asked_again(lambda: self.sdk.bulk_delete(labels=labels, team_id=self.options.team_id))
         return len(result.succeeded)
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:

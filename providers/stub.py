@@ -582,10 +582,12 @@ class StubProvider(Provider):
         refs: list[SandboxRef] = []
         page = 1
         while True:
-            body = await self.request(
+            body = await self.request_retrying(
                 "GET",
                 "/sandbox",
                 Phase.TERMINATE,
+                attempts=self.options.terminate_attempts,
+                timeout=self._attempt_timeout,
                 params=[
                     ("page", page),
                     ("per_page", 100),
@@ -601,7 +603,11 @@ class StubProvider(Provider):
 
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:
         labels = label_strings(owner_labels(run_id, engine))
-        body = await self.request("DELETE", "/sandbox", Phase.TERMINATE, json={"labels": labels})
+        # the sweep is the last chance to reap a run's leftovers: one blip must not end it (bulk delete is idempotent)
+        body = await self.request_retrying(
+            "DELETE", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
+            timeout=self._attempt_timeout, json={"labels": labels},
+        )  # fmt: skip
         return len(body.get("succeeded", []))
 
     async def list_all_owned(self) -> list[SandboxRef]:
@@ -609,7 +615,10 @@ class StubProvider(Provider):
         refs: list[SandboxRef] = []
         for page in range(1, ALL_OWNED_MAX_PAGES + 1):
             params = [("page", page), ("per_page", 100), ("is_active", "true")]
-            body = await self.request("GET", "/sandbox", Phase.TERMINATE, params=params)
+            body = await self.request_retrying(
+                "GET", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
+                timeout=self._attempt_timeout, params=params,
+            )  # fmt: skip
             for sandbox in body.get("sandboxes", []):
                 run_id = tagged_by_stampede(sandbox.get("labels"))
                 if run_id is not None:

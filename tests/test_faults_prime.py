@@ -284,3 +284,27 @@ def test_a_gateway_5xx_or_garbage_while_waiting_is_transport_not_a_dead_sandbox(
         assert classify_prime(APIError(text), Phase.READY) is FailureKind.TRANSPORT, text
     garbage = APIError("Connect RPC failed (unknown): invalid content-type: 'text/html'; expecting 'x'")
     assert classify_prime(garbage, Phase.EXEC) is FailureKind.EXEC_ERROR
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+async def test_the_end_of_run_sweep_survives_a_flaky_list_and_bulk_delete(client: str) -> None:
+    """The sweep (list by run label, bulk delete by label) is the last chance to reap a run's leftovers; one 5xx
+    or reset used to end it ("sweep failed") and leave every leftover alive. Each call is asked again."""
+    settings = {"faults.seed": FAULT_SEED, "faults.error_5xx_prob": 0.3, "faults.reset_prob": 0.2,
+                "faults.operations": "list,terminate"}  # fmt: skip
+    front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=tuple(settings.items())))
+    provider: Provider = CLIENTS[client](front)
+    try:
+        for i in range(6):
+            await provider.create(SandboxSpec(run_id="sweep", rollout_id=f"r{i}"))
+        for _ in range(3):  # three sweeps, so a lucky draw on the first cannot pass alone
+            listed = await provider.list_owned("sweep")
+            assert len(listed) == 6
+        await provider.cleanup("sweep")
+        alive = front.simulator.list(labels=["stampede-run=sweep"], active_only=True)
+        assert not [sb.id for sb in alive if sb.status is not SandboxStatus.TERMINATED]
+        injected = dict(front.app[FAULTS].injected)
+        assert sum(n for key, n in injected.items() if key.startswith(("list:", "terminate:"))) >= 1, injected
+    finally:
+        await provider.aclose()
+        await front.close()
