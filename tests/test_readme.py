@@ -72,6 +72,21 @@ def check_readiness_probe(result: subprocess.CompletedProcess) -> None:
     assert (frame["ready_probe_s"].dropna() <= frame.loc[frame["ready_probe_s"].notna(), "ready_s"] + 1e-6).all()
 
 
+FAULTS = (
+    "stampede run --profile ideal --scenario burst --users 60 --profile-set faults.error_5xx_prob=0.1 --profile-set "
+    "faults.reset_prob=0.05 --profile-set faults.malformed_prob=0.05 --profile-set faults.throttle_prob=0.05 "
+    "--profile-set faults.retry_after_s=1"
+)
+
+
+def check_transport_faults(result: subprocess.CompletedProcess) -> None:
+    """A hostile wire: every rollout classified, the run and its sweep go on, nothing left alive."""
+    frame = pd.read_parquet(sorted(latest().glob("rollouts*.parquet")))
+    assert len(frame) == 60 and (frame["outcome"] == "failed").sum() > 0  # the faults reached the rollouts
+    assert not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
+    assert "unknown failures 0; harness failures 0" in result.stdout and "sweep failed" not in result.stdout
+
+
 FOUR = "stampede report results/four/modal results/four/prime results/four/e2b results/four/daytona"
 
 
@@ -88,6 +103,7 @@ def check_four_vendors(result: subprocess.CompletedProcess) -> None:
 
 CHECKS = {
     FOUR: check_four_vendors,
+    FAULTS: check_transport_faults,
     "stampede run": check_default_run,
     "stampede run --profile modal-like --scenario burst --users 960 --seed 0": check_modal_burst,
     "stampede run --profile modal-like --scenario burst --users 100 --seed 0": check_modal_burst,
