@@ -471,38 +471,23 @@ class PrimeProvider(Provider):
         """Done once the API confirmed the delete (a JSON object; 404: already gone). A transient failure (the
         SDK's own retries spent: 5xx, reset, timeout, an unreadable answer) is asked again, up to
         `terminate_attempts`, so one blip does not leave the sandbox alive until the end-of-run sweep."""
-        delay = _RETRY_FIRST_S
+
+        async def delete_or_gone() -> None:
+            try:
+                await self.sdk.delete(ref.sandbox_id)
+            except APIError as exc:
+                if not str(exc).startswith("HTTP 404"):  # 404: already gone, terminate is idempotent
+                    raise
+
         try:
-            for attempt in range(1, self.options.terminate_attempts + 1):
-                try:
-                    await self.sdk.delete(ref.sandbox_id)
-                    return
-                except APIError as exc:
-                    if str(exc).startswith("HTTP 404"):
-                        return  # already gone: terminate is idempotent
-                    if attempt == self.options.terminate_attempts or classify_prime(exc, Phase.TERMINATE) in (
-                        FailureKind.AUTH,
-                        FailureKind.INVALID_REQUEST,
-                        FailureKind.QUOTA_EXHAUSTED,
-                    ):
-                        raise
-                except ProviderError as exc:  # a 429 surfaced past the SDK's retries
-                    if exc.kind is not FailureKind.RATE_LIMITED or attempt == self.options.terminate_attempts:
-                        raise
-                    await asyncio.sleep(min(exc.retry_after or THROTTLE_DEFAULT_S, self.options.max_backoff_s))
-                    continue
-                except (ValueError, *_TRANSPORT_ERRORS, httpx.TimeoutException):
-                    if attempt == self.options.terminate_attempts:
-                        raise
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, _RETRY_MAX_S)
+            await self._asked_again(delete_or_gone)
         finally:
             if self.options.auth_cache == "memory":
                 await self.sdk._auth_cache.invalidate(ref.sandbox_id)
 
     async def _asked_again(self, call: Callable[[], Awaitable[_T]]) -> _T:
-        """An idempotent control-plane call (list, bulk delete) asked again after a transient failure, up to
-        `terminate_attempts`: the end-of-run sweep is the last chance to reap leftovers, one blip must not end it."""
+        """An idempotent control-plane call (delete, list, bulk delete) asked again after a transient failure, up
+        to `terminate_attempts`: one blip must not leave a sandbox alive, nor end the sweep that reaps leftovers."""
         delay = _RETRY_FIRST_S
         for attempt in range(1, self.options.terminate_attempts + 1):
             try:
@@ -511,6 +496,7 @@ class PrimeProvider(Provider):
                 if attempt == self.options.terminate_attempts or classify_prime(exc, Phase.TERMINATE) in (
                     FailureKind.AUTH,
                     FailureKind.INVALID_REQUEST,
+                    FailureKind.QUOTA_EXHAUSTED,
                 ):
                     raise
             except ProviderError as exc:  # a 429 surfaced past the SDK's retries
