@@ -10,18 +10,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from providers.sim.core.openapi_parts import STRING_MAP as _STRINGS
+from providers.sim.core.openapi_parts import document, self_path
+from providers.sim.core.openapi_parts import json_content as _json
+from providers.sim.core.openapi_parts import schema_ref as _ref
 from providers.sim.daytona.shapes import MAX_INT
-
-_REF = "#/components/schemas/"
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF + name}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def _int(minimum: int) -> dict[str, Any]:
@@ -178,21 +171,7 @@ def openapi_document() -> dict[str, Any]:
         f"{p}/v1/_stampede/stats": {
             "get": _op("stampedeStats", "Stub-only: simulator counters", {"200": _json({"type": "object"}, "them")})
         },
-        "/openapi.json": {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "security": [],
-                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
-            }
-        },
+        "/openapi.json": self_path(),
     }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "stampede local Daytona control plane", "version": "1"},
-        "paths": paths,
-        "components": {
-            "schemas": copy.deepcopy(_SCHEMAS),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "the API key"}},
-        },
-    }
+    security = {"bearer": {"type": "http", "scheme": "bearer", "description": "the API key"}}
+    return document("stampede local Daytona control plane", paths, copy.deepcopy(_SCHEMAS), security)

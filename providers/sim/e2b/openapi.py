@@ -11,23 +11,16 @@ import copy
 import math
 from typing import Any
 
+from providers.sim.core.openapi_parts import STRING_MAP as _STRINGS
+from providers.sim.core.openapi_parts import document, self_path
+from providers.sim.core.openapi_parts import json_content as _json
+from providers.sim.core.openapi_parts import schema_ref as _ref
 from providers.sim.core.profile import Limits
 from providers.sim.e2b.shapes import MAX_TIMEOUT_S
-
-_REF = "#/components/schemas/"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF + name}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 _ERROR = _json(_ref("Error"), "error")
 _ID = {"name": "sandbox_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _EMPTY = {
     "anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}, {"type": "object", "maxProperties": 0}],
     "description": "not modelled: absent, null or empty",
@@ -223,24 +216,10 @@ def openapi_document(max_timeout: int = MAX_TIMEOUT_S) -> dict[str, Any]:
                 "responses": {"200": _json({"type": "object"}, "stats"), "401": _ERROR},
             }
         },
-        "/openapi.json": {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "security": [],
-                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
-            }
-        },
+        "/openapi.json": self_path(),
     }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "stampede local E2B control plane", "version": "1"},
-        "paths": paths,
-        "components": {
-            "schemas": copy.deepcopy(_schemas(max_timeout)),
-            "securitySchemes": {
-                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-KEY"},
-                "bearer": {"type": "http", "scheme": "bearer", "description": "the API key, for /api/v1/_stampede"},
-            },
-        },
+    security = {
+        "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-KEY"},
+        "bearer": {"type": "http", "scheme": "bearer", "description": "the API key, for /api/v1/_stampede"},
     }
+    return document("stampede local E2B control plane", paths, copy.deepcopy(_schemas(max_timeout)), security)

@@ -11,18 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from providers.sim.core.openapi_parts import json_content as _json
+from providers.sim.core.openapi_parts import schema_ref as _ref
 from providers.sim.prime.gateway import MAX_EXEC_TIMEOUT_S
 from providers.sim.prime.shapes import LIMITS
-
-_REF = "#/components/schemas/"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF + name}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 _ERR = _json(_ref("Error"), "error")
