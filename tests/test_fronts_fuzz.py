@@ -153,36 +153,33 @@ def test_schemathesis_finds_nothing_with_every_check(stub: dict[str, Any], tmp_p
     _reached(answered, LINKED)
 
 
-def test_schemathesis_finds_nothing_on_the_local_e2b(tmp_path: Path) -> None:
-    """The same over the local E2B's control plane (its REST API; envd's Connect service is not described)."""
+def _fuzz_served(
+    module: str, url_key: str, config: Path, tmp_path: Path
+) -> tuple[dict[str, Any], list[tuple[str, str, int]]]:
+    """Schemathesis against a front started as its own `serve` process (ideal profile, fast clock)."""
     proc = spawn_serve(
-        "providers.sim.e2b.serve",
+        module,
         *("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--token", TOKEN, "--port", "0"),
         "--exit-on-stdin-eof",
     )
     try:
-        summary, answered = _schemathesis(ready_line(proc)["url"], CONFIG_E2B, tmp_path)
+        return _schemathesis(ready_line(proc)[url_key], config, tmp_path)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
         finish(proc)
+
+
+def test_schemathesis_finds_nothing_on_the_local_e2b(tmp_path: Path) -> None:
+    """The same over the local E2B's control plane (its REST API; envd's Connect service is not described)."""
+    summary, answered = _fuzz_served("providers.sim.e2b.serve", "url", CONFIG_E2B, tmp_path)
     assert summary["operations"]["total"] >= 8
     _reached(answered, {(m, p.replace("ID", r"sb\w+")) for m, p in LINKED_E2B})
 
 
 def test_schemathesis_finds_nothing_on_the_local_daytona(tmp_path: Path) -> None:
     """The same over the local Daytona's REST control plane (the toolbox and Socket.IO events are not described)."""
-    proc = spawn_serve(
-        "providers.sim.daytona.serve",
-        *("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--token", TOKEN, "--port", "0"),
-        "--exit-on-stdin-eof",
-    )
-    try:
-        summary, answered = _schemathesis(ready_line(proc)["truth_url"], CONFIG_DAYTONA, tmp_path)
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        finish(proc)
+    summary, answered = _fuzz_served("providers.sim.daytona.serve", "truth_url", CONFIG_DAYTONA, tmp_path)
     assert summary["operations"]["total"] >= 11
     one = r"/api/sandbox/sb\w+"
     _reached(answered, {("GET", one), ("DELETE", one), ("POST", one + "/start"), ("GET", one + "/toolbox-proxy-url")})
