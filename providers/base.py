@@ -232,6 +232,24 @@ class Provider(abc.ABC):
         """Release connections. Does not terminate sandboxes: the engine does that explicitly."""
 
 
+def gone_kind(phase: Phase | None) -> FailureKind:
+    """The vendor says the sandbox no longer exists: what that means in each phase."""
+    if phase is Phase.EXEC:
+        return FailureKind.DIED_DURING_EXEC
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.DIED_BEFORE_READY
+
+
+def vendor_error_kind(phase: Phase | None) -> FailureKind:
+    """A vendor answer that is an error and nothing more specific, by phase."""
+    return {
+        Phase.CREATE: FailureKind.CREATE_ERROR,
+        Phase.READY: FailureKind.DIED_BEFORE_READY,
+        Phase.EXEC: FailureKind.EXEC_ERROR,
+    }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)
+
+
 def classify_common(exc: BaseException, phase: Phase | None = None) -> FailureKind:
     """Classification every adapter shares: our own errors, timeouts and transport failures."""
     if isinstance(exc, ProviderError):

@@ -83,8 +83,10 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    gone_kind,
     owner_labels,
     tagged_by_stampede,
+    vendor_error_kind,
 )
 from providers.options import Option, choice, flag, integer, number, parse_options, text
 
@@ -524,7 +526,7 @@ def _daytona_error(exc: DaytonaError, phase: Phase | None) -> FailureKind:
     if isinstance(exc, DaytonaConnectionError):
         return FailureKind.TRANSPORT
     if isinstance(exc, DaytonaSpotEvictedError):
-        return _gone(phase)
+        return gone_kind(phase)
     if isinstance(exc, DaytonaAuthenticationError):
         return FailureKind.AUTH
     if isinstance(exc, DaytonaForbiddenError):
@@ -538,19 +540,19 @@ def _daytona_error(exc: DaytonaError, phase: Phase | None) -> FailureKind:
             return FailureKind.CAPACITY
         if "Snapshot" in message and ("not found" in message or " is " in message):
             return FailureKind.IMAGE
-        return FailureKind.INVALID_REQUEST if phase in (None, Phase.CREATE) else _vendor_error(phase)
+        return FailureKind.INVALID_REQUEST if phase in (None, Phase.CREATE) else vendor_error_kind(phase)
     if isinstance(exc, DaytonaUnprocessableEntityError):
         return FailureKind.INVALID_REQUEST
     if isinstance(exc, DaytonaNotFoundError):
         if phase in (None, Phase.CREATE):
             return FailureKind.IMAGE if "napshot" in message else FailureKind.INVALID_REQUEST
-        return _gone(phase)
+        return gone_kind(phase)
     if isinstance(exc, DaytonaConflictError):
         if phase is Phase.EXEC and "state: error" in message:
             return FailureKind.DIED_DURING_EXEC
-        return FailureKind.INVALID_REQUEST if phase in (None, Phase.CREATE) else _vendor_error(phase)
+        return FailureKind.INVALID_REQUEST if phase in (None, Phase.CREATE) else vendor_error_kind(phase)
     if isinstance(exc, DaytonaGoneError):
-        return FailureKind.EXEC_ERROR if phase is Phase.EXEC else _gone(phase)
+        return FailureKind.EXEC_ERROR if phase is Phase.EXEC else gone_kind(phase)
     if status is not None:
         return _status_error(status, message, phase)
     return _sdk_error(exc, message, phase)
@@ -566,7 +568,7 @@ def _status_error(status: int, message: str, phase: Phase | None) -> FailureKind
         return FailureKind.EXEC_ERROR
     if status == 504:
         return classify_common(TimeoutError(), phase)
-    return _vendor_error(phase)
+    return vendor_error_kind(phase)
 
 
 def _sdk_error(exc: DaytonaError, message: str, phase: Phase | None) -> FailureKind:
@@ -578,27 +580,12 @@ def _sdk_error(exc: DaytonaError, message: str, phase: Phase | None) -> FailureK
             return FailureKind.READY_TIMEOUT
         return FailureKind.DIED_BEFORE_READY if phase is not Phase.EXEC else FailureKind.DIED_DURING_EXEC
     if "was destroyed" in message or "is destroyed" in message:
-        return _gone(phase)
+        return gone_kind(phase)
     if "client is closed" in message:
         return FailureKind.HARNESS  # the provider was closed under a rollout still running: ours
     cause = exc.__cause__
     if isinstance(cause, (aiohttp.ClientError, OSError)):
         return FailureKind.TRANSPORT
-    return _vendor_error(phase)
+    return vendor_error_kind(phase)
 
 
-def _gone(phase: Phase | None) -> FailureKind:
-    if phase is Phase.EXEC:
-        return FailureKind.DIED_DURING_EXEC
-    if phase is Phase.TERMINATE:
-        return FailureKind.TRANSPORT
-    return FailureKind.DIED_BEFORE_READY
-
-
-def _vendor_error(phase: Phase | None) -> FailureKind:
-    """A vendor answer that is an error and nothing more specific, by phase."""
-    return {
-        Phase.CREATE: FailureKind.CREATE_ERROR,
-        Phase.READY: FailureKind.DIED_BEFORE_READY,
-        Phase.EXEC: FailureKind.EXEC_ERROR,
-    }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)

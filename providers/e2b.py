@@ -85,8 +85,10 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    gone_kind,
     owner_labels,
     tagged_by_stampede,
+    vendor_error_kind,
 )
 from providers.cancellation import cancellable
 from providers.options import Option, flag, integer, number, parse_options, text
@@ -327,19 +329,19 @@ def classify_e2b(exc: BaseException, phase: Phase | None) -> FailureKind:
     if isinstance(exc, RateLimitException):  # 429: the create rate, or the concurrent-sandbox cap
         return FailureKind.QUOTA_EXHAUSTED if _QUOTA_TEXT in str(exc) else FailureKind.RATE_LIMITED
     if isinstance(exc, ServiceBusyException):  # 503: no room to place the sandbox, or a node declining
-        return FailureKind.CAPACITY if phase in (None, Phase.CREATE) else _vendor_error(phase)
+        return FailureKind.CAPACITY if phase in (None, Phase.CREATE) else vendor_error_kind(phase)
     if isinstance(exc, (SandboxNotRunningException, SandboxNotFoundException)):  # killed, or its timeout came
-        return _gone(phase)
+        return gone_kind(phase)
     if isinstance(exc, SandboxUnreachableException):  # running, but envd could not be reached
         return FailureKind.TRANSPORT
     if isinstance(exc, TimeoutException):
-        return _gone(phase) if _CANCELED_TEXT in str(exc) else _timed_out(phase)
+        return gone_kind(phase) if _CANCELED_TEXT in str(exc) else _timed_out(phase)
     if isinstance(exc, TemplateException):  # a template built for an envd this SDK cannot speak to
         return FailureKind.IMAGE
     if isinstance(exc, InvalidArgumentException):
         return FailureKind.INVALID_REQUEST
     if isinstance(exc, (NotFoundException, NotEnoughSpaceException, CommandExitException)):
-        return FailureKind.EXEC_ERROR if phase is Phase.EXEC else _vendor_error(phase)
+        return FailureKind.EXEC_ERROR if phase is Phase.EXEC else vendor_error_kind(phase)
     if isinstance(exc, SandboxException):
         return _status_kind(exc.status_code, str(exc), phase)
     if isinstance(exc, ConnectError):
@@ -351,7 +353,7 @@ def classify_e2b(exc: BaseException, phase: Phase | None) -> FailureKind:
     if isinstance(exc, _TRANSPORT_ERRORS):
         return FailureKind.TRANSPORT
     if type(exc) is Exception and str(exc) in ("Body of the request is None", "Command ended without an end event"):
-        return _vendor_error(phase)  # the SDK's bare Exceptions: an answer it could not use
+        return vendor_error_kind(phase)  # the SDK's bare Exceptions: an answer it could not use
     return classify_common(exc, phase)
 
 
@@ -363,23 +365,6 @@ def _timed_out(phase: Phase | None) -> FailureKind:
     return FailureKind.READY_TIMEOUT  # create (which waits for the boot) or ready
 
 
-def _gone(phase: Phase | None) -> FailureKind:
-    if phase is Phase.EXEC:
-        return FailureKind.DIED_DURING_EXEC
-    if phase is Phase.TERMINATE:
-        return FailureKind.TRANSPORT
-    return FailureKind.DIED_BEFORE_READY
-
-
-def _vendor_error(phase: Phase | None) -> FailureKind:
-    """A vendor answer that is an error and nothing more specific, by phase."""
-    return {
-        Phase.CREATE: FailureKind.CREATE_ERROR,
-        Phase.READY: FailureKind.DIED_BEFORE_READY,
-        Phase.EXEC: FailureKind.EXEC_ERROR,
-    }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)
-
-
 def _status_kind(status: int | None, message: str, phase: Phase | None) -> FailureKind:
     """A `SandboxException` carrying the API's HTTP status (the SDK keeps `code: message`, drops `error_code`)."""
     if status in (400, 422):
@@ -389,12 +374,12 @@ def _status_kind(status: int | None, message: str, phase: Phase | None) -> Failu
     if status == 404 and phase in (None, Phase.CREATE) and "template" in message.lower():
         return FailureKind.IMAGE
     if status == 404:
-        return _gone(phase)
+        return gone_kind(phase)
     if status == 504 and phase in (None, Phase.CREATE):  # "Failed to place sandbox: ... timed out"
         return FailureKind.READY_TIMEOUT
     if status in (502, 504) and phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
-    return _vendor_error(phase)
+    return vendor_error_kind(phase)
 
 
 def _connect_code(code: ConnectCode, phase: Phase | None) -> FailureKind:
@@ -406,7 +391,7 @@ def _connect_code(code: ConnectCode, phase: Phase | None) -> FailureKind:
     if code is ConnectCode.DEADLINE_EXCEEDED:
         return _timed_out(phase)
     if code in (ConnectCode.NOT_FOUND, ConnectCode.UNAVAILABLE, ConnectCode.CANCELED):
-        return _gone(phase)
+        return gone_kind(phase)
     if code in (ConnectCode.INVALID_ARGUMENT, ConnectCode.UNIMPLEMENTED, ConnectCode.OUT_OF_RANGE):
         return FailureKind.INVALID_REQUEST
-    return _vendor_error(phase)
+    return vendor_error_kind(phase)
