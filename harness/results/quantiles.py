@@ -19,6 +19,16 @@ REPORT_QUANTILES: tuple[tuple[str, float], ...] = (
     ("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999),
 )  # fmt: skip
 QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")  # the columns tables print
+MIN_TAIL_SAMPLES = 10
+"""A quantile q of n samples is estimated from the n·(1-q) samples beyond it; below this many it is mostly noise."""
+
+
+def supported(q: float, n: int) -> bool:
+    """Whether n samples hold enough beyond quantile q to print it unmarked (p99 needs 1,000, p99.9 10,000).
+
+    Every table, summary and export marks a quantile this says no to (the one small-sample rule).
+    """
+    return n * (1.0 - q) >= MIN_TAIL_SAMPLES
 
 
 def quantiles(values: Any, qs: tuple[tuple[str, float], ...] = REPORT_QUANTILES) -> dict[str, float]:

@@ -27,6 +27,10 @@ CRASHED = "crashed"
 EXIT_COMPLETED = 0
 EXIT_INTERRUPTED = 130
 EXIT_ABORTED = 131
+EXIT_THRESHOLDS_CROSSED = 99
+"""A `--threshold` was crossed (`run`, `report`, `compare`): k6's code, so CI scripts written for k6 read it alike."""
+EXIT_REGRESSION = 98
+"""`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 
 CUT_SHORT = frozenset({INTERRUPTED, ABORTED, CRASHED})
 """Endings whose last stage did not run its course: no knee verdict speaks over them."""
