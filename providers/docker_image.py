@@ -32,6 +32,7 @@ from aiodocker.exceptions import DockerError
 from yarl import URL
 
 from providers.base import FailureKind, ProviderError
+from providers.cli_help import DefaultsHelpFormatter
 
 DEFAULT_IMAGE = "stampede/busybox:2"
 SANDBOX_UID = 1000  # the image's USER: not root, no capabilities once the provider drops them
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="stampede docker image",
         description="Build the offline busybox sandbox image (busybox-static) and import it into the daemon.",
+        formatter_class=DefaultsHelpFormatter,
     )
     parser.add_argument("--tag", default=DEFAULT_IMAGE, help=f"image tag (default {DEFAULT_IMAGE})")
     parser.add_argument("--host", default=None, help="docker host URL (default: DOCKER_HOST or the local socket)")

@@ -40,6 +40,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.docker_image", "provider-support"),
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
+    ("providers.cli_help", "help"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
@@ -59,18 +60,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "harness": frozenset(),
     "contract": frozenset(),
-    "provider-support": frozenset({"contract"}),
+    "help": frozenset(),  # the one --help formatter: a leaf every command-line room may use
+    "provider-support": frozenset({"contract", "help"}),
     "adapters": frozenset({"contract", "provider-support"}),
     "registry": frozenset({"contract"}),  # adapters are looked up by name (importlib), never imported
-    "sim-core": frozenset({"contract", "provider-support"}),
+    "sim-core": frozenset({"contract", "provider-support", "help"}),
     "sim-fronts": frozenset({"sim-core", "provider-support"}),
     "wire": frozenset({"errors", "contract"}),
     "results": frozenset({"wire", "errors"}),
     "rlmodel": frozenset({"results", "wire", "errors"}),
     "engine": frozenset({"wire", "errors", "registry", "contract", "provider-support"}),
-    "locust": frozenset({"wire", "errors", "results", "registry", "contract"}),
+    "locust": frozenset({"wire", "errors", "results", "registry", "contract", "help"}),
     "cli": frozenset(
-        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support"}
+        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support", "help"}
         | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`, `daytona-local serve`
     ),
     "scenarios": frozenset({"locust"}),

@@ -13,10 +13,16 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from harness.errors import EXIT_USAGE, UsageError, print_usage_error
+from providers.cli_help import DefaultsHelpFormatter, set_env_var
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (`stampede: error: ...`), not a usage block."""
+    """argparse, but a usage error is one line (`stampede: error: ...`), not a usage block, and every option's
+    help states its default and environment variable (providers.cli_help)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"stampede: error: {message} (see {self.prog} --help)\n")
@@ -77,9 +83,9 @@ def _add_cleanup(sub: argparse._SubParsersAction) -> None:
         "cleanup",
         help="terminate every sandbox a run left behind (found by its run label), or every one stampede tagged",
     )
-    cleanup.add_argument("--provider", default="stub")
-    cleanup.add_argument("--base-url", default=None)
-    cleanup.add_argument("--token", default=None, help="or STAMPEDE_TOKEN")
+    cleanup.add_argument("--provider", default="stub", help="the vendor the sandboxes are on")
+    cleanup.add_argument("--base-url", default=None, help="its API endpoint (default: the vendor's own)")
+    set_env_var(cleanup.add_argument("--token", default=None, help="the vendor's API token"), "STAMPEDE_TOKEN")
     cleanup.add_argument("--provider-option", action="append", default=None, help="KEY=VALUE (repeatable)")
     which = cleanup.add_mutually_exclusive_group(required=True)
     which.add_argument("--run-id", help="the run whose sandboxes to reap")
@@ -129,8 +135,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stampede")
+    except PackageNotFoundError:
+        return "(not installed: run pip install -e .)"
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="stampede", description="Load-test a fleet of code-execution sandboxes.")
+    parser.add_argument("--version", action="version", version=f"stampede {_installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     _add_run(sub)

@@ -25,6 +25,7 @@ from harness.wire.plan import (
     parse_commands,
 )
 from providers.base import DEFAULT_LIFETIME_S
+from providers.cli_help import set_env_var
 
 DEFAULT_PROVIDER = "stub"
 DEFAULT_PROFILE = "prime-like"
@@ -62,6 +63,9 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
                 raw = os.environ[env_var]
                 # argparse converts a string default with `type`, reporting a bad value as a usage error.
                 kwargs["default"] = [raw] if kwargs.get("action") == "append" else raw
+            if env_var:
+                set_env_var(group.add_argument(*names, **kwargs), env_var)
+                return
         group.add_argument(*names, **kwargs)
 
     add(

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
+from providers.cli_help import DefaultsHelpFormatter
 from providers.sim.core.profile import ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
 
@@ -35,6 +36,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    """A usage error is one line; every option's help states its default (providers.cli_help)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
