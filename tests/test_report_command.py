@@ -82,7 +82,7 @@ def test_tti_numbers_equal_the_end_of_run_summary(runs, tmp_path):
 def test_vendor_seconds_divide_by_the_time_scale(runs, tmp_path):
     vendor = build_report([runs["scaled"]], tmp_path / "v", figures=False).runs[0].stages[0]
     wall = build_report([runs["scaled"]], tmp_path / "w", basis="wall", figures=False).runs[0].stages[0]
-    for phase in ("tti", "create", "exec", "teardown"):
+    for phase in ("tti", "create", "ready", "first_command", "later_commands", "teardown"):
         assert vendor.phases[phase]["p99"] == pytest.approx(wall.phases[phase]["p99"] / 0.1)
     assert vendor.start_rate == pytest.approx(wall.start_rate * 0.1)
 

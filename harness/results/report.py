@@ -26,7 +26,7 @@ from harness.results.report_tables import (
     phase_table,
     stage_table,
 )
-from harness.results.stage_aggregate import RunStats, TimeBasis, compute_run_stats
+from harness.results.stage_aggregate import PHASES, RunStats, TimeBasis, compute_run_stats
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("tti_cdf.png", "TTI CDF per stage (log x)"),
@@ -173,7 +173,7 @@ def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
     header = ["run_id", "provider", "profile", "stage", "concurrency", "measured_concurrency", "target_concurrency", "rollouts", "ok",
               "failed", "cancelled", "cancelled_before_tti", "retries", "gave_up", "success_rate", "failure_rate", "start_rate",
               "time_scale", "basis", "failures_by_kind", "failures_by_phase"]  # fmt: skip
-    phases = ("tti", "create", "exec", "teardown")
+    phases = [name for name, _ in PHASES]
     header += [f"{phase}_{q}" for phase in phases for q in (*QUANTILE_NAMES, "mean", "n")]
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)

@@ -103,13 +103,13 @@ def phase_table(run: RunStats) -> Table:
     header = ["stage", "phase", "n", *QUANTILE_NAMES, "mean"]
     rows = []
     for s in run.stages:
-        for phase in ("create", "exec", "teardown"):
+        for phase in ("create", "ready", "first_command", "later_commands", "teardown"):
             q = s.phases[phase]
             rows.append(
                 [s.stage, phase, str(q["n"]), *(seconds(q[name]) for name in QUANTILE_NAMES), seconds(q["mean"])]
             )
     unit = "vendor s" if run.basis == "vendor" else "wall s"
-    return Table(f"{run.info.label}: create / exec / teardown [{unit}]", header, rows, left=frozenset({0, 1}))
+    return Table(f"{run.info.label}: phases [{unit}]", header, rows, left=frozenset({0, 1}))
 
 
 def censoring_table(runs: Sequence[RunStats]) -> Table | None:

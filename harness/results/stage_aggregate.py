@@ -1,8 +1,13 @@
 """Per run and stage: counts, failures by kind and phase, phase-duration quantiles, start rate, concurrency.
 
 Conventions (the README states them too):
-- TTI quantiles are over rollouts that ended `ok` (as `stampede summary`); create / exec / teardown quantiles
-  are over every rollout in which that phase completed, whatever its outcome.
+- Phases (`PHASES`): TTI = create + ready + first command, per rollout, exactly: `first_command` is the rest of
+  TTI (tti_s - create_s - ready_s: the first command's round trip plus the microseconds between phases).
+  After TTI: `later_commands` (every command after the first: exec_s minus the first command; rollouts that ran
+  only one have none) and `teardown` (terminate_s). Each phase's quantiles are over every rollout in which it
+  completed, whatever the outcome; TTI's over every rollout that got its first command back.
+- `StageStats.tti_share`: where TTI goes, each TTI part's mean / mean TTI over the rollouts that became
+  interactive (a share of the mean, so the three parts sum to 100%).
 - Failure rate = failed / (ok + failed). Cancelled rollouts (cut off at the end of a run) are censored, not
   failures: counted apart, split into those cut off before and after becoming interactive, and the TTI p99 is
   also given as if every rollout cut off before interactive had been slower than all the others (an upper
@@ -25,11 +30,21 @@ from harness.results.dataset import RunInfo
 from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
 from harness.results.engine_load import EngineLoad, stage_engine_load
 from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
-from harness.results.vendor_time import to_vendor_seconds
+from harness.results.vendor_time import DURATIONS, to_vendor_seconds
 
 TimeBasis = Literal["vendor", "wall"]
-PHASES: tuple[tuple[str, str], ...] = (("tti", "tti_s"), ("create", "create_s"), ("exec", "exec_s"),
-                                       ("teardown", "terminate_s"))  # fmt: skip
+PHASES: tuple[tuple[str, str], ...] = (
+    ("tti", "tti_s"), ("create", "create_s"), ("ready", "ready_s"), ("first_command", "first_command_s"),
+    ("later_commands", "later_commands_s"), ("teardown", "terminate_s"),
+)  # fmt: skip
+"""(phase name, its per-row column): the names are the keys of `StageStats.phases`, in the order tables print them.
+`first_command_s` and `later_commands_s` are derived (`phase_durations`), the rest are the parquet's columns."""
+TTI_PARTS: tuple[str, ...] = ("create", "ready", "first_command")
+"""The phases that add up to TTI, per rollout."""
+PHASE_LABELS: dict[str, str] = {
+    "tti": "TTI", "create": "create", "ready": "ready", "first_command": "first command",
+    "later_commands": "later commands", "teardown": "teardown",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +66,14 @@ class StageStats:
     success_rate: float
     failures_by_kind: dict[str, int]
     failures_by_phase: dict[str, int]
-    phases: dict[str, dict[str, float]]  # phase -> p50 … p99.9, max, mean, n
+    phases: dict[str, dict[str, float]]  # PHASES name -> p50 … p99.9, max, mean, n
     tti_p99_censored_upper: float
     start_rate: float  # rollouts submitted per (vendor or wall) second over the stage's submit span
     time_scale: float
     basis: TimeBasis
     timing_error: TimingError = field(default_factory=TimingError.unknown)  # the harness's share of a TTI
     target: int | None = None  # the stage's target in flight (closed model), shown beside the measured label
+    tti_share: dict[str, float] = field(default_factory=dict)  # TTI_PARTS name -> mean / mean TTI (sums to 1)
 
 
 @dataclass(slots=True)
@@ -105,11 +121,15 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
 
     samples: dict[str, GroupedSample] = {}
     converted = to_vendor_seconds(info, frame) if basis == "vendor" else None
+    raw = converted.durations if converted is not None else {
+        column: frame[column].to_numpy(dtype=float) * factor for column in DURATIONS
+    }
+    durations = phase_durations(raw, frame["exec_count"].to_numpy(dtype=float) if "exec_count" in frame else None)
     for phase, column in PHASES:
-        values = converted.durations[column] if converted is not None else frame[column].to_numpy(dtype=float) * factor
         # TTI: every rollout that got its first command back, whatever happened to it later (a rollout cut
         # off by the end of the run, or failing in a later command, still became interactive at that time).
-        samples[phase] = group_sorted(codes, values, n)
+        samples[phase] = group_sorted(codes, durations[column], n)
+    shares = _tti_shares(codes, durations, n)
 
     by_kind = _counts(frame.loc[is_failed], "failure_kind", stages)
     by_phase = _counts(frame.loc[is_failed], "failure_phase", stages)
@@ -175,6 +195,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
                 basis=basis,
                 timing_error=stage_timing_error(errors[codes == i], phases["tti"]["p50"]),
                 target=int(target[i]) if target[i] == target[i] and target[i] > 0 else None,
+                tti_share={part: float(shares[part][i]) for part in TTI_PARTS},
             )
         )
         sorted_tti[stage] = tti.group(i)
@@ -197,6 +218,34 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
         frame=converted,
         engine_load=stage_engine_load(info.run_dir),
     )
+
+
+def phase_durations(columns: dict[str, np.ndarray], exec_count: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Every `PHASES` column per row, in the report's seconds: the parquet's durations plus the two derived ones.
+
+    first command = TTI - create - ready (the rest of TTI, so the parts sum to TTI exactly); later commands =
+    every command's seconds minus the first's, NaN for a rollout that ran one command or none.
+    """
+    tti, create, ready, exec_s = (columns[c] for c in ("tti_s", "create_s", "ready_s", "exec_s"))
+    first = np.clip(tti - create - ready, 0.0, None)  # NaN wherever TTI is (no command came back)
+    later = np.clip(exec_s - first, 0.0, None)
+    if exec_count is not None:
+        later = np.where(exec_count > 1, later, np.nan)
+    return {**columns, "first_command_s": first, "later_commands_s": later}
+
+
+def _tti_shares(codes: np.ndarray, durations: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Per stage, each TTI part's mean / mean TTI over the rollouts that became interactive (NaN: none did)."""
+    reached = ~np.isnan(durations["tti_s"]) & (codes >= 0)
+    kept = codes[reached]
+    total = np.bincount(kept, weights=durations["tti_s"][reached], minlength=n)
+    shares: dict[str, np.ndarray] = {}
+    for part, column in PHASES:
+        if part in TTI_PARTS:
+            summed = np.bincount(kept, weights=np.nan_to_num(durations[column][reached]), minlength=n)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                shares[part] = np.where(total > 0, summed / total, np.nan)
+    return shares
 
 
 def _gave_up(info: RunInfo, frame: pd.DataFrame, codes: np.ndarray, n: int, is_failed: np.ndarray) -> np.ndarray:
