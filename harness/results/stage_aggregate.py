@@ -86,6 +86,8 @@ class RunStats:
     tti_sorted: dict[str, np.ndarray] = field(default_factory=dict)
     frame: pd.DataFrame | None = None  # converted to the basis; for the timeline
     engine_load: dict[str, EngineLoad] = field(default_factory=dict)  # the harness's own load per stage
+    phase_samples: dict[str, GroupedSample] = field(default_factory=dict)  # PHASES name -> values per stage (index
+    # into `stages`), sorted within each: what `stampede compare` resamples
 
 
 def scale_for(info: RunInfo, basis: TimeBasis) -> float:
@@ -217,6 +219,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
         tti_sorted=sorted_tti,
         frame=converted,
         engine_load=stage_engine_load(info.run_dir),
+        phase_samples=samples,
     )
 
 
