@@ -97,6 +97,7 @@ def _add_cleanup(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_analysis(sub: argparse._SubParsersAction) -> None:
+    from harness.cli import compare as compare_command
     from harness.cli import export as export_command
     from harness.cli import model as model_command
     from harness.cli import report as report_command
@@ -105,6 +106,7 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
         ("report", report_command, "tables, figures and report.html for one or more runs (side by side)"),
         ("export", export_command, "write the latency model (latency_model.json, v1) of one or more runs"),
         ("model", model_command, "generator throughput and trainer idle from a latency model and an RL config"),
+        ("compare", compare_command, "a candidate run against a baseline: deltas, intervals, a verdict (exit 98: worse)"),
     ):
         module.add_arguments(sub.add_parser(name, help=text, description=text))
 
@@ -252,11 +254,13 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_analysis(args: argparse.Namespace) -> int:
+    from harness.cli import compare as compare_command
     from harness.cli import export as export_command
     from harness.cli import model as model_command
     from harness.cli import report as report_command
 
-    module = {"report": report_command, "export": export_command, "model": model_command}[args.command]
+    module = {"report": report_command, "export": export_command, "model": model_command,
+              "compare": compare_command}[args.command]  # fmt: skip
     return int(module.run(args))
 
 
@@ -274,6 +278,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "report": _cmd_analysis,
     "export": _cmd_analysis,
     "model": _cmd_analysis,
+    "compare": _cmd_analysis,
     "rehearse": _cmd_rehearse,
     "calibrate": _cmd_calibrate,
 }
