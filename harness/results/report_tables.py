@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.results.concurrency import group_levels
 from harness.results.knee import Knee
-from harness.results.quantiles import QUANTILE_NAMES
+from harness.results.quantiles import QUANTILE_NAMES, supported
 from harness.results.stage_aggregate import RunStats, StageStats
+from harness.results.stage_matching import match_runs
 from harness.results.timing_error import FLAG_NOTE
 
 
@@ -126,33 +126,38 @@ def censoring_table(runs: Sequence[RunStats]) -> Table | None:
 
 
 def comparison_table(runs: Sequence[RunStats]) -> Table:
-    """Side by side: one row per measured concurrency level, TTI p50/p99 and failure % per run.
+    """Side by side: one row per load level, TTI p50/p99 and failure % per run.
 
-    Runs are joined on what they measured in flight, not on their targets: a staggered 100 (~3 in flight) sits
-    beside other runs' sequential stages, not beside a burst of 100. Levels within 15% of each other are one row
-    (`concurrency.group_levels`): measured levels are never exactly equal across runs.
+    Stages are matched on what they measured in flight, never on targets (`stage_matching.match_runs`: one stage
+    per run in a row, nearest first, within 15% of the row's first run's level), so a staggered 100 (~3 in flight)
+    sits beside other runs' sequential stages, not beside a burst of 100; a stage with no partner gets its own row.
+    `stampede compare` matches stages the same way and adds deltas, intervals and a verdict.
     """
-    stages = [(r, s) for r, run in enumerate(runs) for s in run.stages]
-    groups = group_levels([s.measured_concurrency for _, s in stages])
+    matched = match_runs([[s.measured_concurrency for s in run.stages] for run in runs])
+    seconds_unit = "vendor s" if runs and runs[0].basis == "vendor" else "wall s"
     header = ["concurrency (measured)"]
     for run in runs:
         name = f"{run.info.provider}/{run.info.profile}"
-        header += [f"{name} p50", "p99", "fail%"]
+        header += [f"{name} TTI p50 ({seconds_unit})", f"p99 ({seconds_unit})", "fail%"]
     rows = []
-    for group in sorted(set(groups)):
-        members = [(r, s) for (r, s), g in zip(stages, groups, strict=True) if g == group]
-        labels = sorted({s.concurrency for _, s in members})
+    for members in matched:
+        labels = sorted({runs[r].stages[i].concurrency for r, i in enumerate(members) if i is not None})
         row = [str(labels[0]) if len(labels) == 1 else f"{labels[0]}-{labels[-1]}"]
-        for r in range(len(runs)):
-            match = [s for i, s in members if i == r]
-            if not match:
+        for r, index in enumerate(members):
+            if index is None:
                 row += ["-", "-", "-"]
                 continue
-            best = max(match, key=lambda s: s.rollouts)
-            row += [seconds(best.phases["tti"]["p50"]), seconds(best.phases["tti"]["p99"]),
-                    f"{100 * best.failure_rate:.1f}"]  # fmt: skip
+            stage = runs[r].stages[index]
+            tti = stage.phases["tti"]
+            row += [_marked(tti, "p50", 0.5), _marked(tti, "p99", 0.99), f"{100 * stage.failure_rate:.1f}"]
         rows.append(row)
-    return Table("side by side: TTI and failure rate by concurrency", header, rows)
+    return Table("side by side: TTI and failure rate by measured concurrency", header, rows)
+
+
+def _marked(summary: dict[str, float], name: str, level: float) -> str:
+    """A comparison cell, `~` when too few samples support it (quantiles.supported)."""
+    text = seconds(summary[name])
+    return text if text == "-" or supported(level, int(summary["n"])) else text + "~"
 
 
 def knee_table(runs: Sequence[RunStats], knees: Sequence[Knee]) -> Table:
