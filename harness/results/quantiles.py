@@ -28,7 +28,7 @@ def supported(q: float, n: int) -> bool:
 
     Every table, summary and export marks a quantile this says no to (the one small-sample rule).
     """
-    return n * (1.0 - q) >= MIN_TAIL_SAMPLES
+    return round(n * (1.0 - q), 9) >= MIN_TAIL_SAMPLES  # rounded: 100 * (1 - 0.9) is 9.999999999999998
 
 
 def quantiles(values: Any, qs: tuple[tuple[str, float], ...] = REPORT_QUANTILES) -> dict[str, float]:
