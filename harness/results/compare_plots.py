@@ -1,0 +1,148 @@
+"""`stampede compare`'s figures as PNG bytes: overlaid TTI survival curves per matched stage, deltas with intervals.
+
+Survival (the fraction of rollouts slower than x, log y) rather than a CDF: the tails a comparison is about (p99,
+p99.9) get a decade each instead of a pixel. Only what is drawn is downsampled; every number was computed on all
+values.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import NullFormatter
+
+from harness.results.compare import BETTER, WORSE, Comparison, Figure, Sample
+from harness.results.quantiles import downsample_sorted
+
+plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+VERDICT_COLOURS = {WORSE: "#c0392b", BETTER: "#1e8449"}
+NEUTRAL = "#555555"
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _panels(count: int, width: float = 5.5, height: float = 3.8) -> tuple[plt.Figure, list[plt.Axes]]:
+    cols = min(max(count, 1), 2)
+    rows = max(math.ceil(count / cols), 1)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
+    flat = list(axes.ravel())
+    for extra in flat[count:]:
+        extra.set_visible(False)
+    return fig, flat[:count]
+
+
+def survival_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x, fraction of values >= x) at up to ~2000 ranks; the smallest fraction drawn is 1/n."""
+    ordered = np.sort(values[values > 0])
+    x, cdf = downsample_sorted(ordered)
+    return x, 1.0 - cdf + 1.0 / max(ordered.size, 1)
+
+
+def tti_survival(comparison: Comparison) -> bytes:
+    """One axis per baseline stage matched by any candidate (and the whole run): baseline and candidates overlaid."""
+    panels: list[tuple[str, list[tuple[str, Sample]]]] = []
+    base_label = comparison.baseline.info.label
+    by_stage: dict[str, list[tuple[str, Sample]]] = {}
+    for candidate in comparison.candidates:
+        for row in candidate.rows:
+            curves = by_stage.setdefault(row.baseline.label, [(f"baseline {base_label}", row.baseline)])
+            curves.append((candidate.run.info.label, row.candidate))
+    for label, curves in by_stage.items():
+        title = label if label != "whole run" else "whole run (every stage pooled)"
+        panels.append((title, curves))
+    fig, axes = _panels(len(panels))
+    unit = "vendor s" if comparison.baseline.basis == "vendor" else "wall s"
+    for ax, (title, curves) in zip(axes, panels, strict=True):
+        for index, (name, sample) in enumerate(curves):
+            values = sample.values.get("tti", np.empty(0))
+            if values.size == 0:
+                continue
+            x, y = survival_points(values)
+            style = {"color": "black", "linewidth": 1.8} if index == 0 else {"color": f"C{index - 1}"}
+            conc = f"{sample.concurrency:.0f}" if sample.concurrency == sample.concurrency else "-"
+            ax.step(x, y, where="post", label=f"{name}: {sample.label} (conc {conc}, n={values.size})", **style)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        for q in (0.5, 0.9, 0.99, 0.999):
+            ax.axhline(1 - q, color="grey", linewidth=0.6, linestyle=":")
+            ax.annotate(f"p{100 * q:g}", (1.0, 1 - q), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="grey", va="bottom", ha="right")  # fmt: skip
+        ax.set_xlabel(f"TTI ({unit})")
+        ax.set_ylabel("fraction of interactive rollouts with TTI >= x")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7, loc="lower left")
+    return _png(fig)
+
+
+def delta_chart(comparison: Comparison, prefix: str) -> bytes:
+    """Every figure whose name starts with `prefix` (a phase, or "rates"), candidate vs baseline with its interval.
+
+    Durations as a relative change (delta / baseline, %: stages of different scale share an axis), rates as the
+    change in percentage points; red = worse, green = better, grey = within noise (or no verdict).
+    """
+    rates = prefix == "rates"
+    entries: list[tuple[str, Figure]] = []
+    for candidate in comparison.candidates:
+        tag = f"{candidate.run.info.label}: " if len(comparison.candidates) > 1 else ""
+        for row in candidate.rows:
+            for figure in row.figures:
+                if (figure.unit == "rate") == rates and (rates or figure.name.split(".")[0] == prefix):
+                    entries.append((f"{tag}{row.label}  {figure.name}", figure))
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.22 * max(len(entries), 1)), layout="constrained")
+    for y, (label, figure) in enumerate(reversed(entries)):
+        value, low, high = _scaled(figure, rates)
+        colour = VERDICT_COLOURS.get(figure.verdict, NEUTRAL)
+        if low == low and high == high:
+            ax.plot([low, high], [y, y], color=colour, linewidth=2)
+        if value == value and abs(value) != float("inf"):
+            ax.plot([value], [y], "o", color=colour, markersize=4)
+    ax.set_yticks(range(len(entries)), [label for label, _ in reversed(entries)], fontsize=7)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("candidate - baseline (percentage points)" if rates else "candidate vs baseline (% of baseline)")
+    ax.set_title(("failure rates" if rates else prefix) + f": delta with {100 * comparison.settings.confidence:g}% "
+                 "interval (red worse, green better, grey within noise or too few samples)", fontsize=9)  # fmt: skip
+    return _png(fig)
+
+
+def _scaled(figure: Figure, rates: bool) -> tuple[float, float, float]:
+    if rates:
+        return 100 * figure.delta, 100 * figure.ci_low, 100 * figure.ci_high
+    if not figure.baseline > 0:
+        return float("nan"), float("nan"), float("nan")
+    scale = 100 / figure.baseline
+    return figure.delta * scale, figure.ci_low * scale, figure.ci_high * scale
+
+
+def chart_prefixes(comparison: Comparison) -> list[str]:
+    """The phases compared (in order) and "rates": one delta chart each."""
+    seen: list[str] = []
+    for candidate in comparison.candidates:
+        for row in candidate.rows:
+            for figure in row.figures:
+                prefix = "rates" if figure.unit == "rate" else figure.name.split(".")[0]
+                if prefix not in seen:
+                    seen.append(prefix)
+    return seen
+
+
+def figure_files(comparison: Comparison) -> Sequence[tuple[str, str, bytes]]:
+    """(file name, caption, png) of every compare figure."""
+    files = [("tti_survival.png", "TTI survival per matched stage, baseline (black) and candidates overlaid",
+              tti_survival(comparison))]  # fmt: skip
+    for prefix in chart_prefixes(comparison):
+        caption = "failure rates" if prefix == "rates" else f"{prefix} quantiles"
+        files.append((f"delta_{prefix}.png", f"{caption}: candidate - baseline with interval", delta_chart(comparison, prefix)))
+    return files
