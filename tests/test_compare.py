@@ -43,7 +43,9 @@ def synthetic(root: Path, run_id: str, ready_median_s: float, seed: int, levels=
               init_failure_p: float = 0.01) -> Path:  # fmt: skip
     stages = tuple(SyntheticStage(level, n, ready_median_s=ready_median_s, ready_sigma=0.4,
                                   init_failure_p=init_failure_p) for level in levels)  # fmt: skip
-    return write_synthetic_run(root, SyntheticRun(run_id=run_id, profile=run_id, stages=stages, seed=seed, exec_count=1))
+    return write_synthetic_run(
+        root, SyntheticRun(run_id=run_id, profile=run_id, stages=stages, seed=seed, exec_count=1)
+    )
 
 
 def figures_of(result, row: int = 0) -> dict:
@@ -63,7 +65,7 @@ def test_stages_match_on_measured_concurrency_nearest_first():
     # 200 is 17% from 240: beyond the 15% tolerance, so both sides are listed as unmatched
     pairs = match_stages([60, 120, 240], [200])
     assert [(p.reference, p.other) for p in pairs] == [(0, None), (1, None), (2, None), (None, 0)]
-    assert [(p.reference, p.other) for p in match_stages([60, 120, 240], [200], tolerance=0.2)][0] == (2, 0)
+    assert next((p.reference, p.other) for p in match_stages([60, 120, 240], [200], tolerance=0.2)) == (2, 0)
     # one to one: two candidate stages near one baseline stage, the nearer wins and the other is unmatched
     assert [(p.reference, p.other) for p in match_stages([100], [110, 101])] == [(0, 1), (None, 0)]
 
@@ -119,8 +121,12 @@ def test_bootstrap_interval_is_reproducible_with_a_seed():
 def test_a_clearly_slower_candidate_is_worse_and_a_faster_one_better():
     rng = np.random.default_rng(2)
     base = rng.lognormal(0, 0.5, 3000)
-    slower = compare_samples(sample("b", base), sample("c", rng.lognormal(0, 0.5, 3000) * 1.4), Settings(), "vendor s", True)
-    faster = compare_samples(sample("b", base), sample("c", rng.lognormal(0, 0.5, 3000) / 1.4), Settings(), "vendor s", True)
+    slower = compare_samples(
+        sample("b", base), sample("c", rng.lognormal(0, 0.5, 3000) * 1.4), Settings(), "vendor s", True
+    )
+    faster = compare_samples(
+        sample("b", base), sample("c", rng.lognormal(0, 0.5, 3000) / 1.4), Settings(), "vendor s", True
+    )
     by_name = {f.name: f for f in slower.figures}
     assert by_name["tti.p50"].verdict == WORSE and by_name["tti.p50"].regression
     assert by_name["tti.p50"].ci_low > 0 and 1.2 < by_name["tti.p50"].ratio < 1.6
@@ -179,7 +185,9 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_a_slower_candidate_exits_98_and_names_the_regression(folders, tmp_path):
-    result = stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path / "out"), "--no-figures")
+    result = stampede(
+        "compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path / "out"), "--no-figures"
+    )
     assert result.returncode == EXIT_REGRESSION, result.stderr
     assert "REGRESSION tti.p50" in result.stdout
     assert "baseline (vendor s)" in result.stdout and "delta (points)" in result.stdout
@@ -193,7 +201,9 @@ def test_a_slower_candidate_exits_98_and_names_the_regression(folders, tmp_path)
 
 
 def test_the_same_vendor_at_nearby_levels_is_no_regression(folders, tmp_path):
-    result = stampede("compare", str(folders["base"]), str(folders["same"]), "-o", str(tmp_path / "out"), "--no-figures")
+    result = stampede(
+        "compare", str(folders["base"]), str(folders["same"]), "-o", str(tmp_path / "out"), "--no-figures"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no regression" in result.stdout
     saved = json.loads((tmp_path / "out" / "compare.json").read_text())
@@ -254,5 +264,7 @@ def test_two_real_runs_of_different_vendors(tmp_path):
     p50 = next(f for f in saved["candidates"][0]["rows"][0]["figures"] if f["name"] == "tti.p50")
     assert p50["ratio"] > 3 and p50["verdict"] == "worse"
     # the other way round the candidate is better: no regression
-    reverse = stampede("compare", str(out / "modal-like"), str(out / "ideal"), "-o", str(tmp_path / "rev"), "--no-figures")
+    reverse = stampede(
+        "compare", str(out / "modal-like"), str(out / "ideal"), "-o", str(tmp_path / "rev"), "--no-figures"
+    )
     assert reverse.returncode == 0 and "better" in reverse.stdout

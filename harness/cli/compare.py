@@ -67,8 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "point; default)")  # fmt: skip
     parser.add_argument("--confidence", type=_fraction, default=0.95, metavar="LEVEL",
                         help="confidence level of the intervals (default 0.95)")  # fmt: skip
-    parser.add_argument("--resamples", type=_resamples, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed: the same seed, the same intervals (default 0)")
+    parser.add_argument(
+        "--resamples", type=_resamples, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="bootstrap seed: the same seed, the same intervals (default 0)"
+    )
     parser.add_argument("--tolerance", type=_fraction, default=None, metavar="FRACTION",
                         help="stages match when their measured concurrency is within this of the baseline's "
                              "(default 0.15)")  # fmt: skip

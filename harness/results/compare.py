@@ -300,9 +300,13 @@ def compare_samples(baseline: Sample, candidate: Sample, settings: Settings, uni
                 verdict: Verdict = NO_DATA
                 interval = (float("nan"), float("nan"), None, None)
             else:
-                interval = quantile_delta_interval(b_values, c_values, q, settings, figure_rng(settings.seed, row_key, name))
+                interval = quantile_delta_interval(
+                    b_values, c_values, q, settings, figure_rng(settings.seed, row_key, name)
+                )
                 if supported(q, b_values.size) and supported(q, c_values.size):
-                    verdict = verdict_for(c - b, interval[0], interval[1], b, settings.min_seconds, settings.min_relative)
+                    verdict = verdict_for(
+                        c - b, interval[0], interval[1], b, settings.min_seconds, settings.min_relative
+                    )
                 else:
                     verdict = FEW
             figures.append(Figure(name, unit, b, c, c - b, _ratio(c, b), interval[0], interval[1], interval[2],

@@ -102,7 +102,7 @@ def delta_chart(comparison: Comparison, prefix: str) -> bytes:
                 if (figure.unit == "rate") == rates and (rates or figure.name.split(".")[0] == prefix):
                     entries.append((f"{tag}{row.label}  {figure.name}", figure))
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.22 * max(len(entries), 1)), layout="constrained")
-    for y, (label, figure) in enumerate(reversed(entries)):
+    for y, (_, figure) in enumerate(reversed(entries)):
         value, low, high = _scaled(figure, rates)
         colour = VERDICT_COLOURS.get(figure.verdict, NEUTRAL)
         if low == low and high == high:
@@ -144,5 +144,7 @@ def figure_files(comparison: Comparison) -> Sequence[tuple[str, str, bytes]]:
               tti_survival(comparison))]  # fmt: skip
     for prefix in chart_prefixes(comparison):
         caption = "failure rates" if prefix == "rates" else f"{prefix} quantiles"
-        files.append((f"delta_{prefix}.png", f"{caption}: candidate - baseline with interval", delta_chart(comparison, prefix)))
+        files.append(
+            (f"delta_{prefix}.png", f"{caption}: candidate - baseline with interval", delta_chart(comparison, prefix))
+        )
     return files

@@ -200,9 +200,16 @@ def comparison_json(comparison: Comparison, extra: dict[str, Any] | None = None)
     return {
         "compare_version": COMPARE_VERSION,
         "unit": "vendor_seconds" if basis == "vendor" else "wall_seconds",
-        "settings": {"confidence": s.confidence, "resamples": s.resamples, "seed": s.seed,
-                     "min_relative": s.min_relative, "min_seconds": s.min_seconds, "min_rate": s.min_rate,
-                     "tolerance": s.tolerance, "gate": list(s.gate)},  # fmt: skip
+        "settings": {
+            "confidence": s.confidence,
+            "resamples": s.resamples,
+            "seed": s.seed,
+            "min_relative": s.min_relative,
+            "min_seconds": s.min_seconds,
+            "min_rate": s.min_rate,
+            "tolerance": s.tolerance,
+            "gate": list(s.gate),
+        },
         "baseline": _run_ref(comparison.baseline),
         "candidates": candidates,
         "regressed": comparison.regressed,
