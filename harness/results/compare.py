@@ -140,8 +140,8 @@ class RowComparison:
 
     @property
     def label(self) -> str:
-        if self.baseline.label == WHOLE_RUN:
-            return WHOLE_RUN
+        if self.baseline.label in (WHOLE_RUN, self.candidate.label):
+            return self.baseline.label
         return f"{self.baseline.label} ~ {self.candidate.label}"
 
 

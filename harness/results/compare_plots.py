@@ -90,8 +90,9 @@ def tti_survival(comparison: Comparison) -> bytes:
 def delta_chart(comparison: Comparison, prefix: str) -> bytes:
     """Every figure whose name starts with `prefix` (a phase, or "rates"), candidate vs baseline with its interval.
 
-    Durations as a relative change (delta / baseline, %: stages of different scale share an axis), rates as the
-    change in percentage points; red = worse, green = better, grey = within noise (or no verdict).
+    Durations as the ratio candidate / baseline on a log axis (stages of different scale share it, and 2x slower
+    sits as far from 1 as 2x faster), rates as the change in percentage points; red = worse, green = better,
+    grey = within noise (or no verdict).
     """
     rates = prefix == "rates"
     entries: list[tuple[str, Figure]] = []
@@ -102,28 +103,41 @@ def delta_chart(comparison: Comparison, prefix: str) -> bytes:
                 if (figure.unit == "rate") == rates and (rates or figure.name.split(".")[0] == prefix):
                     entries.append((f"{tag}{row.label}  {figure.name}", figure))
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.22 * max(len(entries), 1)), layout="constrained")
+    drawn = False
     for y, (_, figure) in enumerate(reversed(entries)):
         value, low, high = _scaled(figure, rates)
         colour = VERDICT_COLOURS.get(figure.verdict, NEUTRAL)
-        if low == low and high == high:
+        if _drawable(low, rates) and _drawable(high, rates):
             ax.plot([low, high], [y, y], color=colour, linewidth=2)
-        if value == value and abs(value) != float("inf"):
+        if _drawable(value, rates):
             ax.plot([value], [y], "o", color=colour, markersize=4)
+            drawn = True
     ax.set_yticks(range(len(entries)), [label for label, _ in reversed(entries)], fontsize=7)
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("candidate - baseline (percentage points)" if rates else "candidate vs baseline (% of baseline)")
-    ax.set_title(("failure rates" if rates else prefix) + f": delta with {100 * comparison.settings.confidence:g}% "
-                 "interval (red worse, green better, grey within noise or too few samples)", fontsize=9)  # fmt: skip
+    if rates:
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_xlabel("candidate - baseline (percentage points)")
+    else:
+        ax.axvline(1, color="black", linewidth=0.8)
+        if drawn:
+            ax.set_xscale("log")
+        ax.set_xlabel("candidate / baseline (log; 1 = no change)")
+    level = f"{100 * comparison.settings.confidence:g}%"
+    title = "failure rates: delta" if rates else f"{prefix}: ratio"
+    ax.set_title(
+        f"{title} with {level} interval (red worse, green better, grey within noise or no verdict)", fontsize=9
+    )
     return _png(fig)
 
 
-def _scaled(figure: Figure, rates: bool) -> tuple[float, float, float]:
+def _drawable(value: float | None, rates: bool) -> bool:
+    """A finite number (and, for a ratio on its log axis, a positive one)."""
+    return value is not None and math.isfinite(value) and (rates or value > 0)
+
+
+def _scaled(figure: Figure, rates: bool) -> tuple[float, float | None, float | None]:
     if rates:
         return 100 * figure.delta, 100 * figure.ci_low, 100 * figure.ci_high
-    if not figure.baseline > 0:
-        return float("nan"), float("nan"), float("nan")
-    scale = 100 / figure.baseline
-    return figure.delta * scale, figure.ci_low * scale, figure.ci_high * scale
+    return figure.ratio, figure.ratio_low, figure.ratio_high
 
 
 def chart_prefixes(comparison: Comparison) -> list[str]:
