@@ -8,8 +8,9 @@ import time
 
 from harness.engine.stage_health import StageHealth
 from harness.results.engine_load import engine_load_of, stage_engine_load
-from harness.results.summary import StageRow, format_stage_table
+from harness.results.summary import format_stage_table
 from harness.results.timing_error import TimingError
+from tests.support.stage_stats import make_stage
 
 
 def _burn(seconds: float) -> None:
@@ -47,8 +48,7 @@ def test_engines_add_up_their_cpu_and_the_worst_lag_is_shown(tmp_path):
 
 
 def test_the_summary_table_shows_the_engine_column_only_when_known():
-    row = StageRow("s1", 60, 10, 10, 0, 0, 0.0, {}, {k: 1.0 for k in ("p50", "p90", "p99", "p99.9", "max")}, 60,
-                   2.0, TimingError(0.01, 0.05))  # fmt: skip
+    row = make_stage("s1", timing_error=TimingError(0.01, 0.05))
     plain = format_stage_table([row])
     assert "engine" not in plain
     with_engine = format_stage_table([row], engine_load_of([{"stage_health": {"s1": {"cpu_share": 0.25}}}]))

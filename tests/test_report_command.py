@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 import subprocess
 import sys
@@ -10,10 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.dataset import load_rollouts
 from harness.results.knee import KneeThresholds
 from harness.results.report import build_report
-from harness.results.summary import stage_rows
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,29 +47,34 @@ def test_report_writes_a_self_contained_html_the_figures_and_a_csv(runs, tmp_pat
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     names = {p.name for p in out.iterdir()}
-    assert {"report.html", "tti_cdf.png", "latency_vs_concurrency.png", "failures_vs_concurrency.png",
+    assert {"report.html", "tti_breakdown.png", "tti_cdf.png", "latency_vs_concurrency.png", "failures_vs_concurrency.png",
             "timeline.png", "stages.csv"} <= names  # fmt: skip
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "http" not in html.replace("https://", "")
+    assert html.count("data:image/png;base64,") == 5 and "http" not in html.replace("https://", "")
     assert "05-ramp960" in html and "time scale 1" in html
     assert "TTI p50" in result.stdout and "knee" in result.stdout and "cxl" in result.stdout
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in out.glob("*.png"))
 
 
 def test_tti_numbers_equal_the_end_of_run_summary(runs, tmp_path):
-    report = build_report([runs["ramp"]], tmp_path, basis="wall", figures=False)
-    expected = {row.stage: row for row in stage_rows(load_rollouts(runs["ramp"]))}
+    report = build_report([runs["ramp"]], tmp_path, figures=False)
+    summary = subprocess.run([sys.executable, "-m", "harness.cli", "summary", str(runs["ramp"])], capture_output=True,
+                             text=True, timeout=120, cwd=REPO)  # fmt: skip
+    assert summary.returncode == 0, summary.stderr
+    expected = {row["stage"]: row for row in json.loads((runs["ramp"] / "summary.json").read_text())["stages"]}
     for stage in report.runs[0].stages:
         row = expected[stage.stage]
+        counts = row["counts"]
         assert (stage.rollouts, stage.ok, stage.failed, stage.cancelled) == (
-            row.rollouts,
-            row.ok,
-            row.failed,
-            row.cancelled,
+            counts["rollouts"],
+            counts["ok"],
+            counts["failed"],
+            counts["cancelled"],
         )
-        for name in ("p50", "p90", "p99", "p99.9", "max"):
-            assert stage.phases["tti"][name] == row.tti[name]
-        assert stage.failures_by_kind == row.failures
+        for name in ("p50", "p90", "p99", "p99.9"):
+            assert stage.phases["tti"][name] == row["quantiles"]["tti"][name]["value"]
+        assert stage.phases["tti"]["max"] == row["quantiles"]["tti"]["max"]
+        assert stage.failures_by_kind == row["failures_by_kind"]
     last = report.runs[0].stages[-1]
     assert last.cancelled > 0 and 0 < last.cancelled_before_tti < last.cancelled
     assert last.failures_by_phase.keys() <= {"ready", "exec"}

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.results.summary import format_stage_table, stage_rows
+from harness.results.summary import format_stage_table
 from harness.results.timing_error import FLAG_NOTE, per_rollout_error_s, stage_timing_error
+from tests.support.stage_stats import make_stage
 
 
 def frame(tti: float, lag: float | None, poll: float | None, n: int = 200, stage: str = "01-s") -> pd.DataFrame:
@@ -50,7 +51,12 @@ def test_a_stage_is_flagged_past_five_percent_of_its_p50_or_fifty_ms() -> None:
 
 
 def test_the_end_of_run_table_marks_a_stage_the_harness_could_have_skewed() -> None:
-    clean = format_stage_table(stage_rows(frame(2.0, 0.005, 0.01)))
+    def table(tti: float, lag: float, poll: float) -> str:
+        rows = frame(tti, lag, poll)
+        error = stage_timing_error(per_rollout_error_s(rows), tti_p50_s=tti)
+        return format_stage_table([make_stage(n=len(rows), tti_s=tti, timing_error=error)])
+
+    clean = table(2.0, 0.005, 0.01)
     assert FLAG_NOTE not in clean and "15 ms" in clean
-    skewed = format_stage_table(stage_rows(frame(0.2, 0.12, 0.0)))
+    skewed = table(0.2, 0.12, 0.0)
     assert FLAG_NOTE in skewed and "120 ms (!)" in skewed

@@ -154,8 +154,7 @@ def build_parser() -> OneLineParser:
     _add_run(sub)
     _add_stub(sub)
     sub.add_parser("profiles", help="list the simulated vendor profiles")
-    summary = sub.add_parser("summary", help="print the per-stage table of a finished run")
-    summary.add_argument("run_dir")
+    _add_summary(sub)
     _add_cleanup(sub)
     _add_analysis(sub)
     _add_rehearse(sub)
@@ -190,25 +189,18 @@ def _cmd_profiles(_: argparse.Namespace) -> int:
     return 0
 
 
+def _add_summary(sub: argparse._SubParsersAction) -> None:
+    from harness.cli.summary import add_arguments
+
+    text = "how a run ended, its per-stage table and thresholds; writes RUN_DIR/summary.json"
+    add_arguments(sub.add_parser("summary", help=text, description=text))
+
+
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from harness.cli.summary import run
+    from harness.results.run_pointer import resolve_run_dir
 
-    from harness.results.dataset import is_run_folder, load_rollouts, read_run_info
-    from harness.results.engine_load import stage_engine_load
-    from harness.results.run_ending import run_ending
-    from harness.results.summary import format_stage_table, stage_rows
-
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir() or not is_run_folder(run_dir):
-        raise UsageError(f"{run_dir} is not a stampede run folder (no run.json, rollouts*.parquet or ops*.parquet)")
-    info = read_run_info(run_dir)
-    rollouts = load_rollouts(run_dir)
-    print(run_ending(info.manifest, rollouts["outcome"]).banner())
-    if len(rollouts):
-        print(format_stage_table(stage_rows(rollouts), stage_engine_load(run_dir)))
-    else:
-        print("(no rollouts recorded)")
-    return 0
+    return run(args, resolve_run_dir(args.run_dir))  # results/latest: the run it names
 
 
 def _cmd_stub_serve(argv: list[str]) -> int:

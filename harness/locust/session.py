@@ -33,6 +33,7 @@ from harness.locust.progress import ProgressPrinter
 from harness.locust.reports import LocustReports
 from harness.locust.run_folder import (
     base_manifest,
+    compact_tables,
     iso,
     new_run_id,
     point_latest_at,
@@ -42,10 +43,11 @@ from harness.locust.run_folder import (
 from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
+from harness.locust.threshold_watch import ThresholdWatch
 from harness.locust.vendor_process import EmbeddedVendor
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
-from harness.wire.run_endings import ending_for_signals, exit_code_for
+from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED, STOPPED_BY_THRESHOLD, ending_for_signals, exit_code_for
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -80,6 +82,9 @@ class StampedeSession:
         self._poller: gevent.Greenlet | None = None
         self._finishing: gevent.Greenlet | None = None
         self.signals = 0  # Ctrl-C / SIGTERM received: 1 interrupted, 2 or more aborted (harness.wire.run_endings)
+        self.threshold_watch: ThresholdWatch | None = None  # --abort-on-threshold
+        self.stopped_by: list[Any] = []  # the thresholds' verdicts that stopped the run (--abort-on-threshold)
+        self.exit_code: int | None = None  # the last run's exit status (harness.wire.run_endings), once concluded
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
 
@@ -152,8 +157,21 @@ class StampedeSession:
 
     @property
     def ending(self) -> str:
-        """How this run is ending: `completed`, or `interrupted` / `aborted` after one / two signals."""
+        """How this run is ending: `completed`, `stopped_by_threshold`, or `interrupted` / `aborted` after one / two
+        signals (a signal wins: the user stopped it)."""
+        if self.stopped_by and not self.signals:
+            return STOPPED_BY_THRESHOLD
         return ending_for_signals(self.signals)
+
+    def stop_on_threshold(self, verdicts: list[Any]) -> None:
+        """--abort-on-threshold: a threshold is crossed for good; drain as the first Ctrl-C does."""
+        if self.stopped_by or self.signals or self.ended:
+            return
+        self.stopped_by = verdicts
+        crossed = "; ".join(verdict.describe() for verdict in verdicts)
+        print(f"\nstampede: stopping — {crossed}; terminating in-flight sandboxes…", file=sys.stderr, flush=True)
+        self.environment.stop_timeout = 0
+        gevent.spawn(self.runner.quit)
 
     def note_signal(self, count: int) -> None:
         """The command line got its `count`-th Ctrl-C/SIGTERM. From the second on the run is aborted: the engine
@@ -325,6 +343,10 @@ class StampedeSession:
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
             self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s)
             self.progress.start()
+        if self.owns_run_folder and self.settings.abort_on_threshold:
+            self.stopped_by = []
+            self.threshold_watch = ThresholdWatch(self.state.live, self.settings.thresholds, self.stop_on_threshold)
+            self.threshold_watch.start()
         self.run_ready.set()
 
     def _poll_engine(self) -> None:
@@ -389,6 +411,9 @@ class StampedeSession:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+        if self.threshold_watch is not None:
+            self.threshold_watch.stop()
+            self.threshold_watch = None
         if self._poller is not None:
             self._poller.kill(block=False)
             self._poller = None
@@ -410,10 +435,11 @@ class StampedeSession:
             self.reports = None
         if self.vendor is not None:
             self._save_truth()
+        compact_tables(self.run_dir)  # every engine and worker has delivered by now
         now = time.time()
         # pandas and pyarrow: imported here, at the end, not on the way to the first rollout
         from harness.results.dataset import load_rollouts
-        from harness.results.run_summary import render_run_summary
+        from harness.results.run_summary import conclude_run
 
         rollouts = load_rollouts(self.run_dir)
         shape = self.shape
@@ -430,10 +456,17 @@ class StampedeSession:
                 "master_process": process_usage() if self.is_master else None,
                 "shape_outcome": shape.outcome if shape is not None else None,
                 "final_stage": final_stage.name,
+                "stopped_by_thresholds": [verdict.to_dict() for verdict in self.stopped_by] or None,
             }
         )
         write_manifest(self.run_dir, self.manifest)
-        self.summary_text = render_run_summary(self.run_dir, self.manifest, rollouts, self.engine_summaries)
+        # thresholds checked, summary.json written, exit status settled (harness.wire.run_endings: 99 when crossed)
+        conclusion = conclude_run(self.run_dir, self.manifest, rollouts, self.engine_summaries, self.settings.thresholds)
+        write_manifest(self.run_dir, self.manifest)
+        self.exit_code = conclusion.exit_code
+        if conclusion.exit_code == EXIT_THRESHOLDS_CROSSED:
+            self.environment.process_exit_code = EXIT_THRESHOLDS_CROSSED
+        self.summary_text = conclusion.text
         print(self.summary_text, flush=True)
 
     def _finish_worker(self) -> None:

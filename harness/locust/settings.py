@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.errors import UsageError
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
+from harness.results.thresholds import Threshold, parse_all
 from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
 from harness.wire.plan import (
     DEFAULT_COMMANDS,
@@ -214,6 +215,23 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="run even when the users or in-flight cap exceed what this machine holds (files, memory, SIGTERM)",
     )
     add(
+        "--threshold",
+        action="append",
+        default=None,
+        env_var="STAMPEDE_THRESHOLD",
+        help="pass/fail on the run's figures, vendor seconds (repeatable; exit 99 when crossed), e.g. 'tti.p99<30',"
+        " 'init_failure_rate<2%%', 'failures.rate_limited<5', 'stage[02-ramp40].create.p50<=2', 'stage[*].tti.p99<30'"
+        " (grammar: harness/results/thresholds.py)",
+    )
+    add(
+        "--abort-on-threshold",
+        action="store_true",
+        default=False,
+        env_var="STAMPEDE_ABORT_ON_THRESHOLD",
+        help="stop the run (drained, as Ctrl-C) once a --threshold that cannot un-cross is crossed: an upper bound"
+        " on a failure count (failures<N, failures.KIND<N); exit 99",
+    )
+    add(
         "--progress-interval",
         type=float,
         default=5.0,
@@ -313,6 +331,13 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
     return result
 
 
+def _as_list(value: Any) -> list[str]:
+    """An appended option (a list), or one string from an environment variable."""
+    if not value:
+        return []
+    return [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
 @dataclass(frozen=True, slots=True)
 class RunSettings:
     """Everything a run needs to know, typed and validated."""
@@ -345,6 +370,8 @@ class RunSettings:
     users: int | None = None  # -u as the user gave it: the ramp's cap, the burst's size
     spawn_rate: float | None = None  # -r as the user gave it
     allow_oversubscribe: bool = False  # past harness.locust.run_limits' estimate of what this machine holds
+    thresholds: tuple[Threshold, ...] = ()  # --threshold, checked at the end of the run (harness.results.thresholds)
+    abort_on_threshold: bool = False  # stop once a threshold that cannot un-cross is crossed (threshold_watch)
 
     @property
     def embedded_vendor(self) -> bool:
@@ -428,6 +455,8 @@ class RunSettings:
             users=int(get("num_users")) if get("num_users") else None,
             spawn_rate=float(get("spawn_rate")) if get("spawn_rate") else None,
             allow_oversubscribe=bool(get("allow_oversubscribe", False)),
+            thresholds=parse_all(_as_list(get("threshold"))),
+            abort_on_threshold=bool(get("abort_on_threshold", False)),
         )
 
     def secrets(self) -> list[str]:

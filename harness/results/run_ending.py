@@ -23,6 +23,7 @@ class RunEnding:
     ending: str  # completed | interrupted | aborted | crashed | running | unknown
     unfinished: int  # submitted rollouts with no recorded end (outcome `unfinished`)
     cleanup_hint: str | None  # the command that reaps what a cut-short run may have left
+    thresholds_crossed: int = 0  # run.json `thresholds` whose verdict is not ok (--threshold): exit 99
 
     @property
     def cut_short(self) -> bool:
@@ -34,11 +35,17 @@ class RunEnding:
             return "not ended: still running (the process that writes it is alive, or on another host)"
         if self.ending == "unknown":
             return "ended: unknown (no run.json, or no status in it)"
-        code = endings.exit_code_for(self.ending) if self.ending in (endings.COMPLETED, *endings.CUT_SHORT) else None
+        code = (
+            endings.exit_code_for(self.ending, self.thresholds_crossed > 0)
+            if self.ending in (endings.COMPLETED, *endings.CUT_SHORT)
+            else None
+        )
         line = f"ended: {self.ending}"
         if self.ending != endings.CRASHED and code is not None:
             line += f" (exit {code})"
         line += f" — {endings.meaning_of(self.ending)}"
+        if self.thresholds_crossed:
+            line += f"; {self.thresholds_crossed} threshold verdicts crossed"
         if self.unfinished:
             line += f"; {self.unfinished} submitted rollouts have no recorded end (outcome unfinished)"
         if self.ending == endings.CRASHED and self.cleanup_hint:
@@ -93,5 +100,7 @@ def run_ending(manifest: Mapping[str, Any], outcomes: Any = None) -> RunEnding:
     unfinished = 0
     if outcomes is not None:
         unfinished = sum(1 for outcome in outcomes if outcome == OUTCOME_UNFINISHED)
-    return RunEnding(ending_of(manifest), unfinished, cleanup_command(manifest))
+    verdicts = manifest.get("thresholds") or []
+    crossed = sum(1 for verdict in verdicts if isinstance(verdict, Mapping) and verdict.get("verdict") != "ok")
+    return RunEnding(ending_of(manifest), unfinished, cleanup_command(manifest), crossed)
 

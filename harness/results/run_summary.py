@@ -1,19 +1,54 @@
-"""The text a run prints when it ends: how it ended (first), the stage table, and what the harness knows about
-its own accuracy. A cut-short run gets no knee verdict: its last stage did not run its course."""
+"""The text a run prints when it ends: how it ended (first), the stage table (vendor seconds), the thresholds'
+verdicts and what the harness knows about its own accuracy; and summary.json beside run.json. A cut-short run
+gets no knee verdict: its last stage did not run its course."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
+from harness.results.dataset import load_rollout_frame, read_run_info
 from harness.results.quantiles import quantiles
-from harness.results.engine_load import engine_load_of
 from harness.results.run_ending import run_ending
-from harness.results.summary import format_stage_table, load_truth, measurement_error, stage_rows
+from harness.results.run_figures import RunAggregate, aggregate_run, run_figures
+from harness.results.summary import format_stage_table, load_truth, measurement_error
+from harness.results.summary_json import build_summary, write_summary
+from harness.results.thresholds import Threshold, Verdict, any_crossed, evaluate, format_verdicts
+from harness.wire.run_endings import exit_code_for, normalize
+
+
+@dataclass(frozen=True, slots=True)
+class RunConclusion:
+    """What the end of a run leaves: the printed text, each threshold's verdict, the exit status, summary.json."""
+
+    text: str
+    verdicts: list[Verdict]
+    exit_code: int
+    summary_path: Path | None
+
+
+def conclude_run(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    rollouts: pd.DataFrame,
+    engines: Sequence[Mapping[str, Any]],
+    thresholds: Sequence[Threshold] = (),
+) -> RunConclusion:
+    """Check the thresholds, record them in `manifest` (the caller writes it), write summary.json, render."""
+    info = read_run_info(run_dir)
+    aggregate = aggregate_run(info, load_rollout_frame(Path(run_dir)), "vendor")
+    verdicts = evaluate(thresholds, run_figures(aggregate))
+    status = normalize(manifest.get("status"))
+    exit_code = exit_code_for(status, any_crossed(verdicts))
+    manifest.update({"exit_code": exit_code, "thresholds": [verdict.to_dict() for verdict in verdicts]})
+    path = write_summary(Path(run_dir), build_summary(aggregate, manifest, verdicts, status, exit_code))
+    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, aggregate, verdicts)
+    return RunConclusion(text=text, verdicts=verdicts, exit_code=exit_code, summary_path=path)
 
 
 def render_run_summary(
@@ -21,6 +56,8 @@ def render_run_summary(
     manifest: Mapping[str, Any],
     rollouts: pd.DataFrame,
     engines: Sequence[Mapping[str, Any]],
+    aggregate: RunAggregate,
+    verdicts: Sequence[Verdict] = (),
 ) -> str:
     run_id, scenario, provider = manifest.get("run_id"), manifest.get("scenario"), manifest.get("provider")
     profile, time_scale = manifest.get("profile"), manifest.get("time_scale")
@@ -34,11 +71,14 @@ def render_run_summary(
     if time_scale is not None and time_scale != 1:
         lines.append(
             f"time scale {time_scale:g}: the simulated vendor ran {1 / time_scale:g}x faster than real time;"
-            f" durations below are wall seconds (divide by {time_scale:g} for vendor seconds)"
+            f" durations below are {aggregate.basis} seconds"
+            + (" (`stampede summary --seconds wall` for wall seconds)" if aggregate.basis == "vendor" else "")
         )
     total = len(rollouts)
-    engine_load = engine_load_of(engines)
-    lines.append(format_stage_table(stage_rows(rollouts), engine_load) if total else "(no rollouts recorded)")
+    stages = aggregate.stats.stages
+    lines.append(
+        format_stage_table(stages, aggregate.stats.engine_load, aggregate.basis) if stages else "(no rollouts recorded)"
+    )
     unknown = int((rollouts["failure_kind"] == "unknown").sum()) if total else 0
     harness = int((rollouts["failure_kind"] == "harness").sum()) if total else 0
     peak = int(concurrency_at_submit(rollouts).max()) if total else 0
@@ -52,16 +92,20 @@ def render_run_summary(
         lines.append(f"open model: starts dropped at the in-flight cap: {sum(dropped.values())} ({dict(dropped)})")
     knee = manifest.get("shape_outcome") or {}
     if "knee" in knee and ending.cut_short:
-        lines.append(f"knee: no verdict — the run was {ending.ending} during stage {manifest.get('final_stage') or '?'}")
+        lines.append(
+            f"knee: no verdict — the run was {ending.ending} during stage {manifest.get('final_stage') or '?'}"
+        )
     elif "knee" in knee:
         lines.append(f"knee: {knee.get('knee')} in flight" + (f" ({knee['reason']})" if knee.get("reason") else ""))
+    if verdicts:
+        lines.append(format_verdicts(verdicts))
     for engine in engines:
         lines.append(_engine_line(engine, provider, run_id))
     error = measurement_error(rollouts, load_truth(run_dir))
     if error:
         usable, first = error["vs_usable_ms"], error.get("vs_first_command_ms")
         line = (
-            f"harness vs the simulated vendor's own records (n={error['samples']}): TTI - accept->RUNNING "
+            f"harness vs the simulated vendor's own records (n={error['samples']}, wall ms): TTI - accept->RUNNING "
             f"p50 {usable['p50']:.0f} ms, p99 {usable['p99']:.0f} ms (poll interval, round trips, first command)"
         )
         if first:

@@ -1,82 +1,35 @@
-"""The end-of-run table: per stage, how many rollouts, how many failed and why, and the TTI distribution.
+"""The end-of-run table (also `stampede summary`): per stage, how many rollouts, how many failed and why, and the
+TTI distribution, built from the one aggregation (harness.results.stage_aggregate) in vendor seconds by default.
 
-Percentiles are never trimmed and are nearest-rank (every value printed was observed). Failure rates are over
-finished rollouts (ok + failed); cancelled rollouts (cut off by the end of the run) are counted apart, because
-they are disproportionately the slow ones. Unfinished rollouts (submitted, no record of their end: the run crashed
-or was aborted first; `harness.results.submit_ledger`) are counted apart too, in their own column.
+Percentiles are never trimmed and are nearest-rank (every value printed was observed); a quantile with fewer
+than 10 samples beyond it (harness.results.quantiles.supported) is marked `~`. Failure rates are over finished
+rollouts (ok + failed); cancelled rollouts (cut off by the end of the run) are counted apart, because they are
+disproportionately the slow ones. Unfinished rollouts (submitted, no record of their end: the run crashed or was
+aborted first; `harness.results.submit_ledger`) are counted apart too, in their own column.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.results.concurrency import concurrency_at_submit
-from harness.results.quantiles import quantiles
 from harness.results.engine_load import EngineLoad
-from harness.results.submit_ledger import OUTCOME_UNFINISHED
-from harness.results.timing_error import FLAG_NOTE, TimingError, per_rollout_error_s, stage_timing_error
+from harness.results.quantiles import REPORT_QUANTILES, quantiles, supported
+from harness.results.run_figures import unfinished
+from harness.results.stage_aggregate import StageStats, TimeBasis
+from harness.results.timing_error import FLAG_NOTE
 
-
-@dataclass(frozen=True, slots=True)
-class StageRow:
-    stage: str
-    target_users: int
-    rollouts: int
-    ok: int
-    failed: int
-    cancelled: int
-    failure_rate: float
-    failures: dict[str, int]
-    tti: dict[str, float]
-    max_inflight: int
-    start_rate: float
-    timing_error: TimingError
-    unfinished: int = 0
-
-
-def stage_rows(rollouts: pd.DataFrame) -> list[StageRow]:
-    rows: list[StageRow] = []
-    if rollouts.empty:
-        return rows
-    rollouts = rollouts.assign(_concurrency=concurrency_at_submit(rollouts), _error=per_rollout_error_s(rollouts))
-    # A stage lasts from its first submit to the next stage's first submit (the last one: to the run's end),
-    # so the start rate is starts per second of the stage, not per second of a burst's release instant.
-    firsts = rollouts.groupby("stage", sort=True)["t_submit"].min()
-    ends = [*list(firsts.iloc[1:]), float((rollouts["t_submit"] + rollouts["total_s"].fillna(0)).max())]
-    spans = dict(zip(firsts.index, [end - first for first, end in zip(firsts, ends, strict=True)], strict=True))
-    for stage, group in rollouts.groupby("stage", sort=True):
-        ok = int((group["outcome"] == "ok").sum())
-        failed = int((group["outcome"] == "failed").sum())
-        cancelled = int((group["outcome"] == "cancelled").sum())
-        unfinished = int((group["outcome"] == OUTCOME_UNFINISHED).sum())
-        finished = ok + failed
-        failures = group.loc[group["outcome"] == "failed", "failure_kind"].value_counts().to_dict()
-        span = float(spans[stage])
-        tti = quantiles(group["tti_s"])
-        rows.append(
-            StageRow(
-                stage=str(stage),
-                target_users=int(group["target_users"].max()),
-                rollouts=len(group),
-                ok=ok,
-                failed=failed,
-                cancelled=cancelled,
-                failure_rate=failed / finished if finished else 0.0,
-                failures={str(k): int(v) for k, v in failures.items()},
-                # any rollout that got its first command back has a TTI, even if cut off or failed later
-                tti=tti,
-                max_inflight=int(group["_concurrency"].max()),
-                start_rate=len(group) / span if span > 0 else float("nan"),
-                timing_error=stage_timing_error(group["_error"].to_numpy(dtype=float), tti["p50"]),
-                unfinished=unfinished,
-            )
-        )
-    return rows
+SMALL_SAMPLE_MARK = "~"
+SMALL_SAMPLE_NOTE = (
+    "~ fewer than 10 samples lie beyond this quantile (n·(1-q) < 10: p99 needs 1,000 rollouts, p99.9 10,000): "
+    "mostly noise"
+)
+START_RATE_NOTE = "starts/s: rollouts submitted in the stage per second of the stage (first submit to the next stage's)"
+_LEVELS = dict(REPORT_QUANTILES)
 
 
 def _seconds(value: float) -> str:
@@ -89,34 +42,49 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}"
 
 
-def format_stage_table(rows: list[StageRow], engine: dict[str, EngineLoad] | None = None) -> str:
+def _quantile(summary: dict[str, float], name: str) -> str:
+    """A quantile as printed: marked when too few samples lie beyond it (the one small-sample rule)."""
+    text = _seconds(summary.get(name, float("nan")))
+    level = _LEVELS.get(name)
+    if text != "-" and level is not None and not supported(level, int(summary.get("n", 0))):
+        text += SMALL_SAMPLE_MARK
+    return text
+
+
+def format_stage_table(
+    stages: Sequence[StageStats], engine: dict[str, EngineLoad] | None = None, basis: TimeBasis = "vendor"
+) -> str:
     """The per-stage table; `engine` (harness.results.engine_load) adds the engines' CPU and loop lag."""
-    header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", "TTI p50", "p90", "p99", "p99.9", "max",
-              "inflight", "starts/s", "harness err", "failures by kind"]  # fmt: skip
+    header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", f"TTI p50 ({basis} s)", "p90", "p99",
+              "p99.9", "max", "conc", "starts/s", "harness err", "failures by kind"]  # fmt: skip
     if engine:
         header.insert(-1, "engine")
-    show_unfinished = any(row.unfinished for row in rows)
+    counts = {stage.stage: unfinished(stage) for stage in stages}
+    show_unfinished = any(counts.values())
     if show_unfinished:
         header.insert(6, "unfinished")
     table = [header]
-    for row in rows:
-        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(row.failures.items(), key=lambda kv: -kv[1]))
+    marked = False
+    for row in stages:
+        kinds = ", ".join(
+            f"{kind} {count}" for kind, count in sorted(row.failures_by_kind.items(), key=lambda kv: -kv[1])
+        )
+        tti = row.phases.get("tti", {})
+        cells = [_quantile(tti, name) for name in ("p50", "p90", "p99", "p99.9")]
+        marked = marked or any(cell.endswith(SMALL_SAMPLE_MARK) for cell in cells)
         table.append(
             [
                 row.stage,
-                str(row.target_users),
+                str(row.target) if row.target is not None else "-",
                 str(row.rollouts),
                 str(row.ok),
                 str(row.failed),
                 str(row.cancelled),
-                *([str(row.unfinished)] if show_unfinished else []),
+                *([str(counts[row.stage])] if show_unfinished else []),
                 f"{100 * row.failure_rate:.1f}",
-                _seconds(row.tti["p50"]),
-                _seconds(row.tti["p90"]),
-                _seconds(row.tti["p99"]),
-                _seconds(row.tti["p99.9"]),
-                _seconds(row.tti["max"]),
-                str(row.max_inflight),
+                *cells,
+                _seconds(tti.get("max", float("nan"))),
+                str(row.concurrency),
                 "-" if row.start_rate != row.start_rate else f"{row.start_rate:.1f}",
                 row.timing_error.describe(),
                 *([engine[row.stage].describe() if row.stage in engine else "-"] if engine else []),
@@ -132,8 +100,11 @@ def format_stage_table(rows: list[StageRow], engine: dict[str, EngineLoad] | Non
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * width for width in widths))
-    if any(row.timing_error.flagged for row in rows):
+    if any(row.timing_error.flagged for row in stages):
         lines.append(FLAG_NOTE)
+    if marked:
+        lines.append(SMALL_SAMPLE_NOTE)
+    lines.append(START_RATE_NOTE + (" (vendor seconds)" if basis == "vendor" else " (wall seconds)"))
     return "\n".join(lines)
 
 
@@ -169,7 +140,6 @@ def measurement_error(rollouts: pd.DataFrame, truth: pd.DataFrame) -> dict[str, 
 
 
 def load_truth(run_dir: Path) -> pd.DataFrame:
-    path = Path(run_dir) / "sim_truth.parquet"
-    if not path.exists():
-        return pd.DataFrame()
-    return pd.read_parquet(path)
+    from harness.results.dataset import load_truth as load  # the one reader of both layouts (schema v2: truth/)
+
+    return load(run_dir)

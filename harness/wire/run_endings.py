@@ -1,6 +1,9 @@
 """How a run ended (run.json `status`) and the exit status `stampede run` returns for it: the one table.
 
-- `completed` (exit 0): the shape (or `--run-time`) ran to its end.
+- `completed` (exit 0): the shape (or `--run-time`) ran to its end; exit 99 (EXIT_THRESHOLDS_CROSSED) when a
+  `--threshold` was crossed (run.json `thresholds` and summary.json say which).
+- `stopped_by_threshold` (exit 99): `--abort-on-threshold` saw a threshold crossed beyond doubt while the run went
+  (harness.locust.threshold_watch); drained as the first Ctrl-C drains: rollouts cancelled, sandboxes terminated.
 - usage error (exit 2): bad input, a vendor that cannot start; one line on stderr, no run.
 - `interrupted` (exit 130): the first Ctrl-C or SIGTERM; rollouts cancelled, every sandbox terminated, the label
   swept.
@@ -8,6 +11,10 @@
   (1 s), the whole drain ABORT_DEADLINE_S (10 s, harness.engine.run), sandboxes still terminated.
 - `crashed` (no exit status of ours: the process died; a shell shows 137 for kill -9): found later, when run.json
   still says `running` and the process that wrote it is gone.
+
+Precedence of the exit status: a Ctrl-C or SIGTERM wins (130, 131: the user stopped the run, whatever its
+figures), then a crossed threshold (99, whether it stopped the run or was found at its end), then 0
+(`exit_code_for(ending, thresholds_crossed)`).
 
 A run in progress says `running`. Runs written before endings were recorded say `complete`: read as `completed`.
 """
@@ -22,6 +29,7 @@ RUNNING = "running"
 COMPLETED = "completed"
 INTERRUPTED = "interrupted"
 ABORTED = "aborted"
+STOPPED_BY_THRESHOLD = "stopped_by_threshold"
 CRASHED = "crashed"
 
 EXIT_COMPLETED = 0
@@ -32,7 +40,7 @@ EXIT_THRESHOLDS_CROSSED = 99
 EXIT_REGRESSION = 98
 """`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 
-CUT_SHORT = frozenset({INTERRUPTED, ABORTED, CRASHED})
+CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, CRASHED})
 """Endings whose last stage did not run its course: no knee verdict speaks over them."""
 
 
@@ -47,6 +55,8 @@ ENDINGS: tuple[Ending, ...] = (
     Ending(COMPLETED, EXIT_COMPLETED, "ran to the end of its shape"),
     Ending(INTERRUPTED, EXIT_INTERRUPTED, "stopped by Ctrl-C or SIGTERM: rollouts cancelled, sandboxes terminated"),
     Ending(ABORTED, EXIT_ABORTED, "stopped by a second Ctrl-C or SIGTERM: no grace for rollouts, sandboxes terminated"),
+    Ending(STOPPED_BY_THRESHOLD, EXIT_THRESHOLDS_CROSSED,
+           "stopped by --abort-on-threshold: a threshold was crossed for good; rollouts cancelled, sandboxes terminated"),
     Ending(CRASHED, None, "its processes died without recording an ending (kill -9, OOM): sandboxes may be left"),
 )
 _BY_NAME = {ending.name: ending for ending in ENDINGS}
@@ -59,9 +69,11 @@ def normalize(status: object) -> str:
     return COMPLETED if text == "complete" else text
 
 
-def exit_code_for(ending: str) -> int:
+def exit_code_for(ending: str, thresholds_crossed: bool = False) -> int:
+    """The exit status of a run that ended so; a crossed threshold turns a completed run's 0 into 99."""
     found = _BY_NAME.get(normalize(ending))
-    return found.exit_code if found is not None and found.exit_code is not None else EXIT_COMPLETED
+    code = found.exit_code if found is not None and found.exit_code is not None else EXIT_COMPLETED
+    return EXIT_THRESHOLDS_CROSSED if thresholds_crossed and normalize(ending) == COMPLETED else code
 
 
 def meaning_of(ending: str) -> str:

@@ -1,0 +1,71 @@
+"""`stampede summary RUN_DIR [--seconds wall] [--threshold EXPR ...]`: how a run ended, its per-stage table and
+its thresholds' verdicts; (re)writes RUN_DIR/summary.json. Exit 99 when a threshold given here is crossed.
+
+Without `--threshold`, the thresholds the run itself was given (run.json `parameters.thresholds`) are checked
+and printed again; they do not change the exit status (the run's own exit status already said so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.wire.run_endings import EXIT_COMPLETED, EXIT_THRESHOLDS_CROSSED
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a results/<run_id> folder (results/latest: the newest)")
+    parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
+                        help="the table in vendor seconds (wall / time scale; default) or wall seconds; "
+                             "summary.json and thresholds are always vendor seconds")  # fmt: skip
+    parser.add_argument("--threshold", action="append", default=None, metavar="EXPR",
+                        help="pass/fail on the run's figures, e.g. 'tti.p99<30' (repeatable; exit 99 when crossed; "
+                             "grammar: harness/results/thresholds.py); default: the run's own, not changing the exit")  # fmt: skip
+
+
+def _recorded(manifest: dict[str, Any]) -> list[str]:
+    parameters = manifest.get("parameters") if isinstance(manifest.get("parameters"), dict) else {}
+    recorded = parameters.get("thresholds") if parameters else None
+    return [str(item["text"]) for item in recorded or [] if isinstance(item, dict) and item.get("text")]
+
+
+def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
+    from harness.results.dataset import is_run_folder, load_rollout_frame, read_run_info
+    from harness.results.run_ending import run_ending
+    from harness.results.run_figures import aggregate_run, run_figures
+    from harness.results.summary import format_stage_table
+    from harness.results.summary_json import FILENAME, build_summary, write_summary
+    from harness.results.thresholds import any_crossed, evaluate, format_verdicts, parse_all
+    from harness.wire.run_endings import exit_code_for
+
+    given = parse_all(args.threshold)  # bad expressions end here, before any reading
+    run_dir = Path(args.run_dir) if run_dir is None else run_dir
+    if not run_dir.is_dir() or not is_run_folder(run_dir):
+        raise UsageError(f"{run_dir} is not a stampede run folder (no run.json and no rollouts or ops parquet files)")
+    info = read_run_info(run_dir)
+    frame = load_rollout_frame(info.run_dir)
+    vendor = aggregate_run(info, frame, "vendor")
+    thresholds = given or parse_all(_recorded(info.manifest))
+    verdicts = evaluate(thresholds, run_figures(vendor))
+    ending = run_ending(info.manifest, frame["outcome"] if len(frame) else None)
+    print(ending.banner())
+    shown = vendor if args.seconds == "vendor" else aggregate_run(info, frame, "wall")
+    if shown.stats.stages:
+        print(format_stage_table(shown.stats.stages, shown.stats.engine_load, shown.basis))
+    else:
+        print("(no rollouts recorded)")
+    if verdicts:
+        print(format_verdicts(verdicts))
+    crossed = any_crossed(verdicts)
+    exit_code = info.manifest.get("exit_code")
+    if given or not isinstance(exit_code, int):
+        exit_code = exit_code_for(ending.ending, crossed)
+    document = build_summary(vendor, info.manifest, verdicts, ending.ending, exit_code)
+    try:
+        write_summary(info.run_dir, document)
+    except OSError as exc:
+        print(f"stampede: could not write {info.run_dir / FILENAME}: {exc}", file=sys.stderr)
+    return EXIT_THRESHOLDS_CROSSED if given and crossed else EXIT_COMPLETED

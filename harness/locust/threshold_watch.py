@@ -1,0 +1,78 @@
+"""`--abort-on-threshold`: stop a run as soon as a threshold is crossed beyond doubt.
+
+Every CHECK_INTERVAL_S the thresholds that cannot un-cross (upper bounds on failure counts: `failures<N`,
+`failures.KIND<=N`, whole run or per stage; `Threshold.monotone`) are checked against the engines' merged live
+counters (harness.wire.stage_counters, the progress line's source). Counts only grow, and every failure the live
+counters saw is also a row in the parquet, so one crossed now is crossed in the final summary too. Quantiles and
+rates can still come back while a run goes, so they are only checked at its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import gevent
+
+from harness.locust.live_view import LiveView
+from harness.results.thresholds import COUNT_METRIC, RunFigures, Threshold, Verdict, evaluate
+
+CHECK_INTERVAL_S = 1.0
+
+
+def live_figures(live: LiveView) -> RunFigures:
+    """The counts the live view holds, per stage and summed over the run, as threshold figures."""
+    stages: dict[str, dict[str, float]] = {}
+    run: dict[str, float] = {COUNT_METRIC: 0.0}
+    for name, stats in live.stages().items():
+        figures = {COUNT_METRIC: float(stats.failed)}
+        for kind, count in stats.failures.items():
+            figures[f"{COUNT_METRIC}.{kind}"] = float(count)
+            run[f"{COUNT_METRIC}.{kind}"] = run.get(f"{COUNT_METRIC}.{kind}", 0.0) + count
+        run[COUNT_METRIC] += stats.failed
+        stages[name] = figures
+    return RunFigures(run=run, stages=stages)
+
+
+def crossed_for_good(thresholds: Sequence[Threshold], live: LiveView) -> list[Verdict]:
+    """The monotone thresholds the live counters have crossed (a stage not yet seen is no verdict yet)."""
+    watched = [threshold for threshold in thresholds if threshold.monotone]
+    return [verdict for verdict in evaluate(watched, live_figures(live)) if verdict.verdict == "crossed"]
+
+
+class ThresholdWatch:
+    """A greenlet checking the live counters; calls `on_crossed` once, with what was crossed, then ends."""
+
+    def __init__(
+        self,
+        live: LiveView,
+        thresholds: Sequence[Threshold],
+        on_crossed: Callable[[list[Verdict]], None],
+        interval_s: float = CHECK_INTERVAL_S,
+    ) -> None:
+        self.live = live
+        self.thresholds = [threshold for threshold in thresholds if threshold.monotone]
+        self.on_crossed = on_crossed
+        self.interval_s = interval_s
+        self._greenlet: gevent.Greenlet | None = None
+
+    @property
+    def watching(self) -> bool:
+        return bool(self.thresholds)
+
+    def start(self) -> None:
+        if self.watching:
+            self._greenlet = gevent.spawn(self._loop)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def _loop(self) -> None:
+        while True:
+            gevent.sleep(self.interval_s)
+            crossed = crossed_for_good(self.thresholds, self.live)
+            if crossed:
+                self._greenlet = None
+                self.on_crossed(crossed)
+                return

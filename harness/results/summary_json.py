@@ -1,0 +1,128 @@
+"""summary.json: a run's figures for machines (CI gates, dashboards), written at the end of every run and by
+`stampede summary RUN`. Per stage and for the whole run: counts, failures by kind and phase, quantiles of TTI and
+each phase with their small-sample marks, measured concurrency, start rate, the harness's timing-error flag,
+and every threshold with its observed value and verdict. Durations are vendor seconds (`unit`); JSON Schema
+`harness/results/schemas/summary.v1.schema.json`, checked on every write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.results.quantiles import REPORT_QUANTILES, supported
+from harness.results.run_figures import RunAggregate, init_failure_rate, unfinished
+from harness.results.stage_aggregate import StageStats
+from harness.results.thresholds import Verdict, any_crossed
+
+FORMAT = "stampede.summary"
+VERSION = 1
+UNIT = "vendor_seconds"
+FILENAME = "summary.json"
+SCHEMA_RESOURCE = "summary.v1.schema.json"
+
+
+def _number(value: float | int | None) -> float | None:
+    """JSON has no NaN or infinity: null."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _quantiles(summary: Mapping[str, float]) -> dict[str, Any]:
+    n = int(summary.get("n", 0))
+    block: dict[str, Any] = {"n": n, "mean": _number(summary.get("mean")), "max": _number(summary.get("max"))}
+    for name, level in REPORT_QUANTILES:
+        block[name] = {"value": _number(summary.get(name)), "small_sample": not supported(level, n)}
+    return block
+
+
+def scope_block(stats: StageStats) -> dict[str, Any]:
+    """One stage's (or the whole run's) figures."""
+    return {
+        "counts": {
+            "rollouts": stats.rollouts,
+            "ok": stats.ok,
+            "failed": stats.failed,
+            "cancelled": stats.cancelled,
+            "unfinished": unfinished(stats),
+            "retries": stats.retries,
+        },
+        "failure_rate": _number(stats.failure_rate),
+        "init_failure_rate": _number(init_failure_rate(stats)),
+        "success_rate": _number(stats.success_rate),
+        "failures_by_kind": dict(stats.failures_by_kind),
+        "failures_by_phase": dict(stats.failures_by_phase),
+        "quantiles": {phase: _quantiles(summary) for phase, summary in stats.phases.items()},
+        "concurrency": {"measured": _number(stats.measured_concurrency), "level": stats.concurrency},
+        "start_rate": _number(stats.start_rate),
+        "timing_error": {
+            "p99_s": _number(stats.timing_error.p99_s),
+            "limit_s": _number(stats.timing_error.limit_s),
+            "flagged": stats.timing_error.flagged,
+        },
+    }
+
+
+def build_summary(
+    aggregate: RunAggregate, manifest: Mapping[str, Any], verdicts: Sequence[Verdict], status: str,
+    exit_code: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    if aggregate.basis != "vendor":
+        raise ValueError("summary.json is in vendor seconds: aggregate with basis='vendor'")
+    info = aggregate.stats.info
+    stages = []
+    for stats in aggregate.stats.stages:
+        stages.append({"stage": stats.stage, "target": stats.target, **scope_block(stats)})
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "unit": UNIT,
+        "run_id": info.run_id,
+        "scenario": info.scenario,
+        "provider": info.provider,
+        "profile": info.profile,
+        "time_scale": info.time_scale if info.time_scale_recorded else None,
+        "status": status,
+        "exit_code": exit_code,
+        "wall_s": _number(manifest.get("wall_s")),
+        "run": scope_block(aggregate.run) if aggregate.run is not None else None,
+        "stages": stages,
+        "thresholds": [verdict.to_dict() for verdict in verdicts],
+        "thresholds_crossed": any_crossed(verdicts),
+    }
+
+
+@cache
+def summary_schema() -> dict[str, Any]:
+    text = resources.files("harness.results").joinpath("schemas", SCHEMA_RESOURCE).read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validate_summary(document: Any, source: str = FILENAME) -> None:
+    """Raise UsageError naming the first problem (its JSON path), else return."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(summary_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "(top)"
+        raise UsageError(f"{source} does not match summary v{VERSION} at {where}: {error.message[:200]}")
+
+
+def write_summary(run_dir: Path, document: Mapping[str, Any]) -> Path:
+    """Validated, then written whole (a reader never sees half a file)."""
+    validate_summary(document)
+    path = Path(run_dir) / FILENAME
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    partial.replace(path)
+    return path
