@@ -75,7 +75,10 @@ def _ratio(value: float) -> str:
 def _row_label(row: RowComparison) -> str:
     if row.baseline.label == WHOLE_RUN:
         return WHOLE_RUN + ("" if row.gating else " (not gating)")
-    return f"{row.baseline.label} ({row.baseline.concurrency:.0f}) ~ {row.candidate.label} ({row.candidate.concurrency:.0f})"
+    b, c = row.baseline, row.candidate
+    if b.label == c.label:
+        return f"{b.label} ({b.concurrency:.0f} ~ {c.concurrency:.0f})"
+    return f"{b.label} ({b.concurrency:.0f}) ~ {c.label} ({c.concurrency:.0f})"
 
 
 def _shown_in_text(figure: Figure) -> bool:
@@ -138,6 +141,27 @@ def matching_table(comparison: Comparison, candidate: CandidateComparison) -> Ta
     tolerance = 100 * comparison.settings.tolerance
     title = f"{candidate.run.info.label} vs baseline: stages matched by measured concurrency (within {tolerance:g}%)"
     return Table(title, header, rows, left=frozenset({0, 2}))
+
+
+def headline_table(comparison: Comparison, unit: str) -> Table:
+    """The gated figures of every candidate and row, one line each: what decided the exit status."""
+    level = f"{100 * comparison.settings.confidence:g}%"
+    header = ["candidate", "stages (baseline ~ candidate, conc)", "figure", f"baseline ({unit} | %)",
+              f"candidate ({unit} | %)", f"delta ({unit} | points)", f"{level} interval", "ratio", "verdict"]  # fmt: skip
+    rows = []
+    for candidate in comparison.candidates:
+        for row in candidate.rows:
+            for f in row.figures:
+                if f.name not in comparison.settings.gate:
+                    continue
+                if f.unit == "rate":
+                    cells = [_percent(f.baseline), _percent(f.candidate), _signed(100 * f.delta, 2),
+                             "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]"]  # fmt: skip
+                else:
+                    cells = [seconds(f.baseline), seconds(f.candidate), _signed(f.delta),
+                             "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"]  # fmt: skip
+                rows.append([candidate.run.info.label, _row_label(row), f.name, *cells, _ratio(f.ratio), _verdict(f)])
+    return Table("gated figures (what decides the exit status)", header, rows, left=frozenset({0, 1, 2, 8}))
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
@@ -256,7 +280,9 @@ def build_compare(
         every = duration_table(candidate, unit, settings.confidence, every=True)
         sections.append((f"{candidate.run.info.label} vs {runs[0].info.label}", [matching, every, rates], []))
     verdicts = verdict_lines(comparison)
-    text += ["", "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
+    headline = headline_table(comparison, unit)
+    sections.insert(0, ("Gated figures", [headline], []))
+    text += ["", headline.to_text(), "", "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
              "compare.html and compare.json hold every figure)", *verdicts]  # fmt: skip
 
     written: list[Path] = []
