@@ -47,10 +47,10 @@ def test_report_writes_a_self_contained_html_the_figures_and_a_csv(runs, tmp_pat
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     names = {p.name for p in out.iterdir()}
-    assert {"report.html", "tti_cdf.png", "latency_vs_concurrency.png", "failures_vs_concurrency.png",
-            "timeline.png", "stages.csv"} <= names  # fmt: skip
+    assert {"report.html", "tti_breakdown.png", "tti_cdf.png", "latency_vs_concurrency.png",
+            "failures_vs_concurrency.png", "timeline.png", "stages.csv"} <= names  # fmt: skip
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "http" not in html.replace("https://", "")
+    assert html.count("data:image/png;base64,") == 5 and "http" not in html.replace("https://", "")
     assert "05-ramp960" in html and "time scale 1" in html
     assert "TTI p50" in result.stdout and "knee" in result.stdout and "cxl" in result.stdout
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in out.glob("*.png"))

@@ -35,7 +35,7 @@ def real_runs(tmp_path_factory) -> dict[str, Path]:
                                "--progress-interval", "0")  # fmt: skip
         assert result.returncode == 0, result.stderr[-2000:]
         made[name] = out / f"t-{name}"
-        assert list(made[name].glob("rollouts*.parquet")), f"{name}: no rollouts written"
+        assert list((made[name] / "rollouts").glob("*.parquet")), f"{name}: no rollouts written"
     return made
 
 
@@ -47,8 +47,9 @@ def test_report_on_real_runs_side_by_side(real_runs, tmp_path):
     assert "time scale 0.1; seconds are vendor seconds (wall / 0.1)" in result.stdout
     assert "01-ramp10" in result.stdout and "01-burst60" in result.stdout and "side by side" in result.stdout
     html = (tmp_path / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4
-    for name in ("tti_cdf.png", "latency_vs_concurrency.png", "failures_vs_concurrency.png", "timeline.png"):
+    assert html.count("data:image/png;base64,") == 5
+    figures = ("tti_breakdown.png", "tti_cdf.png", "latency_vs_concurrency.png", "failures_vs_concurrency.png")
+    for name in (*figures, "timeline.png"):
         assert (tmp_path / name).stat().st_size > 5000
 
 

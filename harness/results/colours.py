@@ -33,7 +33,14 @@ OTHER_KIND_COLOUR = "#c7c7c7"
 ALL_FAILURES_COLOUR = "#000000"  # the total over kinds
 IN_FLIGHT_COLOUR = "#333333"
 READY_COLOUR = "#2ca02c"  # green: no failure kind uses it
-NEVER_INTERACTIVE_COLOUR = "#d62728"
+PHASE_COLOURS: dict[str, str] = {
+    "create": "#4c72b0",  # steel blue
+    "ready": "#dd8452",  # sand orange
+    "first_command": "#55a868",  # sage green
+    "later_commands": "#8172b3",
+    "teardown": "#937860",
+}
+"""One colour per phase (harness.results.stage_aggregate.PHASES names) wherever phases are drawn."""
 
 
 def failure_colour(kind: str) -> str:

@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from harness.results.report_tables import Table
+from harness.results.report_tables import SMALL_SAMPLE_MARK, Table
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1300px;color:#222}
@@ -15,7 +15,8 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0 18px;font:12px ui-monospace,Menlo,monospace}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4f4}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee;margin:6px 0}
-caption{text-align:left;font-weight:600;padding:4px 0}
+caption{text-align:left;font-weight:600;padding:4px 0;white-space:pre-line}
+td.small{color:#999}figure{margin:14px 0 22px}figcaption{color:#444;font-size:13px;max-width:1000px}
 .ending{padding:8px 12px;margin:10px 0;border-left:5px solid #2a7;background:#f2faf5;font-weight:600}
 .ending.cut{border-color:#c33;background:#fdf1f1}
 """
@@ -23,7 +24,10 @@ caption{text-align:left;font-weight:600;padding:4px 0}
 
 def table_html(table: Table) -> str:
     def cell(tag: str, index: int, text: str) -> str:
-        cls = ' class="l"' if index in table.left else ""
+        classes = ["l"] if index in table.left else []
+        if tag == "td" and text.endswith(SMALL_SAMPLE_MARK):
+            classes.append("small")  # a quantile from too few samples (quantiles.supported): greyed, `~` kept
+        cls = f' class="{" ".join(classes)}"' if classes else ""
         return f"<{tag}{cls}>{html.escape(text)}</{tag}>"
 
     head = "".join(cell("th", i, h) for i, h in enumerate(table.header))
@@ -33,8 +37,10 @@ def table_html(table: Table) -> str:
 
 
 def image_html(png: bytes, alt: str) -> str:
+    """The figure embedded, its caption (what it shows and how to read it) printed under it."""
     data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    text = html.escape(alt)
+    return f'<figure><img alt="{text}" src="data:image/png;base64,{data}"><figcaption>{text}</figcaption></figure>'
 
 
 def render(

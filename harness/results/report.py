@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.knee import Knee, KneeThresholds, find_knee
-from harness.results.run_ending import RunEnding, run_ending
-from harness.results.quantiles import QUANTILE_NAMES
+from harness.results.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, supported
 from harness.results.report_tables import (
+    SMALL_SAMPLE_NOTE,
     Table,
     basis_note,
     censoring_table,
@@ -26,19 +26,34 @@ from harness.results.report_tables import (
     phase_table,
     stage_table,
 )
-from harness.results.stage_aggregate import PHASES, RunStats, TimeBasis, compute_run_stats
+from harness.results.run_ending import RunEnding, run_ending
+from harness.results.run_pointer import resolve_run_dir
+from harness.results.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
 
 FIGURES: tuple[tuple[str, str], ...] = (
-    ("tti_cdf.png", "TTI CDF per stage (log x)"),
-    ("latency_vs_concurrency.png", "TTI p50 and p99 against concurrency"),
-    ("failures_vs_concurrency.png", "failure rate by kind against concurrency"),
-    ("timeline.png", "in flight, ready and failed over time"),
-)
+    ("tti_breakdown.png", "Where TTI goes: mean TTI per stage split into create, ready and first command (the same "
+                          "shares as the phase table: each part's mean over the rollouts that became interactive)."),
+    ("tti_cdf.png", "TTI survival per stage: the share of rollouts not yet interactive at each TTI (log-log, so "
+                    "p99 and p99.9 are the crossings of the 1% and 0.1% lines). Failed and cut-off rollouts never "
+                    "became interactive: they are the floor the curve levels off at (a cut-off one might have "
+                    "become interactive later, so the floor is an upper bound)."),
+    ("latency_vs_concurrency.png", "TTI p50 and p99 against measured concurrency (hollow p99: fewer than 1,000 "
+                                   "samples, a rough figure)."),
+    ("failures_vs_concurrency.png", "Failure rate by kind against measured concurrency (one colour per kind in "
+                                    "every figure)."),
+    ("timeline.png", "In flight, usable, and failures so far by kind over the run; dotted lines mark where each "
+                     "stage began."),
+)  # fmt: skip
+"""(file name, caption): the caption is printed under the figure in report.html."""
 
 FOOTNOTES = (
     "Percentiles are nearest-rank and untrimmed: every value printed was observed.",
-    "TTI (submit → first command returned) quantiles are over rollouts that ended ok; create / exec / teardown "
-    "quantiles are over every rollout in which that phase completed.",
+    "TTI (submit → first command returned) = create (submit → the vendor acknowledged an id) + ready (→ usable) + "
+    "first command (the rest of TTI: the first command's round trip). Each phase's quantiles are over every "
+    "rollout in which it completed (TTI: every rollout that got its first command back, whatever came after); a "
+    "part's share of TTI is its mean / mean TTI over the rollouts that became interactive, so the three sum to "
+    "100%. After TTI: later commands (every command after the first, summed per rollout) and teardown.",
+    SMALL_SAMPLE_NOTE,
     "Failure rate = failed / (ok + failed). Cancelled rollouts were cut off by the end of the run: censored "
     "observations, counted apart (cxl), never failures; when some were cut off before becoming interactive, "
     "the censoring table gives TTI p99 as if they had been the slowest (an upper bound).",
@@ -60,6 +75,7 @@ class ReportResult:
     text: str
     runs: list[RunStats]
     knees: list[Knee]
+    tables: list[Table] = field(default_factory=list)  # every table the report printed, in order
 
 
 def load_runs(run_dirs: Sequence[str | Path], basis: TimeBasis) -> list[RunStats]:
@@ -79,7 +95,7 @@ def load_runs(run_dirs: Sequence[str | Path], basis: TimeBasis) -> list[RunStats
 
 def default_out_dir(run_dirs: Sequence[str | Path]) -> Path:
     """One run: RUN_DIR/report; several: ./stampede-report."""
-    return Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("stampede-report")
+    return resolve_run_dir(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("stampede-report")
 
 
 def build_report(
@@ -110,18 +126,26 @@ def build_report(
         (f"{run.info.run_id}: {end.banner()}", end.cut_short) for run, end in zip(runs, run_endings, strict=True)
     ]
     text_parts = [line for line, _ in ending_lines] + [basis_note(run) for run in runs]
-    for _, stages_t, _ in per_run:
-        text_parts += ["", stages_t.to_text()]
+    for _, stages_t, phases_t in per_run:
+        text_parts += ["", stages_t.to_text(), "", phases_t.to_text()]
     if comparison is not None:
         text_parts += ["", comparison.to_text()]
     if censored is not None:
         text_parts += ["", censored.to_text()]
     text_parts += ["", knees_t.to_text(), f"knee thresholds: {thresholds.describe()} (* marks the knee stage)"]
+    if any("~" in cell for table in _tables(per_run, comparison, censored) for row in table.rows for cell in row):
+        text_parts += [SMALL_SAMPLE_NOTE]
 
     written: list[Path] = []
     images: list[tuple[str, bytes]] = []
     if figures:
-        makers = (plots.tti_cdf, plots.latency_vs_concurrency, plots.failures_vs_concurrency, plots.timelines)
+        makers = (
+            plots.tti_breakdown,
+            plots.tti_cdf,
+            plots.latency_vs_concurrency,
+            plots.failures_vs_concurrency,
+            plots.timelines,
+        )
         for (name, alt), make in zip(FIGURES, makers, strict=True):
             png = make(runs)
             path = out / name
@@ -146,7 +170,14 @@ def build_report(
     html_path = out / "report.html"
     html_path.write_text(html_report.render(title, notes, sections, FOOTNOTES, endings=ending_lines))
     text_parts += ["", f"report: {html_path}"]
-    return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees)
+    tables = [knees_t, *_tables(per_run, comparison, censored)]
+    return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees, tables)
+
+
+def _tables(per_run: Sequence[tuple[RunStats, Table, Table]], comparison: Table | None,
+            censored: Table | None) -> list[Table]:  # fmt: skip
+    tables = [t for _, stages_t, phases_t in per_run for t in (stages_t, phases_t)]
+    return tables + [t for t in (comparison, censored) if t is not None]
 
 
 def _ending_of(run: RunStats) -> RunEnding:
@@ -175,6 +206,9 @@ def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
               "time_scale", "basis", "failures_by_kind", "failures_by_phase"]  # fmt: skip
     phases = [name for name, _ in PHASES]
     header += [f"{phase}_{q}" for phase in phases for q in (*QUANTILE_NAMES, "mean", "n")]
+    # the small-sample rule per quantile (quantiles.supported): False = fewer than 10 samples beyond it
+    header += [f"{phase}_{name}_supported" for phase in phases for name, _ in REPORT_QUANTILES]
+    header += [f"tti_share_{part}" for part in TTI_PARTS]
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
@@ -186,4 +220,6 @@ def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
                        ";".join(f"{k}={v}" for k, v in s.failures_by_kind.items()),
                        ";".join(f"{k}={v}" for k, v in s.failures_by_phase.items())]  # fmt: skip
                 row += [repr(float(s.phases[p][q])) for p in phases for q in (*QUANTILE_NAMES, "mean", "n")]
+                row += [supported(level, int(s.phases[p]["n"])) for p in phases for _, level in REPORT_QUANTILES]
+                row += [f"{s.tti_share.get(part, float('nan')):.6g}" for part in TTI_PARTS]
                 writer.writerow(row)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.results.knee import Knee
-from harness.results.quantiles import QUANTILE_NAMES, supported
-from harness.results.stage_aggregate import RunStats, StageStats
+from harness.results.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, supported
+from harness.results.stage_aggregate import PHASE_LABELS, TTI_PARTS, RunStats, StageStats, TimeBasis
 from harness.results.stage_matching import match_runs
 from harness.results.timing_error import FLAG_NOTE
 
@@ -43,6 +43,29 @@ def seconds(value: float) -> str:
     return f"{value:.1f}"
 
 
+SMALL_SAMPLE_MARK = "~"
+SMALL_SAMPLE_NOTE = (
+    "~ after a quantile (greyed in report.html; *_supported = False in stages.csv): fewer than 10 samples lie "
+    "beyond it (n·(1−q) < 10: p90 needs 100 samples, p99 1,000, p99.9 10,000), so it is mostly the few slowest "
+    "values; read it as a rough figure."
+)
+_LEVELS = dict(REPORT_QUANTILES)
+
+
+def unit(basis: TimeBasis) -> str:
+    """The seconds every duration of a report is in, as headers state it."""
+    return "vendor s" if basis == "vendor" else "wall s"
+
+
+def quantile_cell(summary: dict[str, float], name: str) -> str:
+    """A quantile (or max) of a phase summary, with `~` when its sample is too small (quantiles.supported)."""
+    text = seconds(summary[name])
+    level = _LEVELS.get(name)
+    if level is None or text == "-" or supported(level, int(summary["n"])):
+        return text
+    return text + SMALL_SAMPLE_MARK
+
+
 def _kinds(counts: dict[str, int]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in counts.items()) or "-"
 
@@ -51,17 +74,17 @@ def basis_note(run: RunStats) -> str:
     info = run.info
     scale = f"time scale {info.time_scale:g}" if info.time_scale_recorded else "no time scale recorded (1)"
     if run.basis == "wall" or info.time_scale == 1.0:
-        unit = "seconds are wall seconds" + (" = vendor seconds" if info.time_scale == 1.0 else "")
+        which = "seconds are wall seconds" + (" = vendor seconds" if info.time_scale == 1.0 else "")
     else:
-        unit = f"seconds are vendor seconds (wall / {info.time_scale:g})"
-    return f"{info.label}: {info.scenario}, status {info.status}, {scale}; {unit}"
+        which = f"seconds are vendor seconds (wall / {info.time_scale:g})"
+    return f"{info.label}: {info.scenario}, status {info.status}, {scale}; {which}"
 
 
 def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
-    unit = "vendor s" if run.basis == "vendor" else "wall s"
+    seconds_unit = unit(run.basis)
     retried = any(s.retries for s in run.stages)
-    header = ["stage", "conc", "target", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]}",
-              *QUANTILE_NAMES[1:], "starts/s", "harness err", "engine", "failures by kind", "by phase"]  # fmt: skip
+    header = ["stage", "conc", "target", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]} ({seconds_unit})",
+              *QUANTILE_NAMES[1:], f"starts per {seconds_unit}", "harness err", "engine", "failures by kind", "by phase"]  # fmt: skip
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[3:4] = ["attempts", "retries", "gave up"]
     rows = []
@@ -77,7 +100,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
             str(s.failed),
             _cxl(s),
             "-" if s.success_rate != s.success_rate else f"{100 * s.success_rate:.1f}",
-            *(seconds(tti[name]) for name in QUANTILE_NAMES),
+            *(quantile_cell(tti, name) for name in QUANTILE_NAMES),
             "-" if s.start_rate != s.start_rate else f"{s.start_rate:.1f}",
             s.timing_error.describe(),
             run.engine_load[s.stage].describe() if s.stage in run.engine_load else "-",
@@ -87,7 +110,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
         if retried:
             row[4:4] = [str(s.retries), str(s.gave_up)]
         rows.append(row)
-    title = f"{run.info.label}  [{unit}]"
+    title = f"{run.info.label}  [{seconds_unit}]"
     if any(s.timing_error.flagged for s in run.stages):
         title += "\n" + FLAG_NOTE
     return Table(title, header, rows, left=frozenset({0, len(header) - 2, len(header) - 1}))
@@ -100,16 +123,31 @@ def _cxl(s: StageStats) -> str:
 
 
 def phase_table(run: RunStats) -> Table:
-    header = ["stage", "phase", "n", *QUANTILE_NAMES, "mean"]
+    """Where TTI goes: per stage, TTI and the three parts that sum to it, each part's share; then what follows TTI.
+
+    The share is of the mean (each part's mean / mean TTI over the rollouts that became interactive), so the three
+    shares add up to 100%; p50 and p99 are each phase's own, over every rollout that completed it.
+    """
+    seconds_unit = unit(run.basis)
+    header = ["stage", "phase", "n", f"p50 ({seconds_unit})", "p99", "max", "mean", "share of TTI (of mean)"]
     rows = []
     for s in run.stages:
-        for phase in ("create", "ready", "first_command", "later_commands", "teardown"):
+        for phase in ("tti", *TTI_PARTS, "later_commands", "teardown"):
             q = s.phases[phase]
-            rows.append(
-                [s.stage, phase, str(q["n"]), *(seconds(q[name]) for name in QUANTILE_NAMES), seconds(q["mean"])]
-            )
-    unit = "vendor s" if run.basis == "vendor" else "wall s"
-    return Table(f"{run.info.label}: phases [{unit}]", header, rows, left=frozenset({0, 1}))
+            if phase == "tti":
+                label, share = PHASE_LABELS[phase], "100%" if q["n"] else "-"
+            elif phase in TTI_PARTS:
+                label, share = "  " + PHASE_LABELS[phase], _percent(s.tti_share.get(phase, float("nan")))
+            else:
+                label, share = PHASE_LABELS[phase], "after TTI"
+            rows.append([s.stage if phase == "tti" else "", label, str(q["n"]), quantile_cell(q, "p50"), quantile_cell(q, "p99"),
+                         seconds(q["max"]), seconds(q["mean"]), share])  # fmt: skip
+    title = f"{run.info.label}: where TTI goes (TTI = create + ready + first command)  [{seconds_unit}]"
+    return Table(title, header, rows, left=frozenset({0, 1}))
+
+
+def _percent(share: float) -> str:
+    return "-" if share != share else f"{100 * share:.1f}%"
 
 
 def censoring_table(runs: Sequence[RunStats]) -> Table | None:
@@ -117,11 +155,17 @@ def censoring_table(runs: Sequence[RunStats]) -> Table | None:
     for run in runs:
         for s in run.stages:
             if s.cancelled:
+                tti = s.phases["tti"]
+                upper = seconds(s.tti_p99_censored_upper)
+                if upper not in ("-", "inf") and not supported(0.99, int(tti["n"]) + s.cancelled_before_tti):
+                    upper += SMALL_SAMPLE_MARK
                 rows.append([run.info.label, s.stage, str(s.cancelled), str(s.cancelled_before_tti),
-                             seconds(s.phases["tti"]["p99"]), seconds(s.tti_p99_censored_upper)])  # fmt: skip
+                             quantile_cell(tti, "p99"), upper])  # fmt: skip
     if not rows:
         return None
-    header = ["run", "stage", "cancelled", "before TTI", "TTI p99 (ok only)", "p99 if those were slowest"]
+    seconds_unit = unit(runs[0].basis)
+    header = ["run", "stage", "cancelled", "before TTI", f"TTI p99, interactive only ({seconds_unit})",
+              f"p99 if those were slowest ({seconds_unit})"]  # fmt: skip
     return Table("cancelled rollouts (censored, not failures)", header, rows, left=frozenset({0, 1}))
 
 

@@ -27,8 +27,8 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_during, stage_concurrency
 from harness.results.dataset import RunInfo
-from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
 from harness.results.engine_load import EngineLoad, stage_engine_load
+from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
 from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
 from harness.results.vendor_time import DURATIONS, to_vendor_seconds
 
@@ -123,9 +123,11 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
 
     samples: dict[str, GroupedSample] = {}
     converted = to_vendor_seconds(info, frame) if basis == "vendor" else None
-    raw = converted.durations if converted is not None else {
-        column: frame[column].to_numpy(dtype=float) * factor for column in DURATIONS
-    }
+    raw = (
+        converted.durations
+        if converted is not None
+        else {column: frame[column].to_numpy(dtype=float) * factor for column in DURATIONS}
+    )
     durations = phase_durations(raw, frame["exec_count"].to_numpy(dtype=float) if "exec_count" in frame else None)
     for phase, column in PHASES:
         # TTI: every rollout that got its first command back, whatever happened to it later (a rollout cut
@@ -210,6 +212,8 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
             "create_s": frame["create_s"].to_numpy(dtype=float) * factor,
             "ready_s": frame["ready_s"].to_numpy(dtype=float) * factor,
             "outcome": frame["outcome"],
+            "stage": frame["stage"].array,  # where each stage began (the timeline's marks)
+            "failure_kind": frame["failure_kind"].array if "failure_kind" in frame else None,  # failures by kind
         }
     )
     return RunStats(
