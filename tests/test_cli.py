@@ -87,10 +87,10 @@ def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
     assert result.returncode == 0, result.stderr
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     manifest = json.loads((run_dir / "run.json").read_text())
-    assert manifest["status"] == "completed" and manifest["schema_version"] == 1
+    assert manifest["status"] == "completed" and manifest["schema_version"] == 2
     assert manifest["shape"]["stages"] == [4, 8]
-    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
-    ops = pd.read_parquet(sorted(run_dir.glob("ops*.parquet")))
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    ops = pd.read_parquet(run_dir / "ops")
     assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(rollouts.columns)
     assert set(SCHEMA_V1_OP_COLUMNS) <= set(ops.columns)
     assert manifest["rows"]["rollouts"] == len(rollouts) > 0

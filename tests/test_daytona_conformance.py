@@ -40,6 +40,7 @@ from daytona import (
     SessionExecuteRequest,
 )
 
+from harness.results.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.daytona import DaytonaProvider, classify_daytona
 from providers.sim.core.profile import ProfileError, load_profile
@@ -451,8 +452,8 @@ def test_a_local_run_through_the_real_sdk(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
-    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    truth = load_truth(run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert len(rollouts) >= 60 and manifest["profile"] == "daytona-like" and manifest["local_vendor"] is True
     assert manifest["provider_versions"] == {"daytona": "0.226.1"}

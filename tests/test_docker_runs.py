@@ -39,7 +39,7 @@ def stampede_run(*args: str) -> subprocess.Popen:
 
 
 def rollouts(run_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    return pd.read_parquet(run_dir / "rollouts")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_daemon_stopped_mid_run_gives_classified_failures_and_an_orderly_end(pri
     deadline = time.monotonic() + 120
     run_dir = tmp_path / run_id
     while time.monotonic() < deadline:  # wait until some rollouts completed against the live daemon
-        shards = list(run_dir.glob("rollouts*.parquet"))
+        shards = list((run_dir / "rollouts").glob("*.parquet"))
         if shards and (rollouts(run_dir)["outcome"] == "ok").sum() >= 4:
             break
         time.sleep(0.5)

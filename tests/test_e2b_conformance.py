@@ -45,6 +45,7 @@ from e2b import (
 )
 from e2b.api import client_async as sdk_transports
 
+from harness.results.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, ReadyObservation, SandboxSpec
 from providers.e2b import E2BProvider, classify_e2b, sandbox_timeout
 from providers.sim.e2b.server import E2BSettings, RunningE2B, start_e2b
@@ -435,8 +436,8 @@ def test_a_ramp_through_the_real_sdk_has_only_classified_failures(tmp_path: Path
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
-    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    truth = load_truth(run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert len(rollouts) >= 60 and (rollouts["outcome"] == "ok").sum() >= 60
     assert set(rollouts["failure_kind"].dropna()) <= {"rate_limited", "quota_exhausted"}  # e2b-like: 5 creates/s

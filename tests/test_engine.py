@@ -59,9 +59,9 @@ def test_concurrent_rollouts_come_back_and_land_in_parquet(engine, tmp_path):
     assert max(r["inflight_at_submit"] for r in records) == 50
     summary = engine.drain()
     assert summary["rows"]["rollouts"] == 50 and summary["outcomes"] == {"ok": 50}
-    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    frame = pd.read_parquet(tmp_path / "run-a" / "rollouts")
     assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns) and len(frame) == 50
-    ops = pd.read_parquet(sorted((tmp_path / "run-a").glob("ops-*.parquet")))
+    ops = pd.read_parquet(tmp_path / "run-a" / "ops")
     assert len(ops) == 50 * 5
     assert (tmp_path / "run-a" / "engine-t0.json").exists()
     assert ledger_balance(tmp_path) == (50, 0)
@@ -77,7 +77,7 @@ def test_killing_waiting_users_cancels_rollouts_and_terminates_their_sandboxes(e
     summary = engine.drain()
     assert summary["outcomes"] == {"cancelled": 20}
     assert ledger_balance(tmp_path) == (20, 0)
-    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    frame = pd.read_parquet(tmp_path / "run-a" / "rollouts")
     assert set(frame["outcome"]) == {"cancelled"} and set(frame["failure_phase"]) == {"ready"}
 
 
@@ -92,7 +92,7 @@ def test_parent_death_drains_the_engine(tmp_path):
     client.process.stdin.close()  # exactly what the OS does when the Locust process dies
     assert client.process.wait(timeout=30) == 0
     assert ledger_balance(tmp_path) == (10, 0)
-    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    frame = pd.read_parquet(tmp_path / "run-a" / "rollouts")
     assert len(frame) == 10
 
 
@@ -126,8 +126,8 @@ def test_a_new_run_drains_the_previous_one(engine, tmp_path):
     engine.configure(config(tmp_path, run_id="run-2"))
     engine.run_rollout(RolloutRequest("01-s", 1))
     engine.drain()
-    assert len(pd.read_parquet(sorted((tmp_path / "run-1").glob("rollouts-*.parquet")))) == 1
-    assert len(pd.read_parquet(sorted((tmp_path / "run-2").glob("rollouts-*.parquet")))) == 1
+    assert len(pd.read_parquet(tmp_path / "run-1" / "rollouts")) == 1
+    assert len(pd.read_parquet(tmp_path / "run-2" / "rollouts")) == 1
 
 
 def test_init_failures_are_retried_each_attempt_a_row_but_exec_failures_are_not(engine, tmp_path):
@@ -141,9 +141,9 @@ def test_init_failures_are_retried_each_attempt_a_row_but_exec_failures_are_not(
     engine.configure(cfg)
     assert engine.run_rollout(RolloutRequest("01-s", 1))["attempt"] == 1
     engine.drain()
-    frame = pd.read_parquet(sorted((tmp_path / "run-a").glob("rollouts-*.parquet")))
+    frame = pd.read_parquet(tmp_path / "run-a" / "rollouts")
     assert list(frame["attempt"]) == [1, 2, 3] and frame["rollout_id"].nunique() == 1
-    assert len(pd.read_parquet(sorted((tmp_path / "run-b").glob("rollouts-*.parquet")))) == 1
+    assert len(pd.read_parquet(tmp_path / "run-b" / "rollouts")) == 1
 
 
 def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.results.dataset import load_truth
 from providers.base import INIT_FAILURE_KINDS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,8 +32,8 @@ def stampede(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[st
 
 def finished_run(out: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame, dict]:
     (run_dir,) = [p for p in out.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
-    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    truth = load_truth(run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     return run_dir, rollouts, truth, manifest
 
@@ -123,7 +124,7 @@ def test_ctrl_c_against_a_standalone_local_modal_terminates_every_sandbox(tmp_pa
             sandboxes = json.loads(response.read())["sandboxes"]
         mine = [s for s in sandboxes if "stampede-run=modal-cut-short" in s["labels"]]
         assert len(mine) >= 100 and {s["status"] for s in mine} == {"TERMINATED"}
-        frame = pd.read_parquet(sorted((tmp_path / "modal-cut-short").glob("rollouts*.parquet")))
+        frame = pd.read_parquet(tmp_path / "modal-cut-short" / "rollouts")
         assert "cancelled" in set(frame["outcome"])
     finally:
         if server.stdin is not None:

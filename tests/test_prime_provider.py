@@ -35,6 +35,7 @@ from prime_sandboxes import (
 )
 from prime_sandboxes.core import client as sdk_core
 
+from harness.results.dataset import load_truth
 from providers import create_provider
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxRef, SandboxSpec
 from providers.prime import PrimeProvider, classify_prime
@@ -368,7 +369,7 @@ def test_stampede_run_prime_local_end_to_end(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    rollouts = pd.read_parquet(run_dir / "rollouts")
     assert len(rollouts) >= 40 and set(rollouts["provider"]) == {"prime"}
     kinds = set(rollouts["failure_kind"].dropna())
     assert not kinds & {"unknown", "harness"}, rollouts[rollouts["outcome"] != "ok"][["failure_kind", "error"]]
@@ -376,7 +377,7 @@ def test_stampede_run_prime_local_end_to_end(tmp_path: Path) -> None:
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["provider_versions"] == {"prime-sandboxes": "0.5.1"}
     assert set(rollouts["sdk_version"]) == {"prime-sandboxes=0.5.1"}
-    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    truth = load_truth(run_dir)
     assert set(truth["status"]) <= {"TERMINATED", "ERROR", "TIMEOUT"}  # nothing leaked
 
 
@@ -389,9 +390,9 @@ def test_ctrl_c_cancels_in_flight_rollouts_and_leaks_nothing(tmp_path: Path) -> 
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=120)
     assert child.returncode == 130, err[-2000:]
-    rollouts = pd.read_parquet(sorted((tmp_path / "ctrl-c").glob("rollouts*.parquet")))
+    rollouts = pd.read_parquet(tmp_path / "ctrl-c" / "rollouts")
     assert (rollouts["outcome"] == "cancelled").sum() > 0
     failed = rollouts[rollouts["outcome"] == "failed"]
     assert len(failed) <= 0.05 * len(rollouts), failed[["failure_kind", "error"]].value_counts()
-    truth = pd.read_parquet(tmp_path / "ctrl-c" / "sim_truth.parquet")
+    truth = load_truth(tmp_path / "ctrl-c")
     assert set(truth["status"]) <= {"TERMINATED", "ERROR", "TIMEOUT"}  # every sandbox ended

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.results.run_pointer import resolve_run_dir
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 from providers.sim.core.experiments import simulate_burst
 from tests.docker_support import default_host, in_ci, machine_daemon, ping
@@ -36,12 +37,12 @@ def readme_commands() -> list[str]:
 
 
 def latest() -> Path:
-    return (REPO / "results" / "latest").resolve()
+    return resolve_run_dir(REPO / "results" / "latest")
 
 
 def check_default_run(_: subprocess.CompletedProcess) -> None:
     """The main job: reaches 960 in flight and writes every schema-v1 column."""
-    frame = pd.read_parquet(sorted(latest().glob("rollouts*.parquet")))
+    frame = pd.read_parquet(latest() / "rollouts")
     assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns)
     assert frame["inflight_at_submit"].max() >= 960
     assert not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
@@ -49,7 +50,7 @@ def check_default_run(_: subprocess.CompletedProcess) -> None:
 
 
 def check_modal_burst(result: subprocess.CompletedProcess) -> None:
-    frame = pd.read_parquet(sorted(latest().glob("rollouts*.parquet")))
+    frame = pd.read_parquet(latest() / "rollouts")
     size = int(re.search(r"--users (\d+)", result.args[-1] if isinstance(result.args, list) else result.args).group(1))
     failed = frame[frame["outcome"] == "failed"]
     assert not set(failed["failure_kind"]) & {"unknown", "harness"}
@@ -67,7 +68,7 @@ def check_modal_burst(result: subprocess.CompletedProcess) -> None:
 def check_readiness_probe(result: subprocess.CompletedProcess) -> None:
     """The Prime SDK's readiness beside a direct probe's, and each row carrying the probe."""
     assert "readiness (n=" in result.stdout and "the SDK's polling adds" in result.stdout
-    frame = pd.read_parquet(sorted(latest().glob("rollouts*.parquet")))
+    frame = pd.read_parquet(latest() / "rollouts")
     assert frame["ready_probe_s"].notna().sum() > 0
     assert (frame["ready_probe_s"].dropna() <= frame.loc[frame["ready_probe_s"].notna(), "ready_s"] + 1e-6).all()
 
@@ -81,7 +82,7 @@ FAULTS = (
 
 def check_transport_faults(result: subprocess.CompletedProcess) -> None:
     """A hostile wire: every rollout classified, the run and its sweep go on, nothing left alive."""
-    frame = pd.read_parquet(sorted(latest().glob("rollouts*.parquet")))
+    frame = pd.read_parquet(latest() / "rollouts")
     assert len(frame) == 60 and (frame["outcome"] == "failed").sum() > 0  # the faults reached the rollouts
     assert not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
     assert "unknown failures 0; harness failures 0" in result.stdout and "sweep failed" not in result.stdout
@@ -96,7 +97,7 @@ def check_four_vendors(result: subprocess.CompletedProcess) -> None:
     for vendor in ("modal", "prime", "e2b", "daytona"):
         run = REPO / "results" / "four" / vendor
         assert json.loads((run / "run.json").read_text())["status"] == "completed"
-        frame = pd.read_parquet(sorted(run.glob("rollouts*.parquet")))
+        frame = pd.read_parquet(run / "rollouts")
         assert len(frame) == 100 and not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
         assert f"{vendor}/{vendor}-like" in result.stdout
 

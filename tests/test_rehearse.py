@@ -34,7 +34,7 @@ def test_async_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
         for key in ("generator_samples_per_s", "trainer_idle_ratio"):
             error = abs(predicted[key] - measured[key]) / measured[key]
             assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
-    steps = pd.read_parquet(run_dir / "trainer-local.parquet")
+    steps = pd.read_parquet(run_dir / "trainer")
     assert len(steps) == 22 and (steps["samples"] == 32).all() and (steps["wait_s"] >= 0).all()
     assert (run_dir / "latency_model.json").exists()
 
@@ -43,7 +43,7 @@ def test_sync_rehearsal_gates_steps_and_kills_the_oversampled_tail(tmp_path):
     run_dir, document = rehearse(tmp_path, "rl-rehearse-sync.toml", "--steps", "6", "--warmup-steps", "1")
     measured = document["measured"]
     assert measured["counts"]["killed"] > 0 and measured["mean_staleness_steps"] == 0
-    rollouts = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    rollouts = pd.read_parquet(run_dir / "rollouts")
     assert rollouts["error"].fillna("").str.contains("killed").any()
     for predicted in document["model"]:
         error = abs(predicted["trainer_idle_ratio"] - measured["trainer_idle_ratio"]) / measured["trainer_idle_ratio"]

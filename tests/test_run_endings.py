@@ -103,7 +103,7 @@ def under_load(url: str, run_id: str, run_dir: Path) -> None:
     """Until 30 sandboxes are live and rollouts have finished (some rows are on disk, more are buffered)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if len(sandboxes(url, run_id, active=True)) >= 30 and list(run_dir.glob("rollouts*.parquet")):
+        if len(sandboxes(url, run_id, active=True)) >= 30 and list((run_dir / "rollouts").glob("*.parquet")):
             return
         time.sleep(0.2)
     pytest.fail("the run never reached 30 sandboxes with rows written")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.results.dataset import load_truth
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ def only_run(out: Path) -> Path:
 
 
 def rollouts(run_dir: Path) -> pd.DataFrame:
-    return pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    return pd.read_parquet(run_dir / "rollouts")
 
 
 def test_ideal_profile_reaches_960_in_flight_with_zero_failures(tmp_path):
@@ -57,7 +58,7 @@ def test_ideal_profile_reaches_960_in_flight_with_zero_failures(tmp_path):
     assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns)
     assert frame["inflight_at_submit"].max() >= 960
     assert set(frame["outcome"]) <= {"ok", "cancelled"} and (frame["outcome"] == "ok").sum() > 960
-    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    truth = load_truth(run_dir)
     # Every sandbox the vendor created for this run ended terminated: none leaked.
     assert len(truth) == len(frame) and set(truth["status"]) == {"TERMINATED"}
     assert "timing error" in result.stdout

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.results.concurrency import concurrency_at_submit
+from harness.results.dataset import load_rollouts, load_truth
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ def run(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[Path, pd.Data
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    frame = pd.read_parquet(sorted(run_dir.glob("rollouts*.parquet")))
+    frame = load_rollouts(run_dir)  # t_submit as float epoch seconds: the arithmetic below
     return run_dir, frame, json.loads((run_dir / "run.json").read_text())
 
 
@@ -123,5 +124,5 @@ def test_distributed_run_is_one_dataset_with_no_rollout_lost_or_doubled(tmp_path
         assert seqs == list(range(1, engine["rows"]["rollouts"] + 1))
     assert set(frame["worker"]) == {engine["worker"] for engine in engines}
     assert (run_dir / "locust_stats.csv").exists() and (run_dir / "locust.html").exists()
-    truth = pd.read_parquet(run_dir / "sim_truth.parquet")
+    truth = load_truth(run_dir)
     assert set(truth["status"]) == {"TERMINATED"}  # nothing leaked by any worker

@@ -198,8 +198,9 @@ def _add_summary(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_summary(args: argparse.Namespace) -> int:
     from harness.cli.summary import run
+    from harness.results.run_pointer import resolve_run_dir
 
-    return run(args)
+    return run(args, resolve_run_dir(args.run_dir))  # results/latest: the run it names
 
 
 def _cmd_stub_serve(argv: list[str]) -> int:

@@ -1,8 +1,9 @@
 """Parquet shards written while the run goes, so a crash loses seconds, not the run.
 
-Each engine writes its own shards (`rollouts-<worker>-<seq>.parquet`, `ops-<worker>-<seq>.parquet`) into the
-run folder; readers take the union with a glob. A shard is written to a temporary name and renamed, so a
-reader never sees half a file.
+Each engine writes its own shards into the run folder's table folders (`rollouts/rollouts-<worker>-<seq>.parquet`,
+`ops/ops-<worker>-<seq>.parquet`, schema v2); a reader takes a table folder whole. A shard is written to a hidden
+temporary name beside the table folder and renamed into it, so a reader never sees half a file. At the end of the
+run the Locust side compacts each table (harness.results.compaction).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.wire.records import OP_SCHEMA, ROLLOUT_SCHEMA, OpRecord, RolloutRecord
+from harness.wire.records import (
+    OP_SCHEMA,
+    OPS_TABLE,
+    ROLLOUT_SCHEMA,
+    ROLLOUTS_TABLE,
+    OpRecord,
+    RolloutRecord,
+    file_table,
+)
 
 DEFAULT_FLUSH_INTERVAL_S = 2.0
 DEFAULT_FLUSH_ROWS = 20_000
@@ -32,11 +41,12 @@ def safe_name(text: str) -> str:
 
 def write_table_atomically(records: Sequence[Any], schema: pa.Schema, path: Path) -> None:
     """Records (dataclasses whose fields are the schema's columns) as one parquet file, built column by column:
-    no per-row dict on the engine's hot path, and Arrow converts each column's list in one call."""
-    columns = [pa.array([getattr(record, name) for record in records], type=schema.field(name).type)
-               for name in schema.names]  # fmt: skip
-    table = pa.Table.from_arrays(columns, schema=schema)
-    tmp = path.with_name(f".{path.name}.tmp")
+    no per-row dict on the engine's hot path, and Arrow converts each column's list in one call (timestamps and
+    dictionaries too: `file_table`). The temporary file sits one folder up, so a table folder holds only
+    complete files (polars and duckdb would read a hidden one)."""
+    table = file_table(records, schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent.parent / f".{path.parent.name}-{path.name}.tmp"
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
 
@@ -119,9 +129,11 @@ class ShardWriter:
 
     def _write(self, seq: int, rollouts: list[RolloutRecord], ops: list[OpRecord]) -> None:
         if rollouts:
-            write_table_atomically(rollouts, ROLLOUT_SCHEMA, self.run_dir / f"rollouts-{self.worker}-{seq:05d}.parquet")
+            name = f"{ROLLOUTS_TABLE}-{self.worker}-{seq:05d}.parquet"
+            write_table_atomically(rollouts, ROLLOUT_SCHEMA, self.run_dir / ROLLOUTS_TABLE / name)
         if ops:
-            write_table_atomically(ops, OP_SCHEMA, self.run_dir / f"ops-{self.worker}-{seq:05d}.parquet")
+            name = f"{OPS_TABLE}-{self.worker}-{seq:05d}.parquet"
+            write_table_atomically(ops, OP_SCHEMA, self.run_dir / OPS_TABLE / name)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -294,8 +294,9 @@ class TrainerEmulator:
         return result
 
     def write(self) -> dict[str, Any]:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        pq.write_table(
-            pa.Table.from_pylist(self.steps, schema=STEP_SCHEMA), self.out_dir / f"trainer-{self.worker}.parquet"
-        )
+        """The steps as `trainer/trainer-<worker>.parquet`: the run folder's table folder for this table (v2)."""
+        table_dir = self.out_dir / "trainer"
+        table_dir.mkdir(parents=True, exist_ok=True)
+        steps = pa.Table.from_pylist(self.steps, schema=STEP_SCHEMA)
+        pq.write_table(steps, table_dir / f"trainer-{self.worker}.parquet")
         return self.summary()

@@ -1,9 +1,10 @@
 """The run folder's own files: run.json (what was run, against what, with which versions, on which host —
-enough to reproduce it), the `latest` pointer, and the simulated vendor's truth table."""
+enough to reproduce it), the `latest` pointer, and the simulated vendor's truth table (`truth/truth.parquet`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import re
@@ -16,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.results.run_pointer import POINTER_NAME
 from harness.wire.schema_version import SCHEMA_VERSION
 
 
@@ -91,49 +93,23 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 def point_latest_at(run_dir: Path) -> None:
-    """`<out>/latest` -> the newest run, so `stampede summary results/latest` works without copying ids."""
-    link = run_dir.parent / "latest"
-    tmp = run_dir.parent / f".latest.{os.getpid()}"
+    """`<out>/latest`, a one-line text file naming the newest run's folder, so `stampede summary results/latest`
+    works without copying ids (harness.results.run_pointer reads it). Not a symlink: a recursive glob over
+    `results/` would count the newest run twice. An old `latest` symlink is replaced."""
+    pointer = run_dir.parent / POINTER_NAME
+    tmp = run_dir.parent / f".{POINTER_NAME}.{os.getpid()}"
     try:
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(run_dir.name, target_is_directory=True)
-        os.replace(tmp, link)
-    except OSError:  # a filesystem without symlinks only loses the convenience
-        pass
-
-
-def truth_schema() -> Any:
-    """The simulated vendor's own record of each sandbox (`sim_truth.parquet`): the cross-check of our timing.
-
-    Built on first use: pyarrow is not needed on the way to the first rollout.
-    """
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("id", pa.string()),
-            ("status", pa.string()),
-            ("error_type", pa.string()),
-            ("created_wall", pa.float64()),
-            ("ready_wall", pa.float64()),
-            ("ended_wall", pa.float64()),
-            ("first_exec_done_wall", pa.float64()),
-            ("first_exec_start_wall", pa.float64()),
-            ("exec_busy_s", pa.float64()),
-            # the same instants in vendor seconds: a live simulated vendor plays a burst's sending 1:1, so wall spans
-            # times 1 / time scale are not always vendor spans (harness.results.vendor_time)
-            ("created_s", pa.float64()),
-            ("ready_s", pa.float64()),
-            ("ended_s", pa.float64()),
-            ("first_exec_start_s", pa.float64()),
-            ("first_exec_done_s", pa.float64()),
-        ]
-    )
+        tmp.write_text(run_dir.name + "\n")
+        os.replace(tmp, pointer)
+    except OSError:  # e.g. a folder named `latest` is in the way: only the convenience is lost
+        tmp.unlink(missing_ok=True)
 
 
 def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path:
-    """The simulated vendor's records of this run's sandboxes (found by the run label), as parquet."""
+    """The simulated vendor's records of this run's sandboxes (found by the run label), as `truth/truth.parquet`.
+
+    Its own table folder and schema (harness.wire.records.truth_schema): wall instants as UTC timestamps.
+    """
     label = f"stampede-run={run_id}"
     rows = [
         {
@@ -155,9 +131,26 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
         for sandbox in sandboxes
         if label in (sandbox.get("labels") or [])
     ]
-    path = run_dir / "sim_truth.parquet"
-    import pyarrow as pa
+    # pyarrow: imported here, at the end of the run, not on the way to the first rollout
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pylist(rows, schema=truth_schema()), path)
+    from harness.wire.records import TRUTH_TABLE, file_table, truth_schema
+
+    table_dir = run_dir / TRUTH_TABLE
+    table_dir.mkdir(parents=True, exist_ok=True)
+    path = table_dir / f"{TRUTH_TABLE}.parquet"
+    tmp = run_dir / f".{TRUTH_TABLE}.parquet.tmp"
+    pq.write_table(file_table(rows, truth_schema()), tmp, compression="zstd")
+    os.replace(tmp, path)
     return path
+
+
+def compact_tables(run_dir: Path) -> None:
+    """Once every engine and worker has delivered: each table folder's shards into one file
+    (harness.results.compaction). Never fails the run: uncompacted shards read just as well."""
+    from harness.results.compaction import compact_run  # pyarrow: at the end of the run only
+
+    try:
+        compact_run(run_dir)
+    except Exception as exc:  # a full disk, a permission: the shards stay, and stay readable
+        logging.getLogger("stampede").warning("could not compact the run's parquet shards: %s", exc)

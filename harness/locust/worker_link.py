@@ -2,8 +2,9 @@
 
 - master -> workers: the current stage (every rollout records it) and the burst gate (release a step, close);
 - workers -> master: engine stats every second (counters and mergeable TTI histograms: the master's live view,
-  burst steps and knee search run on them), the parquet shards their engines write (so the master's results
-  folder holds the whole run however many machines took part), and a final `done` with the engine's summary.
+  burst steps and knee search run on them), the parquet shards their engines write, each into its table folder
+  (so the master's results folder holds the whole run however many machines took part), and a final `done` with
+  the engine's summary.
 
 Locust's messages travel over its master/worker connection (ZeroMQ over TCP), so the same route works for
 workers on this machine and on others; nothing relies on a shared filesystem.
@@ -17,7 +18,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import gevent
@@ -27,6 +28,7 @@ from locust.rpc import Message
 from harness.locust.engine_client import EngineClient
 from harness.locust.run_state import MSG_GATE, MSG_STAGE, RunState, Stage
 from harness.wire.messages import EngineStats
+from harness.wire.schema_version import TABLES
 
 log = logging.getLogger("stampede")
 
@@ -44,6 +46,32 @@ def process_usage() -> dict[str, float]:
     process = psutil.Process()
     times = process.cpu_times()
     return {"cpu_seconds": round(times.user + times.system, 3), "rss_mb": round(process.memory_info().rss / 2**20, 1)}
+
+
+SENT_DIR = "sent"
+
+
+def _files_to_ship(run_dir: Path) -> list[Path]:
+    """The engine's complete files: the run folder's own and its table folders' (hidden names are in progress)."""
+    files = [path for path in run_dir.iterdir() if path.is_file() and not path.name.startswith(".")]
+    for table in TABLES:
+        folder = run_dir / table
+        if folder.is_dir():
+            files += [path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")]
+    return sorted(files)
+
+
+def shipped_path(run_dir: Path, name: str) -> Path | None:
+    """Where a file a worker shipped goes in the master's run folder: `name` or `<table>/name`; None for anything
+    else (a path out of the folder, a hidden name)."""
+    parts = PurePosixPath(name).parts
+    if not parts or any(part.startswith(".") or "\\" in part for part in parts):
+        return None
+    if len(parts) == 1 and parts[0] not in TABLES:
+        return run_dir / parts[0]
+    if len(parts) == 2 and parts[0] in TABLES:
+        return run_dir / parts[0] / parts[1]
+    return None
 
 
 class MasterLink:
@@ -95,12 +123,13 @@ class MasterLink:
         run_dir = self.state.run_dir
         if run_dir is None or data.get("run_id") != self.state.run_id:
             return
-        name = os.path.basename(str(data.get("name", "")))
-        if not name or name.startswith("."):
+        target = shipped_path(run_dir, str(data.get("name", "")))
+        if target is None:
             return
-        tmp = run_dir / f".{name}.part"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / f".{target.parent.name}-{target.name}.part"  # outside the table folder: readers see whole files
         tmp.write_bytes(data["data"])
-        os.replace(tmp, run_dir / name)
+        os.replace(tmp, target)
         self.files[msg.node_id] = self.files.get(msg.node_id, 0) + 1
 
     def _on_done(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -194,17 +223,18 @@ class WorkerLink:
             self.forward()
 
     def forward(self) -> None:
-        """Ship every complete file the engine wrote (shards are renamed into place when complete)."""
+        """Ship every complete file the engine wrote (shards are renamed into place when complete), table files
+        under their table folder's name (`rollouts/rollouts-w1-00003.parquet`)."""
         run_dir = self.run_dir()
         if not run_dir.is_dir():
             return
-        sent_dir = run_dir / "sent"
-        for path in sorted(run_dir.iterdir()):
-            if not path.is_file() or path.name.startswith("."):
-                continue
-            self._send(MSG_FILE, {"run_id": self.state.run_id, "name": path.name, "data": path.read_bytes()})
-            sent_dir.mkdir(exist_ok=True)
-            os.replace(path, sent_dir / path.name)  # kept until the spool is removed: nothing is lost in transit
+        sent_dir = run_dir / SENT_DIR
+        for path in _files_to_ship(run_dir):
+            name = path.relative_to(run_dir).as_posix()
+            self._send(MSG_FILE, {"run_id": self.state.run_id, "name": name, "data": path.read_bytes()})
+            kept = sent_dir / name
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, kept)  # kept until the spool is removed: nothing is lost in transit
             self.sent += 1
 
     def finish_run(self, engine_summary: dict[str, Any] | None) -> None:

@@ -1,4 +1,7 @@
-"""Load a run's shards (or several runs') as one table; readers take the union of whatever shards exist.
+"""Load a run's tables; readers take the union of whatever files exist, in either layout (harness.results.layout).
+
+v2 files hold UTC timestamps and dictionary-encoded strings; every reader here hands the analysis float epoch
+seconds (what v1 files hold, and what its arithmetic is written for) and plain strings or categories.
 
 `load_rollouts`/`load_ops` read every column with the exact schema (what `stampede summary` uses).
 Both rollout readers reconcile the engines' write-ahead of submits (`harness.results.submit_ledger`): a rollout
@@ -21,21 +24,66 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from harness.errors import UsageError
+from harness.results.layout import files_of
+from harness.results.run_pointer import resolve_run_dir
 from harness.results.submit_ledger import recorded_keys, submit_logs, unfinished_rows
-from harness.wire.records import OP_SCHEMA, ROLLOUT_SCHEMA
+from harness.wire.records import (
+    OP_READ_SCHEMA,
+    OP_SCHEMA,
+    OPS_TABLE,
+    ROLLOUT_READ_SCHEMA,
+    ROLLOUT_SCHEMA,
+    ROLLOUTS_TABLE,
+    TRUTH_TABLE,
+    epoch_seconds,
+)
+
+_FILE_SCHEMAS = {ROLLOUTS_TABLE: ROLLOUT_SCHEMA, OPS_TABLE: OP_SCHEMA}
+_READ_SCHEMAS = {ROLLOUTS_TABLE: ROLLOUT_READ_SCHEMA, OPS_TABLE: OP_READ_SCHEMA}
 
 
-def _read(run_dir: Path, prefix: str, schema: pa.Schema) -> pd.DataFrame:
-    paths = sorted(Path(run_dir).glob(f"{prefix}*.parquet"))
-    if not paths:
-        return schema.empty_table().to_pandas()
-    tables = [pq.read_table(path, schema=schema) for path in paths]
-    return pa.concat_tables(tables).to_pandas()
+def _for_analysis(table: pa.Table, keep_dictionaries: bool) -> pa.Table:
+    """Timestamps as float epoch seconds; dictionaries as plain strings unless kept (vectorised, per column)."""
+    arrays = []
+    for column in table.columns:
+        column = epoch_seconds(column)
+        if not keep_dictionaries and pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        arrays.append(column)
+    return pa.table(arrays, names=table.column_names)
+
+
+def read_table(
+    run_dir: Path, table: str, columns: list[str] | None = None, *, keep_dictionaries: bool = False
+) -> pa.Table:
+    """One table (rollouts or ops) of a run, both layouts, in the read schema (`ROLLOUT_READ_SCHEMA` types)."""
+    files = files_of(run_dir, table)
+    read_schema = _READ_SCHEMAS[table]
+    names = list(columns) if columns is not None else read_schema.names
+    try:
+        parts = []
+        if files.v2:
+            v2 = pads.dataset([str(p) for p in files.v2], schema=_FILE_SCHEMAS[table], format="parquet")
+            parts.append(
+                _for_analysis(v2.to_table(columns=names, use_threads=True), keep_dictionaries and not files.v1)
+            )
+        if files.v1:
+            v1 = pads.dataset([str(p) for p in files.v1], schema=read_schema, format="parquet")
+            parts.append(v1.to_table(columns=names, use_threads=True))
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"{run_dir}: cannot read the {table} files: {exc}") from None
+    if not parts:
+        return pa.schema([read_schema.field(name) for name in names]).empty_table()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def _read(run_dir: Path, table: str) -> pd.DataFrame:
+    return read_table(run_dir, table).to_pandas()
 
 
 def load_rollouts(run_dir: Path) -> pd.DataFrame:
     """Every row written, plus an `unfinished` row per submitted attempt that has none."""
-    frame = _read(run_dir, "rollouts", ROLLOUT_SCHEMA)
+    frame = _read(run_dir, ROLLOUTS_TABLE)
     if not submit_logs(run_dir):
         return frame
     missing = unfinished_rows(run_dir, recorded_keys(frame["rollout_id"], frame["attempt"]))
@@ -47,7 +95,21 @@ def load_rollouts(run_dir: Path) -> pd.DataFrame:
 
 
 def load_ops(run_dir: Path) -> pd.DataFrame:
-    return _read(run_dir, "ops", OP_SCHEMA)
+    return _read(run_dir, OPS_TABLE)
+
+
+def load_truth(run_dir: Path) -> pd.DataFrame:
+    """The simulated vendor's own records (`truth/`, v1 `sim_truth.parquet`), walls as float epoch seconds;
+    an empty frame when the run has none (a real vendor)."""
+    files = files_of(run_dir, TRUTH_TABLE)
+    if not files:
+        return pd.DataFrame()
+    try:
+        tables = [_for_analysis(pq.read_table(path), keep_dictionaries=False) for path in files.all]
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"{run_dir}: cannot read the simulated vendor's truth: {exc}") from None
+    return table.to_pandas()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,32 +149,33 @@ _CATEGORICAL = ("provider", "profile", "stage", "outcome", "failure_kind", "fail
 
 
 def rollout_shards(run_dir: Path) -> list[Path]:
-    return sorted(Path(run_dir).glob("rollouts*.parquet"))
+    """Every rollouts file of a run, v2 (`rollouts/`) and v1 (flat `rollouts-*.parquet`)."""
+    return files_of(run_dir, ROLLOUTS_TABLE).all
 
 
 def is_run_folder(run_dir: Path) -> bool:
-    """Anything a run writes from its first second: run.json, a shard of either table, a write-ahead of submits.
+    """Anything a run writes from its first second: run.json, a file of either table, a write-ahead of submits.
 
     A run killed before its first rollouts shard still has its run.json, ops shards and submits: not refused.
     """
     path = Path(run_dir)
     return (
         (path / "run.json").is_file()
-        or bool(rollout_shards(path))
-        or any(path.glob("ops*.parquet"))
+        or bool(files_of(path, ROLLOUTS_TABLE))
+        or bool(files_of(path, OPS_TABLE))
         or bool(submit_logs(path))
     )
 
 
 def read_run_info(run_dir: Path | str) -> RunInfo:
-    """Describe a results folder; a folder that is not a run is a one-line UsageError."""
-    path = Path(run_dir)
+    """Describe a results folder (or the run a `results/latest` pointer names); not a run: a one-line UsageError."""
+    path = resolve_run_dir(run_dir)
     if not path.exists():
         raise UsageError(f"{path} does not exist")
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory")
     if not is_run_folder(path):
-        raise UsageError(f"{path} is not a stampede run folder (no run.json, rollouts*.parquet or ops*.parquet)")
+        raise UsageError(f"{path} is not a stampede run folder (no run.json, rollouts/ or ops/ parquet files)")
     manifest: dict[str, Any] = {}
     manifest_path = path / "run.json"
     if manifest_path.exists():
@@ -176,30 +239,28 @@ def _identity_from_shards(run_dir: Path) -> tuple[str, str, str]:
 
 
 def load_rollout_frame(run_dir: Path, columns: tuple[str, ...] = ROLLOUT_REPORT_COLUMNS) -> pd.DataFrame:
-    """The columns asked for, from every rollouts shard, strings as categories (fast, compact)."""
-    paths = rollout_shards(run_dir)
-    schema = pa.schema([ROLLOUT_SCHEMA.field(name) for name in ROLLOUT_SCHEMA.names])
-    try:
-        dataset = pads.dataset([str(p) for p in paths], schema=schema, format="parquet")
-        table = dataset.to_table(columns=list(columns), use_threads=True)
-    except (OSError, pa.ArrowException) as exc:
-        raise UsageError(f"{run_dir}: cannot read the rollouts shards: {exc}") from None
+    """The columns asked for, from every rollouts file, repeated strings as categories (fast, compact)."""
+    table = read_table(run_dir, ROLLOUTS_TABLE, list(columns), keep_dictionaries=True)
     if submit_logs(run_dir):
-        try:
-            keys = dataset.to_table(columns=["rollout_id", "attempt"], use_threads=True)
-        except (OSError, pa.ArrowException) as exc:
-            raise UsageError(f"{run_dir}: cannot read the rollouts shards: {exc}") from None
+        keys = read_table(run_dir, ROLLOUTS_TABLE, ["rollout_id", "attempt"])
         missing = unfinished_rows(run_dir, recorded_keys(keys.column(0).to_pylist(), keys.column(1).to_pylist()))
         if missing.num_rows:
-            table = pa.concat_tables([table, missing.select(list(columns))])
+            table = pa.concat_tables([_as_plain(table), missing.select(list(columns))])
     arrays = []
     for name in table.column_names:
         column = table.column(name)
-        if name in _CATEGORICAL:
+        if name in _CATEGORICAL and not pa.types.is_dictionary(column.type):
             column = column.dictionary_encode()
+        elif name not in _CATEGORICAL and pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
         arrays.append(column)
     frame = pa.table(arrays, names=table.column_names).to_pandas(self_destruct=True)
     for name in _CATEGORICAL:
         if name in frame and not isinstance(frame[name].dtype, pd.CategoricalDtype):
             frame[name] = frame[name].astype("category")
     return frame
+
+
+def _as_plain(table: pa.Table) -> pa.Table:
+    """Dictionary columns as plain strings (to join rows made from the write-ahead log)."""
+    return _for_analysis(table, keep_dictionaries=False)

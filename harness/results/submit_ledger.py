@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from harness.wire.records import ROLLOUT_SCHEMA
+from harness.wire.records import ROLLOUT_READ_SCHEMA
 
 OUTCOME_UNFINISHED = "unfinished"
 UNFINISHED_ERROR = "no record: the run ended (crashed or aborted) before this rollout's row was written"
@@ -65,7 +65,8 @@ def read_submits(run_dir: Path) -> dict[tuple[str, int], Submit]:
 
 
 def unfinished_rows(run_dir: Path, recorded: set[tuple[str, int]]) -> pa.Table:
-    """Rows (the rollouts schema) for every submitted attempt not in `recorded` (rollout_id, attempt)."""
+    """Rows (the read schema: float epoch seconds) for every submitted attempt not in `recorded`
+    (rollout_id, attempt)."""
     rows: list[dict[str, Any]] = []
     for key, submit in read_submits(run_dir).items():
         if key in recorded:
@@ -93,7 +94,7 @@ def unfinished_rows(run_dir: Path, recorded: set[tuple[str, int]]) -> pa.Table:
                 "turns": 0,
             }
         )
-    return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=ROLLOUT_READ_SCHEMA)
 
 
 def recorded_keys(rollout_ids: Any, attempts: Any) -> set[tuple[str, int]]:

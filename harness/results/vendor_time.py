@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.results.dataset import RunInfo, load_rollout_frame
+from harness.results.dataset import RunInfo, load_rollout_frame, load_truth
 
 DURATIONS: tuple[str, ...] = ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s")
 _TRUTH_COLUMNS = ("created_wall", "ready_wall", "ended_wall", "first_exec_start_wall", "first_exec_done_wall")
@@ -48,11 +48,10 @@ def vendor_held(info: RunInfo, frame: pd.DataFrame) -> VendorHeld | None:
     so its wall spans are not always vendor spans times the time scale. A span the rollout overlaps only in part
     gets the vendor seconds of that part at the span's mean pace. Older truth (walls only) keeps wall / time scale.
     """
-    path = Path(info.run_dir) / "sim_truth.parquet"
-    if info.time_scale == 1.0 or not path.exists():
+    if info.time_scale == 1.0:
         return None
-    truth = pd.read_parquet(path)
-    if not set(_TRUTH_COLUMNS) | {"exec_busy_s"} <= set(truth.columns):
+    truth = load_truth(Path(info.run_dir))
+    if truth.empty or not set(_TRUTH_COLUMNS) | {"exec_busy_s"} <= set(truth.columns):
         return None
     ids = load_rollout_frame(Path(info.run_dir), ("sandbox_id",))["sandbox_id"].astype(object)
     if len(ids) != len(frame):

@@ -1,4 +1,4 @@
-"""Rows of the results dataset (schema version 1) and their Arrow schemas.
+"""Rows of the results dataset (schema version 2) and their Arrow schemas.
 
 The parquet files are the product: users read them with pandas, polars, duckdb or pyarrow without our code,
 so the schemas are explicit (no type guessing from the first shard) and every duration is in seconds,
@@ -7,12 +7,20 @@ null when the phase never happened.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 
-from harness.wire.schema_version import SCHEMA_VERSION
+from harness.wire.schema_version import (  # noqa: F401  (re-exported: the table names beside their schemas)
+    OPS_TABLE,
+    ROLLOUTS_TABLE,
+    SCHEMA_VERSION,
+    TABLES,
+    TRAINER_TABLE,
+    TRUTH_TABLE,
+)
 
 OUTCOME_OK = "ok"
 OUTCOME_FAILED = "failed"
@@ -93,56 +101,145 @@ def live_row(record: RolloutRecord) -> dict[str, Any]:
 
 _OP_FIELDS = tuple(f.name for f in fields(OpRecord))
 
-ROLLOUT_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("worker", pa.string()),
-        ("rollout_id", pa.string()),
-        ("provider", pa.string()),
-        ("profile", pa.string()),
-        ("scenario", pa.string()),
-        ("stage", pa.string()),
-        ("target_users", pa.int32()),
-        ("inflight_at_submit", pa.int32()),
-        ("t_submit", pa.float64()),
-        ("create_s", pa.float64()),
-        ("ready_s", pa.float64()),
-        ("tti_s", pa.float64()),
-        ("exec_count", pa.int32()),
-        ("exec_s", pa.float64()),
-        ("terminate_s", pa.float64()),
-        ("total_s", pa.float64()),
-        ("outcome", pa.string()),
-        ("failure_kind", pa.string()),
-        ("failure_phase", pa.string()),
-        ("error", pa.string()),
-        ("sandbox_id", pa.string()),
-        ("sdk_version", pa.string()),
-        ("t_intended", pa.float64()),
-        ("attempt", pa.int16()),
-        ("turns", pa.int16()),
-        ("gen_s", pa.float64()),
-        ("ready_poll_s", pa.float64()),
-        ("ready_probe_s", pa.float64()),
-        ("loop_lag_s", pa.float64()),
-    ],
-    metadata={b"stampede.schema_version": str(SCHEMA_VERSION).encode(), b"stampede.table": b"rollouts"},
-)
+WALL_CLOCK = pa.timestamp("us", tz="UTC")
+"""Wall-clock instants in the files (v2): readers see timestamps, not float epoch seconds."""
+LOW_CARDINALITY = pa.dictionary(pa.int32(), pa.string())
+"""Repeated strings (provider, stage, outcome, ...): dictionary-encoded in the files, categories in pandas."""
 
-OP_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("rollout_id", pa.string()),
-        ("op", pa.string()),
-        ("t_start", pa.float64()),
-        ("dur_s", pa.float64()),
-        ("ok", pa.bool_()),
-        ("failure_kind", pa.string()),
-        ("worker", pa.string()),
-        ("sandbox_id", pa.string()),
-    ],
-    metadata={b"stampede.schema_version": str(SCHEMA_VERSION).encode(), b"stampede.table": b"ops"},
+_SECONDS = {b"unit": b"s"}
+_COUNT = {b"unit": b"count"}
+
+
+def _table_metadata(table: str, version: int = SCHEMA_VERSION) -> dict[bytes, bytes]:
+    return {b"stampede.schema_version": str(version).encode(), b"stampede.table": table.encode()}
+
+
+def _rollout_fields(clock: pa.DataType, repeated: pa.DataType) -> list[pa.Field]:
+    return [
+        pa.field("run_id", repeated),
+        pa.field("worker", repeated),
+        pa.field("rollout_id", pa.string()),
+        pa.field("provider", repeated),
+        pa.field("profile", repeated),
+        pa.field("scenario", repeated),
+        pa.field("stage", repeated),
+        pa.field("target_users", pa.int32(), metadata=_COUNT),
+        pa.field("inflight_at_submit", pa.int32(), metadata=_COUNT),
+        pa.field("t_submit", clock),
+        pa.field("create_s", pa.float64(), metadata=_SECONDS),
+        pa.field("ready_s", pa.float64(), metadata=_SECONDS),
+        pa.field("tti_s", pa.float64(), metadata=_SECONDS),
+        pa.field("exec_count", pa.int32(), metadata=_COUNT),
+        pa.field("exec_s", pa.float64(), metadata=_SECONDS),
+        pa.field("terminate_s", pa.float64(), metadata=_SECONDS),
+        pa.field("total_s", pa.float64(), metadata=_SECONDS),
+        pa.field("outcome", repeated),
+        pa.field("failure_kind", repeated),
+        pa.field("failure_phase", repeated),
+        pa.field("error", pa.string()),
+        pa.field("sandbox_id", pa.string()),
+        pa.field("sdk_version", repeated),
+        pa.field("t_intended", clock),
+        pa.field("attempt", pa.int16(), metadata=_COUNT),
+        pa.field("turns", pa.int16(), metadata=_COUNT),
+        pa.field("gen_s", pa.float64(), metadata=_SECONDS),
+        pa.field("ready_poll_s", pa.float64(), metadata=_SECONDS),
+        pa.field("ready_probe_s", pa.float64(), metadata=_SECONDS),
+        pa.field("loop_lag_s", pa.float64(), metadata=_SECONDS),
+    ]
+
+
+def _op_fields(clock: pa.DataType, repeated: pa.DataType) -> list[pa.Field]:
+    return [
+        pa.field("run_id", repeated),
+        pa.field("rollout_id", pa.string()),
+        pa.field("op", repeated),
+        pa.field("t_start", clock),
+        pa.field("dur_s", pa.float64(), metadata=_SECONDS),
+        pa.field("ok", pa.bool_()),
+        pa.field("failure_kind", repeated),
+        pa.field("worker", repeated),
+        pa.field("sandbox_id", pa.string()),
+    ]
+
+
+ROLLOUT_SCHEMA = pa.schema(_rollout_fields(WALL_CLOCK, LOW_CARDINALITY), metadata=_table_metadata(ROLLOUTS_TABLE))
+"""The rollouts table as written (v2): timestamps in UTC, repeated strings dictionary-encoded, units per field."""
+
+OP_SCHEMA = pa.schema(_op_fields(WALL_CLOCK, LOW_CARDINALITY), metadata=_table_metadata(OPS_TABLE))
+
+ROLLOUT_READ_SCHEMA = pa.schema(
+    _rollout_fields(pa.float64(), pa.string()), metadata=_table_metadata(ROLLOUTS_TABLE, version=1)
 )
+"""The rollouts table as the analysis reads it, and as v1 files hold it: epoch seconds as floats, plain strings
+(harness.results.dataset converts v2 files to this, so the arithmetic on epoch seconds is unchanged)."""
+
+OP_READ_SCHEMA = pa.schema(_op_fields(pa.float64(), pa.string()), metadata=_table_metadata(OPS_TABLE, version=1))
+
+
+def truth_schema() -> pa.Schema:
+    """The simulated vendor's own record of each sandbox (`truth/`): the cross-check of our timing.
+
+    `*_wall` are its wall-clock instants; `*_s` the same instants in vendor seconds (on the vendor's clock): a live
+    simulated vendor plays a burst's sending 1:1, so wall spans times 1 / time scale are not always vendor spans
+    (harness.results.vendor_time).
+    """
+    vendor_clock = {b"unit": b"s", b"clock": b"vendor"}
+    return pa.schema(
+        [
+            pa.field("id", pa.string()),
+            pa.field("status", LOW_CARDINALITY),
+            pa.field("error_type", LOW_CARDINALITY),
+            pa.field("created_wall", WALL_CLOCK),
+            pa.field("ready_wall", WALL_CLOCK),
+            pa.field("ended_wall", WALL_CLOCK),
+            pa.field("first_exec_done_wall", WALL_CLOCK),
+            pa.field("first_exec_start_wall", WALL_CLOCK),
+            pa.field("exec_busy_s", pa.float64(), metadata=vendor_clock),
+            pa.field("created_s", pa.float64(), metadata=vendor_clock),
+            pa.field("ready_s", pa.float64(), metadata=vendor_clock),
+            pa.field("ended_s", pa.float64(), metadata=vendor_clock),
+            pa.field("first_exec_start_s", pa.float64(), metadata=vendor_clock),
+            pa.field("first_exec_done_s", pa.float64(), metadata=vendor_clock),
+        ],
+        metadata=_table_metadata(TRUTH_TABLE),
+    )
+
+
+def file_column(values: Sequence[Any], field: pa.Field) -> pa.Array:
+    """One column in its file type from plain Python values, vectorised (the engine's hot path, #11): epoch
+    seconds become µs UTC timestamps, repeated strings a dictionary."""
+    if pa.types.is_timestamp(field.type):
+        import pyarrow.compute as pc  # deferred: 50 ms the engine need not spend before its first rollout
+
+        seconds = pa.array(values, type=pa.float64())
+        return pc.cast(pc.round(pc.multiply(seconds, 1_000_000.0)), pa.int64()).cast(field.type)
+    if pa.types.is_dictionary(field.type):
+        return pa.array(values, type=field.type.value_type).dictionary_encode()
+    return pa.array(values, type=field.type)
+
+
+def file_table(rows: Sequence[Any], schema: pa.Schema) -> pa.Table:
+    """Records (objects whose attributes are the schema's columns) or dicts as one table in the file types."""
+    if rows and isinstance(rows[0], dict):
+        columns = [file_column([row.get(name) for row in rows], schema.field(name)) for name in schema.names]
+    else:
+        columns = [file_column([getattr(row, name) for row in rows], schema.field(name)) for name in schema.names]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+_TIME_UNITS_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+
+
+def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A timestamp column as float epoch seconds (what the analysis does arithmetic on); others unchanged."""
+    if not pa.types.is_timestamp(column.type):
+        return column
+    import pyarrow.compute as pc
+
+    ticks = pc.cast(pc.cast(column, pa.int64()), pa.float64())
+    return pc.divide(ticks, _TIME_UNITS_PER_SECOND[column.type.unit])
+
 
 SCHEMA_V1_ROLLOUT_COLUMNS: tuple[str, ...] = (
     "run_id", "worker", "rollout_id", "provider", "scenario", "stage", "target_users", "inflight_at_submit",
@@ -162,3 +259,5 @@ def _check_schema_matches(record_type: type, schema: pa.Schema) -> None:
 
 _check_schema_matches(RolloutRecord, ROLLOUT_SCHEMA)
 _check_schema_matches(OpRecord, OP_SCHEMA)
+_check_schema_matches(RolloutRecord, ROLLOUT_READ_SCHEMA)
+_check_schema_matches(OpRecord, OP_READ_SCHEMA)

@@ -1,4 +1,5 @@
-"""Write a run folder in the real results schema (v1) from chosen distributions, without running anything.
+"""Write a run folder in the v1 results layout (flat shards, float epoch seconds) from chosen distributions,
+without running anything (v1 folders must keep reading).
 
 For the report benchmark (a million rows in seconds) and for tests of the export and the model, where the
 truth behind the data must be known. Rows are built column-wise with numpy; shards are written like the
@@ -15,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.wire.records import ROLLOUT_SCHEMA, SCHEMA_VERSION
+from harness.wire.records import ROLLOUT_READ_SCHEMA as ROLLOUT_SCHEMA  # the v1 file schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ def write_synthetic_run(out_dir: Path, spec: SyntheticRun) -> Path:
         "profile": spec.profile,
         "scenario": spec.scenario,
         "time_scale": spec.time_scale,
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": 1,
         "status": "complete",
         "versions": {"stampede": "synthetic"},
         "rows": {"rollouts": table.num_rows},
