@@ -27,7 +27,7 @@ from harness.results.compare_report import build_compare
 from harness.results.report import load_runs
 from harness.results.report_tables import comparison_table
 from harness.results.stage_matching import match_runs, match_stages
-from harness.wire.run_endings import EXIT_REGRESSION
+from harness.wire.run_endings import EXIT_REGRESSION, EXIT_THRESHOLDS_CROSSED
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -219,6 +219,21 @@ def test_gate_chooses_what_fails_the_comparison(folders, tmp_path):
                     "--gate", "ready.p90").returncode == EXIT_REGRESSION  # fmt: skip
 
 
+def test_thresholds_are_checked_on_the_candidates_and_come_before_a_regression(folders, tmp_path):
+    out = str(tmp_path / "out")
+    held = stampede("compare", str(folders["base"]), str(folders["same"]), "-o", out, "--no-figures",
+                    "--threshold", "tti.p50<1000")  # fmt: skip
+    assert held.returncode == 0 and "all 1 hold" in held.stdout
+    crossed = stampede("compare", str(folders["base"]), str(folders["same"]), "-o", out, "--no-figures",
+                       "--threshold", "tti.p50<0.001")  # fmt: skip
+    assert crossed.returncode == EXIT_THRESHOLDS_CROSSED and "CROSSED" in crossed.stdout
+    saved = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert saved["exit_code"] == EXIT_THRESHOLDS_CROSSED and saved["thresholds"][0]["run_id"] == "same"
+    both = stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", out, "--no-figures",
+                    "--threshold", "tti.p50<0.001")  # fmt: skip
+    assert both.returncode == EXIT_THRESHOLDS_CROSSED and "REGRESSION" in both.stdout
+
+
 def test_the_same_seed_writes_the_same_intervals(folders, tmp_path):
     first = build_compare([folders["base"], folders["slow"]], tmp_path / "a", figures=False)
     again = build_compare([folders["base"], folders["slow"]], tmp_path / "b", figures=False)
@@ -235,6 +250,7 @@ def test_the_same_seed_writes_the_same_intervals(folders, tmp_path):
         (("{base}", "{tmp}"), "not a stampede run folder"),
         (("{base}", "{slow}", "--gate", "tti.p42"), "unknown figure"),
         (("{base}", "{slow}", "--min-effect", "lots"), "not a number"),
+        (("{base}", "{slow}", "--threshold", "tti.p50<<3"), "--threshold"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(folders, tmp_path, args, needle):

@@ -1,7 +1,8 @@
 """`stampede compare BASELINE CANDIDATE [CANDIDATE ...]`: wiring only (heavy imports happen in run()).
 
-Exit status: 0, or EXIT_REGRESSION (98) when a gated figure of a candidate is worse than the baseline beyond
-the noise; 2 for bad input.
+Exit status: 2 for bad input; else 99 (EXIT_THRESHOLDS_CROSSED) when a `--threshold` is crossed by a candidate
+(an absolute bar, as `stampede run` and `report` check it; before a relative verdict), else 98 (EXIT_REGRESSION) when
+a gated figure of a candidate is worse than the baseline beyond the noise, else 0.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stages match when their measured concurrency is within this of the baseline's "
                              "(default 0.15)")  # fmt: skip
     parser.add_argument("--no-figures", action="store_true", help="no PNG (compare.html holds the tables only)")
+    parser.add_argument("--threshold", action="append", default=None, metavar="EXPR",
+                        help="pass/fail on each candidate's own figures, vendor seconds, e.g. 'tti.p99<30' "
+                             "(repeatable; exit 99 when one is crossed; grammar: harness/results/thresholds.py)")  # fmt: skip
 
 
 @one_line_errors
@@ -86,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.results.compare import DEFAULT_GATE, Settings, parse_gate
     from harness.results.compare_report import build_compare
     from harness.results.concurrency import LEVEL_TOLERANCE
+    from harness.results.thresholds import parse_all
+
+    pass_fail = parse_all(args.threshold)  # a bad expression ends here, before any reading
 
     if not 0 < args.confidence < 1:
         raise UsageError(f"--confidence {args.confidence:g}: give a level between 0 and 1, e.g. 0.95")
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         basis=args.seconds,
         settings=settings,
         figures=not args.no_figures,
+        thresholds=pass_fail,
     )
     print(result.text)
     return result.exit_code

@@ -29,6 +29,8 @@ from harness.results.compare import (
 from harness.results.report import load_runs
 from harness.results.report_tables import Table, basis_note, seconds
 from harness.results.stage_aggregate import RunStats, TimeBasis
+from harness.results.thresholds import Threshold, any_crossed, evaluate, format_verdicts
+from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
 
 COMPARE_VERSION = 1
 """compare.json's layout version: bump on any change a reader would notice."""
@@ -252,8 +254,13 @@ def build_compare(
     basis: TimeBasis = "vendor",
     settings: Settings = Settings(),
     figures: bool = True,
+    thresholds: Sequence[Threshold] = (),
 ) -> CompareResult:
-    """Load the runs (the first is the baseline), compare, write compare.json, compare.html and the PNGs."""
+    """Load the runs (the first is the baseline), compare, write compare.json, compare.html and the PNGs.
+
+    `thresholds` are checked on each candidate's own figures (vendor seconds, whatever `basis`): one crossed makes
+    the exit status EXIT_THRESHOLDS_CROSSED, which comes before EXIT_REGRESSION.
+    """
     if len(run_dirs) < 2:
         raise UsageError("compare needs a baseline run folder and at least one candidate run folder")
     runs = load_runs(run_dirs, basis)
@@ -280,6 +287,11 @@ def build_compare(
         every = duration_table(candidate, unit, settings.confidence, every=True)
         sections.append((f"{candidate.run.info.label} vs {runs[0].info.label}", [matching, every, rates], []))
     verdicts = verdict_lines(comparison)
+    crossed, threshold_lines, threshold_json = _check_thresholds(thresholds, [c.run for c in comparison.candidates])
+    exit_code = EXIT_THRESHOLDS_CROSSED if crossed else comparison.exit_code
+    verdicts += threshold_lines
+    if thresholds:
+        verdicts.append(f"exit {exit_code}: " + ("a threshold is crossed" if crossed else "every threshold holds"))
     headline = headline_table(comparison, unit)
     sections.insert(0, ("Gated figures", [headline], []))
     text += ["", headline.to_text(), "", "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
@@ -297,12 +309,31 @@ def build_compare(
             images.append((caption, png))
         sections.append(("Figures", [], images))
     json_path = out / "compare.json"
-    json_path.write_text(json.dumps(comparison_json(comparison), indent=1, allow_nan=False) + "\n")
+    saved = comparison_json(comparison, {"thresholds": threshold_json, "exit_code": exit_code})
+    json_path.write_text(json.dumps(saved, indent=1, allow_nan=False) + "\n")
     html_path = out / "compare.html"
     title = f"stampede compare: {runs[0].info.run_id} (baseline) vs " + ", ".join(r.info.run_id for r in runs[1:])
-    endings = [(line, line.endswith("a gated figure is worse") or "REGRESSION" in line) for line in verdicts]
+    alarming = ("REGRESSION", "CROSSED", "is worse", "is crossed")
+    endings = [(line, any(word in line for word in alarming)) for line in verdicts]
     notes = [basis_note(run) for run in runs] + [settings.describe()]
     html_path.write_text(html_report.render(title, notes, sections, FOOTNOTES, endings=endings))
     text += [f"compare: {html_path}", f"json: {json_path}"]
-    return CompareResult(out, html_path, json_path, [*written, json_path], "\n".join(text), comparison,
-                         comparison.exit_code)  # fmt: skip
+    return CompareResult(out, html_path, json_path, [*written, json_path], "\n".join(text), comparison, exit_code)
+
+
+def _check_thresholds(
+    thresholds: Sequence[Threshold], candidates: Sequence[RunStats]
+) -> tuple[bool, list[str], list[dict[str, Any]]]:
+    """Each candidate's threshold verdicts: (any crossed, lines to print, compare.json's `thresholds`)."""
+    if not thresholds:
+        return False, [], []
+    from harness.results.run_figures import load_aggregate, run_figures
+
+    crossed, lines, saved = False, [], []
+    for run in candidates:
+        info, aggregate = load_aggregate(run.info.run_dir, "vendor")
+        verdicts = evaluate(thresholds, run_figures(aggregate))
+        lines += [f"{run.info.label}: {line}" for line in format_verdicts(verdicts).splitlines()]
+        saved.append({"run_id": info.run_id, "verdicts": [v.to_dict() for v in verdicts]})
+        crossed = crossed or any_crossed(verdicts)
+    return crossed, lines, saved
