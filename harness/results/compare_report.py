@@ -167,7 +167,7 @@ def headline_table(comparison: Comparison, unit: str) -> Table:
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
-    """The closing lines: each gated regression, or that there is none (and what was gated)."""
+    """Per candidate: each gated regression, or that there is none (and what was gated)."""
     gate = ", ".join(comparison.settings.gate) or "none"
     lines = []
     for candidate in comparison.candidates:
@@ -182,8 +182,7 @@ def verdict_lines(comparison: Comparison) -> list[str]:
             else:
                 change = f"{seconds(f.baseline)} -> {seconds(f.candidate)} {f.unit} ({_ratio(f.ratio)})"
             lines.append(f"{name}: REGRESSION {f.name} at {_row_label(row)}: {change}")
-    status = f"exit {comparison.exit_code}: " + ("a gated figure is worse" if comparison.regressed else "no regression")
-    return [*lines, status]
+    return lines
 
 
 def _num(value: float | None) -> float | str | None:
@@ -290,8 +289,12 @@ def build_compare(
     crossed, threshold_lines, threshold_json = _check_thresholds(thresholds, [c.run for c in comparison.candidates])
     exit_code = EXIT_THRESHOLDS_CROSSED if crossed else comparison.exit_code
     verdicts += threshold_lines
-    if thresholds:
-        verdicts.append(f"exit {exit_code}: " + ("a threshold is crossed" if crossed else "every threshold holds"))
+    reasons = ["a threshold is crossed"] if crossed else []
+    reasons += ["a gated figure is worse"] if comparison.regressed else []
+    verdicts.append(
+        f"exit {exit_code}: "
+        + (" and ".join(reasons) or "no regression" + (", every threshold holds" if thresholds else ""))
+    )
     headline = headline_table(comparison, unit)
     sections.insert(0, ("Gated figures", [headline], []))
     text += ["", headline.to_text(), "", "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
