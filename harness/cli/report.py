@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="output folder (default: RUN_DIR/report, or ./stampede-report for several runs)",
     )
     parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
-                        help="durations in vendor seconds (wall / time scale; default) or wall seconds")  # fmt: skip
+                        help="the seconds of every duration: vendor (default; a simulated vendor's own seconds, a real "
+                             "vendor's are wall seconds) or wall; every table header and figure axis names it")  # fmt: skip
     parser.add_argument("--knee-max-failure", type=_fraction, default=DEFAULT_MAX_FAILURE_RATE, metavar="RATE",
                         help="knee: highest failure rate a stage may have (0.05 or 5 = 5%%; "
                              f"default {100 * DEFAULT_MAX_FAILURE_RATE:g}%%, as the live knee search)")  # fmt: skip
