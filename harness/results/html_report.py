@@ -13,7 +13,8 @@ _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1300px;color:#222}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0 18px;font:12px ui-monospace,Menlo,monospace}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4f4}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4f4}td{white-space:nowrap}
+.wide{overflow-x:auto}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee;margin:6px 0}
 caption{text-align:left;font-weight:600;padding:4px 0;white-space:pre-line}
 td.small{color:#999}figure{margin:14px 0 22px}figcaption{color:#444;font-size:13px;max-width:1000px}
@@ -33,7 +34,7 @@ def table_html(table: Table) -> str:
     head = "".join(cell("th", i, h) for i, h in enumerate(table.header))
     body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in table.rows)
     caption = f"<caption>{html.escape(table.title)}</caption>" if table.title else ""
-    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class='wide'><table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def image_html(png: bytes, alt: str) -> str:
