@@ -93,3 +93,11 @@ def test_a_real_runs_summary_json_validates(tmp_path):
     assert [s["stage"] for s in document["stages"]] == ["01-ramp5", "02-ramp10"]
     assert document["status"] == "completed" and document["exit_code"] == 0 and document["thresholds"] == []
     assert "TTI p50 (vendor s)" in result.stdout
+
+
+def test_starts_per_second_are_over_each_stages_submit_span_not_diluted_by_the_drain(tmp_path):
+    # a submit every 0.5 s, 21 per stage (10 s of submits), each rollout running a minute after its last submit
+    stages = tuple(SyntheticStage(21, 21, init_failure_p=0.0, stagger_s=0.5) for _ in range(2))
+    run_dir = write_synthetic_run(tmp_path, SyntheticRun(run_id="staggered", stages=stages, exec_s=60.0, seed=4))
+    _, aggregate = load_aggregate(run_dir, "vendor")
+    assert [stage.start_rate for stage in aggregate.stats.stages] == [pytest.approx(21 / 10.0)] * 2

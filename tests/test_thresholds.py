@@ -180,3 +180,25 @@ def test_abort_on_threshold_stops_a_long_run_drained_with_exit_99(tmp_path):
     assert manifest["stopped_by_thresholds"][0]["expression"] == "failures.exec_timeout<3"
     assert all(engine.get("reaped_by_label") is not None for engine in manifest["engines"])
     validate_summary(json.loads((tmp_path / "stopped" / "summary.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory) -> Path:
+    from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
+
+    spec = SyntheticRun(run_id="gate", time_scale=0.1, stages=(SyntheticStage(20, 300, init_failure_p=0.1),), seed=5)
+    return write_synthetic_run(tmp_path_factory.mktemp("runs"), spec)
+
+
+def test_report_and_summary_gate_a_finished_run_in_vendor_seconds(synthetic_run, tmp_path):
+    from harness.results.run_figures import load_aggregate
+
+    _, aggregate = load_aggregate(synthetic_run, "vendor")
+    p50 = aggregate.run.phases["tti"]["p50"]  # vendor seconds: ten times the wall figure at time scale 0.1
+    above, below = f"tti.p50<{p50 * 1.01:.6f}", f"tti.p50<{p50 * 0.99:.6f}"
+    for command in (["summary", str(synthetic_run)], ["report", str(synthetic_run), "--no-figures", "-o", str(tmp_path)]):
+        assert stampede(*command, "--threshold", above, "--seconds", "wall").returncode == 0
+        crossed = stampede(*command, "--threshold", below, "--threshold", "init_failure_rate<0.5")
+        assert crossed.returncode == 99 and f"{below}: " in crossed.stdout and "CROSSED" in crossed.stdout
+        bad = stampede(*command, "--threshold", "tti.p99<<1")
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'<1' is not a number" in bad.stderr

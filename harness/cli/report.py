@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from harness.errors import UsageError, one_line_errors
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--knee-max-p99", type=_positive, default=None, metavar="SECONDS",
                         help="knee: TTI p99 at most this many seconds, instead of the ratio (default: the ratio)")  # fmt: skip
     parser.add_argument("--no-figures", action="store_true", help="tables only (no PNG; report.html without figures)")
+    parser.add_argument("--threshold", action="append", default=None, metavar="EXPR",
+                        help="pass/fail on each run's figures, vendor seconds, e.g. 'tti.p99<30' (repeatable; "
+                             "exit 99 when one is crossed; grammar: harness/results/thresholds.py)")  # fmt: skip
 
 
 @one_line_errors
@@ -62,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.results.knee import KneeThresholds
     from harness.results.report import build_report
+    from harness.results.thresholds import parse_all
 
+    pass_fail = parse_all(args.threshold)  # a bad expression ends here, before any reading
     thresholds = KneeThresholds(
         max_failure_rate=args.knee_max_failure, max_p99_ratio=args.knee_p99_ratio, max_p99_s=args.knee_max_p99
     )
@@ -74,7 +80,24 @@ def run(args: argparse.Namespace) -> int:
         figures=not args.no_figures,
     )
     print(result.text)
-    return 0
+    return _check_thresholds(pass_fail, [run.info.run_dir for run in result.runs])
+
+
+def _check_thresholds(pass_fail: Sequence[Any], run_dirs: Sequence[Any]) -> int:
+    """Each run's verdicts (vendor seconds, whatever --seconds the tables use); 99 when any is crossed."""
+    if not pass_fail:
+        return 0
+    from harness.results.run_figures import load_aggregate, run_figures
+    from harness.results.thresholds import any_crossed, evaluate, format_verdicts
+    from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
+
+    crossed = False
+    for run_dir in run_dirs:
+        info, aggregate = load_aggregate(run_dir, "vendor")
+        verdicts = evaluate(pass_fail, run_figures(aggregate))
+        print(f"{info.run_id}: {format_verdicts(verdicts)}")
+        crossed = crossed or any_crossed(verdicts)
+    return EXIT_THRESHOLDS_CROSSED if crossed else 0
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -461,7 +461,8 @@ class StampedeSession:
         )
         write_manifest(self.run_dir, self.manifest)
         # thresholds checked, summary.json written, exit status settled (harness.wire.run_endings: 99 when crossed)
-        conclusion = conclude_run(self.run_dir, self.manifest, rollouts, self.engine_summaries, self.settings.thresholds)
+        conclusion = conclude_run(self.run_dir, self.manifest, rollouts, self.engine_summaries, self.settings.thresholds,
+                                  "wall" if self.settings.seconds == "wall" else "vendor")  # fmt: skip
         write_manifest(self.run_dir, self.manifest)
         self.exit_code = conclusion.exit_code
         if conclusion.exit_code == EXIT_THRESHOLDS_CROSSED:

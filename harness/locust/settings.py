@@ -224,6 +224,14 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         " (grammar: harness/results/thresholds.py)",
     )
     add(
+        "--seconds",
+        choices=("vendor", "wall"),
+        default="vendor",
+        env_var="STAMPEDE_SECONDS",
+        help="the end-of-run table in vendor seconds (wall / time scale) or wall seconds; summary.json and"
+        " thresholds are always vendor seconds",
+    )
+    add(
         "--abort-on-threshold",
         action="store_true",
         default=False,
@@ -372,6 +380,7 @@ class RunSettings:
     allow_oversubscribe: bool = False  # past harness.locust.run_limits' estimate of what this machine holds
     thresholds: tuple[Threshold, ...] = ()  # --threshold, checked at the end of the run (harness.results.thresholds)
     abort_on_threshold: bool = False  # stop once a threshold that cannot un-cross is crossed (threshold_watch)
+    seconds: str = "vendor"  # the end-of-run table's seconds: vendor or wall
 
     @property
     def embedded_vendor(self) -> bool:
@@ -457,6 +466,7 @@ class RunSettings:
             allow_oversubscribe=bool(get("allow_oversubscribe", False)),
             thresholds=parse_all(_as_list(get("threshold"))),
             abort_on_threshold=bool(get("abort_on_threshold", False)),
+            seconds="wall" if get("seconds") == "wall" else "vendor",
         )
 
     def secrets(self) -> list[str]:

@@ -45,7 +45,7 @@ class RunEnding:
             line += f" (exit {code})"
         line += f" — {endings.meaning_of(self.ending)}"
         if self.thresholds_crossed:
-            line += f"; {self.thresholds_crossed} threshold verdicts crossed"
+            line += f"; thresholds crossed: {self.thresholds_crossed} (run.json `thresholds`)"
         if self.unfinished:
             line += f"; {self.unfinished} submitted rollouts have no recorded end (outcome unfinished)"
         if self.ending == endings.CRASHED and self.cleanup_hint:

@@ -16,6 +16,7 @@ from harness.results.dataset import load_rollout_frame, read_run_info
 from harness.results.quantiles import quantiles
 from harness.results.run_ending import run_ending
 from harness.results.run_figures import RunAggregate, aggregate_run, run_figures
+from harness.results.stage_aggregate import TimeBasis
 from harness.results.summary import format_stage_table, load_truth, measurement_error
 from harness.results.summary_json import build_summary, write_summary
 from harness.results.thresholds import Threshold, Verdict, any_crossed, evaluate, format_verdicts
@@ -38,16 +39,20 @@ def conclude_run(
     rollouts: pd.DataFrame,
     engines: Sequence[Mapping[str, Any]],
     thresholds: Sequence[Threshold] = (),
+    seconds: TimeBasis = "vendor",
 ) -> RunConclusion:
-    """Check the thresholds, record them in `manifest` (the caller writes it), write summary.json, render."""
+    """Check the thresholds, record them in `manifest` (the caller writes it), write summary.json, render the
+    table in `seconds` (thresholds and summary.json: always vendor seconds)."""
     info = read_run_info(run_dir)
-    aggregate = aggregate_run(info, load_rollout_frame(Path(run_dir)), "vendor")
+    frame = load_rollout_frame(Path(run_dir))
+    aggregate = aggregate_run(info, frame, "vendor")
     verdicts = evaluate(thresholds, run_figures(aggregate))
     status = normalize(manifest.get("status"))
     exit_code = exit_code_for(status, any_crossed(verdicts))
     manifest.update({"exit_code": exit_code, "thresholds": [verdict.to_dict() for verdict in verdicts]})
     path = write_summary(Path(run_dir), build_summary(aggregate, manifest, verdicts, status, exit_code))
-    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, aggregate, verdicts)
+    shown = aggregate if seconds == "vendor" else aggregate_run(info, frame, seconds)
+    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, shown, verdicts)
     return RunConclusion(text=text, verdicts=verdicts, exit_code=exit_code, summary_path=path)
 
 
@@ -72,7 +77,7 @@ def render_run_summary(
         lines.append(
             f"time scale {time_scale:g}: the simulated vendor ran {1 / time_scale:g}x faster than real time;"
             f" durations below are {aggregate.basis} seconds"
-            + (" (`stampede summary --seconds wall` for wall seconds)" if aggregate.basis == "vendor" else "")
+            + (" (--seconds wall for wall seconds)" if aggregate.basis == "vendor" else "")
         )
     total = len(rollouts)
     stages = aggregate.stats.stages

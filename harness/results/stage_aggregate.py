@@ -143,17 +143,8 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     span_max = np.full(n, -np.inf)
     np.minimum.at(span_min, codes, t_submit)
     np.maximum.at(span_max, codes, t_submit)
-    # A stage lasts from its first submit to the next stage's first submit (the last: to the run's end), so the
-    # start rate is starts per second of the stage, not per second of a burst's release instant.
-    if "total_s" in frame:
-        run_end = float(np.nanmax(t_submit + frame["total_s"].fillna(0.0).to_numpy(dtype=float)))
-    else:
-        run_end = float(np.max(t_submit))
-    order = np.argsort(span_min)
-    stage_end = np.empty(n)
-    stage_end[order[:-1]] = span_min[order[1:]]
-    stage_end[order[-1]] = max(run_end, span_max[order[-1]])
-    span_max = stage_end
+    # The start rate is over the stage's submit span (its first submit to its last), as the report's footnote and
+    # the README say: a stage's tail (the last stage's: the run's drain) never dilutes it; a burst's is its release.
     measured = concurrency_during(frame)
     measured_median = pd.Series(measured).groupby(codes).median().reindex(range(n)).to_numpy(dtype=float)
     target = pd.Series(frame["target_users"].to_numpy()).groupby(codes).max().reindex(range(n)).to_numpy()

@@ -28,7 +28,9 @@ SMALL_SAMPLE_NOTE = (
     "~ fewer than 10 samples lie beyond this quantile (n·(1-q) < 10: p99 needs 1,000 rollouts, p99.9 10,000): "
     "mostly noise"
 )
-START_RATE_NOTE = "starts/s: rollouts submitted in the stage per second of the stage (first submit to the next stage's)"
+START_RATE_NOTE = (
+    "starts/s: rollouts submitted in the stage / its submit span (first submit to last; a burst's is its release)"
+)
 _LEVELS = dict(REPORT_QUANTILES)
 
 

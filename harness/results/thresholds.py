@@ -10,7 +10,7 @@
             | failure_rate          failed / (ok + failed)                       a fraction (UNIT % allowed)
             | init_failure_rate     failed in create or ready / (ok + failed)    a fraction
             | success_rate          ok / (ok + failed)                           a fraction
-            | start_rate            rollouts submitted per vendor second of the stage (or run)
+            | start_rate            rollouts submitted / submit span, per vendor second
             | failures              failed rollouts (rows), a count
             | failures.KIND         failed rollouts of one kind (rate_limited, capacity, ...), a count
     OP     := < | <= | > | >=
