@@ -182,7 +182,7 @@ def comparison_table(runs: Sequence[RunStats]) -> Table:
     header = ["concurrency (measured)"]
     for run in runs:
         name = f"{run.info.provider}/{run.info.profile}"
-        header += [f"{name} TTI p50 ({seconds_unit})", f"p99 ({seconds_unit})", "fail%"]
+        header += [f"{name} p50 ({seconds_unit})", f"p99 ({seconds_unit})", "fail%"]
     rows = []
     for members in matched:
         labels = sorted({runs[r].stages[i].concurrency for r, i in enumerate(members) if i is not None})
