@@ -24,7 +24,6 @@ Every run is bounded (`--timeout`, default 300 s) and writes to a temporary fold
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import subprocess
 import sys
@@ -34,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness.results.dataset import load_rollouts  # noqa: E402
 from harness.results.summary import load_truth, measurement_error  # noqa: E402
 
 SIDES = ("prime", "stub")
@@ -85,7 +84,7 @@ def run_side(side: str, args: argparse.Namespace, out: Path) -> SideResult:
         raise SystemExit(f"{side} run failed ({done.returncode}): {' | '.join(tail)}")
     run_dir = out / run_id
     engine = json.loads((run_dir / "engine-local.json").read_text())
-    frame = pd.concat(map(pd.read_parquet, sorted(glob.glob(str(run_dir / "rollouts*.parquet")))))
+    frame = load_rollouts(run_dir)
     last_stage = frame.loc[frame["target_users"] == frame["target_users"].max()]
     ttis = last_stage.loc[last_stage["outcome"] == "ok", "tti_s"].dropna().to_numpy(dtype=float)
 

@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -36,8 +34,9 @@ def to_first_rollout() -> float:
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"stampede run failed: {result.stderr[-500:]}")
-    shards = sorted(out.glob("*/rollouts*.parquet"))
-    first = min(min(pq.read_table(shard, columns=["t_submit"]).column("t_submit").to_pylist()) for shard in shards)
+    from harness.results.dataset import load_rollouts  # t_submit as float epoch seconds, in either layout
+
+    first = min(load_rollouts(run_dir)["t_submit"].min() for run_dir in out.iterdir() if run_dir.is_dir())
     return float(first) - started
 
 

@@ -23,6 +23,7 @@ from harness.engine.shards import ShardWriter
 from harness.errors import UsageError
 from harness.results import compaction
 from harness.results.dataset import load_ops, load_rollout_frame, load_rollouts, load_truth, read_run_info
+from harness.results.layout import files_to_ship, shipped_path
 from harness.results.run_pointer import resolve_run_dir
 from harness.wire.records import OP_READ_SCHEMA, ROLLOUT_READ_SCHEMA, OpRecord, RolloutRecord
 
@@ -262,3 +263,17 @@ def test_a_pointer_naming_a_missing_run_is_one_line(tmp_path):
     with pytest.raises(UsageError, match="names gone"):
         resolve_run_dir(tmp_path / "latest")
     assert resolve_run_dir(tmp_path) == tmp_path  # a folder is itself
+
+
+def test_a_workers_table_files_land_in_their_folders_and_nothing_escapes_the_run(tmp_path):
+    worker_run = tmp_path / "spool" / "r1"
+    write_v2_shards(worker_run, 6, per_shard=3)
+    (worker_run / "engine-w1.json").write_text("{}")
+    names = [path.relative_to(worker_run).as_posix() for path in files_to_ship(worker_run)]
+    assert names == ["engine-w1.json", "ops/ops-w0-00000.parquet", "ops/ops-w0-00001.parquet",
+                     "rollouts/rollouts-w0-00000.parquet", "rollouts/rollouts-w0-00001.parquet"]  # fmt: skip
+    master_run = tmp_path / "master" / "r1"
+    assert [shipped_path(master_run, name) for name in names] == [master_run / name for name in names]
+    for hostile in ("../x.parquet", "/etc/passwd", "rollouts/../../x", ".hidden", "rollouts/.x.tmp", "rollouts",
+                    "other/x.parquet", "rollouts/a/b.parquet", "", "a\\b"):  # fmt: skip
+        assert shipped_path(master_run, hostile) is None, hostile

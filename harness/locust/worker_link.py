@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -27,8 +27,8 @@ from locust.rpc import Message
 
 from harness.locust.engine_client import EngineClient
 from harness.locust.run_state import MSG_GATE, MSG_STAGE, RunState, Stage
+from harness.results.layout import files_to_ship, shipped_path
 from harness.wire.messages import EngineStats
-from harness.wire.schema_version import TABLES
 
 log = logging.getLogger("stampede")
 
@@ -49,29 +49,6 @@ def process_usage() -> dict[str, float]:
 
 
 SENT_DIR = "sent"
-
-
-def _files_to_ship(run_dir: Path) -> list[Path]:
-    """The engine's complete files: the run folder's own and its table folders' (hidden names are in progress)."""
-    files = [path for path in run_dir.iterdir() if path.is_file() and not path.name.startswith(".")]
-    for table in TABLES:
-        folder = run_dir / table
-        if folder.is_dir():
-            files += [path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")]
-    return sorted(files)
-
-
-def shipped_path(run_dir: Path, name: str) -> Path | None:
-    """Where a file a worker shipped goes in the master's run folder: `name` or `<table>/name`; None for anything
-    else (a path out of the folder, a hidden name)."""
-    parts = PurePosixPath(name).parts
-    if not parts or any(part.startswith(".") or "\\" in part for part in parts):
-        return None
-    if len(parts) == 1 and parts[0] not in TABLES:
-        return run_dir / parts[0]
-    if len(parts) == 2 and parts[0] in TABLES:
-        return run_dir / parts[0] / parts[1]
-    return None
 
 
 class MasterLink:
@@ -229,7 +206,7 @@ class WorkerLink:
         if not run_dir.is_dir():
             return
         sent_dir = run_dir / SENT_DIR
-        for path in _files_to_ship(run_dir):
+        for path in files_to_ship(run_dir):
             name = path.relative_to(run_dir).as_posix()
             self._send(MSG_FILE, {"run_id": self.state.run_id, "name": name, "data": path.read_bytes()})
             kept = sent_dir / name

@@ -1,8 +1,8 @@
 """The truth rows of sandboxes the simulator has forgotten, kept on disk so a long soak's memory stays flat.
 
 A vendor forgets a sandbox some time after it ended; the run still wants the vendor's own record of it
-(`sim_truth.parquet` is written from `VendorSimulator.truth()` when the run ends). So the simulator moves a
-pruned sandbox's truth row here: rows wait in a small buffer and go to an anonymous temporary file (deleted
+(the run folder's `truth/` table is written from `VendorSimulator.truth()` when the run ends). So the simulator
+moves a pruned sandbox's truth row here: rows wait in a small buffer and go to an anonymous temporary file (deleted
 by the OS when closed, even after a crash) as JSON lines; `rows()` reads them all back.
 """
 
