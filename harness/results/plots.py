@@ -127,21 +127,19 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
     Every panel has the same axes, so runs compare by eye: the x range spans every run's TTI, the y range reaches
     down to the smallest share any stage can show (one rollout of the largest stage, or its never-interactive floor).
     """
-    fig, axes = _panels(len(runs))
+    panels = _survival_panels(runs)
+    fig, axes = _panels(len(panels), *((8.0, 4.6) if len(panels) == 1 else (5.5, 3.6)))
     drawn = [v[v > 0] for run in runs for v in run.tti_sorted.values() if (v > 0).any()]
     low = min((float(v[0]) for v in drawn), default=0.1) / 1.1
     high = max((float(v[-1]) for v in drawn), default=1.0) * 1.1
     lowest = min((1.0 / s.rollouts for run in runs for s in run.stages if s.rollouts), default=1.0)
     bottom = min(lowest / 2, 5e-4)
-    for ax, run in zip(axes, runs, strict=True):
-        for colour, stage in zip(stage_colours(len(run.stages)), run.stages, strict=True):
-            values = run.tti_sorted.get(stage.stage, np.empty(0))
-            x, remaining = survival_points(values, stage.rollouts)
-            never = stage.rollouts - int((values > 0).sum())
-            share = never / stage.rollouts if stage.rollouts else 0.0
-            label = f"{stage.stage} (n={stage.rollouts}" + (
-                f", {100 * share:.1f}% never interactive)" if never else ")"
-            )
+    for ax, (title, curves) in zip(axes, panels, strict=True):
+        for name, colour, values, rollouts in curves:
+            x, remaining = survival_points(values, rollouts)
+            never = rollouts - int((values > 0).sum())
+            share = never / rollouts if rollouts else 0.0
+            label = f"{name} (n={rollouts}" + (f", {100 * share:.1f}% never interactive)" if never else ")")
             if x.size == 0:
                 ax.plot([], [], color=colour, label=label)
                 continue
@@ -166,9 +164,30 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"TTI ({_unit(runs)})")
         ax.set_ylabel("rollouts not yet interactive (log)")
-        ax.set_title(run.info.label, fontsize=9)
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7, loc="lower left")
     return _png(fig)
+
+
+Curve = tuple[str, object, np.ndarray, int]  # (legend name, colour, sorted TTI, rollouts in the denominator)
+
+
+def _survival_panels(runs: Sequence[RunStats]) -> list[tuple[str, list[Curve]]]:
+    """A panel per run with a curve per stage; runs of one stage each (vendors side by side) share one panel, a
+    colour per run as in the concurrency figure, so they compare on one pair of axes."""
+
+    def sample(run: RunStats, stage: StageStats) -> np.ndarray:
+        return run.tti_sorted.get(stage.stage, np.empty(0))
+
+    if len(runs) > 1 and all(len(run.stages) == 1 for run in runs):
+        curves = [(f"{run.info.label} {run.stages[0].stage}", f"C{i % 10}", sample(run, run.stages[0]),
+                   run.stages[0].rollouts) for i, run in enumerate(runs)]  # fmt: skip
+        return [("one stage per run", curves)]
+    return [
+        (run.info.label, [(s.stage, colour, sample(run, s), s.rollouts)
+                          for colour, s in zip(stage_colours(len(run.stages)), run.stages, strict=True)])
+        for run in runs
+    ]  # fmt: skip
 
 
 def latency_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
@@ -205,12 +224,18 @@ def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
     """Failure rate per stage stacked by kind (one colour per kind in every figure), one panel per run.
 
     A bar per stage, in order of measured concurrency and labelled with it (a ramp doubles, so evenly spaced bars
-    read as a log axis); the number on a bar is the stage's failure rate over every kind.
+    read as a log axis); the number on a bar is the stage's failure rate over every kind. Runs of one stage each
+    share one panel, a bar per run.
     """
-    fig, axes = _panels(len(runs))
+    if len(runs) > 1 and all(len(run.stages) == 1 for run in runs):
+        panels = [("one stage per run", [(run.stages[0], run.info.label) for run in runs])]
+    else:
+        panels = [(run.info.label, [(s, s.stage) for s in sorted(run.stages, key=lambda s: s.measured_concurrency)])
+                  for run in runs]  # fmt: skip
+    fig, axes = _panels(len(panels), width=max(5.5, 1.6 * max(len(bars) for _, bars in panels)))
     top = max((100 * s.failure_rate for run in runs for s in run.stages), default=0.0)
-    for ax, run in zip(axes, runs, strict=True):
-        ordered = sorted(run.stages, key=lambda s: s.measured_concurrency)
+    for ax, (title, bars) in zip(axes, panels, strict=True):
+        ordered = [s for s, _ in bars]
         kinds = kind_order({kind for s in ordered for kind in s.failures_by_kind})
         x = np.arange(len(ordered))
         base = np.zeros(len(ordered))
@@ -221,14 +246,14 @@ def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
         for position, stage in zip(x, ordered, strict=True):
             ax.annotate(f"{100 * stage.failure_rate:.1f}%", (position, 100 * stage.failure_rate), xytext=(0, 2),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7)  # fmt: skip
-        ax.set_xticks(x, [f"{s.measured_concurrency:.0f}\n{s.stage}" for s in ordered], fontsize=7)
+        ax.set_xticks(x, [f"{s.measured_concurrency:.0f}\n{name}" for s, name in bars], fontsize=7)
         ax.set_xlim(-0.6, max(len(ordered) - 0.4, 0.6))
-        ax.set_xlabel("stage, at its measured concurrency (median in flight while each rollout ran)")
+        ax.set_xlabel("measured concurrency (median in flight while each rollout ran)")
         ax.set_ylim(0, max(1.0, top * 1.15))  # one scale for every panel
         ax.grid(axis="x", visible=False)
         ax.set_axisbelow(True)
         ax.set_ylabel("failed / finished (%)")
-        ax.set_title(run.info.label, fontsize=9)
+        ax.set_title(title, fontsize=9)
         if kinds:
             ax.legend(fontsize=7, loc="upper left")
         else:
