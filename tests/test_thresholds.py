@@ -12,7 +12,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.locust.live_view import LiveView
-from harness.locust.threshold_watch import crossed_for_good
+from harness.locust.threshold_watch import crossed_for_good, unwatched_note
 from harness.results.stage_aggregate import PHASES
 from harness.results.summary_json import validate_summary
 from harness.results.thresholds import RunFigures, evaluate, failure_kinds, parse, parse_all
@@ -135,6 +135,10 @@ def test_the_live_abort_acts_only_on_counts_crossed_for_good():
     crossed = crossed_for_good(thresholds, live)
     # rates and quantiles can come back, a stage not yet run has no verdict, a lower bound on a count can be met
     assert [(v.threshold.text, v.scope, v.observed) for v in crossed] == [("failures.capacity<2", "run", 2.0)]
+    # and the user is told which of theirs wait for the end
+    note = unwatched_note(thresholds)
+    assert note is not None and "failure_rate<0.01, tti.p99<0.001, failures>100" in note
+    assert unwatched_note(parse_all(["failures<1"])) is None
 
 
 def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

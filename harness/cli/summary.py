@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.wire.run_endings import EXIT_COMPLETED, EXIT_THRESHOLDS_CROSSED
+from harness.wire.run_endings import ENDINGS, EXIT_COMPLETED, EXIT_THRESHOLDS_CROSSED
+
+EXITED = frozenset(ending.name for ending in ENDINGS if ending.exit_code is not None)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +63,9 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
         print(format_verdicts(verdicts))
     crossed = any_crossed(verdicts)
     exit_code = info.manifest.get("exit_code")
-    if given or not isinstance(exit_code, int):
+    if ending.ending not in EXITED:  # crashed, still running, unknown: no exit status of ours
+        exit_code = None
+    elif given or not isinstance(exit_code, int):
         exit_code = exit_code_for(ending.ending, crossed)
     document = build_summary(vendor, info.manifest, verdicts, ending.ending, exit_code)
     try:

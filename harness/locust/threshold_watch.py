@@ -9,6 +9,7 @@ rates can still come back while a run goes, so they are only checked at its end.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 
 import gevent
@@ -39,6 +40,17 @@ def crossed_for_good(thresholds: Sequence[Threshold], live: LiveView) -> list[Ve
     return [verdict for verdict in evaluate(watched, live_figures(live)) if verdict.verdict == "crossed"]
 
 
+def unwatched_note(thresholds: Sequence[Threshold]) -> str | None:
+    """The line telling a user which of their thresholds the live abort cannot act on (checked at the end)."""
+    unwatched = [threshold.text for threshold in thresholds if not threshold.monotone]
+    if not unwatched:
+        return None
+    return (
+        f"--abort-on-threshold acts on upper bounds on failure counts only; checked at the end of the run instead: "
+        f"{', '.join(unwatched)}"
+    )
+
+
 class ThresholdWatch:
     """A greenlet checking the live counters; calls `on_crossed` once, with what was crossed, then ends."""
 
@@ -50,6 +62,7 @@ class ThresholdWatch:
         interval_s: float = CHECK_INTERVAL_S,
     ) -> None:
         self.live = live
+        self.note = unwatched_note(thresholds)
         self.thresholds = [threshold for threshold in thresholds if threshold.monotone]
         self.on_crossed = on_crossed
         self.interval_s = interval_s
@@ -60,6 +73,8 @@ class ThresholdWatch:
         return bool(self.thresholds)
 
     def start(self) -> None:
+        if self.note:
+            print(f"stampede: {self.note}", file=sys.stderr, flush=True)
         if self.watching:
             self._greenlet = gevent.spawn(self._loop)
 

@@ -51,7 +51,7 @@ _EXPRESSION = re.compile(
     r"^\s*(?:stage\[(?P<stage>[^\]]*)\]\s*\.)?\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.]*?)\s*"
     r"(?P<op><=|>=|==|!=|=|<|>)\s*(?P<number>[^\s%a-zA-Z]*)\s*(?P<unit>[a-zA-Z%]*)\s*$"
 )
-Verdict_ = Literal["ok", "crossed", "no_data"]
+Outcome = Literal["ok", "crossed", "no_data"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class Verdict:
     threshold: Threshold
     scope: str
     observed: float | None  # None: no data
-    verdict: Verdict_
+    verdict: Outcome
 
     @property
     def crossed(self) -> bool:
