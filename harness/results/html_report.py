@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from harness.results.report_tables import SMALL_SAMPLE_MARK, Table
 
 _STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1300px;color:#222}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1600px;padding:0 20px;color:#222}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:8px 0 18px;font:12px ui-monospace,Menlo,monospace}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f4f4f4}td{white-space:nowrap}
+table{border-collapse:collapse;margin:8px 0 18px;font:11.5px ui-monospace,Menlo,monospace}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:right}th{background:#f4f4f4}td{white-space:nowrap}
 .wide{overflow-x:auto}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee;margin:6px 0}
 caption{text-align:left;font-weight:600;padding:4px 0;white-space:pre-line}

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 from harness.results.colours import (
     IN_FLIGHT_COLOUR,
@@ -289,21 +289,33 @@ def failures_by_kind_over_time(run: RunStats, grid: np.ndarray) -> dict[str, np.
 
 def timelines(runs: Sequence[RunStats]) -> bytes:
     """In flight, sandboxes usable, and failures so far stacked by kind over the run, stage starts marked; a
-    panel per run, every count on the one axis of rollouts (one failure is a sliver, not a full-height band)."""
+    panel per run. Failures have their own axis on the right, never scaled tighter than the rollouts axis: one
+    failure stays a sliver (not a full-height band), and 1,333 refused creates do not squash 400 in flight."""
     fig, axes = _panels(len(runs), width=6.5, height=3.9)
     for ax, run in zip(axes, runs, strict=True):
         if run.frame is None or run.frame.empty:
             continue
         line = timeline(run.frame)
         by_kind = failures_by_kind_over_time(run, line.t)
-        if by_kind:
-            ax.stackplot(line.t, *by_kind.values(), colors=[failure_colour(k) for k in by_kind], alpha=0.55,
-                         labels=[f"failed so far: {kind}" for kind in by_kind])  # fmt: skip
         # ready drawn wide under in flight: once every sandbox is usable the two lines coincide, both stay visible
         ax.plot(line.t, line.ready, color=READY_COLOUR, linewidth=2.6, alpha=0.8, label="ready (usable sandboxes)")
         ax.plot(line.t, line.inflight, color=IN_FLIGHT_COLOUR, linewidth=1.1, label="in flight")
-        failed_total = float(sum(v[-1] for v in by_kind.values())) if by_kind else 0.0
-        ax.set_ylim(bottom=0, top=max(1.0, float(line.inflight.max()), failed_total) * 1.08)
+        top = max(1.0, float(line.inflight.max())) * 1.08
+        ax.set_ylim(bottom=0, top=top)
+        handles, labels = ax.get_legend_handles_labels()
+        if by_kind:
+            twin = ax.twinx()
+            twin.stackplot(line.t, *by_kind.values(), colors=[failure_colour(k) for k in by_kind], alpha=0.5,
+                           labels=[f"failed so far: {kind}" for kind in by_kind])  # fmt: skip
+            failed_total = float(sum(v[-1] for v in by_kind.values()))
+            twin.set_ylim(bottom=0, top=max(top, failed_total * 1.08))
+            twin.yaxis.set_major_locator(MaxNLocator(integer=True))
+            twin.set_ylabel("failed so far (stacked by kind)")
+            twin.grid(False)
+            ax.set_zorder(twin.get_zorder() + 1)  # the lines above the shaded failures
+            ax.patch.set_visible(False)
+            more_handles, more_labels = twin.get_legend_handles_labels()
+            handles, labels = handles + more_handles, labels + more_labels
         span = float(line.t[-1]) if line.t.size else 1.0
         previous = -np.inf
         row = 0
@@ -316,7 +328,7 @@ def timelines(runs: Sequence[RunStats]) -> bytes:
         ax.set_xlabel(f"time since first submit ({_unit(runs)})")
         ax.set_ylabel("rollouts")
         ax.set_title(run.info.label, fontsize=9, pad=22)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(handles, labels, fontsize=7, loc="upper right")
     return _png(fig)
 
 
