@@ -181,6 +181,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
         "base": synthetic(root, "base", 3.0, seed=1),
         "same": synthetic(root, "same", 3.0, seed=2, levels=(58, 125, 236)),
         "slow": synthetic(root, "slow", 4.5, seed=3),
+        "far": synthetic(root, "far", 3.0, seed=4, levels=(30, 480), n=300),
     }
 
 
@@ -250,11 +251,12 @@ def test_the_same_seed_writes_the_same_intervals(folders, tmp_path):
         (("{base}", "{tmp}"), "not a stampede run folder"),
         (("{base}", "{slow}", "--gate", "tti.p42"), "unknown figure"),
         (("{base}", "{slow}", "--min-effect", "lots"), "not a number"),
+        (("{base}", "{far}"), "no stage ran within 15%"),
         (("{base}", "{slow}", "--threshold", "tti.p50<<3"), "--threshold"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(folders, tmp_path, args, needle):
-    values = {"base": folders["base"], "slow": folders["slow"], "nowhere": tmp_path / "nowhere", "tmp": tmp_path}
+    values = {**folders, "nowhere": tmp_path / "nowhere", "tmp": tmp_path}
     result = stampede("compare", *(a.format(**values) for a in args), "-o", str(tmp_path / "out"), "--no-figures")
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

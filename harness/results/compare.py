@@ -330,7 +330,11 @@ def compare_samples(baseline: Sample, candidate: Sample, settings: Settings, uni
 
 
 def compare_runs(baseline: RunStats, candidates: Sequence[RunStats], settings: Settings = Settings()) -> Comparison:
-    """Each candidate against the baseline: matched stages, then the whole run."""
+    """Each candidate against the baseline: matched stages, then the whole run.
+
+    A candidate with no stage matching the baseline's is a UsageError: nothing would be compared, and a CI gate
+    must not pass on that.
+    """
     if not candidates:
         raise UsageError("compare needs a baseline and at least one candidate run")
     unit = "vendor s" if baseline.basis == "vendor" else "wall s"
@@ -345,11 +349,21 @@ def compare_runs(baseline: RunStats, candidates: Sequence[RunStats], settings: S
         ]
         unmatched_b = [baseline.stages[p.reference] for p in pairs if p.other is None and p.reference is not None]
         unmatched_c = [run.stages[p.other] for p in pairs if p.reference is None and p.other is not None]
+        if not rows:  # a gate that compares nothing would pass whatever the runs did
+            raise UsageError(
+                f"{run.info.run_dir}: no stage ran within {100 * settings.tolerance:g}% of a baseline stage's measured "
+                f"concurrency (baseline {_levels(baseline)}; candidate {_levels(run)}): compare runs of one shape, "
+                "or widen --tolerance"
+            )
+        all_matched = not unmatched_b and not unmatched_c
         if len(baseline.stages) > 1 or len(run.stages) > 1:  # one stage each: the whole run is that stage
-            all_matched = not unmatched_b and not unmatched_c
             rows.append(compare_samples(whole_run_sample(baseline), whole_run_sample(run), settings, unit, all_matched))
         results.append(CandidateComparison(run, rows, unmatched_b, unmatched_c))
     return Comparison(baseline, results, settings)
+
+
+def _levels(run: RunStats) -> str:
+    return ", ".join(f"{s.measured_concurrency:.0f}" for s in run.stages) or "no stages"
 
 
 def figure_names() -> list[str]:
