@@ -218,6 +218,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         "--threshold",
         action="append",
         default=None,
+        metavar="EXPR",
         env_var="STAMPEDE_THRESHOLD",
         help="pass/fail on the run's figures, vendor seconds (repeatable; exit 99 when crossed), e.g. 'tti.p99<30',"
         " 'init_failure_rate<2%%', 'failures.rate_limited<5', 'stage[02-ramp40].create.p50<=2', 'stage[*].tti.p99<30'"
