@@ -206,3 +206,17 @@ def test_report_and_summary_gate_a_finished_run_in_vendor_seconds(synthetic_run,
         assert crossed.returncode == 99 and f"{below}: " in crossed.stdout and "CROSSED" in crossed.stdout
         bad = stampede(*command, "--threshold", "tti.p99<<1")
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'<1' is not a number" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--threshold", "tti.p99<<1"], "'<1' is not a number"),
+        (["--threshold", "failures.throttled<1"], "unknown failure kind 'throttled'"),
+        (["--abort-on-threshold"], "--abort-on-threshold needs a --threshold"),
+    ],
+)
+def test_a_run_with_a_bad_threshold_never_starts(tmp_path, args, names):
+    result = stampede("run", "--profile", "ideal", "--scenario", "burst", "--users", "2", "--out", str(tmp_path), *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and names in result.stderr
+    assert not any(tmp_path.iterdir())  # no run folder: nothing ran

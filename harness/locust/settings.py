@@ -432,6 +432,9 @@ class RunSettings:
             memory_mb=int(get("memory_mb")),
             lifetime_s=float(get("lifetime")),
         )
+        thresholds = parse_all(_as_list(get("threshold")))
+        if get("abort_on_threshold", False) and not thresholds:
+            raise UsageError("--abort-on-threshold needs a --threshold to act on (e.g. --threshold 'failures<10')")
         token = get("token") or os.environ.get("STAMPEDE_TOKEN")
         return cls(
             provider=str(get("provider") or DEFAULT_PROVIDER),
@@ -465,7 +468,7 @@ class RunSettings:
             users=int(get("num_users")) if get("num_users") else None,
             spawn_rate=float(get("spawn_rate")) if get("spawn_rate") else None,
             allow_oversubscribe=bool(get("allow_oversubscribe", False)),
-            thresholds=parse_all(_as_list(get("threshold"))),
+            thresholds=thresholds,
             abort_on_threshold=bool(get("abort_on_threshold", False)),
             seconds="wall" if get("seconds") == "wall" else "vendor",
         )
