@@ -200,7 +200,10 @@ def test_report_and_summary_gate_a_finished_run_in_vendor_seconds(synthetic_run,
     _, aggregate = load_aggregate(synthetic_run, "vendor")
     p50 = aggregate.run.phases["tti"]["p50"]  # vendor seconds: ten times the wall figure at time scale 0.1
     above, below = f"tti.p50<{p50 * 1.01:.6f}", f"tti.p50<{p50 * 0.99:.6f}"
-    for command in (["summary", str(synthetic_run)], ["report", str(synthetic_run), "--no-figures", "-o", str(tmp_path)]):
+    for command in (
+        ["summary", str(synthetic_run)],
+        ["report", str(synthetic_run), "--no-figures", "-o", str(tmp_path)],
+    ):
         assert stampede(*command, "--threshold", above, "--seconds", "wall").returncode == 0
         crossed = stampede(*command, "--threshold", below, "--threshold", "init_failure_rate<0.5")
         assert crossed.returncode == 99 and f"{below}: " in crossed.stdout and "CROSSED" in crossed.stdout
