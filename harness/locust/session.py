@@ -343,8 +343,8 @@ class StampedeSession:
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
             self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s)
             self.progress.start()
+        self.stopped_by = []  # each run of a web UI session starts unstopped
         if self.owns_run_folder and self.settings.abort_on_threshold:
-            self.stopped_by = []
             self.threshold_watch = ThresholdWatch(self.state.live, self.settings.thresholds, self.stop_on_threshold)
             self.threshold_watch.start()
         self.run_ready.set()
