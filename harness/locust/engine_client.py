@@ -39,6 +39,9 @@ class EngineError(Exception):
         self.kind = kind
 
 
+OnCancelled = Callable[[dict[str, Any]], None]
+
+
 class EngineClient:
     """A started engine process and the one connection to it."""
 
@@ -49,6 +52,8 @@ class EngineClient:
         self._ids = itertools.count(1)
         self._waiting: dict[int, gevent.event.AsyncResult] = {}
         self._streams: dict[int, gevent.queue.Queue[dict[str, Any] | BaseException]] = {}
+        # Rollouts cancelled from this side (Locust killed the user): their row still comes, to this callback.
+        self._cancelled: dict[int, tuple[OnCancelled, bool]] = {}  # request id: (callback, is a lease)
         self._send_lock = gevent.lock.Semaphore()
         self._closed = False
         self._reader = gevent.spawn(self._read_loop)
@@ -86,8 +91,11 @@ class EngineClient:
         return cls(process, sock, socket_dir)
 
     # -- requests ------------------------------------------------------------------------------------
-    def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        """Send one request and wait cooperatively for its answer."""
+    def request(
+        self, message: dict[str, Any], timeout: float | None = None, on_cancelled: OnCancelled | None = None
+    ) -> dict[str, Any]:
+        """Send one request and wait cooperatively for its answer; a rollout cancelled by killing the waiting
+        greenlet hands its row (outcome `cancelled`) to `on_cancelled` when the engine sends it."""
         if self._closed:
             raise EngineError("engine connection is closed")
         req_id = next(self._ids)
@@ -99,7 +107,7 @@ class EngineClient:
         except GreenletExit:
             # Locust killed the user mid-rollout: stop the rollout, the engine terminates its sandbox.
             if message.get("op") == msg.ROLLOUT:
-                self._try_send({"op": msg.CANCEL, "id": req_id})
+                self._cancel(req_id, on_cancelled, lease=False)
             raise
         except gevent.Timeout:
             raise EngineError(f"engine did not answer {message.get('op')!r} within {timeout}s") from None
@@ -112,18 +120,23 @@ class EngineClient:
     def configure(self, config: EngineConfig, timeout: float = 120.0) -> dict[str, Any]:
         return self.request({"op": msg.CONFIGURE, "config": config.to_wire()}, timeout=timeout)
 
-    def run_rollout(self, request: RolloutRequest) -> dict[str, Any]:
-        answer = self.request({"op": msg.ROLLOUT, **request.to_wire()})
+    def run_rollout(self, request: RolloutRequest, on_cancelled: OnCancelled | None = None) -> dict[str, Any]:
+        answer = self.request({"op": msg.ROLLOUT, **request.to_wire()}, on_cancelled=on_cancelled)
         record: dict[str, Any] = answer["record"]
         return record
 
-    def lease(self, request: RolloutRequest, stopping: Callable[[], bool] = lambda: False) -> Iterator[dict[str, Any]]:
+    def lease(
+        self,
+        request: RolloutRequest,
+        stopping: Callable[[], bool] = lambda: False,
+        on_cancelled: OnCancelled | None = None,
+    ) -> Iterator[dict[str, Any]]:
         """Rollouts run back to back by the engine for one closed-model user: each row as it arrives.
 
         No socket round trip between one rollout and the next, so the user's loop is never the harness's
         queue. Once `stopping()` turns true (Locust's graceful stop), the rollout in flight finishes and the
         lease ends; closing the iterator (or killing the greenlet that reads it) cancels the lease and its
-        rollout in flight.
+        rollout in flight, whose row then goes to `on_cancelled`.
         """
         if self._closed:
             raise EngineError("engine connection is closed")
@@ -154,7 +167,7 @@ class EngineClient:
         finally:
             self._streams.pop(req_id, None)
             if not finished:
-                self._try_send({"op": msg.CANCEL, "id": req_id})
+                self._cancel(req_id, on_cancelled, lease=True)
 
     def stage(self, update: StageUpdate) -> None:
         """What leased rollouts record from now on (no answer)."""
@@ -190,6 +203,26 @@ class EngineClient:
         with self._send_lock:
             self._sock.sendall(data)
 
+    def _cancel(self, req_id: int, on_cancelled: OnCancelled | None, *, lease: bool) -> None:
+        if on_cancelled is not None and not self._closed:
+            self._cancelled[req_id] = (on_cancelled, lease)
+        self._try_send({"op": msg.CANCEL, "id": req_id})
+
+    def _hand_over_cancelled(self, message: dict[str, Any]) -> None:
+        """An answer to a request nobody waits for any more: each row (the cancelled rollout's) goes to its
+        callback; a rollout is forgotten after its one answer, a lease once it is released or refused."""
+        req_id = int(message.get("id") or 0)
+        callback, lease = self._cancelled[req_id]
+        if message.get("op") == msg.RESULT:
+            if not lease:
+                del self._cancelled[req_id]
+            try:
+                callback(message["record"])
+            except Exception:  # a live-view callback must never end the reader
+                pass
+        else:
+            del self._cancelled[req_id]
+
     def _try_send(self, message: dict[str, Any]) -> None:
         try:
             self._send(message)
@@ -216,10 +249,13 @@ class EngineClient:
                     waiter = self._waiting.get(message.get("id"))  # type: ignore[arg-type]
                     if waiter is not None and not waiter.ready():
                         waiter.set(message)
+                    elif message.get("id") in self._cancelled:
+                        self._hand_over_cancelled(message)
         except (OSError, ValueError, EngineError):
             pass
         finally:
             self._closed = True
+            self._cancelled.clear()
             failure = EngineError(f"engine process ended (exit {self.process.poll()})")
             for waiter in list(self._waiting.values()):
                 if not waiter.ready():

@@ -15,6 +15,7 @@ from typing import Any
 
 import gevent.event
 
+from harness.errors import UsageError
 from harness.locust.live_view import LiveView
 from harness.locust.settings import RunSettings
 
@@ -66,6 +67,8 @@ class RunState:
         self.gate_closed = False
         self._gate = gevent.event.Event()
         self.broadcast: Broadcast | None = None  # a master sends stage and gate to its workers through this
+        self.test_preparers: list[Callable[[], None]] = []  # the session: the web form's settings, per test
+        self.refusal: str | None = None  # why the test about to start cannot run (a bad form value)
 
     @property
     def stage(self) -> Stage:
@@ -82,6 +85,17 @@ class RunState:
     def attach(self, environment: Any) -> None:
         setattr(environment, _ATTRIBUTE, self)
 
+    def prepare_test(self) -> None:
+        """A test is about to start (Locust's `start_shape`, before the shape's first tick): settings edited
+        in the web UI take effect now. A bad value is kept in `refusal`, and the shape refuses to start."""
+        self.refusal = None
+        for prepare in self.test_preparers:
+            try:
+                prepare()
+            except UsageError as exc:
+                self.refusal = str(exc)
+                return
+
     def new_run(self) -> None:
         """A run begins: fresh live view and drop counts (stage and gate were reset when the last run ended)."""
         self.ended = False
@@ -93,6 +107,7 @@ class RunState:
         final, self.stage = self.stage, IDLE_STAGE
         self.ended = True
         self.gate_step, self.gate_closed = 0, False
+        self._gate = gevent.event.Event()  # a closed (set) gate would let the next test's users spin past it
         return final
 
     # -- stages and the burst gate ---------------------------------------------------------------------

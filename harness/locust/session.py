@@ -45,6 +45,7 @@ from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.threshold_watch import ThresholdWatch
 from harness.locust.vendor_process import EmbeddedVendor
+from harness.locust.web_form import coerce_form_values
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED, STOPPED_BY_THRESHOLD, ending_for_signals, exit_code_for
@@ -65,6 +66,9 @@ class StampedeSession:
         self.environment = environment
         self.state = RunState(settings)
         self.state.attach(environment)
+        self.state.test_preparers.append(self.prepare_test)
+        self.command_line = settings  # what the command line said; a web form's blank users field keeps its -u
+        self._vendor_for: tuple[Any, ...] | None = None  # the settings the embedded vendor was started with
         self.engine: EngineClient | None = None
         self.vendor: EmbeddedVendor | None = None
         self.manifest: dict[str, Any] | None = None
@@ -260,6 +264,60 @@ class StampedeSession:
         self.run_ready.wait(timeout_s)
         return self.run_ready.is_set() and self.engine is not None and not self.failed_to_start
 
+    def offer_web_form(self) -> None:
+        """With the web UI, the form hides Locust's users and ramp-up fields: stampede's shape sets the user
+        count stage by stage (`-u` on the command line still caps it), and the form shows stampede's settings."""
+        shape = self.shape
+        if getattr(self.environment, "web_ui", None) is not None and shape is not None:
+            shape.use_common_options = False  # this instance only: headless `-u`/`-r` read as before
+
+    def prepare_test(self) -> None:
+        """Before each test started from the web UI (local runner or master): what the form posted takes effect.
+
+        The embedded vendor is kept while what it simulates is unchanged, and restarted otherwise. A bad value
+        raises UsageError (the test is refused, the process keeps serving the form).
+        """
+        options = self.environment.parsed_options
+        if getattr(self.environment, "web_ui", None) is None or self.is_worker or options is None:
+            return
+        coerce_form_values(options)
+        vendor = self.vendor
+        if vendor is not None:  # the vendor's own address is not a user's --base-url
+            if options.base_url == vendor.url:
+                options.base_url = None
+            if options.token == vendor.token:
+                options.token = None
+        posted = RunSettings.from_options(options)
+        settings = dataclasses.replace(
+            posted,
+            users=posted.users or self.command_line.users,  # the hidden users field posts 0
+            spawn_rate=posted.spawn_rate or self.command_line.spawn_rate,
+            provider_options=self.command_line.provider_options,  # not in the form; no stale vendor options
+        )
+        self.settings = settings
+        if not settings.embedded_vendor:
+            self._stop_vendor()
+            self.time_scale, self.profile_label = settings.time_scale, ""
+        elif self.vendor is None or self._vendor_for != self._vendor_key(settings):
+            self._stop_vendor()
+            self._start_vendor()
+        else:
+            self._use_vendor()
+
+    @staticmethod
+    def _vendor_key(settings: RunSettings) -> tuple[Any, ...]:
+        overrides = tuple(sorted(settings.profile_overrides.items()))
+        return settings.provider, settings.profile, settings.seed, settings.time_scale, overrides
+
+    def _stop_vendor(self) -> None:
+        if self.vendor is not None:
+            self.vendor.stop()
+            self.vendor = None
+            self._vendor_for = None
+        options = self.environment.parsed_options
+        if options is not None:
+            options.vendor_time_scale = None
+
     def _start_vendor(self) -> None:
         module = LOCAL_VENDORS.get(self.settings.provider)
         if module is None:
@@ -274,6 +332,12 @@ class StampedeSession:
             )
         except UsageError as exc:
             raise UsageError(f"local vendor: {exc}") from None
+        self._vendor_for = self._vendor_key(self.settings)
+        self._use_vendor()
+
+    def _use_vendor(self) -> None:
+        """This run talks to the embedded vendor: its address, token and options, here and on workers."""
+        assert self.vendor is not None
         extra = {key: str(value) for key, value in self.vendor.provider_options.items()}
         self.settings = dataclasses.replace(
             self.settings,
@@ -286,7 +350,9 @@ class StampedeSession:
         options = self.environment.parsed_options
         if options is not None:  # workers receive these with the master's spawn message
             options.base_url, options.token = self.vendor.url, self.vendor.token
-            options.time_scale = self.vendor.time_scale
+            # Not options.time_scale: the web form posts that field as typed ("" when blank), and Locust
+            # converts a posted value with the type of the one it replaces (float("") fails).
+            options.vendor_time_scale = self.vendor.time_scale
             options.profile_label = self.profile_label  # a custom attribute: workers receive it too
             options.provider_option = [f"{k}={v}" for k, v in self.settings.provider_options.items()]
 
@@ -303,7 +369,7 @@ class StampedeSession:
         options = self.environment.parsed_options
         if self.is_worker:
             self.settings = RunSettings.from_options(options)
-            self.time_scale = getattr(options, "time_scale", None)
+            self.time_scale = getattr(options, "vendor_time_scale", None) or self.settings.time_scale
             self.profile_label = getattr(options, "profile_label", "") or ""
             self.state.run_id = getattr(options, "run_id", None)
             if not self.run_id:
@@ -541,6 +607,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         return
     session = StampedeSession(environment, settings)
     setattr(environment, _ATTRIBUTE, session)
+    session.offer_web_form()
     try:
         session.start_services()
     except (UsageError, EngineError) as exc:

@@ -44,6 +44,29 @@ class StampedeShape(LoadTestShape):
         self.stage: Stage = IDLE_STAGE
         self.t_stage = time.monotonic()
         self.outcome: dict[str, Any] | None = None  # what the shape found (the knee), for run.json
+        self.restart()
+
+    def reset_time(self) -> None:
+        """Locust calls this as each test starts (`start_shape`): a second test from the web UI runs the whole
+        shape again, with the settings the form posted (the run state reads them in `prepare_test`)."""
+        super().reset_time()
+        state = self.state()
+        if state is not None:
+            state.prepare_test()
+            if state.refusal:
+                log.error("stampede: %s (the test does not start)", state.refusal)
+        self.stage = IDLE_STAGE
+        self.t_stage = time.monotonic()
+        self.outcome = None
+        self.restart()
+
+    def restart(self) -> None:
+        """Back to the shape's first stage; subclasses reset their own progress here."""
+
+    def refused(self) -> bool:
+        """The settings posted for this test were refused: the shape ends before its first stage."""
+        state = self.state()
+        return state is not None and state.refusal is not None
 
     def state(self) -> RunState | None:
         return run_state_of(self.runner.environment) if self.runner else None
@@ -96,8 +119,7 @@ class _HoldingShape(StampedeShape):
 
     abstract = True
 
-    def __init__(self) -> None:
-        super().__init__()
+    def restart(self) -> None:
         self._index = 0
         self._reached_at: float | None = None
 
@@ -119,6 +141,8 @@ class _HoldingShape(StampedeShape):
         return False
 
     def tick(self) -> tuple[int, float] | None:
+        if self.refused():
+            return None
         levels = self.levels()
         if self._index >= len(levels):
             return None
@@ -265,8 +289,7 @@ class BurstShape(StampedeShape):
     abstract = True
     gated = True
 
-    def __init__(self) -> None:
-        super().__init__()
+    def restart(self) -> None:
         self._step = 0
         self._all_spawned_at: float | None = None
         self._done = False
@@ -289,6 +312,8 @@ class BurstShape(StampedeShape):
                 "batch": settings.batch, "group": settings.group}  # fmt: skip
 
     def tick(self) -> tuple[int, float] | None:
+        if self.refused():
+            return None
         size = self.size()
         state = self.state()
         if self._done or state is None:
@@ -320,8 +345,7 @@ class _OpenShape(StampedeShape):
     abstract = True
     open_model = True
 
-    def __init__(self) -> None:
-        super().__init__()
+    def restart(self) -> None:
         self._index = 0
         self._done = False
 
@@ -332,7 +356,7 @@ class _OpenShape(StampedeShape):
         raise NotImplementedError
 
     def tick(self) -> tuple[int, float] | None:
-        if self._done:
+        if self._done or self.refused():
             return None
         stages = self.stages()
         if self.stage.index == 0 or self.stage_over(self.stage):
@@ -402,6 +426,8 @@ class RehearseShape(StampedeShape):
         return settings.users or DEFAULT_STEADY_USERS
 
     def tick(self) -> tuple[int, float] | None:
+        if self.refused():
+            return None
         if self.settings().trainer is None:  # nothing would ever end the run: refuse to start it
             log.error("the rehearse scenario needs an emulated trainer (--trainer, set by `stampede rehearse`)")
             return None

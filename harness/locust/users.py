@@ -26,6 +26,7 @@ from harness.locust.engine_client import EngineError
 from harness.locust.run_state import Stage
 from harness.locust.session import StampedeSession, session_of  # importing it registers stampede with Locust
 from harness.wire.messages import ERROR_DONE, RolloutRequest
+from harness.wire.records import OUTCOME_CANCELLED
 
 PHASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("create", "create_s"),
@@ -37,17 +38,28 @@ PHASE_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
+CANCELLED = "cancelled"  # the request type of a rollout cut off by the shape, a stop or the run's end
+
+
 class RolloutFailed(Exception):
     """How a failed rollout shows in Locust's failure table: kind and phase first."""
 
 
 def report(user: User, record: dict[str, Any]) -> None:
-    """Fire one Locust request event per phase (request type = phase), failures on the phase that failed."""
+    """Fire one Locust request event per phase (request type = phase), failures on the phase that failed.
+
+    A cancelled rollout (Locust stopped its user, or the run ended under it) is neither a finished rollout
+    nor a failure: its phases that completed count as usual, and the rollout itself as request type
+    `cancelled`, so a stop that cut off many rollouts shows in the UI instead of vanishing.
+    """
     failed_phase = record.get("failure_phase") if record.get("outcome") == "failed" else None
     failure = RolloutFailed(f"{record.get('failure_kind')} in {failed_phase}: {record.get('error') or ''}")
+    cancelled = record.get("outcome") == OUTCOME_CANCELLED
     for phase, field in PHASE_FIELDS:
         value = record.get(field)
-        if phase == failed_phase:
+        if cancelled and phase == "rollout":
+            fire(user, CANCELLED, value or 0.0, None)
+        elif phase == failed_phase:
             fire(user, phase, record.get("total_s") or 0.0, failure)
         elif value is not None:
             fire(user, phase, value, None, length=record.get("exec_count", 0) if phase == "exec" else 0)
@@ -92,7 +104,9 @@ class RolloutUser(User):
             raise StopUser()  # the shape is done with this user
         target = stage.target_users or int(getattr(self.environment.runner, "target_user_count", 0) or 0)
         try:
-            record = session.engine.run_rollout(RolloutRequest(stage.name, target, t_intended=time.time()))
+            record = session.engine.run_rollout(
+                RolloutRequest(stage.name, target, t_intended=time.time()), on_cancelled=self._report_cancelled
+            )
         except EngineError as exc:
             if exc.kind == ERROR_DONE:
                 raise StopUser() from None  # a rehearsal's trainer has all its steps
@@ -104,13 +118,18 @@ class RolloutUser(User):
         assert session.engine is not None
         try:
             stopping = lambda: self._state == LOCUST_STATE_STOPPING  # noqa: E731
-            for record in session.engine.lease(session.lease_request(), stopping):
+            for record in session.engine.lease(session.lease_request(), stopping, self._report_cancelled):
                 report(self, record)
         except EngineError as exc:
             if exc.kind == ERROR_DONE:
                 raise StopUser() from None  # a rehearsal's trainer has all its steps
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             gevent.sleep(0.5)  # the engine refused (not configured yet, or gone): do not spin
+
+
+    def _report_cancelled(self, record: dict[str, Any]) -> None:
+        """The row of a rollout cancelled when Locust killed this user: it still shows in Locust's stats."""
+        report(self, record)
 
 
 class OpenModelUser(User):
@@ -167,7 +186,10 @@ class OpenModelUser(User):
 
     def _one(self, session: StampedeSession, stage: Stage, t_intended: float) -> None:
         try:
-            record = session.engine.run_rollout(RolloutRequest(stage.name, stage.target_users, t_intended=t_intended))
+            record = session.engine.run_rollout(
+                RolloutRequest(stage.name, stage.target_users, t_intended=t_intended),
+                on_cancelled=lambda cancelled: report(self, cancelled),
+            )
         except EngineError as exc:
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             return
