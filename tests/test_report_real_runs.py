@@ -35,7 +35,7 @@ def real_runs(tmp_path_factory) -> dict[str, Path]:
                                "--progress-interval", "0")  # fmt: skip
         assert result.returncode == 0, result.stderr[-2000:]
         made[name] = out / f"t-{name}"
-        assert list(made[name].glob("rollouts*.parquet")), f"{name}: no rollouts written"
+        assert list((made[name] / "rollouts").glob("*.parquet")), f"{name}: no rollouts written"
     return made
 
 

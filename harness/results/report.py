@@ -27,6 +27,7 @@ from harness.results.report_tables import (
     stage_table,
 )
 from harness.results.run_ending import RunEnding, run_ending
+from harness.results.run_pointer import resolve_run_dir
 from harness.results.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
 
 FIGURES: tuple[tuple[str, str], ...] = (
@@ -94,7 +95,7 @@ def load_runs(run_dirs: Sequence[str | Path], basis: TimeBasis) -> list[RunStats
 
 def default_out_dir(run_dirs: Sequence[str | Path]) -> Path:
     """One run: RUN_DIR/report; several: ./stampede-report."""
-    return Path(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("stampede-report")
+    return resolve_run_dir(run_dirs[0]) / "report" if len(run_dirs) == 1 else Path("stampede-report")
 
 
 def build_report(
