@@ -7,6 +7,7 @@ in the form taking effect), and a test stopped mid-stage whose cut-off rollouts 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -104,16 +105,18 @@ def form_defaults(locust: WebLocust) -> dict[str, str]:
     return form
 
 
-@pytest.fixture(scope="module")
-def web_locust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebLocust]:
-    out = tmp_path_factory.mktemp("webui")
+@contextlib.contextmanager
+def web_locust_process(out: Path, scenario: str, *args: str) -> Iterator[WebLocust]:
+    """`locust -f scenarios/<scenario>.py` with its web UI on a free loopback port; its process group is
+    interrupted (then killed) at the end whatever happened."""
+    out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}.log"
     port = free_port()
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", "scenarios/ramp.py", "--web-host", "127.0.0.1",
-             "--web-port", str(port), "--out", str(out), "--stages", "2,3", "--hold", "1",
-             "--sim-profile", "ideal", "--progress-interval", "0"],  # fmt: skip
+            [sys.executable, "-m", "locust", "-f", f"scenarios/{scenario}.py", "--web-host", "127.0.0.1",
+             "--web-port", str(port), "--out", str(out), "--sim-profile", "ideal", "--progress-interval", "0",
+             *args],  # fmt: skip
             cwd=REPO,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -138,6 +141,12 @@ def web_locust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebLocust]:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@pytest.fixture(scope="module")
+def web_locust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebLocust]:
+    with web_locust_process(tmp_path_factory.mktemp("webui"), "ramp", "--stages", "2,3", "--hold", "1") as locust:
+        yield locust
 
 
 def test_the_form_shows_stampedes_settings_and_leaves_users_to_the_shape(web_locust: WebLocust) -> None:
@@ -204,3 +213,13 @@ def test_rollouts_cut_off_by_stop_show_as_cancelled_not_failed(web_locust: WebLo
     assert stats["cancelled"]["num_failures"] == 0
     assert all(entry["num_failures"] == 0 for entry in stats.values())
     assert load_truth(run).ended_wall.notna().all()  # no sandbox left behind by the stop
+
+
+def test_a_burst_started_again_from_the_form_runs_every_step_again(tmp_path: Path) -> None:
+    """The burst's gate closed at the end of the first test; the second test's users wait at a fresh one."""
+    with web_locust_process(tmp_path / "out", "burst", "-u", "3", "--burst-steps", "2") as locust:
+        first = locust.start_test()
+        second = locust.start_test()
+    for run in (first, second):
+        rows = load_rollouts(run)
+        assert rows.groupby("stage").size().to_dict() == {"01-burst3": 3, "02-burst3": 3}, run
