@@ -101,7 +101,9 @@ def form_defaults(locust: WebLocust) -> dict[str, str]:
     form = {"user_count": "0", "spawn_rate": "0", "host": "", "run_time": "", "profile": ""}
     for name, option in args["extra_options"].items():
         value = option["default_value"]
-        form[name] = ("true" if value else "false") if isinstance(value, bool) else ("" if value is None else str(value))
+        form[name] = (
+            ("true" if value else "false") if isinstance(value, bool) else ("" if value is None else str(value))
+        )
     return form
 
 
@@ -113,10 +115,11 @@ def web_locust_process(out: Path, scenario: str, *args: str) -> Iterator[WebLocu
     log = out.parent / f"{out.name}.log"
     port = free_port()
     with log.open("wb") as sink:
+        command = [sys.executable, "-m", "locust", "-f", f"scenarios/{scenario}.py", *args]
+        command += ["--web-host", "127.0.0.1", "--web-port", str(port), "--out", str(out)]
+        command += ["--sim-profile", "ideal", "--progress-interval", "0"]
         process = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", f"scenarios/{scenario}.py", "--web-host", "127.0.0.1",
-             "--web-port", str(port), "--out", str(out), "--sim-profile", "ideal", "--progress-interval", "0",
-             *args],  # fmt: skip
+            command,
             cwd=REPO,
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -126,7 +126,6 @@ class RolloutUser(User):
             fire(self, "rollout", 0.0, RolloutFailed(f"harness: {exc}"))
             gevent.sleep(0.5)  # the engine refused (not configured yet, or gone): do not spin
 
-
     def _report_cancelled(self, record: dict[str, Any]) -> None:
         """The row of a rollout cancelled when Locust killed this user: it still shows in Locust's stats."""
         report(self, record)
