@@ -202,6 +202,7 @@ def test_rollouts_cut_off_by_stop_show_as_cancelled_not_failed(web_locust: WebLo
     web_locust.post("/stop")
     run = web_locust.wait_for_new_run(before)
 
+    assert web_locust.manifest(run)["status"] == "interrupted"  # stopped before its shape ended
     rows = load_rollouts(run)
     cancelled_rows = int((rows.outcome == "cancelled").sum())
     assert cancelled_rows >= 1

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import flask
 import gevent
 import gevent.event
 from locust import events
@@ -48,7 +49,13 @@ from harness.locust.vendor_process import EmbeddedVendor
 from harness.locust.web_form import coerce_form_values
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
-from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED, STOPPED_BY_THRESHOLD, ending_for_signals, exit_code_for
+from harness.wire.run_endings import (
+    EXIT_THRESHOLDS_CROSSED,
+    INTERRUPTED,
+    STOPPED_BY_THRESHOLD,
+    ending_for_signals,
+    exit_code_for,
+)
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -89,6 +96,7 @@ class StampedeSession:
         self.threshold_watch: ThresholdWatch | None = None  # --abort-on-threshold
         self.stopped_by: list[Any] = []  # the thresholds' verdicts that stopped the run (--abort-on-threshold)
         self.exit_code: int | None = None  # the last run's exit status (harness.wire.run_endings), once concluded
+        self.stopped_from_web_ui = False  # the web UI's Stop: the shape did not run its course
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
 
@@ -165,6 +173,8 @@ class StampedeSession:
         signals (a signal wins: the user stopped it)."""
         if self.stopped_by and not self.signals:
             return STOPPED_BY_THRESHOLD
+        if self.stopped_from_web_ui and not self.signals:
+            return INTERRUPTED  # the user stopped it, as a Ctrl-C would: no knee verdict speaks over it
         return ending_for_signals(self.signals)
 
     def stop_on_threshold(self, verdicts: list[Any]) -> None:
@@ -267,9 +277,17 @@ class StampedeSession:
     def offer_web_form(self) -> None:
         """With the web UI, the form hides Locust's users and ramp-up fields: stampede's shape sets the user
         count stage by stage (`-u` on the command line still caps it), and the form shows stampede's settings."""
+        web_ui = getattr(self.environment, "web_ui", None)
         shape = self.shape
-        if getattr(self.environment, "web_ui", None) is not None and shape is not None:
-            shape.use_common_options = False  # this instance only: headless `-u`/`-r` read as before
+        if web_ui is None or shape is None:
+            return
+        shape.use_common_options = False  # this instance only: headless `-u`/`-r` read as before
+
+        def note_stop() -> None:
+            if flask.request.path == "/stop" and self.run_id is not None and not self.ended:
+                self.stopped_from_web_ui = True
+
+        web_ui.app.before_request(note_stop)
 
     def prepare_test(self) -> None:
         """Before each test started from the web UI (local runner or master): what the form posted takes effect.
@@ -410,6 +428,7 @@ class StampedeSession:
             self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s)
             self.progress.start()
         self.stopped_by = []  # each run of a web UI session starts unstopped
+        self.stopped_from_web_ui = False
         if self.owns_run_folder and self.settings.abort_on_threshold:
             self.threshold_watch = ThresholdWatch(self.state.live, self.settings.thresholds, self.stop_on_threshold)
             self.threshold_watch.start()
