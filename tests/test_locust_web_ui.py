@@ -191,6 +191,20 @@ def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_loc
     assert len(load_rollouts(first)) == first_rows
 
 
+def test_a_bad_value_in_the_form_refuses_that_test_and_says_why(web_locust: WebLocust) -> None:
+    before = set(web_locust.runs())
+    assert web_locust.post("/swarm", {**form_defaults(web_locust), "hold": "soon"}).get("success")
+    deadline = time.monotonic() + 30
+    while "--hold takes a number (got 'soon' in the web form)" not in web_locust.get("/logs"):
+        assert time.monotonic() < deadline, "the refusal never reached the web UI's log"
+        time.sleep(0.25)
+    while web_locust.stats()["state"] != "stopped":
+        assert time.monotonic() < deadline, "the refused test did not stop"
+        time.sleep(0.25)
+    assert set(web_locust.runs()) == before  # no run folder for a test that never ran
+    assert web_locust.process.poll() is None  # the form is still served: the next test may start
+
+
 def test_rollouts_cut_off_by_stop_show_as_cancelled_not_failed(web_locust: WebLocust) -> None:
     before = set(web_locust.runs())
     assert web_locust.post("/swarm", {**form_defaults(web_locust), "hold": "30"}).get("success")

@@ -46,7 +46,7 @@ from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.threshold_watch import ThresholdWatch
 from harness.locust.vendor_process import EmbeddedVendor
-from harness.locust.web_form import coerce_form_values
+from harness.locust.web_form import as_form_text, typed
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.run_endings import (
@@ -282,6 +282,8 @@ class StampedeSession:
         if web_ui is None or shape is None:
             return
         shape.use_common_options = False  # this instance only: headless `-u`/`-r` read as before
+        if self.environment.parsed_options is not None:
+            as_form_text(self.environment.parsed_options)
 
         def note_stop() -> None:
             if flask.request.path == "/stop" and self.run_id is not None and not self.ended:
@@ -295,10 +297,11 @@ class StampedeSession:
         The embedded vendor is kept while what it simulates is unchanged, and restarted otherwise. A bad value
         raises UsageError (the test is refused, the process keeps serving the form).
         """
-        options = self.environment.parsed_options
-        if getattr(self.environment, "web_ui", None) is None or self.is_worker or options is None:
+        if getattr(self.environment, "web_ui", None) is None or self.is_worker:
             return
-        coerce_form_values(options)
+        if self.environment.parsed_options is None:
+            return
+        options = typed(self.environment.parsed_options)
         vendor = self.vendor
         if vendor is not None:  # the vendor's own address is not a user's --base-url
             if options.base_url == vendor.url:
@@ -386,7 +389,7 @@ class StampedeSession:
         # before test_start. They are reset when a run ends.
         options = self.environment.parsed_options
         if self.is_worker:
-            self.settings = RunSettings.from_options(options)
+            self.settings = RunSettings.from_options(typed(options))  # a web UI master sends numbers as text
             self.time_scale = getattr(options, "vendor_time_scale", None) or self.settings.time_scale
             self.profile_label = getattr(options, "profile_label", "") or ""
             self.state.run_id = getattr(options, "run_id", None)

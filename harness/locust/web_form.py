@@ -1,9 +1,10 @@
 """Stampede's settings as Locust's web UI posts them: back to the types the command line gives.
 
-The form posts every field as text, and Locust keeps text for an option whose value was None (and converts
-with the current value's type otherwise), so a blank `--hold` arrives as "" and a typed one as "20". Before
-a test starts from the web UI, `coerce_form_values` turns each of stampede's options back into what argparse
-would have made of it: blank is the option's default, a number field a number, a bad value one clear error.
+The form posts every field as text. Locust stores a posted value converted with the type of the value it
+replaces: text for an option that was None, `float(text)` for one that was a number, and a blank or mistyped
+number there is an HTTP 500 before any of our code runs. So under the web UI stampede's number options are
+kept as text (`as_form_text`), and each test reads a typed copy (`typed`): blank is the option's default, a
+number field a number, a bad value one clear error (the test is refused; the form stays).
 """
 
 from __future__ import annotations
@@ -22,6 +23,21 @@ def _actions() -> dict[str, argparse.Action]:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser, locust=False)
     return {action.dest: action for action in parser._actions if action.dest != "help"}
+
+
+def as_form_text(options: Any) -> None:
+    """In place: stampede's number options as text, so whatever the form posts for them Locust stores."""
+    for dest in _actions():
+        value = getattr(options, dest, None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            setattr(options, dest, repr(value) if isinstance(value, float) else str(value))
+
+
+def typed(options: Any) -> argparse.Namespace:
+    """A copy of Locust's options with stampede's as the command line would give them (see the module doc)."""
+    copy = argparse.Namespace(**vars(options))
+    coerce_form_values(copy)
+    return copy
 
 
 def coerce_form_values(options: Any) -> None:
