@@ -165,7 +165,7 @@ def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_loc
     first = web_locust.start_test()
     first_manifest = web_locust.manifest(first)
     first_rows = len(load_rollouts(first))
-    second = web_locust.start_test(hold="2", stages="3")  # edited in the form
+    second = web_locust.start_test(hold="2", stages="3", seed="5")  # edited in the form
     third = web_locust.start_test()
 
     assert len({first, second, third}) == 3
@@ -183,6 +183,9 @@ def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_loc
     assert set(load_rollouts(third).stage) == {"01-ramp2", "02-ramp3"}
     # what the form posted took effect for that test only
     assert manifests[1]["parameters"]["hold_s"] == 2.0 and manifests[1]["shape"]["stages"] == [3]
+    assert (manifests[0]["seed"], manifests[1]["seed"], manifests[2]["seed"]) == (0, 5, 0)
+    vendors = [m["processes"]["vendor"]["pid"] for m in manifests]  # a new seed: a vendor simulating it
+    assert vendors[0] != vendors[1] != vendors[2]
     assert set(load_rollouts(second).stage) == {"01-ramp3"}
     assert manifests[2]["parameters"]["hold_s"] == 1.0
     # the first test's results are as it left them

@@ -69,6 +69,8 @@ class RunState:
         self.broadcast: Broadcast | None = None  # a master sends stage and gate to its workers through this
         self.test_preparers: list[Callable[[], None]] = []  # the session: the web form's settings, per test
         self.refusal: str | None = None  # why the test about to start cannot run (a bad form value)
+        self._prepared = gevent.event.Event()  # clear while prepare_test runs (it may restart the vendor)
+        self._prepared.set()
 
     @property
     def stage(self) -> Stage:
@@ -89,12 +91,20 @@ class RunState:
         """A test is about to start (Locust's `start_shape`, before the shape's first tick): settings edited
         in the web UI take effect now. A bad value is kept in `refusal`, and the shape refuses to start."""
         self.refusal = None
-        for prepare in self.test_preparers:
-            try:
+        self._prepared.clear()
+        try:
+            for prepare in self.test_preparers:
                 prepare()
-            except UsageError as exc:
-                self.refusal = str(exc)
-                return
+        except UsageError as exc:
+            self.refusal = str(exc)
+        finally:
+            self._prepared.set()
+
+    def ready_for_test(self) -> bool:
+        """In the shape's greenlet (Locust starts it before `prepare_test` returns): wait for the test's
+        settings; False if they were refused."""
+        self._prepared.wait()
+        return self.refusal is None
 
     def new_run(self) -> None:
         """A run begins: fresh live view and drop counts (stage and gate were reset when the last run ended)."""

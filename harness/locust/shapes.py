@@ -50,23 +50,24 @@ class StampedeShape(LoadTestShape):
         """Locust calls this as each test starts (`start_shape`): a second test from the web UI runs the whole
         shape again, with the settings the form posted (the run state reads them in `prepare_test`)."""
         super().reset_time()
-        state = self.state()
-        if state is not None:
-            state.prepare_test()
-            if state.refusal:
-                log.error("stampede: %s (the test does not start)", state.refusal)
         self.stage = IDLE_STAGE
         self.t_stage = time.monotonic()
         self.outcome = None
         self.restart()
+        state = self.state()
+        if state is not None:
+            state.prepare_test()  # the first tick waits for it (`refused`)
+            if state.refusal:
+                log.error("stampede: %s (the test does not start)", state.refusal)
 
     def restart(self) -> None:
         """Back to the shape's first stage; subclasses reset their own progress here."""
 
     def refused(self) -> bool:
-        """The settings posted for this test were refused: the shape ends before its first stage."""
+        """The settings posted for this test were refused: the shape ends before its first stage. Waits
+        while they are being prepared (Locust ticks the shape before `reset_time` has returned)."""
         state = self.state()
-        return state is not None and state.refusal is not None
+        return state is not None and not state.ready_for_test()
 
     def state(self) -> RunState | None:
         return run_state_of(self.runner.environment) if self.runner else None
