@@ -194,6 +194,22 @@ def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_loc
     assert len(load_rollouts(first)) == first_rows
 
 
+def test_a_test_started_the_moment_the_last_one_ends_still_runs(web_locust: WebLocust) -> None:
+    """Locust shows `stopped` (and offers a new test) while stampede still drains the last run; a test
+    started then waits for that run's end instead of being dropped."""
+    stops = web_locust.get("/logs").count("Shape test stopping")
+    before = set(web_locust.runs())
+    assert web_locust.post("/swarm", {**form_defaults(web_locust), "stages": "2"}).get("success")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while web_locust.get("/logs").count("Shape test stopping") == stops:
+        assert time.monotonic() < deadline, "the first test never ended"
+        time.sleep(0.05)
+    second = web_locust.start_test(stages="2")
+    (first,) = set(web_locust.runs()) - before - {second}
+    for run in (first, second):
+        assert web_locust.manifest(run)["status"] == "completed" and len(load_rollouts(run)) > 0
+
+
 def test_a_bad_value_in_the_form_refuses_that_test_and_says_why(web_locust: WebLocust) -> None:
     before = set(web_locust.runs())
     assert web_locust.post("/swarm", {**form_defaults(web_locust), "hold": "soon"}).get("success")

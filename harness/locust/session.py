@@ -97,6 +97,7 @@ class StampedeSession:
         self.stopped_by: list[Any] = []  # the thresholds' verdicts that stopped the run (--abort-on-threshold)
         self.exit_code: int | None = None  # the last run's exit status (harness.wire.run_endings), once concluded
         self.stopped_from_web_ui = False  # the web UI's Stop: the shape did not run its course
+        self._ending: gevent.Greenlet | None = None  # a run being finished off Locust's shape greenlet
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
 
@@ -299,6 +300,7 @@ class StampedeSession:
         """
         if getattr(self.environment, "web_ui", None) is None or self.is_worker:
             return
+        self.wait_for_last_run()
         if self.environment.parsed_options is None:
             return
         options = typed(self.environment.parsed_options)
@@ -379,6 +381,7 @@ class StampedeSession:
 
     def begin_run(self) -> None:
         """At `test_start`: a run id and folder (local/master), the engine configured (local/worker)."""
+        self.wait_for_last_run()
         if self.run_id is not None and not self.ended:
             return
         self.services_ready.wait(120)
@@ -491,9 +494,28 @@ class StampedeSession:
         return manifest
 
     def end_run(self) -> None:
-        """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary."""
-        if self.ended or self.run_id is None:
+        """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary.
+
+        A shape that ended on its own under the web UI is finished off Locust's shape greenlet: Locust ignores
+        a new test while that greenlet lives, and a drain takes seconds; the next test waits for it instead
+        (`prepare_test`).
+        """
+        if self.ended or self.run_id is None or self._ending is not None:
             return
+        if getattr(self.environment, "web_ui", None) is not None and gevent.getcurrent() is getattr(
+            self.runner, "shape_greenlet", None
+        ):
+            self._ending = gevent.spawn(self._end_run)
+            return
+        self._end_run()
+
+    def wait_for_last_run(self) -> None:
+        """Until the last run's end (drain, run.json, summary) is done, if it is being finished in the background."""
+        ending, self._ending = self._ending, None
+        if ending is not None:
+            ending.join()
+
+    def _end_run(self) -> None:
         self.run_ready.clear()
         final_stage = self.state.end_run()
         if self.progress is not None:
@@ -579,6 +601,7 @@ class StampedeSession:
 
     def close(self) -> None:
         """At `quitting`: stop the engine and the local vendor."""
+        self.wait_for_last_run()
         if not self.ended and self.run_id is not None:
             self.end_run()
         if self._finishing is not None:
