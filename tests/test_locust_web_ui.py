@@ -155,7 +155,7 @@ def web_locust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebLocust]:
 def test_the_form_shows_stampedes_settings_and_leaves_users_to_the_shape(web_locust: WebLocust) -> None:
     args = template_args(web_locust)
     options = args["extra_options"]
-    for name in ("stages", "hold", "sim_profile", "commands", "provider", "burst_steps", "rates"):
+    for name in ("stages", "hold", "sim_profile", "commands", "provider", "burst_steps", "rates", "image", "cpu"):
         assert name in options, f"--{name} is not in the web form"
     assert options["stages"]["default_value"] == "2,3"  # what the command line said
     assert args["hide_common_options"], "the form still asks for users and ramp-up the shape ignores"
@@ -165,7 +165,7 @@ def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_loc
     first = web_locust.start_test()
     first_manifest = web_locust.manifest(first)
     first_rows = len(load_rollouts(first))
-    second = web_locust.start_test(hold="2", stages="3", seed="5")  # edited in the form
+    second = web_locust.start_test(hold="2", stages="3", seed="5", memory_mb="2048")  # edited in the form
     third = web_locust.start_test()
 
     assert len({first, second, third}) == 3
@@ -184,6 +184,7 @@ def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_loc
     # what the form posted took effect for that test only
     assert manifests[1]["parameters"]["hold_s"] == 2.0 and manifests[1]["shape"]["stages"] == [3]
     assert (manifests[0]["seed"], manifests[1]["seed"], manifests[2]["seed"]) == (0, 5, 0)
+    assert [m["parameters"]["plan"]["memory_mb"] for m in manifests] == [1024, 2048, 1024]
     vendors = [m["processes"]["vendor"]["pid"] for m in manifests]  # a new seed: a vendor simulating it
     assert vendors[0] != vendors[1] != vendors[2]
     assert set(load_rollouts(second).stage) == {"01-ramp3"}

@@ -171,7 +171,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="emulated model generation time before each turn: const:S, uniform:A,B, lognormal:MEDIAN,SIGMA, exp:MEAN")  # fmt: skip
     add("--reward-command", default=None, env_var="STAMPEDE_REWARD_COMMAND", include_in_web_ui=True,
         help="a final command scoring the episode")  # fmt: skip
-    add("--rollout-timeout", type=float, default=None, env_var="STAMPEDE_ROLLOUT_TIMEOUT",
+    add("--rollout-timeout", type=float, default=None, env_var="STAMPEDE_ROLLOUT_TIMEOUT", include_in_web_ui=True,
         help="one deadline in seconds for a whole rollout")  # fmt: skip
     add("--retries", type=int, default=0, env_var="STAMPEDE_RETRIES", include_in_web_ui=True,
         help="retry init failures (create/ready) this many times; each attempt is its own row")  # fmt: skip
@@ -189,10 +189,13 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add("--create-timeout", type=float, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
     add("--ready-timeout", type=float, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
-    add("--exec-timeout", type=float, default=120.0, env_var="STAMPEDE_EXEC_TIMEOUT", help="seconds per command")
-    add("--image", default=None, env_var="STAMPEDE_IMAGE", help="sandbox image (default: the provider's)")
-    add("--cpu", type=float, default=1.0, env_var="STAMPEDE_CPU", help="cores per sandbox")
-    add("--memory-mb", type=int, default=1024, env_var="STAMPEDE_MEMORY_MB", help="memory per sandbox")
+    add("--exec-timeout", type=float, default=120.0, env_var="STAMPEDE_EXEC_TIMEOUT", include_in_web_ui=True,
+        help="seconds per command")  # fmt: skip
+    add("--image", default=None, env_var="STAMPEDE_IMAGE", include_in_web_ui=True,
+        help="sandbox image (default: the provider's)")  # fmt: skip
+    add("--cpu", type=float, default=1.0, env_var="STAMPEDE_CPU", include_in_web_ui=True, help="cores per sandbox")
+    add("--memory-mb", type=int, default=1024, env_var="STAMPEDE_MEMORY_MB", include_in_web_ui=True,
+        help="memory per sandbox")  # fmt: skip
     add(
         "--lifetime",
         type=float,
