@@ -29,9 +29,11 @@ def resolve_run_dir(path: Path | str) -> Path:
     if target_name is None:
         return path
     target = path.parent / target_name
-    if not target.is_dir():
+    if target.is_dir():
+        return target
+    if path.name == POINTER_NAME:
         raise UsageError(f"{path} names {target_name}, which is not a folder beside it (deleted or moved?)")
-    return target
+    return path  # some other small text file: the caller refuses it as "not a directory"
 
 
 def _pointer_target(path: Path) -> str | None:
