@@ -17,7 +17,6 @@ from typing import Any
 from harness.errors import UsageError
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 from harness.results.thresholds import Threshold, parse_all
-from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
 from harness.wire.plan import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
@@ -25,6 +24,7 @@ from harness.wire.plan import (
     commands_to_text,
     parse_commands,
 )
+from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
 from providers.base import DEFAULT_LIFETIME_S
 from providers.cli_help import set_env_var
 

@@ -5,8 +5,8 @@
 - `stopped_by_threshold` (exit 99): `--abort-on-threshold` saw a threshold crossed beyond doubt while the run went
   (harness.locust.threshold_watch); drained as the first Ctrl-C drains: rollouts cancelled, sandboxes terminated.
 - usage error (exit 2): bad input, a vendor that cannot start; one line on stderr, no run.
-- `interrupted` (exit 130): the first Ctrl-C or SIGTERM; rollouts cancelled, every sandbox terminated, the label
-  swept.
+- `interrupted` (exit 130): the first Ctrl-C or SIGTERM (or, under Locust's web UI, its Stop button); rollouts
+  cancelled, every sandbox terminated, the label swept.
 - `aborted` (exit 131): a second Ctrl-C or SIGTERM before stampede exits; cancelled rollouts get ABORT_GRACE_S
   (1 s), the whole drain ABORT_DEADLINE_S (10 s, harness.engine.run), sandboxes still terminated.
 - `crashed` (no exit status of ours: the process died; a shell shows 137 for kill -9): found later, when run.json
@@ -53,7 +53,7 @@ class Ending:
 
 ENDINGS: tuple[Ending, ...] = (
     Ending(COMPLETED, EXIT_COMPLETED, "ran to the end of its shape"),
-    Ending(INTERRUPTED, EXIT_INTERRUPTED, "stopped by Ctrl-C or SIGTERM: rollouts cancelled, sandboxes terminated"),
+    Ending(INTERRUPTED, EXIT_INTERRUPTED, "stopped by Ctrl-C, SIGTERM or the web UI's Stop: rollouts cancelled, sandboxes terminated"),
     Ending(ABORTED, EXIT_ABORTED, "stopped by a second Ctrl-C or SIGTERM: no grace for rollouts, sandboxes terminated"),
     Ending(STOPPED_BY_THRESHOLD, EXIT_THRESHOLDS_CROSSED,
            "stopped by --abort-on-threshold: a threshold was crossed for good; rollouts cancelled, sandboxes terminated"),
