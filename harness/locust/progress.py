@@ -12,7 +12,10 @@ from harness.locust.live_view import LiveView
 from harness.locust.run_state import RunState
 
 
-def format_progress(elapsed_s: float, stage: str, users: int, target: int, live: LiveView) -> str:
+def format_progress(
+    elapsed_s: float, stage: str, users: int, target: int, live: LiveView, time_scale: float | None = None
+) -> str:
+    """One line; TTI in vendor seconds (wall / time scale, as live counters have no vendor truth), unit stated."""
     totals = live.totals()
     head = f"[{elapsed_s:6.0f}s] {stage or '-':<16} users {users}/{target}"
     if not totals.engines:
@@ -21,7 +24,13 @@ def format_progress(elapsed_s: float, stage: str, users: int, target: int, live:
     stats = live.stage(stage) if stage else None
     p50 = stats.tti_quantile(0.5) if stats else None
     p99 = stats.tti_quantile(0.99) if stats else None
-    tti = f"TTI p50 {p50:.2f}s p99 {p99:.2f}s (stage)" if p50 is not None and p99 is not None else "TTI -"
+    scale = time_scale if time_scale and time_scale > 0 else 1.0
+    if p50 is None or p99 is None:
+        tti = "TTI -"
+    elif scale == 1.0:
+        tti = f"TTI p50 {p50:.2f}s p99 {p99:.2f}s (stage)"
+    else:
+        tti = f"TTI p50 {p50 / scale:.2f} p99 {p99 / scale:.2f} vendor s (wall / {scale:g}; stage)"
     engines = f" over {totals.engines} engines" if totals.engines > 1 else ""
     dropped = f" dropped {totals.dropped}" if totals.dropped else ""
     return (
@@ -34,8 +43,9 @@ def format_progress(elapsed_s: float, stage: str, users: int, target: int, live:
 class ProgressPrinter:
     """Prints to stderr from its own greenlet; stopping it never blocks the run."""
 
-    def __init__(self, runner: Any, state: RunState, interval_s: float) -> None:
+    def __init__(self, runner: Any, state: RunState, interval_s: float, time_scale: float | None = None) -> None:
         self.runner = runner
+        self.time_scale = time_scale
         self.state = state
         self.interval_s = interval_s
         self.t0 = time.monotonic()
@@ -63,4 +73,5 @@ class ProgressPrinter:
             int(getattr(runner, "user_count", 0)),
             stage.target_users or int(getattr(runner, "target_user_count", 0) or 0),
             self.state.live,
+            self.time_scale,
         )

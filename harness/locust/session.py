@@ -431,7 +431,9 @@ class StampedeSession:
         if not self.is_master and not self.is_worker:
             self._poller = gevent.spawn(self._poll_engine)
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
-            self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s)
+            self.progress = ProgressPrinter(
+                self.runner, self.state, self.settings.progress_interval_s, self.time_scale
+            )
             self.progress.start()
         self.stopped_by = []  # each run of a web UI session starts unstopped
         self.stopped_from_web_ui = False
