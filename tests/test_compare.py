@@ -286,3 +286,25 @@ def test_two_real_runs_of_different_vendors(tmp_path):
         "compare", str(out / "modal-like"), str(out / "ideal"), "-o", str(tmp_path / "rev"), "--no-figures"
     )
     assert reverse.returncode == 0 and "better" in reverse.stdout
+
+
+def test_compare_json_matches_its_schema_and_a_broken_one_does_not(folders, tmp_path):
+    """compare.json is for other programs (a CI gate's own script): it is checked against its schema."""
+    from harness.errors import UsageError
+    from harness.results.compare_report import validate_comparison
+
+    out = tmp_path / "out"
+    stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", str(out), "--no-figures",
+             "--threshold", "tti.p50<1000")  # fmt: skip
+    saved = json.loads((out / "compare.json").read_text())
+    validate_comparison(saved)
+    figure = saved["candidates"][0]["rows"][0]["figures"][0]
+    for path, value in ((("exit_code",), 1), (("unit",), "seconds"), (("compare_version",), 2)):
+        broken = json.loads(json.dumps(saved))
+        broken[path[0]] = value
+        with pytest.raises(UsageError, match=path[0]):
+            validate_comparison(broken)
+    broken = json.loads(json.dumps(saved))
+    broken["candidates"][0]["rows"][0]["figures"][0] = {**figure, "verdict": "slower"}
+    with pytest.raises(UsageError, match="candidates/0/rows/0/figures/0/verdict"):
+        validate_comparison(broken)

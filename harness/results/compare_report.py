@@ -26,6 +26,7 @@ from harness.results.compare import (
     Settings,
     compare_runs,
 )
+from harness.results.json_schemas import check_against
 from harness.results.report import load_runs
 from harness.results.report_tables import Table, basis_note, seconds
 from harness.results.stage_aggregate import RunStats, TimeBasis
@@ -243,6 +244,14 @@ def comparison_json(comparison: Comparison, extra: dict[str, Any] | None = None)
     }
 
 
+SCHEMA_RESOURCE = "compare.v1.schema.json"
+
+
+def validate_comparison(document: Any, source: str = "compare.json") -> None:
+    """Raise UsageError naming the first place compare.json departs from its schema (checked before each write)."""
+    check_against(document, SCHEMA_RESOURCE, f"compare v{COMPARE_VERSION}", source)
+
+
 def default_out_dir() -> Path:
     return Path("stampede-compare")
 
@@ -313,6 +322,7 @@ def build_compare(
         sections.append(("Figures", [], images))
     json_path = out / "compare.json"
     saved = comparison_json(comparison, {"thresholds": threshold_json, "exit_code": exit_code})
+    validate_comparison(saved)
     json_path.write_text(json.dumps(saved, indent=1, allow_nan=False) + "\n")
     html_path = out / "compare.html"
     title = f"stampede compare: {runs[0].info.run_id} (baseline) vs " + ", ".join(r.info.run_id for r in runs[1:])

@@ -6,33 +6,22 @@ never decreases.
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from itertools import pairwise
 from typing import Any
 
 from harness.errors import UsageError
+from harness.results.json_schemas import check_against, load_schema
 
 SCHEMA_RESOURCE = "latency_model.v1.schema.json"
 
 
-@cache
 def latency_model_schema() -> dict[str, Any]:
-    text = resources.files("harness.results").joinpath("schemas", SCHEMA_RESOURCE).read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return load_schema(SCHEMA_RESOURCE)
 
 
 def validate_latency_model(document: Any, source: str = "latency model") -> None:
     """Raise UsageError naming the first problem (its JSON path), else return."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(latency_model_schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "(top)"
-        raise UsageError(f"{source} does not match latency_model v1 at {where}: {error.message[:200]}")
+    check_against(document, SCHEMA_RESOURCE, "latency_model v1", source)
     levels = document["quantile_levels"]
     if any(b <= a for a, b in pairwise(levels)):
         raise UsageError(f"{source}: quantile_levels must increase")

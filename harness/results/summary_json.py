@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
+from harness.results.json_schemas import check_against, load_schema
 from harness.results.quantiles import REPORT_QUANTILES, supported
 from harness.results.run_figures import RunAggregate, init_failure_rate, unfinished
 from harness.results.stage_aggregate import StageStats
@@ -100,22 +98,13 @@ def build_summary(
     }
 
 
-@cache
 def summary_schema() -> dict[str, Any]:
-    text = resources.files("harness.results").joinpath("schemas", SCHEMA_RESOURCE).read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return load_schema(SCHEMA_RESOURCE)
 
 
 def validate_summary(document: Any, source: str = FILENAME) -> None:
     """Raise UsageError naming the first problem (its JSON path), else return."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(summary_schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "(top)"
-        raise UsageError(f"{source} does not match summary v{VERSION} at {where}: {error.message[:200]}")
+    check_against(document, SCHEMA_RESOURCE, f"summary v{VERSION}", source)
 
 
 def write_summary(run_dir: Path, document: Mapping[str, Any]) -> Path:
