@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from harness.errors import UsageError, one_line_errors
 
@@ -29,7 +30,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_fit_samples < 100:
         raise UsageError("--max-fit-samples must be at least 100")
-    document = build_latency_model(args.run_dirs, fit=not args.no_fits, max_fit_samples=args.max_fit_samples)
+    document = build_latency_model(
+        args.run_dirs, fit=not args.no_fits, max_fit_samples=args.max_fit_samples, profile_limits=profile_limits
+    )
     write_latency_model(document, Path(args.out))
     for model in document["models"]:
         print(f"{model['provider']}/{model['profile']}: runs {', '.join(model['run_ids'])}")
@@ -45,8 +48,39 @@ def run(args: argparse.Namespace) -> int:
                 f" init failure {100 * bucket['failure_probability']['init']:.1f}%,"
                 f" TTI p50 {p50:.3g} s p99 {p99:.3g} s (vendor), best fit {fit or '-'}"
             )
+        limits = model.get("limits")
+        if limits:
+            cap, rate = limits["concurrency_cap"], limits["create_rate_per_s"]
+            print(f"  concurrency cap {cap['value'] if cap['value'] is not None else '-'} ({cap['source']}),"
+                  f" create rate {rate['value'] if rate['value'] is not None else '-'}/s ({rate['source']})")  # fmt: skip
     print(f"latency model (schema v1, validated): {args.out}")
     return 0
+
+
+def profile_limits(name: str, overrides: Mapping[str, Any]) -> Any:
+    """A simulated vendor's limits after the run's overrides, each with the profile's source (None: unknown profile)."""
+    from harness.results.vendor_limits import ProfileLimits
+    from providers.sim.core.profile import OVERRIDE_SOURCE, ProfileError, load_profile
+
+    try:
+        profile = load_profile(name).with_overrides(dict(overrides))
+    except ProfileError:
+        return None  # a profile file that moved or a renamed profile: the export says the limits are unknown
+    sources = profile.sources
+
+    def source(key: str) -> str:
+        text = sources.get(key, "no source recorded")
+        return text if text != OVERRIDE_SOURCE else f"{OVERRIDE_SOURCE} (--profile-set {key}={overrides.get(key)})"
+
+    return ProfileLimits(
+        profile=profile.name,
+        concurrency_cap=float(profile.quota.max_active),
+        concurrency_cap_source=source("quota.max_active"),
+        create_rate_per_s=float(profile.create_rate.per_s),
+        create_rate_source=source("create_rate.per_s"),
+        create_burst=float(profile.create_rate.burst),
+        create_burst_source=source("create_rate.burst"),
+    )
 
 
 class _OneLineParser(argparse.ArgumentParser):

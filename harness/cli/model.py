@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -72,6 +73,24 @@ def comparison_text(closed: Any, simulated: Any) -> str:
     return Table("", header, rows, left=frozenset({0})).to_text()
 
 
+IDLE_METHOD = (
+    "idle caused by sandboxes: trainer idle per step as modelled minus idle per step with an ideal sandbox (zero "
+    "startup, teardown and init failures; same work, exec failures and vendor limits), same engine"
+)
+
+
+def dollars_text(costs: Sequence[Any]) -> str:
+    from harness.results.report_tables import Table
+    from harness.rlmodel.cost import DOLLAR_ROWS
+
+    header = ["USD", *(c.engine for c in costs)]
+    rows = []
+    for key, label in DOLLAR_ROWS:
+        values = [getattr(c, key) for c in costs]
+        rows.append([label, *("unknown" if v is None else f"{v:.4g}" for v in values)])
+    return Table("", header, rows, left=frozenset({0})).to_text()
+
+
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     import json
@@ -79,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.rlmodel.closed_form import solve
     from harness.rlmodel.config import load_config
+    from harness.rlmodel.cost import dollars, priced, pricing
     from harness.rlmodel.inputs import build_plan
     from harness.rlmodel.latency_input import load_latency_model
     from harness.rlmodel.simulation import simulate
@@ -96,10 +116,27 @@ def run(args: argparse.Namespace) -> int:
     print(f"config {args.config}: B={config.prompts} × G={config.group_size} = {plan.samples_per_step} samples per step, "
           f"{config.mode}, trainer {plan.trainer_rate:.4g} samples/s")  # fmt: skip
     print(f"vendor {vendor.name}: {plan.sandbox.describe()}")
+    for limit in plan.limits:
+        print(f"vendor limit: {limit.describe()}")
+    pricing_ = pricing(config, vendor.provider, vendor.profile)
+    for line in pricing_.lines():
+        print(line)
     print(f"effective concurrency {plan.concurrency} (limited by {plan.concurrency_limited_by})"
           + (f"; {plan.dispatched_per_step} dispatched per step, generation ends at {plan.finish_target} successes"
              if config.mode == "sync" else ""))  # fmt: skip
-    document: dict[str, Any] = {"config": args.config, "latency_model": args.latency, "vendor": vendor.name}
+    document: dict[str, Any] = {
+        "config": args.config,
+        "latency_model": args.latency,
+        "vendor": vendor.name,
+        "limits": [dataclasses.asdict(limit) for limit in plan.limits],
+        "pricing": {
+            "price": dataclasses.asdict(pricing_.price) if pricing_.price else None,
+            "basis": pricing_.basis,
+            "sandbox_usd_per_s": pricing_.sandbox_per_s,
+            "trainer_gpu_usd_per_s": pricing_.gpu_per_s,
+            "notes": list(pricing_.notes),
+        },
+    }
     if args.sweep is None:
         closed = solve(plan) if args.engine in ("both", "closed") else None
         simulated = simulate(plan, steps=args.steps) if args.engine in ("both", "simulation") else None
@@ -111,10 +148,25 @@ def run(args: argparse.Namespace) -> int:
         if simulated is not None and simulated.staleness_distribution and config.mode == "async":
             dist = ", ".join(f"{lag}: {100 * share:.1f}%" for lag, share in simulated.staleness_distribution.items())
             print(f"staleness (policy versions behind, share of trained samples): {dist}")
+        costs = [
+            priced(plan, r, pricing_, solve if r is closed else (lambda p: simulate(p, steps=args.steps)))
+            for r in (closed, simulated)
+            if r is not None
+        ]
+        print()
+        print(dollars_text(costs))
+        print(IDLE_METHOD)
         document["results"] = [r.to_json() for r in (closed, simulated) if r is not None]
+        document["dollars"] = [c.to_json() for c in costs]
     else:
         sweep = run_sweep(
-            args.sweep, config, vendor, values or default_values(args.sweep, config), args.engine, args.steps
+            args.sweep,
+            config,
+            vendor,
+            values or default_values(args.sweep, config),
+            args.engine,
+            args.steps,
+            pricing_=pricing_,
         )
         print()
         print(sweep_table(sweep).to_text())
@@ -123,7 +175,11 @@ def run(args: argparse.Namespace) -> int:
         document["sweep"] = {
             "kind": sweep.kind,
             "points": [
-                {"value": p.value, "results": [r.to_json() for r in (p.closed, p.simulated) if r is not None]}
+                {
+                    "value": p.value,
+                    "results": [r.to_json() for r in (p.closed, p.simulated) if r is not None],
+                    "dollars": [dollars(r, pricing_).to_json() for r in (p.closed, p.simulated) if r is not None],
+                }
                 for p in sweep.points
             ],
             "recommendation": sweep.recommendation,

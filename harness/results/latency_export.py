@@ -39,6 +39,7 @@ from harness.results.latency_schema import validate_latency_model
 from harness.results.quantiles import group_sorted
 from harness.results.stage_aggregate import stage_order
 from harness.results.timing_error import per_rollout_error_s, stage_timing_error
+from harness.results.vendor_limits import ProfileResolver, limits_block
 
 QUANTILE_LEVELS: tuple[float, ...] = (
     0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
@@ -78,6 +79,8 @@ def _prepare(info: RunInfo) -> pd.DataFrame:
             "t_submit": frame["t_submit"].to_numpy(dtype=float),
         }
     )
+    t_submit = out["t_submit"].to_numpy(dtype=float)
+    out["t_vendor"] = (t_submit - np.nanmin(t_submit)) * factor if len(out) else t_submit
     for column in ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s"):
         out[column] = frame[column].to_numpy(dtype=float) * factor
     measured = concurrency_during(frame).astype(float)
@@ -207,9 +210,24 @@ def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[s
     return result
 
 
+def _profile_limits(info: RunInfo, resolve: ProfileResolver | None) -> Any:
+    """The simulated vendor's profile limits a run ran under (its name and overrides from run.json), or None."""
+    name = info.manifest.get("profile") if info.manifest else None
+    if resolve is None or not name:
+        return None
+    parameters = info.manifest.get("parameters") if isinstance(info.manifest.get("parameters"), dict) else {}
+    overrides = parameters.get("profile_overrides") or {}
+    return resolve(str(name), overrides if isinstance(overrides, dict) else {})
+
+
 def build_latency_model(
-    run_dirs: Sequence[str | Path], fit: bool = True, max_fit_samples: int = DEFAULT_MAX_FIT_SAMPLES
+    run_dirs: Sequence[str | Path],
+    fit: bool = True,
+    max_fit_samples: int = DEFAULT_MAX_FIT_SAMPLES,
+    profile_limits: ProfileResolver | None = None,
 ) -> dict[str, Any]:
+    """The latency model of the runs; `profile_limits` resolves a simulated vendor's profile (name, overrides) to
+    its limits, written under each model's `limits` beside what the rows show (harness/results/vendor_limits.py)."""
     if not run_dirs:
         raise UsageError("give at least one run folder")
     infos = [read_run_info(d) for d in run_dirs]
@@ -222,6 +240,7 @@ def build_latency_model(
             unique.append(info)
     groups: dict[tuple[str, str], list[pd.DataFrame]] = {}
     run_ids: dict[tuple[str, str], list[str]] = {}
+    profiles: dict[tuple[str, str], Any] = {}
     provenance = []
     for info in unique:
         rows = _prepare(info)
@@ -245,6 +264,8 @@ def build_latency_model(
         key = (info.provider, info.profile)
         groups.setdefault(key, []).append(rows)
         run_ids.setdefault(key, []).append(info.run_id)
+        if key not in profiles or profiles[key] is None:
+            profiles[key] = _profile_limits(info, profile_limits)
     if not groups:
         raise UsageError("the runs have no rollouts to export")
     models = [
@@ -253,6 +274,7 @@ def build_latency_model(
             "profile": profile,
             "run_ids": run_ids[(provider, profile)],
             "buckets": _buckets(pd.concat(frames, ignore_index=True), fit, max_fit_samples),
+            "limits": limits_block(pd.concat(frames, ignore_index=True), profiles.get((provider, profile))),
         }
         for (provider, profile), frames in sorted(groups.items())
     ]

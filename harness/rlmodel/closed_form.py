@@ -223,6 +223,7 @@ def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:
         sandbox_seconds_per_trained_sample=dispatch * sandbox_time / trainer if trainer > 0 else math.inf,
         mean_staleness_steps=mean_lag,
         concurrency_used=dispatch * (mean_slot + create_wait),
+        creates_per_step=dispatch * laws.mean_attempts * step if math.isfinite(step) else math.inf,
         holds=holds,
         notes=notes,
     )
@@ -300,6 +301,7 @@ def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
         mean_staleness_steps=0.0,
         staleness_distribution={0: 1.0},
         concurrency_used=sandbox / step,
+        creates_per_step=n * laws.mean_attempts if k >= n else n * laws.mean_attempts * (1.0 - killed),
         holds=holds,
         notes=notes,
     )

@@ -33,6 +33,9 @@ class RLConfig:
     # [trainer]
     trainer_samples_per_s: float  # capacity: samples per second while training
     weight_sync_s: float
+    gpus: int | None  # the trainer's GPUs (what its idle costs)
+    gpu_hour_usd: float | None  # dollars per GPU-hour
+    gpu_price_source: str | None
     # [generator]
     mode: Mode
     oversampling: float
@@ -46,6 +49,9 @@ class RLConfig:
     concurrency_cap: int | None
     create_rate: float | None
     teardown_holds_slot: bool
+    sandbox_cpu: float | None  # allocated CPU per sandbox, in the vendor's own unit (what prices.toml bills)
+    sandbox_memory_gib: float | None
+    price: str | dict[str, Any] | None  # a prices.toml vendor, or an inline price with its source
     latency_source: Literal["empirical", "fitted"]
     startup_metric: Literal["startup", "tti"]
     # [retry]
@@ -70,7 +76,7 @@ class RLConfig:
 _TABLES: dict[str, set[str]] = {
     "step": {"prompts", "group_size"},
     "rollout": {"turns", "generation_s", "tool_s", "reward_s"},
-    "trainer": {"samples_per_second", "step_time_s", "weight_sync_s"},
+    "trainer": {"samples_per_second", "step_time_s", "weight_sync_s", "gpus", "gpu_hour_usd", "gpu_price_source"},
     "generator": {
         "mode",
         "oversampling",
@@ -80,7 +86,17 @@ _TABLES: dict[str, set[str]] = {
         "async_level",
         "max_off_policy_steps",
     },
-    "sandbox": {"vendor", "concurrency_cap", "create_rate", "teardown_holds_slot", "latency", "startup_metric"},
+    "sandbox": {
+        "vendor",
+        "concurrency_cap",
+        "create_rate",
+        "teardown_holds_slot",
+        "latency",
+        "startup_metric",
+        "cpu",
+        "memory_gib",
+        "price",
+    },
     "retry": {"max_retries", "backoff_s"},
     "acceptance": {"zero_advantage_groups", "filtered_samples"},
     "simulation": {"steps", "warmup_steps", "seed"},
@@ -186,6 +202,9 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         reward=r.dist("rollout", "reward_s", 0.0),
         trainer_samples_per_s=float(trainer_rate),
         weight_sync_s=r.number("trainer", "weight_sync_s", 0.0) or 0.0,
+        gpus=r.integer("trainer", "gpus", None, minimum=1),
+        gpu_hour_usd=r.number("trainer", "gpu_hour_usd", None),
+        gpu_price_source=_text(r, "trainer", "gpu_price_source"),
         mode=mode,  # type: ignore[arg-type]
         oversampling=oversampling or 1.0,
         kill_unfinished=r.boolean("generator", "kill_unfinished", True),
@@ -197,6 +216,9 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         concurrency_cap=r.integer("sandbox", "concurrency_cap", None, minimum=1),
         create_rate=r.number("sandbox", "create_rate", None, positive=True),
         teardown_holds_slot=r.boolean("sandbox", "teardown_holds_slot", True),
+        sandbox_cpu=r.number("sandbox", "cpu", None, positive=True),
+        sandbox_memory_gib=r.number("sandbox", "memory_gib", None, positive=True),
+        price=_price(r),
         latency_source=r.choice("sandbox", "latency", "empirical", ("empirical", "fitted")),  # type: ignore[arg-type]
         startup_metric=r.choice("sandbox", "startup_metric", "startup", ("startup", "tti")),  # type: ignore[arg-type]
         max_retries=r.integer("retry", "max_retries", 0, minimum=0) or 0,
@@ -207,6 +229,20 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         warmup_steps=r.integer("simulation", "warmup_steps", 5, minimum=0) or 0,
         seed=r.integer("simulation", "seed", 0, minimum=0) or 0,
     )
+
+
+def _text(r: _Reader, table: str, key: str) -> str | None:
+    value = r.get(table, key)
+    if value is not None and not isinstance(value, str):
+        raise r.fail(table, key, f"expected text, got {value!r}")
+    return value
+
+
+def _price(r: _Reader) -> str | dict[str, Any] | None:
+    value = r.get("sandbox", "price")
+    if value is None or isinstance(value, str | dict):
+        return value
+    raise r.fail("sandbox", "price", "expected a prices.toml vendor name or a table {cpu_s, gib_s, source, seen}")
 
 
 def load_config(path: str | Path) -> RLConfig:

@@ -1,5 +1,7 @@
 """Config + latency model -> the resolved inputs both engines use (one place decides every number).
 
+Vendor limits: the config's `[sandbox] concurrency_cap` / `create_rate` when set, else the latency model's `limits`
+(a simulated profile's figure or one measured under pushback), else none; `Plan.limits` says which and why.
 Effective concurrency = min(target, vendor cap, inference cap). The latency model is read at the number of
 sandboxes the generator actually asks for at once: the effective concurrency (async), or min(dispatched per
 step, effective concurrency) (sync).
@@ -8,11 +10,50 @@ step, effective concurrency) (sync).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.rlmodel.config import RLConfig
 from harness.rlmodel.duration_dists import ConstantDist, Dist
 from harness.rlmodel.latency_input import SandboxLatency, VendorModel
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedLimit:
+    """One vendor limit as the model applies it: its value (None: none) and where it came from."""
+
+    name: str
+    value: float | None
+    source: str  # "config <path>" | "latency model (profile)" | "latency model (measured)" | "none"
+    detail: str = ""
+
+    def describe(self) -> str:
+        shown = "none" if self.value is None else f"{self.value:g}"
+        return f"{self.name} {shown} from {self.source}" + (f": {self.detail}" if self.detail else "")
+
+
+def resolve_limits(config: RLConfig, vendor: VendorModel) -> tuple[AppliedLimit, AppliedLimit]:
+    """The concurrency cap and create rate to apply: the config's (an override), else the export's, else none."""
+    exported = vendor.limits or {}
+
+    def pick(name: str, configured: float | None, key: str) -> AppliedLimit:
+        if configured is not None:
+            note = ""
+            entry = exported.get(key) or {}
+            if entry.get("value") is not None and float(entry["value"]) != float(configured):
+                note = f"overrides the latency model's {entry['value']:g} ({entry.get('source')})"
+            return AppliedLimit(name, float(configured), f"config {config.name} [sandbox]", note)
+        entry = exported.get(key)
+        if entry is None:
+            return AppliedLimit(name, None, "none", "neither the config nor the latency model gives one")
+        if entry.get("value") is None:
+            return AppliedLimit(name, None, f"latency model ({entry.get('source')})", str(entry.get("detail", "")))
+        return AppliedLimit(name, float(entry["value"]), f"latency model ({entry.get('source')})",
+                            str(entry.get("detail", "")))  # fmt: skip
+
+    return (
+        pick("concurrency cap", config.concurrency_cap, "concurrency_cap"),
+        pick("create rate (/s)", config.create_rate, "create_rate_per_s"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +78,7 @@ class Plan:
     p_init: float  # per attempt
     p_exec: float
     acceptance_filter: float  # (1 − zero-advantage groups) · (1 − filtered samples)
+    limits: tuple[AppliedLimit, ...] = field(default_factory=tuple)
 
     @property
     def mode(self) -> str:
@@ -57,6 +99,11 @@ class Plan:
 
 
 def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
+    cap, rate = resolve_limits(config, vendor)
+    config = config.with_(
+        concurrency_cap=None if cap.value is None else max(int(cap.value), 1),
+        create_rate=rate.value,
+    )
     samples = config.samples_per_step
     target = config.concurrency or math.ceil(samples * config.oversampling)
     limits = {"target": target}
@@ -96,4 +143,5 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
         p_init=min(max(sandbox.p_init_failure, 0.0), 0.999),
         p_exec=min(max(sandbox.p_exec_failure, 0.0), 0.999),
         acceptance_filter=(1 - config.zero_advantage_groups) * (1 - config.filtered_samples),
+        limits=(cap, rate),
     )

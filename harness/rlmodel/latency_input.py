@@ -56,6 +56,7 @@ class VendorModel:
     profile: str
     levels: np.ndarray
     buckets: list[dict[str, Any]]
+    limits: dict[str, Any] | None = None  # the export's `limits` (absent in exports before it was added)
 
     @property
     def name(self) -> str:
@@ -167,6 +168,7 @@ def load_latency_model(path: str | Path) -> LatencyModelFile:
             profile=m["profile"],
             levels=levels,
             buckets=sorted(m["buckets"], key=lambda b: b["concurrency"]),
+            limits=m.get("limits"),
         )
         for m in document["models"]
     ]

@@ -29,6 +29,7 @@ class ModelResult:
     mean_staleness_steps: float
     staleness_distribution: dict[int, float] = field(default_factory=dict)  # lag in steps -> share
     concurrency_used: float = 0.0  # mean rollouts holding a sandbox slot
+    creates_per_step: float = 0.0  # sandbox creates sent per trainer step (retries included): per-create charges
     holds: bool = True  # closed forms: whether their assumptions hold for these inputs
     notes: list[str] = field(default_factory=list)
 

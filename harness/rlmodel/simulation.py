@@ -90,6 +90,7 @@ class _Counts:
     delivery_sum: float = 0.0
     killed: int = 0
     dispatched: int = 0
+    creates: int = 0
 
 
 class Simulation:
@@ -175,6 +176,8 @@ class Simulation:
                 self.next_create = start + 1.0 / cfg.create_rate
                 if start > env.now:
                     yield env.timeout(start - env.now)
+            if self.counting:
+                self.counts.creates += 1
             if not handle.sandbox:  # sandbox time runs from the first create (the vendor's bill)
                 handle.sandbox = True
                 self.sandboxes.add(1)
@@ -427,6 +430,7 @@ class Simulation:
             mean_staleness_steps=sum(lag * share for lag, share in lags.items()),
             staleness_distribution=lags,
             concurrency_used=held_area / window,
+            creates_per_step=c.creates / steps_done if steps_done else math.inf,
             holds=True,
             notes=notes,
         )

@@ -2,8 +2,10 @@
 
 The recommendation is the cheapest setting that gets within `tolerance` (2%) of the best trainer throughput
 found: more concurrency or oversampling past that point buys sandbox-seconds (and, past a vendor's knee, init
-failures), not training speed. Numbers come from the simulation when it ran (it holds everywhere), else from
-the closed forms.
+failures), not training speed. Cheapest is in dollars per 1,000 accepted samples (sandboxes plus, when its cost
+is configured, the trainer's GPUs over the time those samples take) when the sandbox price is known, else in
+sandbox-seconds per trained sample (the output says which). Numbers come from the simulation when it ran (it
+holds everywhere), else from the closed forms.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Literal
 from harness.results.report_tables import Table
 from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import RLConfig
+from harness.rlmodel.cost import Pricing, dollars
 from harness.rlmodel.inputs import Plan, build_plan
 from harness.rlmodel.latency_input import VendorModel
 from harness.rlmodel.result import ModelResult
@@ -46,6 +49,7 @@ class Sweep:
     kind: SweepKind
     points: list[SweepPoint]
     recommendation: str
+    pricing: Pricing | None = None
 
 
 def default_values(kind: SweepKind, config: RLConfig) -> list[float]:
@@ -77,6 +81,7 @@ def run_sweep(
     engine: Engine = "both",
     steps: int | None = None,
     tolerance: float = 0.02,
+    pricing_: Pricing | None = None,
 ) -> Sweep:
     points = []
     for value in values:
@@ -84,16 +89,29 @@ def run_sweep(
         closed = solve(plan) if engine in ("both", "closed") else None
         simulated = simulate(plan, steps=steps) if engine in ("both", "simulation") else None
         points.append(SweepPoint(value, plan, closed, simulated))
-    return Sweep(kind, points, recommend(kind, config, points, tolerance))
+    return Sweep(kind, points, recommend(kind, config, points, tolerance, pricing_), pricing_)
 
 
-def recommend(kind: SweepKind, config: RLConfig, points: Sequence[SweepPoint], tolerance: float) -> str:
+def usd_per_1000(point: SweepPoint, pricing_: Pricing | None) -> float | None:
+    """Sandboxes (+ trainer GPUs when configured) per 1,000 accepted samples at this point; None: price unknown."""
+    if pricing_ is None:
+        return None
+    return dollars(point.best, pricing_).total_per_1000_accepted
+
+
+def recommend(
+    kind: SweepKind, config: RLConfig, points: Sequence[SweepPoint], tolerance: float, pricing_: Pricing | None = None
+) -> str:
     usable = [p for p in points if p.best.trainer_samples_per_s > 0]
     if not usable:
         return "no setting produced any trained sample: check the latency model's failure rates and the config"
     top = max(p.best.trainer_samples_per_s for p in usable)
     good = [p for p in usable if p.best.trainer_samples_per_s >= (1 - tolerance) * top]
-    pick = min(good, key=lambda p: (p.best.sandbox_seconds_per_trained_sample, p.value))
+    in_dollars = all(usd_per_1000(p, pricing_) is not None for p in good)
+    if in_dollars:
+        pick = min(good, key=lambda p: (usd_per_1000(p, pricing_), p.value))
+    else:
+        pick = min(good, key=lambda p: (p.best.sandbox_seconds_per_trained_sample, p.value))
     r = pick.best
     name = "concurrency" if kind == "concurrency" else "oversampling"
     value = f"{int(pick.value)}" if kind == "concurrency" else f"{pick.value:g}"
@@ -102,6 +120,14 @@ def recommend(kind: SweepKind, config: RLConfig, points: Sequence[SweepPoint], t
         f"({100 * r.trainer_samples_per_s / top:.0f}% of the best found), idle {100 * r.trainer_idle_ratio:.0f}%, "
         f"{r.sandbox_seconds_per_trained_sample:.3g} sandbox-seconds per trained sample"
     )
+    if in_dollars:
+        what = "sandboxes + trainer GPUs" if pricing_ is not None and pricing_.gpu_per_s is not None else "sandboxes"
+        text += (
+            f", ${usd_per_1000(pick, pricing_):.4g} per 1,000 accepted samples ({what}; cheapest within "
+            f"{100 * tolerance:g}% of the best throughput)"
+        )
+    else:
+        text += f" (cheapest in sandbox-seconds within {100 * tolerance:g}% of the best throughput: no sandbox price)"
     best_idle = min(p.best.trainer_idle_ratio for p in usable)
     if best_idle > 0.05:
         text += (
@@ -120,7 +146,7 @@ def recommend(kind: SweepKind, config: RLConfig, points: Sequence[SweepPoint], t
 
 def sweep_table(sweep: Sweep) -> Table:
     header = [sweep.kind, "C eff", "gen/s", "trainer/s", "idle", "step s", "lost init", "stale", "killed",
-              "sandbox-s/step", "sandbox-s/sample", "engine"]  # fmt: skip
+              "sandbox-s/step", "sandbox-s/sample", "$/1k accepted", "engine"]  # fmt: skip
     rows = []
     for point in sweep.points:
         for result in (point.closed, point.simulated):
@@ -142,10 +168,16 @@ def sweep_table(sweep: Sweep) -> Table:
                     f"{100 * result.killed_by_oversampling:.1f}%",
                     f"{result.sandbox_seconds_per_step:.4g}",
                     f"{result.sandbox_seconds_per_trained_sample:.4g}",
+                    _usd(result, sweep.pricing),
                     label,
                 ]
             )
     return Table(f"sweep over {sweep.kind}", header, rows, left=frozenset({len(header) - 1}))
+
+
+def _usd(result: ModelResult, pricing_: Pricing | None) -> str:
+    value = dollars(result, pricing_).total_per_1000_accepted if pricing_ is not None else None
+    return "unknown" if value is None else f"{value:.4g}"
 
 
 def sweep_plot(sweep: Sweep) -> bytes:
