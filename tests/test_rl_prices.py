@@ -119,7 +119,7 @@ def test_an_unknown_price_leaves_the_dollars_unknown_and_says_so(flaky_model, tm
     document = json.loads((tmp_path / "out" / "model.json").read_text())
     assert document["dollars"][0]["sandbox_per_step"] is None
     data["sandbox"]["price"] = "nosuchvendor"
-    with pytest.raises(UsageError, match="not in prices.toml"):
+    with pytest.raises(UsageError, match=r"not in prices\.toml"):
         pricing(parse_config(data, "bad.toml"), "stub", "x")
 
 
