@@ -108,3 +108,48 @@ def test_without_a_profile_a_cap_is_measured_only_when_the_vendor_refused_create
     assert limits["observed"]["refused"]["quota_exhausted"] == 0
     assert limits["concurrency_cap"]["value"] is None and limits["concurrency_cap"]["source"] == "unknown"
     assert "at least" in limits["concurrency_cap"]["detail"]
+
+
+def test_measured_limits_come_only_from_pushback_and_are_computed_from_the_rows():
+    import pandas as pd
+
+    from harness.results.vendor_limits import limits_block
+
+    nan = float("nan")
+    # vendor seconds: three sandboxes accepted at 0.1, 0.2, 0.3 and alive to 5.1, 2.2, 9.3 (three alive at once);
+    # two creates refused as quota_exhausted, then rate_limited refusals at 10 s and 14 s with 4 creates accepted
+    # between them (1 per second)
+    rows = pd.DataFrame(
+        {
+            "run_id": ["r"] * 11,
+            "t_vendor": [0.0, 0.0, 0.0, 0.5, 0.6, 10.0, 10.5, 11.5, 12.5, 13.5, 14.0],
+            "create_s": [0.1, 0.2, 0.3, nan, nan, nan, 0.0, 0.0, 0.0, 0.0, nan],
+            "total_s": [5.1, 2.2, 9.3, 0.1, 0.1, 0.0, 0.2, 0.2, 0.2, 0.2, 0.0],
+            "outcome": ["ok", "ok", "ok", "failed", "failed", "failed", "ok", "ok", "ok", "ok", "failed"],
+            "failure_phase": [None, None, None, "create", "create", "create", None, None, None, None, "create"],
+            "failure_kind": [
+                None,
+                None,
+                None,
+                "quota_exhausted",
+                "quota_exhausted",
+                "rate_limited",
+                None,
+                None,
+                None,
+                None,
+                "rate_limited",
+            ],
+            "measured": [3.0] * 11,
+        }
+    )
+    limits = limits_block(rows, None)
+    assert limits["observed"]["max_sandboxes_alive"] == 3
+    assert limits["observed"]["refused"] == {"quota_exhausted": 2, "rate_limited": 2, "capacity": 0}
+    assert limits["concurrency_cap"] == {**limits["concurrency_cap"], "value": 3, "source": "measured"}
+    assert limits["create_rate_per_s"]["source"] == "measured"
+    assert limits["create_rate_per_s"]["value"] == pytest.approx(4 / 4.0)
+    calm = rows[rows["outcome"] == "ok"]
+    quiet = limits_block(calm, None)
+    assert quiet["concurrency_cap"]["source"] == quiet["create_rate_per_s"]["source"] == "unknown"
+    assert quiet["observed"]["peak_accepted_creates_per_s"] == 3.0  # 0.1, 0.2, 0.3 within one second
