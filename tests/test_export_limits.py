@@ -153,3 +153,16 @@ def test_measured_limits_come_only_from_pushback_and_are_computed_from_the_rows(
     quiet = limits_block(calm, None)
     assert quiet["concurrency_cap"]["source"] == quiet["create_rate_per_s"]["source"] == "unknown"
     assert quiet["observed"]["peak_accepted_creates_per_s"] == 3.0  # 0.1, 0.2, 0.3 within one second
+
+
+@pytest.mark.slow
+def test_the_exported_tti_is_in_the_same_vendor_seconds_as_the_run_summary(capped_export):
+    """At time scale 0.1 only the vendor's share is stretched: harness milliseconds must not become vendor seconds."""
+    document = json.loads(capped_export.read_text())
+    run_dir = Path(document["provenance"]["runs"][0]["path"])
+    summary = json.loads((run_dir / "summary.json").read_text())["run"]["quantiles"]["tti"]
+    tti = document["models"][0]["buckets"][0]["metrics"]["tti"]
+    assert tti["n"] == summary["n"] == 50
+    assert tti["mean"] == pytest.approx(summary["mean"], rel=1e-6)
+    p50 = tti["quantiles"][document["quantile_levels"].index(0.5)]
+    assert p50 == pytest.approx(summary["p50"]["value"], rel=1e-6)

@@ -1,7 +1,8 @@
 """`stampede export`: the latency model (ARCHITECTURE.md "Contracts", version 1) from one or more runs.
 
-Runs of the same provider and profile are pooled after conversion to vendor seconds (wall / time scale), so
-a run at time scale 0.1 and one in real time describe one vendor. Rows are bucketed by measured concurrency:
+Runs of the same provider and profile are pooled after conversion to vendor seconds (the simulated vendor's own
+share of each duration / time scale, harness time as measured: vendor_time.py; wall / time scale without the
+vendor's truth), so a run at time scale 0.1 and one in real time describe one vendor. Rows are bucketed by measured concurrency:
 per stage, the median over its rows of the most rollouts in flight fleet-wide while each ran (sweep line over
 the rollout intervals, `concurrency.concurrency_during`), rounded. A closed-model stage's target is recorded
 beside it (`target_concurrency`), never instead of it: a staggered 100 keeps ~3 in flight, and labelling it
@@ -40,6 +41,7 @@ from harness.results.quantiles import group_sorted
 from harness.results.stage_aggregate import stage_order
 from harness.results.timing_error import per_rollout_error_s, stage_timing_error
 from harness.results.vendor_limits import ProfileResolver, limits_block
+from harness.results.vendor_time import to_vendor_seconds
 
 QUANTILE_LEVELS: tuple[float, ...] = (
     0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
@@ -81,11 +83,14 @@ def _prepare(info: RunInfo) -> pd.DataFrame:
     )
     t_submit = out["t_submit"].to_numpy(dtype=float)
     out["t_vendor"] = (t_submit - np.nanmin(t_submit)) * factor if len(out) else t_submit
+    # only the simulated vendor's own share of each duration is stretched by 1 / time scale (its truth says which
+    # spans it held); harness time stays as measured, as in `stampede report` (vendor_time.py)
+    converted = to_vendor_seconds(info, frame)
     for column in ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s"):
-        out[column] = frame[column].to_numpy(dtype=float) * factor
+        out[column] = converted.durations[column]
     measured = concurrency_during(frame).astype(float)
     out["measured"] = measured
-    out["harness_error"] = per_rollout_error_s(frame, 1.0 / factor)
+    out["harness_error"] = per_rollout_error_s(frame, 1.0 / converted.harness_factor)
     target = frame["target_users"].to_numpy(dtype=float)
     stage_codes = pd.Categorical(out["stage"], categories=stage_order(frame)).codes
     per_stage_target = pd.Series(target).groupby(stage_codes).max()
