@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness.rlmodel.config import RLConfig
@@ -104,7 +104,6 @@ class Dollars:
     sandbox_idle_s_per_step: float | None  # idle the sandbox latency and init failures caused
     sandbox_idle_per_step: float | None
     sandbox_idle_per_1000_accepted: float | None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def total_per_1000_accepted(self) -> float | None:
@@ -130,7 +129,6 @@ def dollars(
     result: ModelResult, pricing_: Pricing, ideal: ModelResult | None = None
 ) -> Dollars:  # fmt: skip
     accepted = result.trainer_samples_per_s * result.step_time_s if math.isfinite(result.step_time_s) else 0.0
-    notes: list[str] = []
     sandbox = None
     per_1000 = None
     if pricing_.sandbox_per_s is not None:
@@ -150,7 +148,7 @@ def dollars(
             caused_usd = caused * pricing_.gpu_per_s
             caused_1000 = 1000.0 * caused_usd / accepted if accepted > 0 else math.inf
     return Dollars(result.engine, accepted, sandbox, per_1000, trainer_1000, idle_s, ideal_idle, caused, caused_usd,
-                   caused_1000, notes)  # fmt: skip
+                   caused_1000)  # fmt: skip
 
 
 def priced(plan: Plan, result: ModelResult, pricing_: Pricing, engine: Callable[[Plan], ModelResult] | None) -> Dollars:
