@@ -145,7 +145,7 @@ def test_every_failure_kind_has_its_own_colour():
 def _figures(monkeypatch, make, runs):
     """The matplotlib figure a plot function drew, instead of its PNG."""
     drawn = []
-    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"")
+    monkeypatch.setattr(plots.canvas, "png_bytes", lambda fig: drawn.append(fig) or b"")
     make(runs)
     return drawn[0]
 

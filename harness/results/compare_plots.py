@@ -7,40 +7,21 @@ values.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
+from harness.results import figure_canvas as canvas
 from harness.results.compare import BETTER, WORSE, Comparison, Figure, Sample
+from harness.results.figure_canvas import plt
 from harness.results.quantiles import downsample_sorted
 
-plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 VERDICT_COLOURS = {WORSE: "#c0392b", BETTER: "#1e8449"}
 NEUTRAL = "#555555"
 
 
-def _png(fig: plt.Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def _panels(count: int, width: float = 5.5, height: float = 3.8) -> tuple[plt.Figure, list[plt.Axes]]:
-    cols = min(max(count, 1), 2)
-    rows = max(math.ceil(count / cols), 1)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
-    flat = list(axes.ravel())
-    for extra in flat[count:]:
-        extra.set_visible(False)
-    return fig, flat[:count]
 
 
 def survival_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +43,7 @@ def tti_survival(comparison: Comparison) -> bytes:
     for label, curves in by_stage.items():
         title = label if label != "whole run" else "whole run (every stage pooled)"
         panels.append((title, curves))
-    fig, axes = _panels(len(panels))
+    fig, axes = canvas.panels(len(panels), height=3.8)
     unit = "vendor s" if comparison.baseline.basis == "vendor" else "wall s"
     for ax, (title, curves) in zip(axes, panels, strict=True):
         for index, (name, sample) in enumerate(curves):
@@ -84,7 +65,7 @@ def tti_survival(comparison: Comparison) -> bytes:
         ax.set_ylabel("fraction of interactive rollouts with TTI >= x")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7, loc="lower left")
-    return _png(fig)
+    return canvas.png_bytes(fig)
 
 
 def delta_chart(comparison: Comparison, prefix: str) -> bytes:
@@ -126,7 +107,7 @@ def delta_chart(comparison: Comparison, prefix: str) -> bytes:
     ax.set_title(
         f"{title} with {level} interval (red worse, green better, grey within noise or no verdict)", fontsize=9
     )
-    return _png(fig)
+    return canvas.png_bytes(fig)
 
 
 def _drawable(value: float | None, rates: bool) -> bool:

@@ -8,17 +8,14 @@ at the stages' measured values, not at powers of two.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from harness.results import figure_canvas as canvas
 from harness.results.colours import (
     IN_FLIGHT_COLOUR,
     PHASE_COLOURS,
@@ -27,30 +24,14 @@ from harness.results.colours import (
     kind_order,
 )
 from harness.results.concurrency import interval_ends, timeline
+from harness.results.figure_canvas import plt
 from harness.results.quantiles import downsample_sorted, supported
 from harness.results.stage_aggregate import PHASE_LABELS, TTI_PARTS, RunStats, StageStats, stage_order
-
-plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 
 SURVIVAL_LEVELS: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.1), ("p99", 0.01), ("p99.9", 0.001))
 """(quantile, the share of rollouts still not interactive there): the reference lines of the survival plot."""
 
 
-def _png(fig: plt.Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def _panels(count: int, width: float = 5.5, height: float = 3.6) -> tuple[plt.Figure, list[plt.Axes]]:
-    cols = min(count, 2)
-    rows = math.ceil(count / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
-    flat = list(axes.ravel())
-    for extra in flat[count:]:
-        extra.set_visible(False)
-    return fig, flat[:count]
 
 
 def _unit(runs: Sequence[RunStats]) -> str:
@@ -128,7 +109,7 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
     down to the smallest share any stage can show (one rollout of the largest stage, or its never-interactive floor).
     """
     panels = _survival_panels(runs)
-    fig, axes = _panels(len(panels), *((8.0, 4.6) if len(panels) == 1 else (5.5, 3.6)))
+    fig, axes = canvas.panels(len(panels), *((8.0, 4.6) if len(panels) == 1 else (5.5, 3.6)))
     drawn = [v[v > 0] for run in runs for v in run.tti_sorted.values() if (v > 0).any()]
     low = min((float(v[0]) for v in drawn), default=0.1) / 1.1
     high = max((float(v[-1]) for v in drawn), default=1.0) * 1.1
@@ -166,7 +147,7 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
         ax.set_ylabel("rollouts not yet interactive (log)")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7, loc="lower left")
-    return _png(fig)
+    return canvas.png_bytes(fig)
 
 
 Curve = tuple[str, object, np.ndarray, int]  # (legend name, colour, sorted TTI, rollouts in the denominator)
@@ -217,7 +198,7 @@ def latency_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
         _log_seconds_axis(ax.yaxis, min(values) / 1.25, max(values) * 1.25)
     ax.set_ylabel(f"TTI ({_unit(runs)})")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return canvas.png_bytes(fig)
 
 
 def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
@@ -232,7 +213,7 @@ def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
     else:
         panels = [(run.info.label, [(s, s.stage) for s in sorted(run.stages, key=lambda s: s.measured_concurrency)])
                   for run in runs]  # fmt: skip
-    fig, axes = _panels(len(panels), width=max(5.5, 1.6 * max(len(bars) for _, bars in panels)))
+    fig, axes = canvas.panels(len(panels), width=max(5.5, 1.6 * max(len(bars) for _, bars in panels)))
     top = max((100 * s.failure_rate for run in runs for s in run.stages), default=0.0)
     for ax, (title, bars) in zip(axes, panels, strict=True):
         ordered = [s for s, _ in bars]
@@ -258,7 +239,7 @@ def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
             ax.legend(fontsize=7, loc="upper left")
         else:
             ax.text(0.5, 0.5, "no failures", transform=ax.transAxes, ha="center", va="center", color="0.4")
-    return _png(fig)
+    return canvas.png_bytes(fig)
 
 
 def stage_starts(run: RunStats) -> list[tuple[str, float]]:
@@ -291,7 +272,7 @@ def timelines(runs: Sequence[RunStats]) -> bytes:
     """In flight, sandboxes usable, and failures so far stacked by kind over the run, stage starts marked; a
     panel per run. Failures have their own axis on the right, never scaled tighter than the rollouts axis: one
     failure stays a sliver (not a full-height band), and 1,333 refused creates do not squash 400 in flight."""
-    fig, axes = _panels(len(runs), width=6.5, height=3.9)
+    fig, axes = canvas.panels(len(runs), width=6.5, height=3.9)
     for ax, run in zip(axes, runs, strict=True):
         if run.frame is None or run.frame.empty:
             continue
@@ -329,7 +310,7 @@ def timelines(runs: Sequence[RunStats]) -> bytes:
         ax.set_ylabel("rollouts")
         ax.set_title(run.info.label, fontsize=9, pad=22)
         ax.legend(handles, labels, fontsize=7, loc="upper right")
-    return _png(fig)
+    return canvas.png_bytes(fig)
 
 
 def tti_breakdown(runs: Sequence[RunStats]) -> bytes:
@@ -358,4 +339,4 @@ def tti_breakdown(runs: Sequence[RunStats]) -> bytes:
     ax.grid(axis="y", visible=False)
     ax.set_axisbelow(True)
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=3, frameon=False)
-    return _png(fig)
+    return canvas.png_bytes(fig)
