@@ -6,9 +6,8 @@ import sys
 import time
 from typing import Any
 
-import gevent
-
 from harness.locust.live_view import LiveView
+from harness.locust.periodic import Periodic
 from harness.locust.run_state import RunState
 
 
@@ -49,20 +48,16 @@ class ProgressPrinter:
         self.state = state
         self.interval_s = interval_s
         self.t0 = time.monotonic()
-        self._greenlet: gevent.Greenlet | None = None
+        self._periodic = Periodic(interval_s, self._print)
 
     def start(self) -> None:
-        self._greenlet = gevent.spawn(self._loop)
+        self._periodic.start()
 
     def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None
+        self._periodic.stop()
 
-    def _loop(self) -> None:
-        while True:
-            gevent.sleep(self.interval_s)
-            print(self.line(), file=sys.stderr, flush=True)
+    def _print(self) -> None:
+        print(self.line(), file=sys.stderr, flush=True)
 
     def line(self) -> str:
         runner = self.runner

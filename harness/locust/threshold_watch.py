@@ -12,9 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-import gevent
-
 from harness.locust.live_view import LiveView
+from harness.locust.periodic import Periodic
 from harness.results.thresholds import COUNT_METRIC, RunFigures, Threshold, Verdict, evaluate
 
 CHECK_INTERVAL_S = 1.0
@@ -66,7 +65,7 @@ class ThresholdWatch:
         self.thresholds = [threshold for threshold in thresholds if threshold.monotone]
         self.on_crossed = on_crossed
         self.interval_s = interval_s
-        self._greenlet: gevent.Greenlet | None = None
+        self._periodic = Periodic(interval_s, self._check)
 
     @property
     def watching(self) -> bool:
@@ -76,18 +75,13 @@ class ThresholdWatch:
         if self.note:
             print(f"stampede: {self.note}", file=sys.stderr, flush=True)
         if self.watching:
-            self._greenlet = gevent.spawn(self._loop)
+            self._periodic.start()
 
     def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None
+        self._periodic.stop()
 
-    def _loop(self) -> None:
-        while True:
-            gevent.sleep(self.interval_s)
-            crossed = crossed_for_good(self.thresholds, self.live)
-            if crossed:
-                self._greenlet = None
-                self.on_crossed(crossed)
-                return
+    def _check(self) -> bool:
+        crossed = crossed_for_good(self.thresholds, self.live)
+        if crossed:
+            self.on_crossed(crossed)
+        return bool(crossed)
