@@ -20,6 +20,7 @@ import pytest
 
 from harness.results.dataset import load_truth
 from providers.base import INIT_FAILURE_KINDS
+from tests.support.submits import wait_for_first_submit
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -112,7 +113,9 @@ def test_ctrl_c_against_a_standalone_local_modal_terminates_every_sandbox(tmp_pa
                 "--token", token, "--run-id", "modal-cut-short", "--stages", "100", "--hold", "120",
                 "--commands", "true; sleep 30", "--out", str(tmp_path), "--progress-interval", "0"]  # fmt: skip
         run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-        time.sleep(12)
+        # Ctrl-C once rollouts are in flight, not after a fixed time (a busy CI machine starts slower)
+        assert wait_for_first_submit(tmp_path / "modal-cut-short", run), run.communicate(timeout=60)[1][-2000:]
+        time.sleep(6)  # rollouts in their `sleep 30` tool call
         run.send_signal(signal.SIGINT)
         _out, err = run.communicate(timeout=120)
         assert run.returncode == 130, err[-2000:]

@@ -41,6 +41,7 @@ from providers.base import FailureKind, Phase, ProviderConfigError, ProviderErro
 from providers.prime import PrimeProvider, classify_prime
 from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 from tests.support.prime_status_cases import PRIME_STATUS_CASES
+from tests.support.submits import wait_for_first_submit
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -386,7 +387,10 @@ def test_ctrl_c_cancels_in_flight_rollouts_and_leaks_nothing(tmp_path: Path) -> 
     command = [sys.executable, "-m", "harness.cli", "run", "--provider", "prime", "--local", "--stages", "200",
                "--hold", "60", "--out", str(tmp_path), "--progress-interval", "0", "--run-id", "ctrl-c"]  # fmt: skip
     child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(8)
+    # Ctrl-C once rollouts are in flight (their write-ahead is on disk), not after a fixed time: on a busy CI
+    # machine the vendor and SDK took longer than 8 s to start, and a run stopped before its first submit has none
+    assert wait_for_first_submit(tmp_path / "ctrl-c", child), child.communicate(timeout=60)[1][-2000:]
+    time.sleep(3)  # a few seconds of rollouts: some finished, most in flight
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=120)
     assert child.returncode == 130, err[-2000:]
