@@ -150,3 +150,26 @@ def test_buckets_are_measured_concurrency_with_the_target_beside_it(tmp_path):
     path.write_text(json.dumps(document))
     (vendor,) = [v for v in load_latency_model(path).vendors if v.profile == "staggered"]
     assert vendor.at(100).extrapolated and not vendor.at(stag["concurrency"]).extrapolated
+
+
+def test_a_rehearsal_reads_the_rollouts_of_its_measured_window_on_its_loop_clock(tmp_path):
+    """`stampede rehearse` compares its measured steps with the model: the model must see those steps' rollouts
+    (not the warm-up's), with every duration on the loop's clock, and say which clock it is on."""
+    run_dir = write_synthetic_run(
+        tmp_path, SyntheticRun(run_id="loop", time_scale=0.1, stages=(SyntheticStage(50, 3000, init_failure_p=0.0),))
+    )
+    rows = load_rollouts(run_dir)
+    ends = rows["t_submit"].to_numpy(dtype=float) + rows["total_s"].to_numpy(dtype=float)
+    window = (float(np.quantile(ends, 0.25)), float(np.quantile(ends, 0.75)))
+    inside = rows[(ends >= window[0]) & (ends < window[1])]
+    document = build_latency_model([run_dir], fit=False, clock="loop", ended_within=window)
+    assert document["time_basis"] == "loop"
+    validate_latency_model(document)
+    (bucket,) = document["models"][0]["buckets"]
+    assert bucket["samples"]["rollouts"] == len(inside) < len(rows)
+    ok = inside[inside["outcome"] == "ok"]
+    grid = bucket["metrics"]["tti"]["quantiles"]
+    assert grid[-1] == pytest.approx(ok["tti_s"].max() * 10)  # wall / time scale, all of it
+    assert build_latency_model([run_dir], fit=False)["time_basis"] == "vendor"
+    with pytest.raises(ValueError):
+        build_latency_model([run_dir], fit=False, clock="wall")

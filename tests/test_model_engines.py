@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from harness.errors import UsageError
@@ -264,3 +265,17 @@ def test_rehearsal_plans_the_engine_draws_with_the_run_parser(tmp_path):
     assert plan.gen_time == "lognormal:2,0.5" and plan.tool_time == "const:0.5" and plan.trainer["steps"] == 3
     text = comparison_text({"generator_samples_per_s": 2.0}, [])
     assert "generator samples/s" in text and "2" in text
+
+
+def test_a_shifted_generation_moves_every_draw_and_never_goes_below_zero():
+    """A rehearsal's generation, moved by its loop's late wake-ups: both engines read the same moved distribution."""
+    from harness.rlmodel.duration_dists import ShiftedDist, sample
+
+    base = parse_config({**BASE, "rollout": {"generation_s": "uniform:1,3"}}, "rl.toml").generation
+    later = ShiftedDist(base, 0.25)
+    assert later.mean() == pytest.approx(2.25) and later.upper() == pytest.approx(3.25)
+    assert later.cdf(np.array([1.25, 2.25, 3.25])) == pytest.approx([0.0, 0.5, 1.0])
+    earlier = ShiftedDist(base, -2.0)  # half the draws would fall below zero: they sit at zero
+    draws = sample(earlier, np.random.default_rng(0), 50_000)
+    assert draws.min() == 0.0 and earlier.mean() == pytest.approx(0.25, rel=1e-3)
+    assert draws.mean() == pytest.approx(earlier.mean(), rel=0.02)

@@ -30,6 +30,8 @@ def test_async_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
     run_dir, document = rehearse(tmp_path, "rl-rehearse-async.toml", "--steps", "20")
     measured = document["measured"]
     assert measured["measured_steps"] == 20 and 0 < measured["trainer_idle_ratio"] < 1
+    # the model reads the measured steps' rollouts on the loop's own clock, and says so
+    assert "measured steps" in document["model_inputs"] and "loop's clock" in document["model_inputs"]
     for predicted in document["model"]:
         for key in ("generator_samples_per_s", "trainer_idle_ratio"):
             error = abs(predicted[key] - measured[key]) / measured[key]

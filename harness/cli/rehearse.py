@@ -81,9 +81,21 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(f"rehearsal {run_args.run_id}: {measured['measured_steps']} measured steps (after warm-up), "
           f"rates in samples per vendor second (time scale {measured['time_scale']:g})")  # fmt: skip
-    predicted = [] if args.no_compare else predict(run_dir, config)
+    prediction = None if args.no_compare else predict(run_dir, config)
+    predicted = prediction.results if prediction else []
     print(comparison_text(measured, predicted))
+    if prediction:
+        print(f"model inputs: {prediction.inputs}")
     (run_dir / "rehearsal.json").write_text(
-        json.dumps({"measured": measured, "model": [p.to_json() for p in predicted]}, indent=1, default=str) + "\n"
+        json.dumps(
+            {
+                "measured": measured,
+                "model": [p.to_json() for p in predicted],
+                "model_inputs": prediction.inputs if prediction else None,
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n"
     )
     return 0

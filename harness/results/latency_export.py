@@ -41,13 +41,14 @@ from harness.results.quantiles import group_sorted
 from harness.results.stage_aggregate import stage_order
 from harness.results.timing_error import per_rollout_error_s, stage_timing_error
 from harness.results.vendor_limits import ProfileResolver, limits_block
-from harness.results.vendor_time import to_vendor_seconds
+from harness.results.vendor_time import DURATIONS, VendorSeconds, to_vendor_seconds
 
 QUANTILE_LEVELS: tuple[float, ...] = (
     0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
     0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 0.995, 0.999, 0.9999, 1.0,
 )  # fmt: skip
 
+TIME_BASES: tuple[str, ...] = ("vendor", "loop")
 METRICS: tuple[str, ...] = ("tti", "startup", "exec", "teardown", "init_failure_time")
 FITTED_METRICS: frozenset[str] = frozenset({"tti", "startup", "exec", "teardown", "init_failure_time"})
 INIT_PHASES = ("create", "ready")
@@ -66,8 +67,10 @@ def _stampede_version() -> str:
         return "unknown"
 
 
-def _prepare(info: RunInfo) -> pd.DataFrame:
-    """One run's rows in vendor seconds, with the bucket each row falls in."""
+def _prepare(info: RunInfo, clock: str = "vendor", ended_within: tuple[float, float] | None = None) -> pd.DataFrame:
+    """One run's rows in vendor seconds (or, `clock="loop"`, every duration wall / time scale), with the bucket each
+    row falls in; `ended_within` (epoch seconds) keeps the rollouts that ended in that window (concurrency and
+    start rates are still measured over every row)."""
     frame = load_rollout_frame(info.run_dir)
     if frame.empty:
         return frame
@@ -85,7 +88,10 @@ def _prepare(info: RunInfo) -> pd.DataFrame:
     out["t_vendor"] = (t_submit - np.nanmin(t_submit)) * factor if len(out) else t_submit
     # only the simulated vendor's own share of each duration is stretched by 1 / time scale (its truth says which
     # spans it held); harness time stays as measured, as in `stampede report` (vendor_time.py)
-    converted = to_vendor_seconds(info, frame)
+    if clock == "loop":
+        converted = VendorSeconds({c: frame[c].to_numpy(dtype=float) * factor for c in DURATIONS}, factor)
+    else:
+        converted = to_vendor_seconds(info, frame)
     for column in ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s"):
         out[column] = converted.durations[column]
     measured = concurrency_during(frame).astype(float)
@@ -105,6 +111,9 @@ def _prepare(info: RunInfo) -> pd.DataFrame:
     rates = {code: (row["size"] / ((row["max"] - row["min"]) * factor) if row["max"] > row["min"] else np.nan)
              for code, row in span.iterrows()}  # fmt: skip
     out["stage_start_rate"] = pd.Series(stage_codes).map(rates).to_numpy()
+    if ended_within is not None:
+        ended = frame["t_submit"].to_numpy(dtype=float) + frame["total_s"].to_numpy(dtype=float)
+        out = out[(ended >= ended_within[0]) & (ended < ended_within[1])].reset_index(drop=True)
     return out
 
 
@@ -230,9 +239,18 @@ def build_latency_model(
     fit: bool = True,
     max_fit_samples: int = DEFAULT_MAX_FIT_SAMPLES,
     profile_limits: ProfileResolver | None = None,
+    clock: str = "vendor",
+    ended_within: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The latency model of the runs; `profile_limits` resolves a simulated vendor's profile (name, overrides) to
-    its limits, written under each model's `limits` beside what the rows show (harness/results/vendor_limits.py)."""
+    its limits, written under each model's `limits` beside what the rows show (harness/results/vendor_limits.py).
+
+    `clock="loop"` keeps the harness's own time scaled like the vendor's (every duration wall / time scale): the
+    clock an emulated RL loop run at that time scale lives on (`stampede rehearse`), where a harness millisecond
+    holds up the loop as long as a vendor's. `stampede export` writes vendor seconds. `ended_within` (epoch
+    seconds) keeps only the rollouts that ended in that window: a rehearsal's measured steps, not its warm-up."""
+    if clock not in TIME_BASES:
+        raise ValueError(f"clock must be one of {TIME_BASES}")
     if not run_dirs:
         raise UsageError("give at least one run folder")
     infos = [read_run_info(d) for d in run_dirs]
@@ -248,7 +266,7 @@ def build_latency_model(
     profiles: dict[tuple[str, str], Any] = {}
     provenance = []
     for info in unique:
-        rows = _prepare(info)
+        rows = _prepare(info, clock, ended_within)
         provenance.append(
             {
                 "run_id": info.run_id,
@@ -288,7 +306,7 @@ def build_latency_model(
         "version": 1,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "units": "seconds",
-        "time_basis": "vendor",
+        "time_basis": clock,
         "concurrency_basis": CONCURRENCY_BASIS,
         "quantile_levels": list(QUANTILE_LEVELS),
         "provenance": {

@@ -5,6 +5,7 @@ draws from them. One object per distribution, so the two engines can only disagr
   interpolation between grid points; the mean is that of the interpolated distribution, exactly).
 - ScipyDist: a parametric form (a config's generation time, or a fit from the latency model).
 - ConstantDist: a fixed duration.
+- ShiftedDist: another moved by a constant (a rehearsal's generation, as its loop slept it).
 
 A config gives a duration as seconds, a table ({ dist = "gamma", mean = 30, cv = 0.5 }: more forms than the
 run draws from), or a string in the run's `kind:params` syntax, which `harness.wire.durations` parses (the
@@ -103,6 +104,32 @@ class ScipyDist:
 
     def upper(self, eps: float = TAIL_EPS) -> float:
         return float(self.frozen.ppf(1.0 - eps))
+
+
+@dataclass(frozen=True, slots=True)
+class ShiftedDist:
+    """`base` moved by `shift` seconds, clipped at zero: a configured generation time with the late wake-ups of the
+    rehearsal loop that slept it."""
+
+    base: Dist
+    shift: float
+    label: str = ""
+
+    def mean(self) -> float:
+        if self.shift >= 0:
+            return self.base.mean() + self.shift
+        u = (np.arange(20_000) + 0.5) / 20_000  # the clip at zero bites: integrate the quantile function
+        return float(np.mean(self.ppf(u)))
+
+    def cdf(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=float)
+        return np.where(t < 0, 0.0, self.base.cdf(t - self.shift))
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.maximum(self.base.ppf(u) + self.shift, 0.0)
+
+    def upper(self, eps: float = TAIL_EPS) -> float:
+        return max(self.base.upper(eps) + self.shift, 0.0)
 
 
 # The `kind:params` syntax (`harness.wire.durations`, the one parser) against a config table's names:

@@ -158,6 +158,11 @@ def load_latency_model(path: str | Path) -> LatencyModelFile:
         raise UsageError(f"latency model {source} not found") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"latency model {source} is not readable JSON: {exc}") from None
+    return latency_model_from_document(document, source)
+
+
+def latency_model_from_document(document: dict[str, Any], source: str) -> LatencyModelFile:
+    """A latency model already in memory (a rehearsal's own, on its loop clock); `source` names it in errors."""
     validate_latency_model(document, source)
     levels = np.asarray(document["quantile_levels"], dtype=float)
     if levels[0] != 0.0 or levels[-1] != 1.0:

@@ -90,22 +90,59 @@ def plan_rehearsal(config_path: str | Path, steps: int | None = None, warmup_ste
     )
 
 
-def predict(run_dir: Path, config: RLConfig) -> list[ModelResult]:
-    """`stampede export` of this very run, then `stampede model` with the same configuration (both engines)."""
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    results: list[ModelResult]  # closed form, simulation
+    inputs: str  # what the model was fed, for the reader
+
+
+def predict(run_dir: Path, config: RLConfig) -> Prediction:
+    """`stampede export` of this very run (written beside it), then `stampede model` with the same configuration
+    (both engines), fed the run on its own loop clock.
+
+    The rehearsal's loop runs at the time scale in full: a harness millisecond (a poll window, a round trip, a
+    late wake-up of a busy engine) holds it up `1 / time_scale` times as long in the rates it reports, unlike in
+    the exported vendor seconds. So the model gets the latency model with every duration wall / time scale, and
+    the generation moved by what the rollouts held beyond their phases and their draws; otherwise it predicts a faster loop than
+    the harness could run, by as much as the machine is busy. Only rollouts that ended within the measured steps
+    count, as in the measured rates: the warm-up's opening burst of creates is slower than the steady loop."""
+    import pandas as pd
+
+    from harness.results.dataset import load_rollout_frame, read_run_info
     from harness.results.latency_export import build_latency_model, write_latency_model
     from harness.rlmodel.closed_form import solve
-    from harness.rlmodel.duration_dists import ConstantDist
+    from harness.rlmodel.duration_dists import ConstantDist, ShiftedDist
     from harness.rlmodel.inputs import build_plan
-    from harness.rlmodel.latency_input import load_latency_model
+    from harness.rlmodel.latency_input import latency_model_from_document
     from harness.rlmodel.simulation import simulate
 
-    path = run_dir / "latency_model.json"
-    write_latency_model(build_latency_model([run_dir]), path)
+    write_latency_model(build_latency_model([run_dir]), run_dir / "latency_model.json")
+    steps = pd.read_parquet(run_dir / "trainer")
+    steps = steps[steps["measured"]]
+    window = (float(steps["t_wait_start"].min()), float(steps["t_end"].max()))
+    loop_model = latency_model_from_document(
+        build_latency_model([run_dir], clock="loop", ended_within=window), f"{run_dir} (loop clock, measured steps)"
+    )
     if config.tool is None:
         # the exported exec distribution already holds every command the rollouts ran
         config = dataclasses.replace(config, reward=ConstantDist(0.0))
-    plan = build_plan(config, load_latency_model(path).choose(None))
-    return [solve(plan), simulate(plan)]
+    scale = read_run_info(run_dir).to_vendor_seconds()
+    columns = ("outcome", "turns", "gen_s", "t_submit", "create_s", "ready_s", "exec_s", "terminate_s", "total_s")
+    rows = load_rollout_frame(run_dir, columns)
+    ended = rows["t_submit"] + rows["total_s"]
+    done = rows[(rows["outcome"] == "ok") & (rows["turns"] > 0) & (ended >= window[0]) & (ended < window[1])]
+    inputs = (f"the latency model of the rollouts that ended in the measured steps, on the loop's clock (every "
+              f"duration wall / time scale {1 / scale:g})")  # fmt: skip
+    if len(done):
+        # what a rollout held its slot for beyond its phases and its drawn generation: the loop's oversleep
+        phases = done[["create_s", "ready_s", "exec_s", "terminate_s"]].fillna(0.0).sum(axis=1)
+        late = float((done["total_s"] - phases - done["gen_s"].fillna(0.0)).sum()) * scale / float(done["turns"].sum())
+        configured = config.generation.mean()
+        config = dataclasses.replace(config, generation=ShiftedDist(config.generation, late, "as the loop slept it"))
+        inputs += (f", and the generation as the loop slept it: {late * 1000:+.0f} ms per turn beyond its draws "
+                   f"({late / configured:+.1%} of the configured {configured:.3g} s; a busy engine wakes late)")  # fmt: skip
+    plan = build_plan(config, loop_model.choose(None))
+    return Prediction([solve(plan), simulate(plan)], inputs)
 
 
 def comparison_text(measured: dict[str, Any], predicted: list[Any]) -> str:
@@ -126,4 +163,4 @@ def comparison_text(measured: dict[str, Any], predicted: list[Any]) -> str:
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
 
 
-__all__ = ["COMPARED", "RehearsalPlan", "comparison_text", "plan_rehearsal", "predict"]
+__all__ = ["COMPARED", "Prediction", "RehearsalPlan", "comparison_text", "plan_rehearsal", "predict"]
