@@ -57,10 +57,16 @@ def check_modal_burst(result: subprocess.CompletedProcess) -> None:
     tti = frame.loc[frame["outcome"] == "ok", "tti_s"]
     if size == 960:  # the phenomenon: classified init failures and a long tail
         assert len(failed) >= 0.05 * size and tti.quantile(0.99) >= 3 * tti.quantile(0.5)
-        # time-scale invariance: at the default 0.1 the live vendor fails as many as the offline model, whose
-        # creates all land at vendor t=0 (the same at --time-scale 1); unpaced, the live burst failed 51.6%
-        offline = simulate_burst("modal-like", size, seed=0).failure_rate
-        assert abs(len(failed) / size - offline) <= 0.02, (len(failed) / size, offline)
+        # time-scale invariance: at the default 0.1 the live vendor fails as many as the offline model given the
+        # same create arrivals in vendor seconds (its truth; a create it refused has none, and counts as the last);
+        # unpaced, the live burst failed 51.6%. On an idle machine the arrivals span under a vendor second and
+        # change nothing (68.5% either way); a busy one can send for longer than the vendor's 1:1 pacing window,
+        # and the later creates then meet less congestion (64.7% live in one CI run)
+        truth = pd.read_parquet(latest() / "truth", columns=["created_s"])["created_s"]
+        arrivals = sorted((truth - truth.min()).tolist())
+        arrivals += [arrivals[-1]] * (size - len(arrivals))
+        offline = simulate_burst("modal-like", size, seed=0, arrivals_s=arrivals).failure_rate
+        assert abs(len(failed) / size - offline) <= 0.02, (len(failed) / size, offline, arrivals[-1])
     else:
         assert len(failed) <= 0.05 * size
 

@@ -406,3 +406,17 @@ async def test_exec_on_a_live_loop_clock() -> None:
         await sim.exec(sb.id, "sleep 100", timeout_s=5)
     assert clock.wall(clock.now()) == pytest.approx(time.time(), abs=0.5)
     sim.close()
+
+
+def test_a_burst_replays_the_arrivals_a_live_vendor_saw():
+    """The offline burst fed a live run's create arrivals (vendor seconds) is the check on that run: spacing
+    them out is what changes the failure rate, and a list that does not fit the burst is refused."""
+    at_once = simulate_burst("modal-like", 300, seed=3)
+    assert simulate_burst("modal-like", 300, seed=3, arrivals_s=[0.0] * 300).samples == at_once.samples
+    spaced = simulate_burst("modal-like", 300, seed=3, spacing_s=0.05)
+    replayed = simulate_burst("modal-like", 300, seed=3, arrivals_s=[i * 0.05 for i in range(300)])
+    assert replayed.samples == spaced.samples and replayed.failure_rate < at_once.failure_rate
+    with pytest.raises(ValueError, match="arrivals_s"):
+        simulate_burst("modal-like", 3, arrivals_s=[0.0, 1.0])
+    with pytest.raises(ValueError, match="arrivals_s"):
+        simulate_burst("modal-like", 2, arrivals_s=[0.0, -1.0])

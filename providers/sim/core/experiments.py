@@ -17,7 +17,7 @@ import functools
 import gc
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,15 +288,19 @@ def simulate_burst(
     ready_timeout_s: float = math.inf,
     retry_backoff_s: float = 1.0,
     hold_s: float = 0.0,
+    arrivals_s: Sequence[float] | None = None,
 ) -> BurstResult:
-    """`n` rollouts created at once (or `spacing_s` apart) on a VirtualClock, retrying init failures
-    `retries` times (no retries by default). Each waits until RUNNING (noticed instantly, or given up after
-    `ready_timeout_s`), runs one probe command, keeps the sandbox `hold_s` vendor seconds more (0: none; an RL
-    rollout's tool calls), and terminates it.
+    """`n` rollouts created at once (or `spacing_s` apart, or at the vendor seconds `arrivals_s` give: a live
+    burst's creates as its vendor accepted them) on a VirtualClock, retrying init failures `retries` times (no
+    retries by default). Each waits until RUNNING (noticed instantly, or given up after `ready_timeout_s`), runs
+    one probe command, keeps the sandbox `hold_s` vendor seconds more (0: none; an RL rollout's tool calls), and
+    terminates it.
     """
     prof = _load(profile)
     if n < 0:
         raise ValueError("n must be >= 0")
+    if arrivals_s is not None and (len(arrivals_s) != n or not all(a >= 0 for a in arrivals_s)):
+        raise ValueError("arrivals_s must give n times >= 0")
     if not hold_s >= 0:
         raise ValueError("hold_s must be >= 0")
     clock = VirtualClock()
@@ -308,7 +312,9 @@ def simulate_burst(
     )  # fmt: skip
     with _gc_paused():
         for i in range(n):
-            if spacing_s > 0:
+            if arrivals_s is not None:
+                clock.call_at(float(arrivals_s[i]), functools.partial(work.launch, i))
+            elif spacing_s > 0:
                 clock.call_at(i * spacing_s, functools.partial(work.launch, i))
             else:
                 work.launch(i)
