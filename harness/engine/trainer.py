@@ -3,8 +3,8 @@
 The trainer consumes finished rollouts as samples, trains one step on `batch` of them at its configured
 rate, and records when it waits for the generator. It also governs the generator the way RL frameworks do:
 - async (PipelineRL / prime-rl style): rollouts start freely, unless `async_level` steps' worth of finished
-  samples already wait (backpressure); at consumption, samples older than `max_off_policy_steps` policy
-  versions are dropped as stale;
+  samples already wait (backpressure); a group's samples wait until its last member ended; at consumption,
+  samples older than `max_off_policy_steps` policy versions are dropped as stale;
 - sync: the rollouts of step n start only once step n-1 is trained; `batch x oversampling` are dispatched per
   step, and with `kill_unfinished` the rest are cancelled once `batch` accepted samples are in.
 Acceptance losses are emulated: whole groups (G consecutive rollouts) dropped as zero-advantage, and single
@@ -120,6 +120,8 @@ class TrainerEmulator:
         self.step_dispatched: dict[int, int] = {}
         self.step_ended: dict[int, int] = {}
         self.step_accepted: dict[int, int] = {}
+        self.group_ended: dict[int, int] = {}  # async: members of an unfinished group that ended
+        self.group_samples: dict[int, list[tuple[float, int]]] = {}  # async: their accepted samples, held back
         self.kill = kill  # sync: cancel the rest of a step (the engine's)
         self._task: asyncio.Task[None] | None = None
 
@@ -195,6 +197,8 @@ class TrainerEmulator:
             filtered = _uniform(self.s.seed, "sample", ticket.seq) < self.s.filtered_samples
             if zero_advantage or filtered:
                 self.counts["filtered"] += 1
+            elif self.s.mode == "async":
+                self.group_samples.setdefault(ticket.group, []).append((now, ticket.version))
             else:
                 self.queue.append((now, ticket.version))
                 self.step_accepted[ticket.step] = self.step_accepted.get(ticket.step, 0) + 1
@@ -207,6 +211,13 @@ class TrainerEmulator:
                     self.kill(ticket.step)
         else:
             self.counts["failed" if outcome == "failed" else "cancelled"] += 1
+        if self.s.mode == "async":
+            # a group's samples reach the trainer together, when its last member ended (advantages are computed
+            # over the whole group), so a straggler holds back its siblings' samples
+            ended = self.group_ended[ticket.group] = self.group_ended.get(ticket.group, 0) + 1
+            if ended >= self.s.group_size:
+                del self.group_ended[ticket.group]
+                self.queue.extend(self.group_samples.pop(ticket.group, ()))
         self._notify()
 
     # -- the trainer side ------------------------------------------------------------------------------

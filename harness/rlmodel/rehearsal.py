@@ -145,8 +145,20 @@ def predict(run_dir: Path, config: RLConfig) -> Prediction:
     return Prediction([solve(plan), simulate(plan)], inputs)
 
 
+def _error(key: str, predicted: float, measured: float) -> str:
+    """The prediction's error, relative (%) where the measured value is not zero, and absolute where relative
+    alone misleads: percentage points for a ratio, steps for staleness."""
+    parts = [f"{(predicted - measured) / measured:+.1%}"] if measured else []
+    if key == "trainer_idle_ratio":
+        parts.append(f"{(predicted - measured) * 100:+.1f} pt")
+    elif key == "mean_staleness_steps":
+        parts.append(f"{predicted - measured:+.2f} steps")
+    return ", ".join(parts)
+
+
 def comparison_text(measured: dict[str, Any], predicted: list[Any]) -> str:
-    """Measured against each engine's prediction, with the relative error of each prediction."""
+    """Measured against each engine's prediction, with each prediction's error (relative; and in points or steps
+    for the idle ratio and staleness)."""
     header = ["", "rehearsal (measured)", *(f"model ({p.engine})" for p in predicted)]
     rows = [header]
     for key, label, pattern in COMPARED:
@@ -155,8 +167,8 @@ def comparison_text(measured: dict[str, Any], predicted: list[Any]) -> str:
         for result in predicted:
             other = getattr(result, key, None)
             cell = pattern.format(other) if other is not None else "-"
-            if value and other is not None and key != "mean_staleness_steps":
-                cell += f" ({(other - value) / value:+.1%})"
+            if other is not None and value is not None:
+                cell += f" ({_error(key, other, value)})"
             row.append(cell)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
