@@ -115,7 +115,9 @@ def _add_rehearse(sub: argparse._SubParsersAction) -> None:
     from harness.cli.rehearse import add_arguments
 
     text = "an emulated RL loop through the harness, measured and compared with `stampede model`"
-    add_arguments(sub.add_parser("rehearse", help=text, description=text))
+    epilog = ("a simulated vendor runs at the time scale throughout (rehearse sets STAMPEDE_SIM_BURST_PACING=0: no "
+              "1:1 pacing of create bursts, which would stretch the loop's clock)")  # fmt: skip
+    add_arguments(sub.add_parser("rehearse", help=text, description=text, epilog=epilog))
 
 
 def _cmd_rehearse(args: argparse.Namespace) -> int:

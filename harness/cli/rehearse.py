@@ -5,7 +5,9 @@ agentic rollouts (turns, emulated generation time, tool calls) kept going by the
 trainer in the engine that consumes finished rollouts at its configured rate, governs the generator as its
 framework would (async backpressure and staleness; sync steps with oversampling kills) and records when it
 waits. Then it exports the run's latency model and feeds it, with the same configuration, to the generator-side
-model, and prints measured against predicted: how far `stampede model` is from what happened.
+model, and prints measured against predicted: how far `stampede model` is from what happened. A simulated vendor
+runs at the time scale throughout (no 1:1 pacing of create bursts, `STAMPEDE_SIM_BURST_PACING=0`): the loop's
+rates are wall / time scale, and a paced burst would stretch its boots on that clock.
 
 Wiring only: what to run and the comparison live in `harness.rlmodel.rehearsal`; this parses the arguments,
 runs the scenario through `harness.cli.run` and prints.
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from harness.locust.settings import add_arguments as add_run_arguments
+from providers.sim.core.clock import BURST_PACING_ENV
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "rehearse.py"
 
@@ -67,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.locust.run_folder import new_run_id
     from harness.rlmodel.rehearsal import comparison_text, predict
 
+    # the loop lives on one clock: a simulated vendor must not play a burst of creates 1:1 (providers.sim.core.clock)
+    os.environ[BURST_PACING_ENV] = "0"
     run_args, config, _ = _plan_args(args)
     run_args.run_id = args.run_id or new_run_id("rehearse", args.provider)
     code = run_scenario(run_args)
