@@ -89,6 +89,18 @@ AGREEMENT = {
         trainer={"samples_per_second": None, "step_time_s": 30.0, "weight_sync_s": 5.0}, acceptance={"filtered_samples": 0.1},
         generator={"mode": "sync", "concurrency": None}, retry={"max_retries": 1}, simulation={"steps": 1000},
     ),
+    # prime-rl's Scheduler (docs/rl-frameworks.md): groups circulate, each replaced when consumed into a batch
+    "prime-rl, generator-bound (a group's slots wait for its slowest member)": config(
+        generator={"mode": "prime-rl", "concurrency": None}, simulation={"steps": 150},
+    ),
+    "prime-rl, strict async level 2": config(
+        generator={"mode": "prime-rl", "concurrency": None, "max_async_level": 2, "strict_async_level": True},
+        simulation={"steps": 150},
+    ),
+    "prime-rl, trainer-bound (the version gate paces the generator)": config(
+        generator={"mode": "prime-rl", "concurrency": None, "oversampling": 2.0}, trainer={"samples_per_second": 2.0},
+        simulation={"steps": 150},
+    ),
 }  # fmt: skip
 
 
@@ -106,7 +118,10 @@ def test_closed_forms_and_simulation_agree_within_5_percent(models, name):
     assert close(closed.trainer_idle_ratio, simulated.trainer_idle_ratio, abs_=0.02), (closed, simulated)
     assert close(closed.lost_to_init_failures, simulated.lost_to_init_failures, rel=0.5, abs_=0.005)
     assert close(closed.sandbox_seconds_per_step, simulated.sandbox_seconds_per_step, rel=0.08)
-    if plan.mode == "async":
+    if plan.mode == "prime-rl":  # its closed form derives staleness from the version gate: held to 5% as well
+        assert close(closed.concurrency_used, simulated.concurrency_used)
+        assert close(closed.mean_staleness_steps, simulated.mean_staleness_steps, abs_=0.1), (closed, simulated)
+    elif plan.mode == "async":
         assert close(closed.concurrency_used, simulated.concurrency_used)
         if (
             not plan.config.create_rate
@@ -121,6 +136,12 @@ def test_closed_forms_say_when_they_do_not_hold(models):
                        vendor(models["flaky"]))  # fmt: skip
     result = solve(waves)
     assert not result.holds and "waves" in result.notes[0]
+    # prime-rl: a gate closed every step (max_async_level 0), and fewer slots than rollouts in flight
+    lockstep = solve(build_plan(config(generator={"mode": "prime-rl", "concurrency": None, "max_async_level": 0}),
+                                vendor(models["flaky"])))  # fmt: skip
+    assert not lockstep.holds and "synchronous" in " ".join(lockstep.notes)
+    queued = solve(build_plan(config(generator={"mode": "prime-rl", "concurrency": 64}), vendor(models["flaky"])))
+    assert not queued.holds and "64 slots for 128 rollouts" in " ".join(queued.notes)
 
 
 def test_published_regime_qwen3_trainer_idle_30_percent(models):

@@ -52,3 +52,18 @@ def test_sync_rehearsal_gates_steps_and_kills_the_oversampled_tail(tmp_path):
     for predicted in document["model"]:
         error = abs(predicted["trainer_idle_ratio"] - measured["trainer_idle_ratio"]) / measured["trainer_idle_ratio"]
         assert error < 0.10, (predicted["engine"], predicted["trainer_idle_ratio"], measured["trainer_idle_ratio"])
+
+
+def test_prime_rl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
+    """prime-rl's scheduler run for real (groups replaced only when consumed, batches gated on the loaded policy)
+    and predicted by both engines from the run's own latency model."""
+    run_dir, document = rehearse(tmp_path, "rl-rehearse-prime-rl.toml", "--steps", "20")
+    measured = document["measured"]
+    assert measured["measured_steps"] == 20 and measured["settings"]["mode"] == "prime-rl"
+    for predicted in document["model"]:
+        assert predicted["mode"] == "prime-rl"
+        for key in ("generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps"):
+            error = abs(predicted[key] - measured[key]) / measured[key]
+            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    assert rollouts["outcome"].eq("ok").sum() >= 20 * 32

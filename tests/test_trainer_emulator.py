@@ -25,3 +25,37 @@ def test_a_groups_samples_reach_the_trainer_together_when_its_last_member_ended(
         assert not trainer.group_ended and not trainer.group_samples  # nothing left behind
 
     asyncio.run(scenario())
+
+
+def test_prime_rl_keeps_its_groups_in_flight_and_gates_batches_on_the_loaded_policy(tmp_path):
+    """prime-rl's Scheduler: oversampling x batch / G groups in flight, a group replaced only when consumed into a
+    batch; batch n waits for the policy of step n - max_async_level; at a weight update a group past
+    max_off_policy_steps is cancelled (the engine is told which) and its rollouts may start again at once."""
+
+    async def scenario() -> None:
+        killed: list[int] = []
+        settings = TrainerSettings(mode="prime-rl", batch=2, group_size=2, oversampling=2.0, max_async_level=1,
+                                   max_off_policy_steps=1, samples_per_s=1e6, steps=50, warmup_steps=0)  # fmt: skip
+        trainer = TrainerEmulator(settings, tmp_path, "w", kill=killed.append)
+        trainer.start()
+        tickets = [await trainer.admit() for _ in range(4)]  # two groups of two: all the permits there are
+        waiting = asyncio.ensure_future(trainer.admit())
+        await asyncio.sleep(0.01)
+        assert not waiting.done() and [t.group for t in tickets] == [0, 0, 1, 1]
+        trainer.finished(tickets[0], "ok")
+        trainer.finished(tickets[1], "ok")  # group 0 ends: consumed into batch 0, its two rollouts may start
+        replacement = await asyncio.wait_for(waiting, 5)
+        assert replacement.group == 2 and replacement.version == 0
+        for _ in range(100):  # the trainer trains batch 0 (instantly) and publishes step 1
+            await asyncio.sleep(0.001)
+            if trainer.version >= 1:
+                break
+        # weight updates: groups 1 and 2 (in flight since policy 0) have survived one; a second cancels both
+        assert trainer.loaded == 1 and trainer.live_groups == {1: 1, 2: 1}
+        permits = trainer.permits
+        trainer._load(2)
+        assert killed == [1, 2] and trainer.cancelled_groups == {1, 2} and trainer.counts["stale"] == 2
+        assert trainer.permits == permits + 4  # their replacements may start at once
+        await trainer.close()
+
+    asyncio.run(scenario())

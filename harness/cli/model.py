@@ -123,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     print(f"effective concurrency {plan.concurrency} (limited by {plan.concurrency_limited_by})"
           + (f"; {plan.dispatched_per_step} dispatched per step, generation ends at {plan.finish_target} successes"
-             if config.mode == "sync" else ""))  # fmt: skip
+             if config.mode == "sync" else "")
+          + (f"; prime-rl: {plan.concurrency_target // config.group_size} groups of {config.group_size} in flight, "
+             f"max_async_level {config.max_async_level}{' (strict)' if config.strict_async_level else ''}, "
+             f"max_off_policy_steps {config.max_off_policy_steps}" if config.mode == "prime-rl" else ""))  # fmt: skip
     document: dict[str, Any] = {
         "config": args.config,
         "latency_model": args.latency,
@@ -145,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         for result in (closed, simulated):
             if result is not None and result.notes:
                 print(f"{result.engine}: " + "; ".join(result.notes))
-        if simulated is not None and simulated.staleness_distribution and config.mode == "async":
+        if simulated is not None and simulated.staleness_distribution and config.mode != "sync":
             dist = ", ".join(f"{lag}: {100 * share:.1f}%" for lag, share in simulated.staleness_distribution.items())
             print(f"staleness (policy versions behind, share of trained samples): {dist}")
         costs = [

@@ -5,6 +5,10 @@ rate, and records when it waits for the generator. It also governs the generator
 - async (PipelineRL / prime-rl style): rollouts start freely, unless `async_level` steps' worth of finished
   samples already wait (backpressure); a group's samples wait until its last member ended; at consumption,
   samples older than `max_off_policy_steps` policy versions are dropped as stale;
+- prime-rl (its Scheduler @02b49f9, docs/rl-frameworks.md): `oversampling x batch / G` groups in flight, a group
+  replaced only when it is consumed into a batch; batch n is built only once the policy of step n -
+  `max_async_level` is loaded (the newest checkpoint, or exactly that one with `strict_async_level`); at each
+  weight update a group that has survived more than `max_off_policy_steps` of them is cancelled and replaced;
 - sync: the rollouts of step n start only once step n-1 is trained; `batch x oversampling` are dispatched per
   step, and with `kill_unfinished` the rest are cancelled once `batch` accepted samples are in.
 Acceptance losses are emulated: whole groups (G consecutive rollouts) dropped as zero-advantage, and single
@@ -55,6 +59,8 @@ class TrainerSettings:
     weight_sync_s: float = 0.0
     async_level: int = 1
     max_off_policy_steps: int = 8
+    max_async_level: int = 1  # prime-rl
+    strict_async_level: bool = False  # prime-rl
     oversampling: float = 1.0
     kill_unfinished: bool = True
     zero_advantage_groups: float = 0.0
@@ -83,6 +89,11 @@ class TrainerSettings:
     @property
     def dispatch_per_step(self) -> int:
         return max(self.batch, math.ceil(self.batch * self.oversampling))
+
+    @property
+    def groups_in_flight(self) -> int:
+        """prime-rl: int(oversampling_factor x batch_size // rollouts_per_example)."""
+        return max(int(self.oversampling * self.batch // max(1, self.group_size)), 1)
 
 
 @dataclass(slots=True)
@@ -122,11 +133,23 @@ class TrainerEmulator:
         self.step_accepted: dict[int, int] = {}
         self.group_ended: dict[int, int] = {}  # async: members of an unfinished group that ended
         self.group_samples: dict[int, list[tuple[float, int]]] = {}  # async: their accepted samples, held back
-        self.kill = kill  # sync: cancel the rest of a step (the engine's)
+        # prime-rl: rollouts the generator may still start (a consumed group gives its G back), the policy the
+        # generator has loaded, in-flight groups' weight updates survived, finished groups, built batches
+        self.permits = settings.groups_in_flight * max(1, settings.group_size) if settings.mode == "prime-rl" else 0
+        self.loaded = 0
+        self.live_groups: dict[int, int] = {}
+        self.cancelled_groups: set[int] = set()
+        self.finished_groups: deque[list[tuple[float, int]]] = deque()
+        self.batches: deque[tuple[int, list[tuple[float, int]]]] = deque()
+        self.kill = kill  # sync: cancel the rest of a step; prime-rl: an over-age group (the engine's)
         self._task: asyncio.Task[None] | None = None
+        self._orchestrator: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._train_loop())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._train_loop())
+        if self.s.mode == "prime-rl":
+            self._orchestrator = loop.create_task(self._prime_orchestrator())
 
     async def admit_or_none(self) -> Ticket | None:
         """The admission policy the engine asks before each rollout: a ticket, or None once the rehearsal is over."""
@@ -150,12 +173,13 @@ class TrainerEmulator:
         await self.stop()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        for task in (self._task, self._orchestrator):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
 
     def _notify(self) -> None:
         self.changed.set()
@@ -176,13 +200,21 @@ class TrainerEmulator:
                 if self.step_dispatched.get(step, 0) < self.s.dispatch_per_step:
                     self.step_dispatched[step] = self.step_dispatched.get(step, 0) + 1
                     break
+            elif self.s.mode == "prime-rl":
+                if self.permits > 0:
+                    self.permits -= 1
+                    break
             elif self.s.async_level <= 0 or len(self.queue) < self.s.async_level * self.s.batch:
                 step = self.version
                 break
             await self._wait_change()
         self.seq += 1
         self.counts["dispatched"] += 1
-        return Ticket(self.seq, self.version, step, (self.seq - 1) // max(1, self.s.group_size))
+        group = (self.seq - 1) // max(1, self.s.group_size)
+        if self.s.mode == "prime-rl":
+            self.live_groups.setdefault(group, 0)
+            return Ticket(self.seq, self.loaded, group, group)  # its "step" is its group: what a cancel names
+        return Ticket(self.seq, self.version, step, group)
 
     def finished(self, ticket: Ticket, outcome: str, killed: bool = False) -> None:
         """A rollout's last attempt ended: an accepted success becomes a sample in the trainer's queue."""
@@ -197,7 +229,7 @@ class TrainerEmulator:
             filtered = _uniform(self.s.seed, "sample", ticket.seq) < self.s.filtered_samples
             if zero_advantage or filtered:
                 self.counts["filtered"] += 1
-            elif self.s.mode == "async":
+            elif self.s.mode != "sync":
                 self.group_samples.setdefault(ticket.group, []).append((now, ticket.version))
             else:
                 self.queue.append((now, ticket.version))
@@ -211,14 +243,60 @@ class TrainerEmulator:
                     self.kill(ticket.step)
         else:
             self.counts["failed" if outcome == "failed" else "cancelled"] += 1
-        if self.s.mode == "async":
+        if self.s.mode != "sync":
             # a group's samples reach the trainer together, when its last member ended (advantages are computed
             # over the whole group), so a straggler holds back its siblings' samples
             ended = self.group_ended[ticket.group] = self.group_ended.get(ticket.group, 0) + 1
             if ended >= self.s.group_size:
                 del self.group_ended[ticket.group]
-                self.queue.extend(self.group_samples.pop(ticket.group, ()))
+                samples = self.group_samples.pop(ticket.group, [])
+                if self.s.mode == "async":
+                    self.queue.extend(samples)
+                elif ticket.group in self.cancelled_groups:
+                    self.cancelled_groups.discard(ticket.group)
+                else:
+                    self.live_groups.pop(ticket.group, None)
+                    self.finished_groups.append(samples)
         self._notify()
+
+    # -- prime-rl's orchestrator -----------------------------------------------------------------------
+    def _load(self, version: int) -> None:
+        """A weight update on the inference side: every in-flight group has survived one more; one past
+        max_off_policy_steps is cancelled (the engine cancels its rollouts) and replaced at once."""
+        if version <= self.loaded:
+            return
+        self.loaded = version
+        for group in list(self.live_groups):
+            self.live_groups[group] += 1
+            if self.live_groups[group] > self.s.max_off_policy_steps:
+                del self.live_groups[group]
+                self.cancelled_groups.add(group)
+                self.counts["stale"] += 1
+                self.permits += max(1, self.s.group_size)
+                if self.kill is not None:
+                    self.kill(group)
+        self._notify()
+
+    async def _prime_orchestrator(self) -> None:
+        """Batch n is built from finished groups once the policy of step n - max_async_level is loaded (the
+        newest checkpoint, or exactly that one when strict); each consumed group frees G rollouts to start."""
+        n = 0
+        while not self.done.is_set():
+            needed = max(n - self.s.max_async_level, 0)
+            while self.version < needed:
+                await self._wait_change()
+            self._load(needed if self.s.strict_async_level else max(needed, self.version))
+            batch: list[tuple[float, int]] = []
+            while len(batch) < self.s.batch:
+                if not self.finished_groups:
+                    await self._wait_change()
+                    continue
+                batch.extend(self.finished_groups.popleft())
+                self.permits += max(1, self.s.group_size)
+                self._notify()
+            self.batches.append((n, batch))
+            self._notify()
+            n += 1
 
     # -- the trainer side ------------------------------------------------------------------------------
     def _batch_ready(self) -> bool:
@@ -228,6 +306,8 @@ class TrainerEmulator:
             dispatched = self.step_dispatched.get(step, 0)
             all_ended = dispatched >= self.s.dispatch_per_step and self.step_ended.get(step, 0) >= dispatched
             return accepted >= self.s.batch or (all_ended and accepted > 0)
+        if self.s.mode == "prime-rl":
+            return bool(self.batches)
         self._drop_stale()
         return len(self.queue) >= self.s.batch
 
@@ -247,8 +327,12 @@ class TrainerEmulator:
             while not self._batch_ready():
                 await self._wait_change()
             t_ready = time.time()
-            take = min(self.s.batch, len(self.queue))
-            lags = [self.version - self.queue.popleft()[1] for _ in range(take)]
+            if self.s.mode == "prime-rl":
+                index, built = self.batches.popleft()
+                take, lags = len(built), [index - version for _, version in built]
+            else:
+                take = min(self.s.batch, len(self.queue))
+                lags = [self.version - self.queue.popleft()[1] for _ in range(take)]
             self.counts["consumed"] += take
             train = self.s.train_seconds(take) * self.s.time_scale
             await asyncio.sleep(train)
@@ -268,6 +352,8 @@ class TrainerEmulator:
                 }
             )
             self.version += 1
+            if self.s.mode == "prime-rl" and not self.s.strict_async_level:
+                self._load(self.version)  # the orchestrator's policy loop picks up the newest checkpoint
             if self.s.mode == "sync":
                 if self.kill is not None:
                     self.kill(self.step_open)  # anything of the trained step still running is no longer needed

@@ -7,6 +7,9 @@ Async (steady state):
   effective production λ_eff = acceptance · λ_gen · (1 − p_stale)
   trainer idle = max(0, 1 − λ_eff / μ); when λ_eff > μ the generator is throttled (async_level steps of
   finished samples at most), so the trainer runs at μ and the generator at μ / acceptance.
+prime-rl (its Scheduler @02b49f9; `_solve_prime_rl`): groups circulate, replaced only when consumed, so
+  production is groups·G successes per group cycle (dispatch → its slowest member ended) while the trainer keeps
+  up, and the trainer's rate otherwise; staleness from the version gate (see the function).
 Sync (one step at a time):
   generation time = E[time until k of the N dispatched rollouts succeeded] (k = N without oversampling: the
   expected maximum of the step's rollout latencies) ; step time = generation time + training time;
@@ -135,7 +138,92 @@ def _mean_min(lattice: Lattice, cdf: np.ndarray, t: float) -> float:
 
 def solve(plan: Plan) -> ModelResult:
     laws = rollout_laws(plan)
+    if plan.mode == "prime-rl":
+        return _solve_prime_rl(plan, laws)
     return _solve_async(plan, laws) if plan.mode == "async" else _solve_sync(plan, laws)
+
+
+def _solve_prime_rl(plan: Plan, laws: RolloutLaws) -> ModelResult:
+    """prime-rl's Scheduler (@02b49f9): `groups` groups in flight, each replaced when consumed into a batch, so a
+    group's slots wait for its slowest member. Generator-bound with max_async_level >= 1, the version gate never
+    closes and production is groups·G successes per group cycle; the staleness of a sample is the steps published
+    while its group ran, plus what the loaded policy lags the newest (strict: k; else the training share of a
+    step). Trainer-bound, the gate paces the generator: a group waits its turn among the `groups` circulating
+    ones and carries the policy of k steps before the batch being built. When the gate closes every step
+    (k = 0), the simulation answers."""
+    cfg = plan.config
+    notes: list[str] = []
+    holds = True
+    samples, size, k = plan.samples_per_step, cfg.group_size, cfg.max_async_level
+    groups = max(int(cfg.oversampling * samples // size), 1)
+    teardown = plan.teardown.mean()
+    ps, p_exec, accept = laws.p_success, plan.p_exec, plan.acceptance_filter
+    lattice, end_cdf = laws.lattice, laws.end_cdf()
+    group_done = lattice.expected(1.0 - end_cdf**size)  # dispatch -> its last member ended
+    cycle = group_done + (teardown if cfg.teardown_holds_slot else 0.0)
+    dispatch = groups * size / cycle if cycle > 0 else math.inf  # rollouts per second
+    if plan.concurrency < groups * size:
+        holds = False
+        notes.append(f"{plan.concurrency} slots for {groups * size} rollouts in flight: groups queue for slots")
+    if cfg.create_rate and dispatch * laws.mean_attempts > cfg.create_rate:
+        holds = False
+        notes.append(f"the create rate ({cfg.create_rate:g}/s) bounds production")
+        dispatch = cfg.create_rate / laws.mean_attempts
+    gen_cap = dispatch * ps * (1 - p_exec)
+    train_time = samples / plan.trainer_rate + cfg.weight_sync_s
+    capacity = samples / train_time
+    eff_cap = gen_cap * accept
+    if eff_cap <= capacity:
+        trainer, idle, generator = eff_cap, 1.0 - eff_cap / capacity, gen_cap
+    else:
+        trainer, idle = capacity, 0.0
+        generator = capacity / accept
+        dispatch = generator / (ps * (1 - p_exec))
+        notes.append("trainer-bound: prime-rl's version gate paces the generator")
+    if k == 0:
+        holds = False
+        notes.append("max_async_level = 0 is synchronous: each batch waits for the previous step's weights")
+    step = samples / trainer if trainer > 0 else math.inf
+    if eff_cap > capacity:
+        # the gate opens batch m when step m - k is published, and the groups dispatched then (policy m - k) are
+        # consumed after the groups ahead of them: `groups` groups circulate, accept·G·ps·(1 - p_exec) samples each,
+        # so a group spends groups / (groups consumed per step) steps from dispatch to consumption (Little's law)
+        per_group = accept * size * ps * (1 - p_exec)
+        lag = groups * per_group / samples + k
+    else:
+        lag = group_done / step + (k if cfg.strict_async_level else 1.0 - idle)
+    # a group still in flight after more than max_off_policy_steps weight updates is cancelled and replaced
+    p_cancel = 1.0 - _cdf_at(lattice, end_cdf**size, (cfg.max_off_policy_steps + 1) * step)
+    if p_cancel > 0.01:
+        holds = False
+        notes.append(f"{100 * p_cancel:.1f}% of groups outlive max_off_policy_steps updates and are cancelled")
+    mean_slot = ps * (laws.mean_delivery + (teardown if cfg.teardown_holds_slot else 0.0)) + (1 - ps) * laws.mean_lost
+    mean_sandbox = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
+    return ModelResult(
+        engine="closed form",
+        mode="prime-rl",
+        concurrency=plan.concurrency,
+        generator_samples_per_s=generator,
+        generator_capacity_samples_per_s=gen_cap,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=capacity,
+        trainer_idle_ratio=idle,
+        step_time_s=step,
+        generation_time_s=laws.mean_delivery,
+        lost_to_init_failures=1 - ps,
+        lost_to_exec_failures=ps * p_exec,
+        lost_to_staleness=p_cancel,
+        killed_by_oversampling=0.0,
+        filtered_by_acceptance=1 - accept,
+        sandbox_seconds_per_step=dispatch * mean_sandbox * step,
+        sandbox_seconds_per_trained_sample=dispatch * mean_sandbox / trainer if trainer > 0 else math.inf,
+        mean_staleness_steps=lag,
+        concurrency_used=dispatch * mean_slot,
+        creates_per_step=dispatch * laws.mean_attempts * step if math.isfinite(step) else math.inf,
+        holds=holds,
+        notes=notes,
+    )
 
 
 def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:

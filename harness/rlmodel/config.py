@@ -15,7 +15,8 @@ from typing import Any, Literal
 from harness.errors import UsageError
 from harness.rlmodel.duration_dists import ConstantDist, Dist, from_spec
 
-Mode = Literal["sync", "async"]
+Mode = Literal["sync", "async", "prime-rl"]
+CONTINUOUS_MODES = ("async", "prime-rl")  # the generator never waits for a step to end
 TOOL_FROM_LATENCY_MODEL = "latency_model"
 
 
@@ -44,6 +45,8 @@ class RLConfig:
     max_concurrent_sequences: int | None  # inference-side bound (KV cache)
     async_level: int
     max_off_policy_steps: int
+    max_async_level: int  # prime-rl: batch n is built only once the policy of step n - k is loaded
+    strict_async_level: bool  # prime-rl: load exactly step n - k (else the newest, never older than n - k)
     # [sandbox]
     vendor: str | None
     concurrency_cap: int | None
@@ -85,6 +88,8 @@ _TABLES: dict[str, set[str]] = {
         "max_concurrent_sequences",
         "async_level",
         "max_off_policy_steps",
+        "max_async_level",
+        "strict_async_level",
     },
     "sandbox": {
         "vendor",
@@ -189,7 +194,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
     tool = None if tool_spec == TOOL_FROM_LATENCY_MODEL else r.dist("rollout", "tool_s", 0.0)
     if "generation_s" not in data.get("rollout", {}):
         raise UsageError(f"{source}: [rollout] generation_s is required (generation time per turn)")
-    mode = r.choice("generator", "mode", "async", ("sync", "async"))
+    mode = r.choice("generator", "mode", "async", ("sync", "async", "prime-rl"))
     oversampling = r.number("generator", "oversampling", 1.0, minimum=1.0)
     concurrency = r.integer("generator", "concurrency", None, minimum=1)
     return RLConfig(
@@ -212,6 +217,8 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         max_concurrent_sequences=r.integer("generator", "max_concurrent_sequences", None, minimum=1),
         async_level=r.integer("generator", "async_level", 1, minimum=1) or 1,
         max_off_policy_steps=r.integer("generator", "max_off_policy_steps", 8, minimum=0) or 0,
+        max_async_level=r.integer("generator", "max_async_level", 1, minimum=0) or 0,
+        strict_async_level=r.boolean("generator", "strict_async_level", False),
         vendor=r.get("sandbox", "vendor"),
         concurrency_cap=r.integer("sandbox", "concurrency_cap", None, minimum=1),
         create_rate=r.number("sandbox", "create_rate", None, positive=True),
@@ -259,4 +266,4 @@ def load_config(path: str | Path) -> RLConfig:
     return parse_config(data, source)
 
 
-__all__ = ["TOOL_FROM_LATENCY_MODEL", "ConstantDist", "RLConfig", "load_config", "parse_config"]
+__all__ = ["CONTINUOUS_MODES", "TOOL_FROM_LATENCY_MODEL", "ConstantDist", "RLConfig", "load_config", "parse_config"]

@@ -106,6 +106,11 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
     )
     samples = config.samples_per_step
     target = config.concurrency or math.ceil(samples * config.oversampling)
+    if config.mode == "prime-rl":
+        # prime-rl keeps int(oversampling_factor x batch_size // rollouts_per_example) groups in flight (Scheduler
+        # @02b49f9, docs/rl-frameworks.md); `concurrency` is its max_concurrent, a cap below that
+        groups = max(int(config.oversampling * samples // config.group_size), 1)
+        target = min(groups * config.group_size, config.concurrency or groups * config.group_size)
     limits = {"target": target}
     if config.concurrency_cap:
         limits["vendor concurrency cap"] = config.concurrency_cap
@@ -115,7 +120,7 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
     concurrency = limits[limited_by]
     dispatched = math.ceil(samples * config.oversampling)
     kill = config.kill_unfinished and config.oversampling > 1.0
-    level = concurrency if config.mode == "async" else min(dispatched, concurrency)
+    level = concurrency if config.mode != "sync" else min(dispatched, concurrency)
     sandbox = vendor.at(level, config.latency_source, config.startup_metric)
     if config.tool is None:
         tool: Dist = sandbox.exec or ConstantDist(0.0, "no exec measured")

@@ -53,6 +53,9 @@ def plan_rehearsal(config_path: str | Path, steps: int | None = None, warmup_ste
     batch = config.prompts * config.group_size
     dispatch = max(batch, math.ceil(batch * config.oversampling))
     users = dispatch if config.mode == "sync" else config.concurrency or dispatch
+    if config.mode == "prime-rl":  # its groups in flight, each of G rollouts; `concurrency` caps them
+        in_flight = max(int(config.oversampling * batch // config.group_size), 1) * config.group_size
+        users = min(in_flight, config.concurrency or in_flight)
     for cap in (config.concurrency_cap, config.max_concurrent_sequences):
         if cap:
             users = min(users, cap)
@@ -68,6 +71,8 @@ def plan_rehearsal(config_path: str | Path, steps: int | None = None, warmup_ste
         "weight_sync_s": config.weight_sync_s,
         "async_level": config.async_level,
         "max_off_policy_steps": config.max_off_policy_steps,
+        "max_async_level": config.max_async_level,
+        "strict_async_level": config.strict_async_level,
         "oversampling": config.oversampling,
         "kill_unfinished": config.kill_unfinished,
         "zero_advantage_groups": config.zero_advantage_groups,
@@ -148,7 +153,9 @@ def predict(run_dir: Path, config: RLConfig) -> Prediction:
 def _error(key: str, predicted: float, measured: float) -> str:
     """The prediction's error, relative (%) where the measured value is not zero, and absolute where relative
     alone misleads: percentage points for a ratio, steps for staleness."""
-    parts = [f"{(predicted - measured) / measured:+.1%}"] if measured else []
+    # a ratio measured near zero (a trainer-bound loop's idle) has no useful relative error: points only
+    relative = measured and not (key == "trainer_idle_ratio" and abs(measured) < 0.01)
+    parts = [f"{(predicted - measured) / measured:+.1%}"] if relative else []
     if key == "trainer_idle_ratio":
         parts.append(f"{(predicted - measured) * 100:+.1f} pt")
     elif key == "mean_staleness_steps":
@@ -172,7 +179,11 @@ def comparison_text(measured: dict[str, Any], predicted: list[Any]) -> str:
             row.append(cell)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    for result in predicted:
+        if not getattr(result, "holds", True):
+            lines.append(f"the {result.engine} does not hold here: {'; '.join(result.notes)}")
+    return "\n".join(lines)
 
 
 __all__ = ["COMPARED", "Prediction", "RehearsalPlan", "comparison_text", "plan_rehearsal", "predict"]

@@ -9,6 +9,10 @@ tear down. A group's samples reach the trainer together when its last member end
 - async: the generator keeps the slots full while fewer than async_level × B·G accepted samples wait; the
   trainer takes B·G samples per step (FIFO, dropping those more than max_off_policy_steps policy versions
   old), trains, and publishes a new version.
+- prime-rl (its Scheduler @02b49f9, docs/rl-frameworks.md): int(oversampling·B·G / G) groups in flight, each
+  replaced when consumed into a batch; batch n is consumed once the policy of step n − max_async_level is loaded
+  (the newest published, or exactly that one when strict); a weight update counts one more for every in-flight
+  group, and cancels and replaces one past max_off_policy_steps.
 - sync: each step dispatches N = B·G·oversampling rollouts, ends generation when k = B·G succeeded (or all
   ended without oversampling), cancels the rest, then trains.
 Measured over `steps` trainer steps after `warmup_steps`.
@@ -66,18 +70,22 @@ class _Area:
 
 
 @dataclass(slots=True)
+class _Handle:
+    cancellable: bool = True  # False once its sample is delivered (or lost): an oversampling kill skips it
+    sandbox: bool = False  # a create has been sent (sandbox-seconds count from here)
+
+
+@dataclass(slots=True)
 class _Group:
     size: int
     accepted: bool
     ended: int = 0
     samples: list[int] = field(default_factory=list)  # policy version at dispatch, per accepted sample
     on_end: Any = None  # sync: told every outcome of its members
-
-
-@dataclass(slots=True)
-class _Handle:
-    cancellable: bool = True  # False once its sample is delivered (or lost): an oversampling kill skips it
-    sandbox: bool = False  # a create has been sent (sandbox-seconds count from here)
+    version: int | None = None  # prime-rl: the policy loaded when the group was dispatched
+    off_policy: int = 0  # prime-rl: weight updates survived in flight
+    members: list[tuple[Any, _Handle]] = field(default_factory=list)  # prime-rl: to cancel an over-age group
+    cancelled: bool = False
 
 
 @dataclass(slots=True)
@@ -127,6 +135,15 @@ class Simulation:
         self.dropped_stale = 0
         self.idle = 0.0
         self.step_ends: list[float] = []
+        # prime-rl
+        self.published = 0  # the trainer's newest checkpoint (self.version is the policy the generator loaded)
+        self.live_groups: set[int] = set()
+        self.groups_by_id: dict[int, _Group] = {}
+        self.finished_groups: deque[_Group] = deque()
+        self.batches: deque[tuple[int, list[int]]] = deque()  # (batch index, dispatch version per sample)
+        self.wake_orchestrator: simpy.Event = self.env.event()
+        self.cancelled_stale = 0
+        self.trained_sum = 0
 
     # -- one rollout ---------------------------------------------------------------------------------
     def rollout(self, group: _Group, on_success: Any, handle: _Handle) -> Generator[simpy.Event, Any, None]:
@@ -167,7 +184,7 @@ class Simulation:
 
     def _attempts(self, group: _Group, on_success: Any, handle: _Handle) -> Generator[simpy.Event, Any, str]:
         plan, cfg, env = self.plan, self.cfg, self.env
-        version = self.version
+        version = self.version if group.version is None else group.version
         t0 = env.now
         failures = 0
         while True:
@@ -228,6 +245,11 @@ class Simulation:
             self.queue.extend(group.samples)
             if self.wake_trainer is not None and not self.wake_trainer.triggered:
                 self.wake_trainer.succeed()
+        elif self.plan.mode == "prime-rl" and group.ended == group.size and not group.cancelled:
+            self.live_groups.discard(id(group))
+            self.groups_by_id.pop(id(group), None)
+            self.finished_groups.append(group)
+            self._wake_orchestrator()
 
     def wake(self) -> None:
         if not self.wake_dispatcher.triggered:
@@ -279,6 +301,100 @@ class Simulation:
             yield env.timeout(samples / plan.trainer_rate + cfg.weight_sync_s)
             step += 1
             self.version = step
+            self.step_ends.append(env.now)
+            if step == self.warmup:
+                self._start_window()
+            if step == self.warmup + self.steps:
+                done.succeed()
+                return
+
+    # -- prime-rl ----------------------------------------------------------------------------------
+    # Scheduler @02b49f9 (docs/rl-frameworks.md section 1): a fixed number of groups in flight, each replaced when
+    # it is consumed into a batch; batch n is consumed only once the policy of step n - max_async_level is
+    # loaded (the newest on disk, or exactly that one when strict); at each weight update every in-flight group
+    # counts one more update survived, and one past max_off_policy_steps is cancelled and replaced at once.
+    def _wake_orchestrator(self) -> None:
+        if not self.wake_orchestrator.triggered:
+            self.wake_orchestrator.succeed()
+
+    def _dispatch_group(self) -> None:
+        cfg = self.cfg
+        group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups, version=self.version)
+        for _ in range(cfg.group_size):
+            handle = _Handle()
+            self.inflight += 1
+            if self.counting:
+                self.counts.dispatched += 1
+            group.members.append((self.env.process(self.rollout(group, _noop, handle)), handle))
+        self.live_groups.add(id(group))
+        self.groups_by_id[id(group)] = group
+
+    def _load(self, version: int) -> None:
+        """A weight update on the inference side: every in-flight group has survived one more."""
+        if version <= self.version:
+            return
+        self.version = version
+        for key in list(self.live_groups):
+            group = self.groups_by_id[key]
+            group.off_policy += 1
+            if group.off_policy > self.cfg.max_off_policy_steps:
+                group.cancelled = True
+                self.live_groups.discard(key)
+                self.groups_by_id.pop(key, None)
+                for process, handle in group.members:
+                    if process.is_alive and handle.cancellable:
+                        process.interrupt()
+                        if self.counting:
+                            self.cancelled_stale += 1
+                self._dispatch_group()
+
+    def _prime_orchestrator(self) -> Generator[simpy.Event, Any, None]:
+        cfg, env = self.cfg, self.env
+        samples = self.plan.samples_per_step
+        for _ in range(max(int(cfg.oversampling * samples // cfg.group_size), 1)):
+            self._dispatch_group()
+        n = 0
+        while True:
+            needed = max(n - cfg.max_async_level, 0)
+            while self.published < needed:
+                self.wake_orchestrator = env.event()
+                yield self.wake_orchestrator
+            self._load(needed if cfg.strict_async_level else max(needed, self.published))
+            versions: list[int] = []
+            while len(versions) < samples:
+                if not self.finished_groups:
+                    self.wake_orchestrator = env.event()
+                    yield self.wake_orchestrator
+                    continue
+                group = self.finished_groups.popleft()
+                versions.extend(group.samples)
+                self._dispatch_group()  # continuous batching: a consumed group is replaced at once
+            self.batches.append((n, versions))
+            if self.wake_trainer is not None and not self.wake_trainer.triggered:
+                self.wake_trainer.succeed()
+            n += 1
+
+    def _prime_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        cfg, plan, env = self.cfg, self.plan, self.env
+        step = 0
+        while True:
+            while not self.batches:
+                self.wake_trainer = env.event()
+                waited_from = env.now
+                yield self.wake_trainer
+                if self.counting:
+                    self.idle += env.now - waited_from
+            index, versions = self.batches.popleft()
+            if self.counting:
+                self.trained_sum += len(versions)
+                for version in versions:
+                    self.lags[index - version] += 1
+            yield env.timeout(len(versions) / plan.trainer_rate + cfg.weight_sync_s)
+            step += 1
+            self.published = step
+            if not cfg.strict_async_level:
+                self._load(step)  # the orchestrator's policy loop picks up the newest checkpoint
+            self._wake_orchestrator()
             self.step_ends.append(env.now)
             if step == self.warmup:
                 self._start_window()
@@ -356,6 +472,9 @@ class Simulation:
         if plan.mode == "async":
             env.process(self._dispatcher())
             env.process(self._async_trainer(done))
+        elif plan.mode == "prime-rl":
+            env.process(self._prime_orchestrator())
+            env.process(self._prime_trainer(done))
         else:
             env.process(self._sync_trainer(done))
         limit = self._time_limit()
@@ -393,6 +512,8 @@ class Simulation:
         ended = max(c.dispatched_ended, 1)
         consumed = sum(self.lags.values())
         stale_base = consumed + self.dropped_stale
+        if plan.mode == "prime-rl":  # cancelled in flight past max_off_policy_steps, of the rollouts dispatched
+            stale_base = max(c.dispatched, 1)
         lags = {lag: count / consumed for lag, count in sorted(self.lags.items())} if consumed else {}
         if plan.mode == "sync":
             lags = {0: 1.0}
@@ -411,7 +532,7 @@ class Simulation:
             effective_samples_per_s=trainer,
             trainer_samples_per_s=trainer,
             trainer_capacity_samples_per_s=(
-                samples / train_busy if plan.mode == "async" else trained / max(window - self.idle, 1e-12)
+                samples / train_busy if plan.mode != "sync" else trained / max(window - self.idle, 1e-12)
             ),
             trainer_idle_ratio=self.idle / window,
             step_time_s=step_time,
@@ -422,7 +543,7 @@ class Simulation:
             ),
             lost_to_init_failures=c.lost_init / max(c.dispatched if plan.mode == "sync" else ended, 1),
             lost_to_exec_failures=c.lost_exec / max(c.dispatched if plan.mode == "sync" else ended, 1),
-            lost_to_staleness=self.dropped_stale / stale_base if stale_base else 0.0,
+            lost_to_staleness=(self.dropped_stale + self.cancelled_stale) / stale_base if stale_base else 0.0,
             killed_by_oversampling=c.killed / max(c.dispatched, 1) if plan.mode == "sync" else 0.0,
             filtered_by_acceptance=1 - c.produced_accepted / max(c.successes, 1),
             sandbox_seconds_per_step=sandbox_area / steps_done if steps_done else math.inf,
