@@ -101,6 +101,11 @@ AGREEMENT = {
         generator={"mode": "prime-rl", "concurrency": None, "oversampling": 2.0}, trainer={"samples_per_second": 2.0},
         simulation={"steps": 150},
     ),
+    # slime's generate_rollout_async: the step ends at the B-th kept group of ceil(oversampling·B) dispatched
+    "slime, kept groups end the step and the rest is killed": config(
+        step={"prompts": 8, "group_size": 8}, generator={"mode": "slime", "oversampling": 1.25, "concurrency": None},
+        trainer={"samples_per_second": 10.0}, acceptance={"zero_advantage_groups": 0.0}, simulation={"steps": 500},
+    ),
 }  # fmt: skip
 
 
@@ -142,6 +147,24 @@ def test_closed_forms_say_when_they_do_not_hold(models):
     assert not lockstep.holds and "synchronous" in " ".join(lockstep.notes)
     queued = solve(build_plan(config(generator={"mode": "prime-rl", "concurrency": 64}), vendor(models["flaky"])))
     assert not queued.holds and "64 slots for 128 rollouts" in " ".join(queued.notes)
+    # slime: with no spare groups and 30% filtered, most steps need a refill round
+    refills = config(step={"prompts": 8, "group_size": 8}, generator={"mode": "slime", "concurrency": None})
+    refilled = solve(build_plan(refills, vendor(models["flaky"])))
+    assert not refilled.holds and "refill" in " ".join(refilled.notes)
+
+
+def test_slime_refills_rounds_when_the_filter_leaves_too_few_groups(models):
+    """A filtered group no longer counts toward B: the simulation dispatches another round rather than training
+    on a short batch, so every step still trains B kept groups (here ~B·G·0.99 samples), at a longer step."""
+    tables = {"step": {"prompts": 8, "group_size": 8}, "trainer": {"samples_per_second": 10.0},
+              "simulation": {"steps": 300}}  # fmt: skip
+    refilled = simulate(build_plan(config(generator={"mode": "slime", "concurrency": None}, **tables),
+                                   vendor(models["flaky"])))  # fmt: skip
+    plain = simulate(build_plan(config(generator={"mode": "slime", "concurrency": None},
+                                       acceptance={"zero_advantage_groups": 0.0}, **tables), vendor(models["flaky"])))  # fmt: skip
+    per_step = refilled.trainer_samples_per_s * refilled.step_time_s
+    assert per_step == pytest.approx(plain.trainer_samples_per_s * plain.step_time_s, rel=0.02)
+    assert per_step > 0.95 * 64 and refilled.step_time_s > 1.05 * plain.step_time_s
 
 
 def test_published_regime_qwen3_trainer_idle_30_percent(models):
@@ -156,8 +179,10 @@ def test_published_regime_qwen3_trainer_idle_30_percent(models):
 
 
 def test_published_regime_glm5_trainer_idle_74_to_80_percent(models):
-    """55% of groups have zero advantage; the trainer drains valid samples 4-5x faster: idle 74-80%."""
+    """55% of groups have zero advantage; the trainer drains valid samples 4-5x faster: idle 74-80%, in slime's own
+    mode (the filter's losses refilled; the trainer's rate is fitted, as the example says)."""
     plan = build_plan(load_config(EXAMPLES / "rl-glm5-slime.toml"), vendor(models["clean"]))
+    assert plan.mode == "slime"
     for result in (solve(plan), simulate(plan)):
         drain = result.trainer_capacity_samples_per_s / result.effective_samples_per_s
         assert 4.0 <= drain <= 5.0, result.engine

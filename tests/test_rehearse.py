@@ -67,3 +67,18 @@ def test_prime_rl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
             assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
     rollouts = pd.read_parquet(run_dir / "rollouts")
     assert rollouts["outcome"].eq("ok").sum() >= 20 * 32
+
+
+def test_slime_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
+    """slime's synchronous step (kept groups end it, the filter's losses refilled, the rest killed) run for real."""
+    run_dir, document = rehearse(tmp_path, "rl-rehearse-slime.toml", "--steps", "8", "--warmup-steps", "1")
+    measured = document["measured"]
+    assert measured["settings"]["mode"] == "slime" and measured["mean_staleness_steps"] == 0
+    assert measured["counts"]["killed"] > 0 and measured["counts"]["filtered"] > 0
+    for predicted in document["model"]:
+        assert predicted["mode"] == "slime"
+        for key in ("generator_samples_per_s", "trainer_samples_per_s", "trainer_idle_ratio"):
+            error = abs(predicted[key] - measured[key]) / measured[key]
+            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+    steps = pd.read_parquet(run_dir / "trainer")
+    assert (steps["samples"] <= 32).all() and (steps["samples"] >= 24).all()  # B kept groups' samples each step

@@ -59,3 +59,32 @@ def test_prime_rl_keeps_its_groups_in_flight_and_gates_batches_on_the_loaded_pol
         await trainer.close()
 
     asyncio.run(scenario())
+
+
+def test_slime_refills_a_round_for_filtered_groups_and_kills_the_rest_at_b_kept(tmp_path):
+    """slime's step: ceil(oversampling x B) groups; a group with no accepted sample does not count toward B, and
+    when fewer than B remain another round may start; at B kept groups the step's other rollouts are killed."""
+
+    async def scenario() -> None:
+        killed: list[int] = []
+        settings = TrainerSettings(mode="slime", batch=4, group_size=2, oversampling=1.0, samples_per_s=1e6)
+        trainer = TrainerEmulator(settings, tmp_path, "w", kill=killed.append)
+        first = [await trainer.admit() for _ in range(4)]  # a round: B = 2 groups of 2
+        blocked = asyncio.ensure_future(trainer.admit())
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        trainer.finished(first[0], "failed")
+        trainer.finished(first[1], "failed")  # group 0 has no sample: filtered, fewer than B remain: a refill
+        refill = await asyncio.wait_for(blocked, 5)
+        assert refill.step == 0 and trainer.slime_allowed[0] == 8
+        second = [refill] + [await trainer.admit() for _ in range(3)]
+        trainer.finished(first[2], "ok")
+        trainer.finished(first[3], "ok")  # group 1 kept
+        trainer.finished(second[0], "ok")
+        trainer.finished(second[1], "ok")  # group 2 kept: B groups, so the step's rollouts still running are killed
+        assert killed == [0] and trainer._batch_ready() and len(trainer.queue) == 4
+        trainer.finished(second[2], "ok", killed=True)
+        trainer.finished(second[3], "ok", killed=True)
+        assert len(trainer.queue) == 4 and trainer.counts["killed"] == 2  # nothing of a killed group is kept
+
+    asyncio.run(scenario())

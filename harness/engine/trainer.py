@@ -9,6 +9,9 @@ rate, and records when it waits for the generator. It also governs the generator
   replaced only when it is consumed into a batch; batch n is built only once the policy of step n -
   `max_async_level` is loaded (the newest checkpoint, or exactly that one with `strict_async_level`); at each
   weight update a group that has survived more than `max_off_policy_steps` of them is cancelled and replaced;
+- slime (generate_rollout_async @0044b40): step n dispatches a round of ceil(oversampling x B) groups; a group
+  without an accepted sample is filtered and, when fewer than B remain, another round may start; at B kept groups
+  the step's other rollouts are killed and it trains on the kept groups' samples;
 - sync: the rollouts of step n start only once step n-1 is trained; `batch x oversampling` are dispatched per
   step, and with `kill_unfinished` the rest are cancelled once `batch` accepted samples are in.
 Acceptance losses are emulated: whole groups (G consecutive rollouts) dropped as zero-advantage, and single
@@ -32,6 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+SLIME_GROUPS_PER_STEP = 1_000_000  # slime's group ids: step x this + the group's index within its step
 
 STEP_SCHEMA = pa.schema(
     [
@@ -91,6 +96,13 @@ class TrainerSettings:
         return max(self.batch, math.ceil(self.batch * self.oversampling))
 
     @property
+    def slime_round(self) -> int:
+        """slime: rollouts per over-sampling round, ceil(oversampling x B) groups of G."""
+        size = max(1, self.group_size)
+        prompts = max(1, self.batch // size)
+        return max(math.ceil(self.oversampling * prompts), prompts) * size
+
+    @property
     def groups_in_flight(self) -> int:
         """prime-rl: int(oversampling_factor x batch_size // rollouts_per_example)."""
         return max(int(self.oversampling * self.batch // max(1, self.group_size)), 1)
@@ -141,6 +153,10 @@ class TrainerEmulator:
         self.cancelled_groups: set[int] = set()
         self.finished_groups: deque[list[tuple[float, int]]] = deque()
         self.batches: deque[tuple[int, list[tuple[float, int]]]] = deque()
+        # slime: rollouts a step may dispatch (a round more per refill), its kept and filtered groups
+        self.slime_allowed: dict[int, int] = {}
+        self.slime_kept: dict[int, int] = {}
+        self.slime_filtered: dict[int, int] = {}
         self.kill = kill  # sync: cancel the rest of a step; prime-rl: an over-age group (the engine's)
         self._task: asyncio.Task[None] | None = None
         self._orchestrator: asyncio.Task[None] | None = None
@@ -204,6 +220,11 @@ class TrainerEmulator:
                 if self.permits > 0:
                     self.permits -= 1
                     break
+            elif self.s.mode == "slime":
+                step = self.step_open
+                if self.step_dispatched.get(step, 0) < self.slime_allowed.setdefault(step, self.s.slime_round):
+                    self.step_dispatched[step] = self.step_dispatched.get(step, 0) + 1
+                    break
             elif self.s.async_level <= 0 or len(self.queue) < self.s.async_level * self.s.batch:
                 step = self.version
                 break
@@ -211,6 +232,8 @@ class TrainerEmulator:
         self.seq += 1
         self.counts["dispatched"] += 1
         group = (self.seq - 1) // max(1, self.s.group_size)
+        if self.s.mode == "slime":  # groups count within their step (a step may close before its last dispatch)
+            group = step * SLIME_GROUPS_PER_STEP + (self.step_dispatched[step] - 1) // max(1, self.s.group_size)
         if self.s.mode == "prime-rl":
             self.live_groups.setdefault(group, 0)
             return Ticket(self.seq, self.loaded, group, group)  # its "step" is its group: what a cancel names
@@ -252,12 +275,32 @@ class TrainerEmulator:
                 samples = self.group_samples.pop(ticket.group, [])
                 if self.s.mode == "async":
                     self.queue.extend(samples)
+                elif self.s.mode == "slime":
+                    self._slime_group_end(ticket.step, samples)
                 elif ticket.group in self.cancelled_groups:
                     self.cancelled_groups.discard(ticket.group)
                 else:
                     self.live_groups.pop(ticket.group, None)
                     self.finished_groups.append(samples)
         self._notify()
+
+    # -- slime's step ----------------------------------------------------------------------------------
+    def _slime_group_end(self, step: int, samples: list[tuple[float, int]]) -> None:
+        """A group of the open step ended: kept (it holds an accepted sample) until B are, then the step's other
+        rollouts are killed; filtered otherwise, and another round is allowed when fewer than B remain."""
+        prompts = max(1, self.s.batch // max(1, self.s.group_size))
+        if step != self.step_open or self.slime_kept.get(step, 0) >= prompts:
+            return  # a late finisher of a step that already has its groups: discarded, as slime does
+        if samples:
+            self.slime_kept[step] = self.slime_kept.get(step, 0) + 1
+            self.queue.extend(samples)
+            if self.slime_kept[step] == prompts and self.kill is not None:
+                self.kill(step)
+            return
+        self.slime_filtered[step] = self.slime_filtered.get(step, 0) + 1
+        submitted = self.slime_allowed.get(step, self.s.slime_round) // max(1, self.s.group_size)
+        if submitted - self.slime_filtered[step] < prompts:
+            self.slime_allowed[step] = self.slime_allowed.get(step, self.s.slime_round) + self.s.slime_round
 
     # -- prime-rl's orchestrator -----------------------------------------------------------------------
     def _load(self, version: int) -> None:
@@ -308,6 +351,8 @@ class TrainerEmulator:
             return accepted >= self.s.batch or (all_ended and accepted > 0)
         if self.s.mode == "prime-rl":
             return bool(self.batches)
+        if self.s.mode == "slime":
+            return self.slime_kept.get(self.step_open, 0) >= max(1, self.s.batch // max(1, self.s.group_size))
         self._drop_stale()
         return len(self.queue) >= self.s.batch
 
@@ -330,8 +375,8 @@ class TrainerEmulator:
             if self.s.mode == "prime-rl":
                 index, built = self.batches.popleft()
                 take, lags = len(built), [index - version for _, version in built]
-            else:
-                take = min(self.s.batch, len(self.queue))
+            else:  # slime trains on every sample of its kept groups
+                take = len(self.queue) if self.s.mode == "slime" else min(self.s.batch, len(self.queue))
                 lags = [self.version - self.queue.popleft()[1] for _ in range(take)]
             self.counts["consumed"] += take
             train = self.s.train_seconds(take) * self.s.time_scale
@@ -354,7 +399,7 @@ class TrainerEmulator:
             self.version += 1
             if self.s.mode == "prime-rl" and not self.s.strict_async_level:
                 self._load(self.version)  # the orchestrator's policy loop picks up the newest checkpoint
-            if self.s.mode == "sync":
+            if self.s.mode in ("sync", "slime"):
                 if self.kill is not None:
                     self.kill(self.step_open)  # anything of the trained step still running is no longer needed
                 self.step_open += 1

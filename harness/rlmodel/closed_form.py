@@ -10,6 +10,9 @@ Async (steady state):
 prime-rl (its Scheduler @02b49f9; `_solve_prime_rl`): groups circulate, replaced only when consumed, so
   production is groups·G successes per group cycle (dispatch → its slowest member ended) while the trainer keeps
   up, and the trainer's rate otherwise; staleness from the version gate (see the function).
+slime (generate_rollout_async @0044b40; `_solve_slime`): the step ends at the B-th kept group among
+  ceil(oversampling·B) dispatched at once (kept: done, not filtered, an accepted sample), exact by the binomial
+  order statistic on the lattice; a refill round (too few kept) is flagged.
 Sync (one step at a time):
   generation time = E[time until k of the N dispatched rollouts succeeded] (k = N without oversampling: the
   expected maximum of the step's rollout latencies) ; step time = generation time + training time;
@@ -140,6 +143,8 @@ def solve(plan: Plan) -> ModelResult:
     laws = rollout_laws(plan)
     if plan.mode == "prime-rl":
         return _solve_prime_rl(plan, laws)
+    if plan.mode == "slime":
+        return _solve_slime(plan, laws)
     return _solve_async(plan, laws) if plan.mode == "async" else _solve_sync(plan, laws)
 
 
@@ -312,6 +317,80 @@ def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:
         mean_staleness_steps=mean_lag,
         concurrency_used=dispatch * (mean_slot + create_wait),
         creates_per_step=dispatch * laws.mean_attempts * step if math.isfinite(step) else math.inf,
+        holds=holds,
+        notes=notes,
+    )
+
+
+def _solve_slime(plan: Plan, laws: RolloutLaws) -> ModelResult:
+    """slime's generate_rollout_async (@0044b40): M = ceil(oversampling·B) groups dispatched at once; a group is
+    kept when all its members ended, it was not filtered and it holds an accepted sample; the step's generation
+    ends at the B-th kept group, when the rest is killed. With q(t) = P(a group is kept and done by t), the B-th
+    kept group is done by t with probability P(Binomial(M, q(t)) >= B), exact on the lattice. A step that needs
+    a refill round (fewer than B kept among M, probability P(Binomial(M, q(inf)) < B)) breaks the one-wave form."""
+    cfg = plan.config
+    notes: list[str] = []
+    holds = True
+    lattice = laws.lattice
+    size, target = cfg.group_size, cfg.prompts
+    groups = max(math.ceil(cfg.oversampling * target), target)
+    n = groups * size
+    ps, p_exec = laws.p_success, plan.p_exec
+    p_sample = ps * (1 - p_exec) * (1 - cfg.filtered_samples)  # a member ends with an accepted sample
+    p_any = 1.0 - (1.0 - p_sample) ** size
+    p_kept = (1 - cfg.zero_advantage_groups) * p_any
+    end_cdf = laws.end_cdf()
+    group_cdf = np.clip(end_cdf**size * p_kept, 0.0, 1.0)
+    reach = float(special.betainc(target, groups - target + 1, p_kept))  # P(at least B of M kept)
+    if reach < 0.99:
+        holds = False
+        notes.append(f"{100 * (1 - reach):.1f}% of steps keep fewer than {target} of {groups} groups and refill")
+    by_t = special.betainc(target, groups - target + 1, group_cdf)
+    generation = lattice.expected(1.0 - by_t / max(reach, 1e-12))
+    ended = _cdf_at(lattice, end_cdf, generation)
+    killed = max(0.0, 1.0 - ended)
+    teardown = plan.teardown.mean()
+    sandbox_cdf = ps * laws.delivery_cdf + (1 - ps) * laws.lost_cdf
+    sandbox = n * _mean_min(lattice, sandbox_cdf, generation) + n * teardown * ended
+    successes = n * ps * (1 - p_exec) * _cdf_at(lattice, laws.delivery_cdf, generation)
+    trained = target * size * p_sample / p_any  # B kept groups, each with its accepted samples
+    if n > plan.concurrency:
+        holds = False
+        notes.append(f"{n} rollouts per round over {plan.concurrency} slots: waves (closed form approximates)")
+        mean_slot = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
+        generation = max(generation, n * mean_slot / plan.concurrency)
+    if cfg.create_rate:
+        spread = n * laws.mean_attempts / cfg.create_rate
+        if spread > 0.01 * generation:
+            holds = False
+            notes.append(f"creating {n} sandboxes at {cfg.create_rate:g}/s takes ~{spread:.3g} s of the step")
+            generation = max(generation, spread)
+    busy = trained / plan.trainer_rate + cfg.weight_sync_s
+    step = generation + busy
+    trainer = trained / step
+    return ModelResult(
+        engine="closed form",
+        mode="slime",
+        concurrency=plan.concurrency,
+        generator_samples_per_s=successes / step,
+        generator_capacity_samples_per_s=successes / generation if generation > 0 else math.inf,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=trained / busy if busy > 0 else math.inf,
+        trainer_idle_ratio=generation / step,
+        step_time_s=step,
+        generation_time_s=generation,
+        lost_to_init_failures=(1 - ps) * _cdf_at(lattice, laws.lost_cdf, generation),
+        lost_to_exec_failures=ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
+        lost_to_staleness=0.0,
+        killed_by_oversampling=killed,
+        filtered_by_acceptance=1 - plan.acceptance_filter,
+        sandbox_seconds_per_step=sandbox,
+        sandbox_seconds_per_trained_sample=sandbox / trained if trained > 0 else math.inf,
+        mean_staleness_steps=0.0,
+        staleness_distribution={0: 1.0},
+        concurrency_used=sandbox / step,
+        creates_per_step=n * laws.mean_attempts * (1.0 - killed),
         holds=holds,
         notes=notes,
     )

@@ -15,8 +15,9 @@ from typing import Any, Literal
 from harness.errors import UsageError
 from harness.rlmodel.duration_dists import ConstantDist, Dist, from_spec
 
-Mode = Literal["sync", "async", "prime-rl"]
+Mode = Literal["sync", "async", "prime-rl", "slime"]
 CONTINUOUS_MODES = ("async", "prime-rl")  # the generator never waits for a step to end
+STEPPED_MODES = ("sync", "slime")  # generate a step, kill what is left, train, repeat
 TOOL_FROM_LATENCY_MODEL = "latency_model"
 
 
@@ -194,7 +195,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
     tool = None if tool_spec == TOOL_FROM_LATENCY_MODEL else r.dist("rollout", "tool_s", 0.0)
     if "generation_s" not in data.get("rollout", {}):
         raise UsageError(f"{source}: [rollout] generation_s is required (generation time per turn)")
-    mode = r.choice("generator", "mode", "async", ("sync", "async", "prime-rl"))
+    mode = r.choice("generator", "mode", "async", ("sync", "async", "prime-rl", "slime"))
     oversampling = r.number("generator", "oversampling", 1.0, minimum=1.0)
     concurrency = r.integer("generator", "concurrency", None, minimum=1)
     return RLConfig(
@@ -266,4 +267,12 @@ def load_config(path: str | Path) -> RLConfig:
     return parse_config(data, source)
 
 
-__all__ = ["CONTINUOUS_MODES", "TOOL_FROM_LATENCY_MODEL", "ConstantDist", "RLConfig", "load_config", "parse_config"]
+__all__ = [
+    "CONTINUOUS_MODES",
+    "STEPPED_MODES",
+    "TOOL_FROM_LATENCY_MODEL",
+    "ConstantDist",
+    "RLConfig",
+    "load_config",
+    "parse_config",
+]

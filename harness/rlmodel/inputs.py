@@ -111,6 +111,11 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
         # @02b49f9, docs/rl-frameworks.md); `concurrency` is its max_concurrent, a cap below that
         groups = max(int(config.oversampling * samples // config.group_size), 1)
         target = min(groups * config.group_size, config.concurrency or groups * config.group_size)
+    if config.mode == "slime":  # one round of over_sampling_batch_size groups in flight
+        target = (
+            config.concurrency
+            or max(math.ceil(config.prompts * config.oversampling), config.prompts) * config.group_size
+        )
     limits = {"target": target}
     if config.concurrency_cap:
         limits["vendor concurrency cap"] = config.concurrency_cap
@@ -119,8 +124,10 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
     limited_by = min(limits, key=lambda k: (limits[k], k != "target"))
     concurrency = limits[limited_by]
     dispatched = math.ceil(samples * config.oversampling)
+    if config.mode == "slime":  # over_sampling_batch_size groups per round (refills add rounds)
+        dispatched = max(math.ceil(config.prompts * config.oversampling), config.prompts) * config.group_size
     kill = config.kill_unfinished and config.oversampling > 1.0
-    level = concurrency if config.mode != "sync" else min(dispatched, concurrency)
+    level = concurrency if config.mode not in ("sync", "slime") else min(dispatched, concurrency)
     sandbox = vendor.at(level, config.latency_source, config.startup_metric)
     if config.tool is None:
         tool: Dist = sandbox.exec or ConstantDist(0.0, "no exec measured")

@@ -53,6 +53,11 @@ def plan_rehearsal(config_path: str | Path, steps: int | None = None, warmup_ste
     batch = config.prompts * config.group_size
     dispatch = max(batch, math.ceil(batch * config.oversampling))
     users = dispatch if config.mode == "sync" else config.concurrency or dispatch
+    if config.mode == "slime":  # one round in flight; refills wait for a free one (as the model's slots do)
+        users = (
+            config.concurrency
+            or max(math.ceil(config.oversampling * config.prompts), config.prompts) * config.group_size
+        )
     if config.mode == "prime-rl":  # its groups in flight, each of G rollouts; `concurrency` caps them
         in_flight = max(int(config.oversampling * batch // config.group_size), 1) * config.group_size
         users = min(in_flight, config.concurrency or in_flight)

@@ -13,6 +13,9 @@ tear down. A group's samples reach the trainer together when its last member end
   replaced when consumed into a batch; batch n is consumed once the policy of step n − max_async_level is loaded
   (the newest published, or exactly that one when strict); a weight update counts one more for every in-flight
   group, and cancels and replaces one past max_off_policy_steps.
+- slime (generate_rollout_async @0044b40): a step dispatches over_sampling_batch_size = ceil(oversampling·B)
+  groups; a filtered group (zero advantage, or nothing accepted) lowers the remaining count and a round is added
+  when fewer than B remain; at B kept groups the rest is killed and the kept groups' samples train.
 - sync: each step dispatches N = B·G·oversampling rollouts, ends generation when k = B·G succeeded (or all
   ended without oversampling), cancels the rest, then trains.
 Measured over `steps` trainer steps after `warmup_steps`.
@@ -20,6 +23,7 @@ Measured over `steps` trainer steps after `warmup_steps`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter, deque
 from collections.abc import Generator
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from harness.rlmodel.config import STEPPED_MODES as STEPPED
 from harness.rlmodel.duration_dists import Dist
 from harness.rlmodel.inputs import Plan
 from harness.rlmodel.result import ModelResult
@@ -99,6 +104,20 @@ class _Counts:
     killed: int = 0
     dispatched: int = 0
     creates: int = 0
+
+
+MAX_SLIME_ROUNDS = 1000  # a step whose groups are all filtered would refill forever: the time limit ends it
+
+
+@dataclass(slots=True)
+class _SlimeStep:
+    finished: simpy.Event
+    kept: int = 0
+    submitted: int = 0
+    filtered: int = 0
+    trained: int = 0
+    rounds: int = 0
+    processes: list[tuple[Any, _Handle]] = field(default_factory=list)
 
 
 class Simulation:
@@ -447,6 +466,62 @@ class Simulation:
                 self._start_window()
         done.succeed()
 
+    # -- slime -------------------------------------------------------------------------------------
+    # generate_rollout_async (sglang_rollout.py @0044b40, docs/rl-frameworks.md section 2): a step dispatches
+    # over_sampling_batch_size groups; a group that ends filtered (zero advantage, or nothing accepted) lowers the
+    # remaining count, and when fewer than B remain another round is dispatched; at B kept groups every
+    # unfinished rollout is killed and the step trains on the kept groups' samples.
+    def _slime_round(self, step: _SlimeStep) -> None:
+        cfg = self.cfg
+        step.rounds += 1
+        for _ in range(max(math.ceil(cfg.oversampling * cfg.prompts), cfg.prompts)):
+            group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
+            group.on_end = functools.partial(self._slime_group_end, step, group)
+            step.submitted += 1
+            for _ in range(cfg.group_size):
+                handle = _Handle()
+                self.inflight += 1
+                if self.counting:
+                    self.counts.dispatched += 1
+                step.processes.append((self.env.process(self.rollout(group, _noop, handle)), handle))
+
+    def _slime_group_end(self, step: _SlimeStep, group: _Group, outcome: str) -> None:
+        if group.ended < group.size or step.finished.triggered:
+            return
+        if group.accepted and group.samples:
+            step.kept += 1
+            step.trained += len(group.samples)
+            if step.kept >= self.cfg.prompts:
+                step.finished.succeed()
+        else:  # filtered: it no longer counts toward B, and a round is added when fewer than B remain
+            step.filtered += 1
+            if step.submitted - step.filtered < self.cfg.prompts and step.rounds < MAX_SLIME_ROUNDS:
+                self._slime_round(step)
+
+    def _slime_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        cfg, plan, env = self.cfg, self.plan, self.env
+        self.generation_sum = 0.0
+        self.trained_sum = 0
+        for index in range(self.warmup + self.steps):
+            step = _SlimeStep(env.event())
+            self._slime_round(step)
+            t0 = env.now
+            yield step.finished
+            if self.counting:
+                self.generation_sum += env.now - t0
+            for process, handle in step.processes:
+                if process.is_alive and handle.cancellable:
+                    process.interrupt()
+            if self.counting:
+                self.trained_sum += step.trained
+                self.idle += env.now - t0
+            yield env.timeout(step.trained / plan.trainer_rate + cfg.weight_sync_s)
+            self.version = index + 1
+            self.step_ends.append(env.now)
+            if index + 1 == self.warmup:
+                self._start_window()
+        done.succeed()
+
     def _sync_rollout(
         self, group: _Group, on_success: Any, state: dict, finished: simpy.Event, n: int, k: int, handle: _Handle
     ) -> Generator[simpy.Event, Any, None]:
@@ -475,6 +550,8 @@ class Simulation:
         elif plan.mode == "prime-rl":
             env.process(self._prime_orchestrator())
             env.process(self._prime_trainer(done))
+        elif plan.mode == "slime":
+            env.process(self._slime_trainer(done))
         else:
             env.process(self._sync_trainer(done))
         limit = self._time_limit()
@@ -515,7 +592,7 @@ class Simulation:
         if plan.mode == "prime-rl":  # cancelled in flight past max_off_policy_steps, of the rollouts dispatched
             stale_base = max(c.dispatched, 1)
         lags = {lag: count / consumed for lag, count in sorted(self.lags.items())} if consumed else {}
-        if plan.mode == "sync":
+        if plan.mode in STEPPED:
             lags = {0: 1.0}
         sandbox_area = self.sandboxes.at_now() - self.sandbox_area0
         held_area = self.held.at_now() - self.held_area0
@@ -526,25 +603,25 @@ class Simulation:
             generator_samples_per_s=c.successes / window,
             generator_capacity_samples_per_s=(
                 c.successes / self.generation_sum
-                if plan.mode == "sync" and self.generation_sum > 0
+                if plan.mode in STEPPED and self.generation_sum > 0
                 else c.successes / window
             ),
             effective_samples_per_s=trainer,
             trainer_samples_per_s=trainer,
             trainer_capacity_samples_per_s=(
-                samples / train_busy if plan.mode != "sync" else trained / max(window - self.idle, 1e-12)
+                samples / train_busy if plan.mode not in STEPPED else trained / max(window - self.idle, 1e-12)
             ),
             trainer_idle_ratio=self.idle / window,
             step_time_s=step_time,
             generation_time_s=(
                 self.generation_sum / steps_done
-                if plan.mode == "sync" and steps_done
+                if plan.mode in STEPPED and steps_done
                 else c.delivery_sum / max(c.successes, 1)
             ),
-            lost_to_init_failures=c.lost_init / max(c.dispatched if plan.mode == "sync" else ended, 1),
-            lost_to_exec_failures=c.lost_exec / max(c.dispatched if plan.mode == "sync" else ended, 1),
+            lost_to_init_failures=c.lost_init / max(c.dispatched if plan.mode in STEPPED else ended, 1),
+            lost_to_exec_failures=c.lost_exec / max(c.dispatched if plan.mode in STEPPED else ended, 1),
             lost_to_staleness=(self.dropped_stale + self.cancelled_stale) / stale_base if stale_base else 0.0,
-            killed_by_oversampling=c.killed / max(c.dispatched, 1) if plan.mode == "sync" else 0.0,
+            killed_by_oversampling=c.killed / max(c.dispatched, 1) if plan.mode in STEPPED else 0.0,
             filtered_by_acceptance=1 - c.produced_accepted / max(c.successes, 1),
             sandbox_seconds_per_step=sandbox_area / steps_done if steps_done else math.inf,
             sandbox_seconds_per_trained_sample=sandbox_area / trained if trained else math.inf,
