@@ -26,18 +26,24 @@ def rehearse(tmp_path: Path, config: str, *args: str) -> tuple[Path, dict]:
     return run_dir, json.loads((run_dir / "rehearsal.json").read_text())
 
 
+def assert_within_ten_percent(document: dict, *keys: str) -> None:
+    """Each engine's prediction of each figure within 10% of what the rehearsal measured."""
+    measured = document["measured"]
+    for predicted in document["model"]:
+        for key in keys:
+            error = abs(predicted[key] - measured[key]) / measured[key]
+            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+
+
 def test_async_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
     run_dir, document = rehearse(tmp_path, "rl-rehearse-async.toml", "--steps", "20")
     measured = document["measured"]
     assert measured["measured_steps"] == 20 and 0 < measured["trainer_idle_ratio"] < 1
     # the model reads the measured steps' rollouts on the loop's own clock, and says so
     assert "measured steps" in document["model_inputs"] and "loop's clock" in document["model_inputs"]
-    for predicted in document["model"]:
-        # staleness too: the emulated trainer takes a group's samples together, when its last member ended, as
-        # the model does (taken one by one they were 22% fresher than predicted)
-        for key in ("generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps"):
-            error = abs(predicted[key] - measured[key]) / measured[key]
-            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+    # staleness too: the emulated trainer takes a group's samples together, when its last member ended, as the
+    # model does (taken one by one they were 22% fresher than predicted)
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps")
     steps = pd.read_parquet(run_dir / "trainer")
     assert len(steps) == 22 and (steps["samples"] == 32).all() and (steps["wait_s"] >= 0).all()
     assert (run_dir / "latency_model.json").exists()
@@ -49,9 +55,7 @@ def test_sync_rehearsal_gates_steps_and_kills_the_oversampled_tail(tmp_path):
     assert measured["counts"]["killed"] > 0 and measured["mean_staleness_steps"] == 0
     rollouts = pd.read_parquet(run_dir / "rollouts")
     assert rollouts["error"].fillna("").str.contains("killed").any()
-    for predicted in document["model"]:
-        error = abs(predicted["trainer_idle_ratio"] - measured["trainer_idle_ratio"]) / measured["trainer_idle_ratio"]
-        assert error < 0.10, (predicted["engine"], predicted["trainer_idle_ratio"], measured["trainer_idle_ratio"])
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_idle_ratio")
 
 
 def test_prime_rl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
@@ -60,11 +64,8 @@ def test_prime_rl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
     run_dir, document = rehearse(tmp_path, "rl-rehearse-prime-rl.toml", "--steps", "20")
     measured = document["measured"]
     assert measured["measured_steps"] == 20 and measured["settings"]["mode"] == "prime-rl"
-    for predicted in document["model"]:
-        assert predicted["mode"] == "prime-rl"
-        for key in ("generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps"):
-            error = abs(predicted[key] - measured[key]) / measured[key]
-            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+    assert {predicted["mode"] for predicted in document["model"]} == {"prime-rl"}
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps")
     rollouts = pd.read_parquet(run_dir / "rollouts")
     assert rollouts["outcome"].eq("ok").sum() >= 20 * 32
 
@@ -75,10 +76,7 @@ def test_slime_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
     measured = document["measured"]
     assert measured["settings"]["mode"] == "slime" and measured["mean_staleness_steps"] == 0
     assert measured["counts"]["killed"] > 0 and measured["counts"]["filtered"] > 0
-    for predicted in document["model"]:
-        assert predicted["mode"] == "slime"
-        for key in ("generator_samples_per_s", "trainer_samples_per_s", "trainer_idle_ratio"):
-            error = abs(predicted[key] - measured[key]) / measured[key]
-            assert error < 0.10, (predicted["engine"], key, predicted[key], measured[key])
+    assert {predicted["mode"] for predicted in document["model"]} == {"slime"}
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_samples_per_s", "trainer_idle_ratio")
     steps = pd.read_parquet(run_dir / "trainer")
     assert (steps["samples"] <= 32).all() and (steps["samples"] >= 24).all()  # B kept groups' samples each step

@@ -354,50 +354,16 @@ def _solve_slime(plan: Plan, laws: RolloutLaws) -> ModelResult:
     sandbox = n * _mean_min(lattice, sandbox_cdf, generation) + n * teardown * ended
     successes = n * ps * (1 - p_exec) * _cdf_at(lattice, laws.delivery_cdf, generation)
     trained = target * size * p_sample / p_any  # B kept groups, each with its accepted samples
-    if n > plan.concurrency:
-        holds = False
-        notes.append(f"{n} rollouts per round over {plan.concurrency} slots: waves (closed form approximates)")
-        mean_slot = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
-        generation = max(generation, n * mean_slot / plan.concurrency)
-    if cfg.create_rate:
-        spread = n * laws.mean_attempts / cfg.create_rate
-        if spread > 0.01 * generation:
-            holds = False
-            notes.append(f"creating {n} sandboxes at {cfg.create_rate:g}/s takes ~{spread:.3g} s of the step")
-            generation = max(generation, spread)
-    busy = trained / plan.trainer_rate + cfg.weight_sync_s
-    step = generation + busy
-    trainer = trained / step
-    return ModelResult(
-        engine="closed form",
-        mode="slime",
-        concurrency=plan.concurrency,
-        generator_samples_per_s=successes / step,
-        generator_capacity_samples_per_s=successes / generation if generation > 0 else math.inf,
-        effective_samples_per_s=trainer,
-        trainer_samples_per_s=trainer,
-        trainer_capacity_samples_per_s=trained / busy if busy > 0 else math.inf,
-        trainer_idle_ratio=generation / step,
-        step_time_s=step,
-        generation_time_s=generation,
-        lost_to_init_failures=(1 - ps) * _cdf_at(lattice, laws.lost_cdf, generation),
-        lost_to_exec_failures=ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
-        lost_to_staleness=0.0,
-        killed_by_oversampling=killed,
-        filtered_by_acceptance=1 - plan.acceptance_filter,
-        sandbox_seconds_per_step=sandbox,
-        sandbox_seconds_per_trained_sample=sandbox / trained if trained > 0 else math.inf,
-        mean_staleness_steps=0.0,
-        staleness_distribution={0: 1.0},
-        concurrency_used=sandbox / step,
-        creates_per_step=n * laws.mean_attempts * (1.0 - killed),
-        holds=holds,
-        notes=notes,
-    )
+    generation, one_wave = _one_wave(plan, laws, n, generation, notes)
+    return _stepped_result(
+        plan, "slime", generation, successes, trained, sandbox,
+        lost_init=(1 - ps) * _cdf_at(lattice, laws.lost_cdf, generation),
+        lost_exec=ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
+        killed=killed, creates=n * laws.mean_attempts * (1.0 - killed), holds=holds and one_wave, notes=notes,
+    )  # fmt: skip
 
 
 def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
-    cfg = plan.config
     notes: list[str] = []
     holds = True
     lattice = laws.lattice
@@ -429,26 +395,48 @@ def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
         # sandboxes run until they end or the step's end (then torn down)
         sandbox_cdf = ps * laws.delivery_cdf + (1 - ps) * laws.lost_cdf
         sandbox = n * _mean_min(lattice, sandbox_cdf, generation) + n * teardown * (ps * ended + killed)
+    generation, one_wave = _one_wave(plan, laws, n, generation, notes)
+    return _stepped_result(
+        plan, "sync", generation, successes, accept * successes, sandbox, lost_init=lost_init,
+        lost_exec=ps * p_exec if k >= n else ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
+        killed=killed, creates=n * laws.mean_attempts if k >= n else n * laws.mean_attempts * (1.0 - killed),
+        holds=holds and one_wave, notes=notes,
+    )  # fmt: skip
+
+
+def _one_wave(plan: Plan, laws: RolloutLaws, n: int, generation: float, notes: list[str]) -> tuple[float, bool]:
+    """A stepped mode's closed form assumes the step's n rollouts start at once: more rollouts than slots (waves)
+    or a create rate that spreads their creates make it approximate, and the generation time takes the bound."""
+    cfg = plan.config
+    holds = True
     waves = math.ceil(n / plan.concurrency)
     if waves > 1:
         holds = False
+        teardown = plan.teardown.mean()
+        ps = laws.p_success
         mean_slot = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
-        little = n * mean_slot / plan.concurrency
         notes.append(f"{n} rollouts per step over {plan.concurrency} slots: {waves} waves (closed form approximates)")
-        generation = max(generation, little)
+        generation = max(generation, n * mean_slot / plan.concurrency)
     if cfg.create_rate:
         spread = n * laws.mean_attempts / cfg.create_rate
         if spread > 0.01 * generation:
             holds = False
             notes.append(f"creating {n} sandboxes at {cfg.create_rate:g}/s takes ~{spread:.3g} s of the step")
             generation = max(generation, spread)
-    trained = accept * successes
-    busy = trained / plan.trainer_rate + cfg.weight_sync_s
+    return generation, holds
+
+
+def _stepped_result(
+    plan: Plan, mode: str, generation: float, successes: float, trained: float, sandbox: float, *,
+    lost_init: float, lost_exec: float, killed: float, creates: float, holds: bool, notes: list[str],
+) -> ModelResult:  # fmt: skip
+    """A step of generation (the trainer idle), then training on `trained` samples; nothing is stale."""
+    busy = trained / plan.trainer_rate + plan.config.weight_sync_s
     step = generation + busy
     trainer = trained / step
     return ModelResult(
         engine="closed form",
-        mode="sync",
+        mode=mode,
         concurrency=plan.concurrency,
         generator_samples_per_s=successes / step,
         generator_capacity_samples_per_s=successes / generation if generation > 0 else math.inf,
@@ -459,16 +447,16 @@ def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
         step_time_s=step,
         generation_time_s=generation,
         lost_to_init_failures=lost_init,
-        lost_to_exec_failures=ps * p_exec if k >= n else ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
+        lost_to_exec_failures=lost_exec,
         lost_to_staleness=0.0,
         killed_by_oversampling=killed,
-        filtered_by_acceptance=1 - accept,
+        filtered_by_acceptance=1 - plan.acceptance_filter,
         sandbox_seconds_per_step=sandbox,
         sandbox_seconds_per_trained_sample=sandbox / trained if trained > 0 else math.inf,
         mean_staleness_steps=0.0,
         staleness_distribution={0: 1.0},
         concurrency_used=sandbox / step,
-        creates_per_step=n * laws.mean_attempts if k >= n else n * laws.mean_attempts * (1.0 - killed),
+        creates_per_step=creates,
         holds=holds,
         notes=notes,
     )

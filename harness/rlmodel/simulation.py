@@ -270,6 +270,17 @@ class Simulation:
             self.finished_groups.append(group)
             self._wake_orchestrator()
 
+    def _launch(self, group: _Group) -> list[tuple[Any, _Handle]]:
+        """Every member of a group dispatched at once (the group is the unit of dispatch): their processes."""
+        members = []
+        for _ in range(group.size):
+            handle = _Handle()
+            self.inflight += 1
+            if self.counting:
+                self.counts.dispatched += 1
+            members.append((self.env.process(self.rollout(group, _noop, handle)), handle))
+        return members
+
     def wake(self) -> None:
         if not self.wake_dispatcher.triggered:
             self.wake_dispatcher.succeed()
@@ -293,6 +304,14 @@ class Simulation:
             self.wake_dispatcher = self.env.event()
             yield self.wake_dispatcher
 
+    def _idle_until_woken(self) -> Generator[simpy.Event, Any, None]:
+        """The trainer waits for the generator; inside the window the wait is its idle time."""
+        self.wake_trainer = self.env.event()
+        waited_from = self.env.now
+        yield self.wake_trainer
+        if self.counting:
+            self.idle += self.env.now - waited_from
+
     def _async_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         cfg, plan, env = self.cfg, self.plan, self.env
         samples = plan.samples_per_step
@@ -301,11 +320,7 @@ class Simulation:
             batch = 0
             while batch < samples:
                 if not self.queue:
-                    self.wake_trainer = env.event()
-                    waited_from = env.now
-                    yield self.wake_trainer
-                    if self.counting:
-                        self.idle += env.now - waited_from
+                    yield from self._idle_until_woken()
                     continue
                 version = self.queue.popleft()
                 lag = step - version
@@ -339,12 +354,7 @@ class Simulation:
     def _dispatch_group(self) -> None:
         cfg = self.cfg
         group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups, version=self.version)
-        for _ in range(cfg.group_size):
-            handle = _Handle()
-            self.inflight += 1
-            if self.counting:
-                self.counts.dispatched += 1
-            group.members.append((self.env.process(self.rollout(group, _noop, handle)), handle))
+        group.members = self._launch(group)
         self.live_groups.add(id(group))
         self.groups_by_id[id(group)] = group
 
@@ -398,11 +408,7 @@ class Simulation:
         step = 0
         while True:
             while not self.batches:
-                self.wake_trainer = env.event()
-                waited_from = env.now
-                yield self.wake_trainer
-                if self.counting:
-                    self.idle += env.now - waited_from
+                yield from self._idle_until_woken()
             index, versions = self.batches.popleft()
             if self.counting:
                 self.trained_sum += len(versions)
@@ -478,12 +484,7 @@ class Simulation:
             group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
             group.on_end = functools.partial(self._slime_group_end, step, group)
             step.submitted += 1
-            for _ in range(cfg.group_size):
-                handle = _Handle()
-                self.inflight += 1
-                if self.counting:
-                    self.counts.dispatched += 1
-                step.processes.append((self.env.process(self.rollout(group, _noop, handle)), handle))
+            step.processes.extend(self._launch(group))
 
     def _slime_group_end(self, step: _SlimeStep, group: _Group, outcome: str) -> None:
         if group.ended < group.size or step.finished.triggered:
