@@ -312,6 +312,16 @@ class Simulation:
         if self.counting:
             self.idle += self.env.now - waited_from
 
+    def _trained(self, steps: int, done: simpy.Event) -> bool:
+        """A continuous trainer finished its `steps`-th step: the window opens after warm-up; True at the end."""
+        self.step_ends.append(self.env.now)
+        if steps == self.warmup:
+            self._start_window()
+        if steps == self.warmup + self.steps:
+            done.succeed()
+            return True
+        return False
+
     def _async_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         cfg, plan, env = self.cfg, self.plan, self.env
         samples = plan.samples_per_step
@@ -335,11 +345,7 @@ class Simulation:
             yield env.timeout(samples / plan.trainer_rate + cfg.weight_sync_s)
             step += 1
             self.version = step
-            self.step_ends.append(env.now)
-            if step == self.warmup:
-                self._start_window()
-            if step == self.warmup + self.steps:
-                done.succeed()
+            if self._trained(step, done):
                 return
 
     # -- prime-rl ----------------------------------------------------------------------------------
@@ -420,11 +426,7 @@ class Simulation:
             if not cfg.strict_async_level:
                 self._load(step)  # the orchestrator's policy loop picks up the newest checkpoint
             self._wake_orchestrator()
-            self.step_ends.append(env.now)
-            if step == self.warmup:
-                self._start_window()
-            if step == self.warmup + self.steps:
-                done.succeed()
+            if self._trained(step, done):
                 return
 
     # -- sync --------------------------------------------------------------------------------------
