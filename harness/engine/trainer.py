@@ -96,11 +96,14 @@ class TrainerSettings:
         return max(self.batch, math.ceil(self.batch * self.oversampling))
 
     @property
+    def prompts(self) -> int:
+        """B: groups per step."""
+        return max(1, self.batch // max(1, self.group_size))
+
+    @property
     def slime_round(self) -> int:
         """slime: rollouts per over-sampling round, ceil(oversampling x B) groups of G."""
-        size = max(1, self.group_size)
-        prompts = max(1, self.batch // size)
-        return max(math.ceil(self.oversampling * prompts), prompts) * size
+        return max(math.ceil(self.oversampling * self.prompts), self.prompts) * max(1, self.group_size)
 
     @property
     def groups_in_flight(self) -> int:
@@ -288,7 +291,7 @@ class TrainerEmulator:
     def _slime_group_end(self, step: int, samples: list[tuple[float, int]]) -> None:
         """A group of the open step ended: kept (it holds an accepted sample) until B are, then the step's other
         rollouts are killed; filtered otherwise, and another round is allowed when fewer than B remain."""
-        prompts = max(1, self.s.batch // max(1, self.s.group_size))
+        prompts = self.s.prompts
         if step != self.step_open or self.slime_kept.get(step, 0) >= prompts:
             return  # a late finisher of a step that already has its groups: discarded, as slime does
         if samples:
@@ -352,7 +355,7 @@ class TrainerEmulator:
         if self.s.mode == "prime-rl":
             return bool(self.batches)
         if self.s.mode == "slime":
-            return self.slime_kept.get(self.step_open, 0) >= max(1, self.s.batch // max(1, self.s.group_size))
+            return self.slime_kept.get(self.step_open, 0) >= self.s.prompts
         self._drop_stale()
         return len(self.queue) >= self.s.batch
 

@@ -96,6 +96,14 @@ class RolloutLaws:
     def end_cdf(self) -> np.ndarray:
         return self.p_success * self.delivery_cdf + (1 - self.p_success) * self.lost_cdf
 
+    def mean_sandbox(self, teardown: float) -> float:
+        """Mean seconds a dispatched rollout keeps a sandbox: its delivery and teardown, or its failed starts."""
+        return self.p_success * (self.mean_delivery + teardown) + (1 - self.p_success) * self.mean_lost
+
+    def mean_slot(self, teardown: float, teardown_holds_slot: bool) -> float:
+        """Mean seconds it holds a concurrency slot: the same, teardown included only when the slot waits for it."""
+        return self.mean_sandbox(teardown if teardown_holds_slot else 0.0)
+
 
 def rollout_laws(plan: Plan) -> RolloutLaws:
     cfg = plan.config
@@ -160,7 +168,7 @@ def _solve_prime_rl(plan: Plan, laws: RolloutLaws) -> ModelResult:
     notes: list[str] = []
     holds = True
     samples, size, k = plan.samples_per_step, cfg.group_size, cfg.max_async_level
-    groups = max(int(cfg.oversampling * samples // size), 1)
+    groups = cfg.prime_rl_groups
     teardown = plan.teardown.mean()
     ps, p_exec, accept = laws.p_success, plan.p_exec, plan.acceptance_filter
     lattice, end_cdf = laws.lattice, laws.end_cdf()
@@ -202,8 +210,8 @@ def _solve_prime_rl(plan: Plan, laws: RolloutLaws) -> ModelResult:
     if p_cancel > 0.01:
         holds = False
         notes.append(f"{100 * p_cancel:.1f}% of groups outlive max_off_policy_steps updates and are cancelled")
-    mean_slot = ps * (laws.mean_delivery + (teardown if cfg.teardown_holds_slot else 0.0)) + (1 - ps) * laws.mean_lost
-    mean_sandbox = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
+    mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot)
+    mean_sandbox = laws.mean_sandbox(teardown)
     return ModelResult(
         engine="closed form",
         mode="prime-rl",
@@ -238,8 +246,8 @@ def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:
     samples = plan.samples_per_step
     teardown = plan.teardown.mean()
     ps, p_exec, accept = laws.p_success, plan.p_exec, plan.acceptance_filter
-    mean_slot = ps * (laws.mean_delivery + (teardown if cfg.teardown_holds_slot else 0.0)) + (1 - ps) * laws.mean_lost
-    mean_sandbox = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
+    mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot)
+    mean_sandbox = laws.mean_sandbox(teardown)
     dispatch_cap = plan.concurrency / mean_slot if mean_slot > 0 else math.inf
     create_wait = 0.0  # time a rollout holds its slot waiting for the create rate (Little's law)
     if cfg.create_rate:
@@ -333,7 +341,7 @@ def _solve_slime(plan: Plan, laws: RolloutLaws) -> ModelResult:
     holds = True
     lattice = laws.lattice
     size, target = cfg.group_size, cfg.prompts
-    groups = max(math.ceil(cfg.oversampling * target), target)
+    groups = cfg.slime_round_groups
     n = groups * size
     ps, p_exec = laws.p_success, plan.p_exec
     p_sample = ps * (1 - p_exec) * (1 - cfg.filtered_samples)  # a member ends with an accepted sample
@@ -378,7 +386,7 @@ def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
         successes = n * p_good
         killed = 0.0
         lost_init = 1 - ps
-        sandbox = n * (ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost)
+        sandbox = n * laws.mean_sandbox(teardown)
     else:
         reach = special.betainc(k, n - k + 1, p_good)  # P(at least k of n ever succeed)
         if reach < 0.999:
@@ -412,11 +420,8 @@ def _one_wave(plan: Plan, laws: RolloutLaws, n: int, generation: float, notes: l
     waves = math.ceil(n / plan.concurrency)
     if waves > 1:
         holds = False
-        teardown = plan.teardown.mean()
-        ps = laws.p_success
-        mean_slot = ps * (laws.mean_delivery + teardown) + (1 - ps) * laws.mean_lost
         notes.append(f"{n} rollouts per step over {plan.concurrency} slots: {waves} waves (closed form approximates)")
-        generation = max(generation, n * mean_slot / plan.concurrency)
+        generation = max(generation, n * laws.mean_sandbox(plan.teardown.mean()) / plan.concurrency)
     if cfg.create_rate:
         spread = n * laws.mean_attempts / cfg.create_rate
         if spread > 0.01 * generation:

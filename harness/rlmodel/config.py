@@ -16,7 +16,6 @@ from harness.errors import UsageError
 from harness.rlmodel.duration_dists import ConstantDist, Dist, from_spec
 
 Mode = Literal["sync", "async", "prime-rl", "slime"]
-CONTINUOUS_MODES = ("async", "prime-rl")  # the generator never waits for a step to end
 STEPPED_MODES = ("sync", "slime")  # generate a step, kill what is left, train, repeat
 TOOL_FROM_LATENCY_MODEL = "latency_model"
 
@@ -72,6 +71,16 @@ class RLConfig:
     @property
     def samples_per_step(self) -> int:
         return self.prompts * self.group_size
+
+    @property
+    def prime_rl_groups(self) -> int:
+        """prime-rl's groups in flight: int(oversampling_factor x batch_size // rollouts_per_example)."""
+        return max(int(self.oversampling * self.samples_per_step // self.group_size), 1)
+
+    @property
+    def slime_round_groups(self) -> int:
+        """slime's groups per over-sampling round: ceil(oversampling x B), at least B."""
+        return max(math.ceil(self.oversampling * self.prompts), self.prompts)
 
     def with_(self, **changes: Any) -> RLConfig:
         return replace(self, **changes)
@@ -268,7 +277,6 @@ def load_config(path: str | Path) -> RLConfig:
 
 
 __all__ = [
-    "CONTINUOUS_MODES",
     "STEPPED_MODES",
     "TOOL_FROM_LATENCY_MODEL",
     "ConstantDist",

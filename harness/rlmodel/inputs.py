@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.rlmodel.config import RLConfig
+from harness.rlmodel.config import STEPPED_MODES, RLConfig
 from harness.rlmodel.duration_dists import ConstantDist, Dist
 from harness.rlmodel.latency_input import SandboxLatency, VendorModel
 
@@ -109,13 +109,10 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
     if config.mode == "prime-rl":
         # prime-rl keeps int(oversampling_factor x batch_size // rollouts_per_example) groups in flight (Scheduler
         # @02b49f9, docs/rl-frameworks.md); `concurrency` is its max_concurrent, a cap below that
-        groups = max(int(config.oversampling * samples // config.group_size), 1)
-        target = min(groups * config.group_size, config.concurrency or groups * config.group_size)
+        in_flight = config.prime_rl_groups * config.group_size
+        target = min(in_flight, config.concurrency or in_flight)
     if config.mode == "slime":  # one round of over_sampling_batch_size groups in flight
-        target = (
-            config.concurrency
-            or max(math.ceil(config.prompts * config.oversampling), config.prompts) * config.group_size
-        )
+        target = config.concurrency or config.slime_round_groups * config.group_size
     limits = {"target": target}
     if config.concurrency_cap:
         limits["vendor concurrency cap"] = config.concurrency_cap
@@ -125,9 +122,9 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
     concurrency = limits[limited_by]
     dispatched = math.ceil(samples * config.oversampling)
     if config.mode == "slime":  # over_sampling_batch_size groups per round (refills add rounds)
-        dispatched = max(math.ceil(config.prompts * config.oversampling), config.prompts) * config.group_size
+        dispatched = config.slime_round_groups * config.group_size
     kill = config.kill_unfinished and config.oversampling > 1.0
-    level = concurrency if config.mode not in ("sync", "slime") else min(dispatched, concurrency)
+    level = concurrency if config.mode not in STEPPED_MODES else min(dispatched, concurrency)
     sandbox = vendor.at(level, config.latency_source, config.startup_metric)
     if config.tool is None:
         tool: Dist = sandbox.exec or ConstantDist(0.0, "no exec measured")

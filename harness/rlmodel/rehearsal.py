@@ -54,12 +54,9 @@ def plan_rehearsal(config_path: str | Path, steps: int | None = None, warmup_ste
     dispatch = max(batch, math.ceil(batch * config.oversampling))
     users = dispatch if config.mode == "sync" else config.concurrency or dispatch
     if config.mode == "slime":  # one round in flight; refills wait for a free one (as the model's slots do)
-        users = (
-            config.concurrency
-            or max(math.ceil(config.oversampling * config.prompts), config.prompts) * config.group_size
-        )
+        users = config.concurrency or config.slime_round_groups * config.group_size
     if config.mode == "prime-rl":  # its groups in flight, each of G rollouts; `concurrency` caps them
-        in_flight = max(int(config.oversampling * batch // config.group_size), 1) * config.group_size
+        in_flight = config.prime_rl_groups * config.group_size
         users = min(in_flight, config.concurrency or in_flight)
     for cap in (config.concurrency_cap, config.max_concurrent_sequences):
         if cap:
@@ -113,8 +110,8 @@ def predict(run_dir: Path, config: RLConfig) -> Prediction:
     The rehearsal's loop runs at the time scale in full: a harness millisecond (a poll window, a round trip, a
     late wake-up of a busy engine) holds it up `1 / time_scale` times as long in the rates it reports, unlike in
     the exported vendor seconds. So the model gets the latency model with every duration wall / time scale, and
-    the generation moved by what the rollouts held beyond their phases and their draws; otherwise it predicts a faster loop than
-    the harness could run, by as much as the machine is busy. Only rollouts that ended within the measured steps
+    the generation moved by what the rollouts held beyond their phases and their draws; otherwise it predicts a
+    faster loop than the harness could run, by as much as the machine is busy. Only rollouts that ended within the measured steps
     count, as in the measured rates: the warm-up's opening burst of creates is slower than the steady loop."""
     import pandas as pd
 

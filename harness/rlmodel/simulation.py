@@ -156,8 +156,7 @@ class Simulation:
         self.step_ends: list[float] = []
         # prime-rl
         self.published = 0  # the trainer's newest checkpoint (self.version is the policy the generator loaded)
-        self.live_groups: set[int] = set()
-        self.groups_by_id: dict[int, _Group] = {}
+        self.live_groups: dict[int, _Group] = {}  # in flight, by id()
         self.finished_groups: deque[_Group] = deque()
         self.batches: deque[tuple[int, list[int]]] = deque()  # (batch index, dispatch version per sample)
         self.wake_orchestrator: simpy.Event = self.env.event()
@@ -265,8 +264,7 @@ class Simulation:
             if self.wake_trainer is not None and not self.wake_trainer.triggered:
                 self.wake_trainer.succeed()
         elif self.plan.mode == "prime-rl" and group.ended == group.size and not group.cancelled:
-            self.live_groups.discard(id(group))
-            self.groups_by_id.pop(id(group), None)
+            self.live_groups.pop(id(group), None)
             self.finished_groups.append(group)
             self._wake_orchestrator()
 
@@ -361,21 +359,18 @@ class Simulation:
         cfg = self.cfg
         group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups, version=self.version)
         group.members = self._launch(group)
-        self.live_groups.add(id(group))
-        self.groups_by_id[id(group)] = group
+        self.live_groups[id(group)] = group
 
     def _load(self, version: int) -> None:
         """A weight update on the inference side: every in-flight group has survived one more."""
         if version <= self.version:
             return
         self.version = version
-        for key in list(self.live_groups):
-            group = self.groups_by_id[key]
+        for key, group in list(self.live_groups.items()):
             group.off_policy += 1
             if group.off_policy > self.cfg.max_off_policy_steps:
                 group.cancelled = True
-                self.live_groups.discard(key)
-                self.groups_by_id.pop(key, None)
+                del self.live_groups[key]
                 for process, handle in group.members:
                     if process.is_alive and handle.cancellable:
                         process.interrupt()
@@ -386,7 +381,7 @@ class Simulation:
     def _prime_orchestrator(self) -> Generator[simpy.Event, Any, None]:
         cfg, env = self.cfg, self.env
         samples = self.plan.samples_per_step
-        for _ in range(max(int(cfg.oversampling * samples // cfg.group_size), 1)):
+        for _ in range(cfg.prime_rl_groups):
             self._dispatch_group()
         n = 0
         while True:
@@ -482,7 +477,7 @@ class Simulation:
     def _slime_round(self, step: _SlimeStep) -> None:
         cfg = self.cfg
         step.rounds += 1
-        for _ in range(max(math.ceil(cfg.oversampling * cfg.prompts), cfg.prompts)):
+        for _ in range(cfg.slime_round_groups):
             group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
             group.on_end = functools.partial(self._slime_group_end, step, group)
             step.submitted += 1
