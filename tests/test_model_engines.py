@@ -101,6 +101,22 @@ AGREEMENT = {
         generator={"mode": "prime-rl", "concurrency": None, "oversampling": 2.0}, trainer={"samples_per_second": 2.0},
         simulation={"steps": 150},
     ),
+    # verl's fully-async rollouter: a pool of groups, a dispatch budget per sync period, syncs every T steps
+    "verl, generator-bound, budget never binds": config(
+        generator={"mode": "verl", "staleness_threshold": 1.0}, simulation={"steps": 150},
+    ),
+    "verl, trainer-bound (the budget paces the rollouter, s·T ≥ 1)": config(
+        generator={"mode": "verl", "staleness_threshold": 0.5}, trainer={"samples_per_second": 1.0},
+        simulation={"steps": 150},
+    ),
+    "verl, partial rollout (a sync stands generation still)": config(
+        generator={"mode": "verl", "staleness_threshold": 1.0}, trainer={"weight_sync_s": 5.0}, simulation={"steps": 150},
+    ),
+    # PipelineRL: a pool of groups, in-flight weight broadcasts every step, no max_lag
+    "pipelinerl, generator-bound": config(generator={"mode": "pipelinerl"}, simulation={"steps": 150}),
+    "pipelinerl, broadcasts stand generation still": config(
+        generator={"mode": "pipelinerl"}, trainer={"weight_sync_s": 5.0}, simulation={"steps": 150},
+    ),
     # slime's generate_rollout_async: the step ends at the B-th kept group of ceil(oversampling·B) dispatched
     "slime, kept groups end the step and the rest is killed": config(
         step={"prompts": 8, "group_size": 8}, generator={"mode": "slime", "oversampling": 1.25, "concurrency": None},
@@ -123,7 +139,7 @@ def test_closed_forms_and_simulation_agree_within_5_percent(models, name):
     assert close(closed.trainer_idle_ratio, simulated.trainer_idle_ratio, abs_=0.02), (closed, simulated)
     assert close(closed.lost_to_init_failures, simulated.lost_to_init_failures, rel=0.5, abs_=0.005)
     assert close(closed.sandbox_seconds_per_step, simulated.sandbox_seconds_per_step, rel=0.08)
-    if plan.mode == "prime-rl":  # its closed form derives staleness from the version gate: held to 5% as well
+    if plan.mode in ("prime-rl", "verl", "pipelinerl"):  # staleness from each one's gates: held to 5% or 0.1 steps
         assert close(closed.concurrency_used, simulated.concurrency_used)
         assert close(closed.mean_staleness_steps, simulated.mean_staleness_steps, abs_=0.1), (closed, simulated)
     elif plan.mode == "async":
@@ -151,6 +167,37 @@ def test_closed_forms_say_when_they_do_not_hold(models):
     refills = config(step={"prompts": 8, "group_size": 8}, generator={"mode": "slime", "concurrency": None})
     refilled = solve(build_plan(refills, vendor(models["flaky"])))
     assert not refilled.holds and "refill" in " ".join(refilled.notes)
+    # verl: only 6.4 groups may be ahead at a sync, fewer than B: a trainer-bound period waits for fresh groups;
+    # without partial_rollout each sync drains the generator
+    for generator, trainer, needle in (({}, {"samples_per_second": 1.0}, "waits ~77"),
+                                       ({"partial_rollout": False}, {}, "drains")):  # fmt: skip
+        verl = solve(
+            build_plan(config(generator={"mode": "verl", **generator}, trainer=trainer), vendor(models["flaky"]))
+        )
+        assert not verl.holds and needle in " ".join(verl.notes), needle
+    # PipelineRL trainer-bound without max_lag: the ring buffer drops the oldest ready samples
+    dropping = solve(build_plan(config(generator={"mode": "pipelinerl"}, trainer={"samples_per_second": 0.5}),
+                                vendor(models["flaky"])))  # fmt: skip
+    assert not dropping.holds and dropping.lost_to_staleness > 0.3 and "ring buffer" in " ".join(dropping.notes)
+
+
+def test_pipelinerl_max_lag_budget_stalls_when_groups_are_filtered(models):
+    """PipelineRL's max_lag budget grows by B groups per weight update (actor.py), counted in groups, while a step
+    needs B·G accepted samples: with 30% of groups filtered the actor runs out of budget and the trainer waits for
+    good. Both engines say so, rather than printing a rate; without the filter the same budget runs."""
+    lagged = config(generator={"mode": "pipelinerl", "max_lag": 128}, retry={"max_retries": 50},
+                    simulation={"steps": 40})  # fmt: skip
+    closed, simulated = (
+        solve(build_plan(lagged, vendor(models["clean"]))),
+        simulate(build_plan(lagged, vendor(models["clean"]))),
+    )
+    assert closed.trainer_samples_per_s == 0 and "stalls" in " ".join(closed.notes)
+    assert "max_lag budget ran out" in " ".join(simulated.notes)
+    clean = config(generator={"mode": "pipelinerl", "max_lag": 128}, acceptance={"zero_advantage_groups": 0.0},
+                   retry={"max_retries": 50}, simulation={"steps": 40})  # fmt: skip
+    running = simulate(build_plan(clean, vendor(models["clean"])))
+    assert running.trainer_samples_per_s > 0 and not running.notes
+    assert running.mean_staleness_steps <= 128 / 128 + 1  # max_lag of one step's samples: about a step behind
 
 
 def test_slime_refills_rounds_when_the_filter_leaves_too_few_groups(models):
@@ -188,6 +235,35 @@ def test_published_regime_glm5_trainer_idle_74_to_80_percent(models):
         assert 4.0 <= drain <= 5.0, result.engine
         assert 0.74 <= result.trainer_idle_ratio <= 0.80, result.engine
         assert result.filtered_by_acceptance == pytest.approx(0.55, abs=0.03)
+
+
+def test_published_regime_verl_staleness_sweep_25_9_to_17_4_hours(models):
+    """verl's fully-async docs: staleness_threshold 0 -> 0.1 -> 0.3 -> 0.5 took 400 steps in 25.9 -> 20.0 -> 17.3 ->
+    17.4 h. The example's trainer step and generation time are fitted to 0, 0.1 and the plateau, as it says; that the
+    gain stops by 0.3 (s x T >= 1: a whole batch is ahead at each sync) is the model's, not fitted."""
+    config = load_config(EXAMPLES / "rl-verl-fully-async.toml")
+    assert config.mode == "verl" and config.trigger_parameter_sync_step == 4 and config.partial_rollout
+    published = {0.0: 25.9, 0.1: 20.0, 0.3: 17.3, 0.5: 17.4}  # hours for 400 steps
+    for threshold, hours in published.items():
+        plan = build_plan(config.with_(staleness_threshold=threshold), vendor(models["clean"]))
+        assert plan.concurrency == 1024 and plan.config.create_rate == 10.0  # within Daytona's 10 creates/s
+        simulated = simulate(plan)
+        assert simulated.step_time_s * 400 / 3600 == pytest.approx(hours, rel=0.03), threshold
+        closed = solve(plan)
+        assert closed.step_time_s == pytest.approx(simulated.step_time_s, rel=0.08), threshold
+        assert closed.holds == (threshold >= 0.25)  # the budget's bubble is an estimate, and says so
+
+
+def test_pipelinerl_example_is_bound_by_its_vendors_create_rate(models):
+    """E2B's 5 creates/s, not the 1,024 slots, bounds the PipelineRL example's production; both engines agree on
+    the trainer's rate and say the create rate binds."""
+    plan = build_plan(load_config(EXAMPLES / "rl-pipelinerl-agentic.toml"), vendor(models["clean"]))
+    assert plan.mode == "pipelinerl" and plan.concurrency == 1024 and plan.config.create_rate == 5.0
+    closed, simulated = solve(plan), simulate(plan)
+    assert "create rate (5/s) bounds production" in " ".join(closed.notes)
+    assert simulated.generator_samples_per_s == pytest.approx(5.0, rel=0.03)  # a clean fleet: one create a sample
+    assert closed.trainer_samples_per_s == pytest.approx(simulated.trainer_samples_per_s, rel=0.05)
+    assert closed.mean_staleness_steps == pytest.approx(simulated.mean_staleness_steps, rel=0.1)
 
 
 def test_published_regime_follows_the_queue_formula_for_any_supply(models):

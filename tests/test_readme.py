@@ -108,10 +108,21 @@ def check_four_vendors(result: subprocess.CompletedProcess) -> None:
         assert f"{vendor}/{vendor}-like" in result.stdout
 
 
+def check_verl_sweep(result: subprocess.CompletedProcess) -> None:
+    """verl's staleness sweep: the step shortens from 0 to 0.3 and then stops gaining (a batch ahead at each sync)."""
+    assert "sweep over staleness_threshold" in result.stdout and "recommend staleness threshold" in result.stdout
+    points = json.loads(Path("/tmp/verl-sweep/model.json").read_text())["sweep"]["points"]
+    step = {p["value"]: next(r for r in p["results"] if r["engine"] == "simulation")["step_time_s"] for p in points}
+    assert step[0.0] > 1.1 * step[0.1] and step[0.1] > 1.05 * step[0.3]
+    assert step[0.5] == pytest.approx(step[0.3], rel=0.02)
+
+
 CHECKS = {
     FOUR: check_four_vendors,
     FAULTS: check_transport_faults,
     "stampede run": check_default_run,
+    "stampede model --latency /tmp/latency_model.json --config examples/rl-verl-fully-async.toml --sweep "
+    "staleness_threshold --values 0,0.1,0.3,0.5 -o /tmp/verl-sweep": check_verl_sweep,
     "stampede run --profile modal-like --scenario burst --users 960 --seed 0": check_modal_burst,
     "stampede run --profile modal-like --scenario burst --users 100 --seed 0": check_modal_burst,
     "stampede run --provider prime --local --stages 20,40 --hold 5 --provider-option readiness_probe=1": (

@@ -80,3 +80,29 @@ def test_slime_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
     assert_within_ten_percent(document, "generator_samples_per_s", "trainer_samples_per_s", "trainer_idle_ratio")
     steps = pd.read_parquet(run_dir / "trainer")
     assert (steps["samples"] <= 32).all() and (steps["samples"] >= 24).all()  # B kept groups' samples each step
+
+
+def test_verl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
+    """verl's fully-async rollouter run for real: a dispatch budget per sync period, B groups per step, a weight sync
+    every 2 steps that stands in-flight generation still (the engine's generation sleeps through it)."""
+    run_dir, document = rehearse(tmp_path, "rl-rehearse-verl.toml", "--steps", "20")
+    measured = document["measured"]
+    assert measured["settings"]["mode"] == "verl" and measured["measured_steps"] == 20
+    assert measured["inference_pauses"] == 22 // 2  # one per sync, every trigger_parameter_sync_step = 2 steps
+    assert {predicted["mode"] for predicted in document["model"]} == {"verl"}
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps")
+    steps = pd.read_parquet(run_dir / "trainer")  # B = 8 finished groups of 4 a step: their successful samples
+    assert len(steps) == 22 and (steps["samples"] <= 32).all() and steps["samples"].sum() > 0.9 * 22 * 32
+
+
+def test_pipelinerl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
+    """PipelineRL run for real: a pool of groups that never waits for the trainer, a streaming trainer, and a weight
+    broadcast after every step that stands in-flight generation still."""
+    run_dir, document = rehearse(tmp_path, "rl-rehearse-pipelinerl.toml", "--steps", "20")
+    measured = document["measured"]
+    assert measured["settings"]["mode"] == "pipelinerl" and measured["measured_steps"] == 20
+    assert measured["inference_pauses"] == 22  # a broadcast after every step
+    assert {predicted["mode"] for predicted in document["model"]} == {"pipelinerl"}
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps")
+    steps = pd.read_parquet(run_dir / "trainer")
+    assert (steps["samples"] == 32).all()  # B x G per step, streamed

@@ -63,7 +63,19 @@ def test_every_published_price_names_its_source_and_the_date_it_was_seen():
         for rate in (price.cpu_s, price.gib_s, price.per_create):
             assert rate is None or rate > 0, price
     assert prices["e2b"].cpu_s == pytest.approx(0.000014) and prices["e2b"].gib_s == pytest.approx(0.0000045)
-    assert not prices["modal"].known  # no rate found: absent, never guessed
+
+
+def test_modal_and_prime_are_priced_at_their_published_rates():
+    """Modal's sandbox rates (per physical core) and Prime's launch rates (per vCPU-hour / 3600) are read from
+    prices.toml, and a modal-like or prime-like profile is priced at them."""
+    prices = published_prices()
+    modal, prime = prices["modal"], prices["prime"]
+    assert (modal.cpu_s, modal.gib_s) == (pytest.approx(0.00003942), pytest.approx(0.00000672))
+    assert (prime.cpu_s, prime.gib_s) == (pytest.approx(0.02 / 3600, rel=1e-4), pytest.approx(0.0125 / 3600, rel=1e-4))
+    assert "modal.com/pricing" in modal.source and "docs.primeintellect.ai/sandboxes" in prime.source
+    config = parse_config({**TINY, "sandbox": {"cpu": 2.0, "memory_gib": 4.0}}, "tiny.toml")
+    for profile, price in (("modal-like", modal), ("prime-like", prime)):
+        assert pricing(config, "stub", profile).sandbox_per_s == pytest.approx(2.0 * price.cpu_s + 4.0 * price.gib_s)
 
 
 def test_a_simulated_vendor_is_priced_as_the_vendor_its_profile_imitates():
@@ -103,7 +115,7 @@ def test_idle_caused_by_sandboxes_is_priced_at_the_trainer_gpus_rate(flaky_model
 
 def test_an_unknown_price_leaves_the_dollars_unknown_and_says_so(flaky_model, tmp_path):
     data = json.loads(json.dumps(TINY))
-    data["sandbox"]["price"] = "modal"
+    data["sandbox"]["price"] = {"source": "a vendor page with no rate on it", "seen": "2026-12-04"}
     del data["trainer"]["gpus"]
     config_path = tmp_path / "unpriced.toml"
     config_path.write_text(_toml(data))
@@ -113,7 +125,7 @@ def test_an_unknown_price_leaves_the_dollars_unknown_and_says_so(flaky_model, tm
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "sandbox dollars unknown: modal has no published rate" in out.stdout
+    assert "sandbox dollars unknown: config has no published rate" in out.stdout
     assert "trainer idle dollars unknown: set [trainer] gpus and gpu_hour_usd" in out.stdout
     assert re.search(r"sandbox \$ per step\s+unknown", out.stdout)
     document = json.loads((tmp_path / "out" / "model.json").read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from harness.engine.trainer import TrainerEmulator, TrainerSettings
 
@@ -86,5 +87,122 @@ def test_slime_refills_a_round_for_filtered_groups_and_kills_the_rest_at_b_kept(
         trainer.finished(second[2], "ok", killed=True)
         trainer.finished(second[3], "ok", killed=True)
         assert len(trainer.queue) == 4 and trainer.counts["killed"] == 2  # nothing of a killed group is kept
+
+    asyncio.run(scenario())
+
+
+async def _until(condition, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.001)):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition never held")
+
+
+def test_verl_spends_its_dispatch_budget_per_sync_and_stands_generation_still_during_one(tmp_path):
+    """verl's rollouter: at most int(B x (1 + staleness_threshold) x T) groups dispatched per policy version; the
+    trainer takes B groups per step and syncs every T steps, when in-flight generation stands still (partial
+    rollout), new groups carry the new version, and the budget restarts from the groups in flight and queued."""
+
+    async def scenario() -> None:
+        settings = TrainerSettings(mode="verl", batch=2, group_size=2, staleness_threshold=0.5,
+                                   trigger_parameter_sync_step=2, weight_sync_s=0.2, max_groups=4,
+                                   samples_per_s=1e6, steps=50, warmup_steps=0)  # fmt: skip
+        assert settings.verl_budget == 3  # int(1 x 1.5 x 2)
+        trainer = TrainerEmulator(settings, tmp_path, "w")
+        assert trainer.pauses_inference
+        trainer.start()
+        tickets = [await trainer.admit() for _ in range(6)]  # three groups: the whole budget
+        blocked = asyncio.ensure_future(trainer.admit())
+        await asyncio.sleep(0.01)
+        assert not blocked.done() and {t.version for t in tickets} == {0}
+        for ticket in tickets[:4]:  # groups 0 and 1 end: steps 0 and 1 train, then the sync (0.2 s) begins
+            trainer.finished(ticket, "ok")
+        await _until(lambda: trainer.syncing)
+        paused, resume = trainer.inference_pauses(trainer.pauses[0][0], trainer.pauses[0][0] + 0.1)
+        assert paused >= 0.099 and resume is not None  # a rollout generating now stands still until `resume`
+        assert not blocked.done()  # nothing is dispatched during a sync
+        replacement = await asyncio.wait_for(blocked, 5)
+        assert replacement.version == 2 and trainer.loaded == 2  # the policy of the step the sync carried
+        assert trainer.pool_spent == 1 + 1  # group 2 still in flight when the budget restarted, and this one
+        await trainer.close()
+
+    asyncio.run(scenario())
+
+
+def test_verl_without_partial_rollout_drains_the_generator_before_a_sync(tmp_path):
+    """partial_rollout off: the trainer's pause() waits until no group is in flight, and that wait is idle time."""
+
+    async def scenario() -> None:
+        settings = TrainerSettings(mode="verl", batch=2, group_size=2, staleness_threshold=1.0, partial_rollout=False,
+                                   trigger_parameter_sync_step=1, max_groups=2, samples_per_s=1e6, steps=1,
+                                   warmup_steps=0)  # fmt: skip
+        trainer = TrainerEmulator(settings, tmp_path, "w")
+        assert not trainer.pauses_inference
+        trainer.start()
+        tickets = [await trainer.admit() for _ in range(4)]
+        trainer.finished(tickets[0], "ok")
+        trainer.finished(tickets[1], "ok")  # group 0 ends: step 0 trains; group 1 is still in flight
+        await _until(lambda: trainer.syncing)
+        await asyncio.sleep(0.15)
+        assert not trainer.steps  # the sync waits for group 1
+        trainer.finished(tickets[2], "ok")
+        trainer.finished(tickets[3], "ok")
+        await _until(lambda: bool(trainer.steps))
+        assert trainer.steps[0]["wait_s"] >= 0.15 and trainer.loaded == 1
+        await trainer.close()
+
+    asyncio.run(scenario())
+
+
+def test_pipelinerl_submits_within_max_lag_and_drops_the_oldest_ready_samples_without_it(tmp_path):
+    """PipelineRL's actor submits at most ceil(max_lag / G) + (updates + 1) x B groups; without max_lag the actor
+    never waits, and ready samples beyond the ring buffer go oldest first while the trainer trains."""
+
+    async def scenario() -> None:
+        lagged = TrainerSettings(mode="pipelinerl", batch=2, group_size=2, max_lag=2, max_groups=10,
+                                 samples_per_s=1e6, steps=50, warmup_steps=0)  # fmt: skip
+        trainer = TrainerEmulator(lagged, tmp_path, "w")
+        tickets = [await trainer.admit() for _ in range(4)]  # ceil(2 / 2) + 1 = 2 groups
+        blocked = asyncio.ensure_future(trainer.admit())
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        trainer.start()
+        trainer.finished(tickets[0], "ok")
+        trainer.finished(tickets[1], "ok")  # a batch: step 0 trains, the update raises the budget by B = 1 group
+        granted = await asyncio.wait_for(blocked, 5)
+        assert granted.version == 1 and trainer.version == 1
+        await trainer.close()
+
+        free = TrainerSettings(mode="pipelinerl", batch=2, group_size=2, ring_buffer_size=3, max_groups=10,
+                               samples_per_s=1e6, steps=50, warmup_steps=0)  # fmt: skip
+        trainer = TrainerEmulator(free, tmp_path, "w2")
+        tickets = [await trainer.admit() for _ in range(8)]  # no budget: four groups at once
+        for ticket in tickets:
+            trainer.finished(ticket, "ok")
+        assert len(trainer.queue) == 3 and trainer.counts["stale"] == 5  # no trainer running: the buffer overflows
+        assert [t for t, _ in trainer.queue] == sorted(t for t, _ in trainer.queue)  # the newest kept
+        await trainer.close()
+
+    asyncio.run(scenario())
+
+
+def test_generation_stands_still_while_a_weight_update_pauses_inference(tmp_path):
+    """The engine's generation sleep asks the emulated trainer for pauses that overlapped it and sleeps them too:
+    0.1 s of thinking with a 0.2 s broadcast starting 0.05 s in holds the sandbox 0.3 s, and says so."""
+    from types import SimpleNamespace
+
+    from harness.engine.rollout import _Rollout
+
+    async def scenario() -> None:
+        settings = TrainerSettings(mode="pipelinerl", batch=2, group_size=2, weight_sync_s=1.0)
+        trainer = TrainerEmulator(settings, tmp_path, "w")
+        assert trainer.pauses_inference
+        rollout = object.__new__(_Rollout)
+        rollout.ctx = SimpleNamespace(inference_pauses=trainer.inference_pauses)
+        t0 = time.time()
+        trainer.pauses.append((t0 + 0.05, t0 + 0.25))
+        held = await rollout.think(0.1)
+        assert time.time() - t0 >= 0.3 - 1e-3 and abs(held - 0.3) < 0.01
 
     asyncio.run(scenario())

@@ -1,4 +1,4 @@
-"""`stampede model --latency latency_model.json --config rl.toml [--sweep concurrency|oversampling]`: wiring."""
+"""`stampede model --latency latency_model.json --config rl.toml [--sweep KIND]`: wiring."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="TOML", help="the RL configuration (see examples/rl-*.toml)")
     parser.add_argument("--vendor", default=None, metavar="PROVIDER/PROFILE",
                         help="which vendor of the latency model (default: [sandbox] vendor, or the only one)")  # fmt: skip
-    parser.add_argument("--sweep", choices=("concurrency", "oversampling"), default=None,
-                        help="run the model over a range and recommend a setting")  # fmt: skip
+    parser.add_argument("--sweep", choices=("concurrency", "oversampling", "staleness_threshold"), default=None,
+                        help="run the model over a range and recommend a setting (staleness_threshold: verl mode)")  # fmt: skip
     parser.add_argument(
         "--values", default=None, metavar="A,B,...", help="sweep values (default: a range around the config's)"
     )
@@ -28,14 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write model.json (and sweep.png) here (default: ./stampede-model when sweeping)")  # fmt: skip
 
 
-def _values(text: str | None) -> list[float] | None:
+def _values(text: str | None, kind: str | None) -> list[float] | None:
     if text is None:
         return None
     try:
         values = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"--values must be comma-separated numbers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
+    if kind == "staleness_threshold":  # 0 is verl's synchronous end of the range
+        if not values or any(v < 0 or v != v for v in values):
+            raise UsageError("--values must be numbers of at least 0 for --sweep staleness_threshold")
+    elif not values or any(v <= 0 for v in values):
         raise UsageError("--values must be positive numbers")
     return values
 
@@ -106,10 +109,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps is not None and args.steps < 1:
         raise UsageError("--steps must be at least 1")
-    values = _values(args.values)
+    values = _values(args.values, args.sweep)
     if values is not None and args.sweep is None:
-        raise UsageError("--values needs --sweep concurrency or --sweep oversampling")
+        raise UsageError("--values needs --sweep (concurrency, oversampling or staleness_threshold)")
     config = load_config(args.config)
+    if args.sweep == "staleness_threshold" and config.mode != "verl":
+        raise UsageError(f"--sweep staleness_threshold is verl's knob; {args.config} runs mode = {config.mode!r}")
     vendor = load_latency_model(args.latency).choose(args.vendor or config.vendor)
     plan = build_plan(config, vendor)
     out = Path(args.out) if args.out else (Path("stampede-model") if args.sweep else None)

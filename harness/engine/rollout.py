@@ -45,6 +45,8 @@ class RolloutContext:
     attempt: int = 1
     secrets: tuple[str, ...] = ()
     loop_lag: Callable[[], float] | None = None  # the engine loop's current lag (harness.engine.health)
+    # the emulated trainer's weight updates that pause inference: (paused s within [t0, t1], end of one under way)
+    inference_pauses: Callable[[float, float], tuple[float, float | None]] | None = None
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
@@ -206,7 +208,7 @@ class _Rollout:
         for turn in range(1, turns + 1):
             pause = generation.sample(self.rng) * plan.time_scale  # the model thinks; the sandbox is held
             if pause > 0:
-                await asyncio.sleep(pause)
+                pause = await self.think(pause)
             record.gen_s = (record.gen_s or 0.0) + pause
             tool_s = f"{tool.sample(self.rng):.3f}" if tool else "0"
             await self.run_command(
@@ -215,6 +217,22 @@ class _Rollout:
             record.turns = turn
         if plan.reward_command:
             await self.run_command(plan.reward_command)
+
+    async def think(self, seconds: float) -> float:
+        """The model generates for `seconds`, standing still while a weight update pauses the inference servers
+        (an emulated trainer's in-flight update); returns the wall seconds it took."""
+        t0 = time.time()
+        await asyncio.sleep(seconds)
+        pauses = self.ctx.inference_pauses
+        paused = 0.0
+        while pauses is not None:
+            now = time.time()
+            paused, resume = pauses(t0, now)
+            done = now - t0 - paused
+            if done >= seconds - 1e-3:
+                break
+            await asyncio.sleep(resume - now if resume is not None else seconds - done)
+        return seconds + paused  # what it drew and what it stood still (a late wake-up is the loop's, not its)
 
     async def run_command(self, argv: Sequence[str]) -> None:
         plan, record = self.plan, self.record

@@ -152,6 +152,7 @@ class EngineRun:
             attempt=request.attempt,
             secrets=self.secrets,
             loop_lag=self.health.lag_now,
+            inference_pauses=self.trainer.inference_pauses if self.trainer and self.trainer.pauses_inference else None,
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task

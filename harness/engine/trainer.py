@@ -12,6 +12,15 @@ rate, and records when it waits for the generator. It also governs the generator
 - slime (generate_rollout_async @0044b40): step n dispatches a round of ceil(oversampling x B) groups; a group
   without an accepted sample is filtered and, when fewer than B remain, another round may start; at B kept groups
   the step's other rollouts are killed and it trains on the kept groups' samples;
+- verl (FullyAsyncRollouter @01217507): up to `max_groups` groups in flight; a new group starts only while fewer
+  than int(B x (1 + staleness_threshold) x T) groups were dispatched since the last sync (reset then to those in
+  flight and queued) and fewer than that many wait; the trainer takes B finished groups per step and every
+  T = trigger_parameter_sync_step steps syncs: with partial_rollout in-flight generation stands still for the sync,
+  without it the trainer first waits until no group is in flight;
+- pipelinerl (actor.py @005a1f17): up to `max_groups` groups in flight, at most ceil(max_lag / G) + (updates + 1)
+  x B submitted when max_lag is set; the trainer takes B x G ready samples in random order; without max_lag ready
+  samples beyond `ring_buffer_size` are dropped oldest first while it trains; each weight broadcast stands
+  in-flight generation still (the rollouts go on with the new weights);
 - sync: the rollouts of step n start only once step n-1 is trained; `batch x oversampling` are dispatched per
   step, and with `kill_unfinished` the rest are cancelled once `batch` accepted samples are in.
 Acceptance losses are emulated: whole groups (G consecutive rollouts) dropped as zero-advantage, and single
@@ -26,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -66,6 +76,12 @@ class TrainerSettings:
     max_off_policy_steps: int = 8
     max_async_level: int = 1  # prime-rl
     strict_async_level: bool = False  # prime-rl
+    staleness_threshold: float = 0.1  # verl
+    trigger_parameter_sync_step: int = 4  # verl
+    partial_rollout: bool = True  # verl
+    max_lag: int | None = None  # pipelinerl, samples
+    ring_buffer_size: int = 128  # pipelinerl, samples
+    max_groups: int = 0  # verl, pipelinerl: groups in flight (the rehearsal's rollouts in flight / G)
     oversampling: float = 1.0
     kill_unfinished: bool = True
     zero_advantage_groups: float = 0.0
@@ -104,6 +120,17 @@ class TrainerSettings:
     def slime_round(self) -> int:
         """slime: rollouts per over-sampling round, ceil(oversampling x B) groups of G."""
         return max(math.ceil(self.oversampling * self.prompts), self.prompts) * max(1, self.group_size)
+
+    @property
+    def verl_budget(self) -> int:
+        """verl's max_required_samples, in groups: int(B x (1 + staleness_threshold) x T)."""
+        return max(int(self.prompts * (self.staleness_threshold + 1) * self.trigger_parameter_sync_step), 1)
+
+    def pipelinerl_budget(self, updates: int) -> float:
+        """PipelineRL's can_submit_before_update, in groups (unbounded without max_lag)."""
+        if self.max_lag is None:
+            return math.inf
+        return math.ceil(self.max_lag / max(1, self.group_size)) + (updates + 1) * self.prompts
 
     @property
     def groups_in_flight(self) -> int:
@@ -160,6 +187,14 @@ class TrainerEmulator:
         self.slime_allowed: dict[int, int] = {}
         self.slime_kept: dict[int, int] = {}
         self.slime_filtered: dict[int, int] = {}
+        # verl, pipelinerl: groups in flight, finished groups (verl) or ready samples (pipelinerl), the budget spent,
+        # and the weight updates that stood in-flight generation still (wall epoch seconds)
+        self.pool_inflight = 0
+        self.pool_started = 0  # groups started
+        self.pool_spent = 0  # verl's staleness_samples
+        self.syncing = False
+        self.pauses: list[tuple[float, float]] = []
+        self.rng_pick = random.Random(settings.seed)
         self.kill = kill  # sync: cancel the rest of a step; prime-rl: an over-age group (the engine's)
         self._task: asyncio.Task[None] | None = None
         self._orchestrator: asyncio.Task[None] | None = None
@@ -228,6 +263,10 @@ class TrainerEmulator:
                 if self.step_dispatched.get(step, 0) < self.slime_allowed.setdefault(step, self.s.slime_round):
                     self.step_dispatched[step] = self.step_dispatched.get(step, 0) + 1
                     break
+            elif self.s.mode in ("verl", "pipelinerl"):
+                if self._pool_admits():
+                    step = self.loaded if self.s.mode == "verl" else self.version
+                    break
             elif self.s.async_level <= 0 or len(self.queue) < self.s.async_level * self.s.batch:
                 step = self.version
                 break
@@ -240,6 +279,8 @@ class TrainerEmulator:
         if self.s.mode == "prime-rl":
             self.live_groups.setdefault(group, 0)
             return Ticket(self.seq, self.loaded, group, group)  # its "step" is its group: what a cancel names
+        if self.s.mode == "verl":
+            return Ticket(self.seq, self.loaded, step, group)
         return Ticket(self.seq, self.version, step, group)
 
     def finished(self, ticket: Ticket, outcome: str, killed: bool = False) -> None:
@@ -280,12 +321,125 @@ class TrainerEmulator:
                     self.queue.extend(samples)
                 elif self.s.mode == "slime":
                     self._slime_group_end(ticket.step, samples)
+                elif self.s.mode == "verl":
+                    self.pool_inflight -= 1
+                    self.finished_groups.append(samples)
+                elif self.s.mode == "pipelinerl":
+                    self.pool_inflight -= 1
+                    self.queue.extend(samples)
+                    self._trim_ring_buffer()
                 elif ticket.group in self.cancelled_groups:
                     self.cancelled_groups.discard(ticket.group)
                 else:
                     self.live_groups.pop(ticket.group, None)
                     self.finished_groups.append(samples)
         self._notify()
+
+    # -- verl's rollouter and PipelineRL's actor ------------------------------------------------------------
+    @property
+    def pauses_inference(self) -> bool:
+        """Weight updates stand in-flight generation still (PipelineRL; verl with partial_rollout)."""
+        return self.s.weight_sync_s > 0 and (
+            self.s.mode == "pipelinerl" or (self.s.mode == "verl" and self.s.partial_rollout)
+        )
+
+    def inference_pauses(self, t0: float, t1: float) -> tuple[float, float | None]:
+        """Seconds within [t0, t1] the inference servers stood still for a weight update, and when one under way
+        at t1 ends."""
+        paused, resume = 0.0, None
+        for start, end in reversed(self.pauses):
+            if end <= t0:
+                break
+            paused += max(0.0, min(end, t1) - max(start, t0))
+            if start <= t1 < end:
+                resume = end
+        return paused, resume
+
+    def _pool_admits(self) -> bool:
+        """A rollout may start: the rest of a started group always (a group is dispatched whole), a new group
+        within the framework's gates."""
+        size = max(1, self.s.group_size)
+        if self.seq % size:
+            return True
+        if self.pool_inflight >= max(self.s.max_groups, 1):
+            return False
+        if self.s.mode == "verl":
+            budget = self.s.verl_budget
+            if self.syncing or self.pool_spent >= budget or len(self.finished_groups) >= budget:
+                return False
+            self.pool_spent += 1
+        elif self.pool_started >= self.s.pipelinerl_budget(self.version):
+            return False
+        self.pool_inflight += 1
+        self.pool_started += 1
+        return True
+
+    def _trim_ring_buffer(self) -> None:
+        """PipelineRL without max_lag (pop_old_data): ready samples beyond the ring buffer go, oldest first."""
+        if self.s.max_lag is not None:
+            return
+        while len(self.queue) > self.s.ring_buffer_size:
+            self.queue.popleft()
+            self.counts["stale"] += 1
+
+    async def _sync_weights(self, version: int) -> float:
+        """verl's parameter sync (every T steps) or PipelineRL's broadcast (every step): seconds the trainer waited
+        for in-flight groups first (verl without partial_rollout), then the sync itself."""
+        drained = 0.0
+        self.syncing = self.s.mode == "verl"
+        if self.s.mode == "verl" and not self.s.partial_rollout:
+            t0 = time.time()
+            while self.pool_inflight > 0:
+                await self._wait_change()
+            drained = time.time() - t0
+        sync = self.s.weight_sync_s * self.s.time_scale
+        if sync > 0:
+            if self.pauses_inference:
+                now = time.time()
+                self.pauses.append((now, now + sync))
+            await asyncio.sleep(sync)
+        if self.s.mode == "verl":
+            self.loaded = version
+            self.pool_spent = self.pool_inflight + len(self.finished_groups)
+            self.syncing = False
+        self._notify()
+        return drained
+
+    def _take_batch(self) -> tuple[int, list[int]]:
+        """A ready batch off the queue: how many samples it holds and each one's lag in policy versions."""
+        if self.s.mode == "prime-rl":
+            index, built = self.batches.popleft()
+            return len(built), [index - version for _, version in built]
+        if self.s.mode == "verl":  # B finished groups
+            picked = [sample for _ in range(self.s.prompts) for sample in self.finished_groups.popleft()]
+            self._notify()
+            return len(picked), [self.version - version for _, version in picked]
+        take = len(self.queue) if self.s.mode == "slime" else min(self.s.batch, len(self.queue))  # slime: every kept
+        return take, [self.version - self.queue.popleft()[1] for _ in range(take)]
+
+    def _per_sample_s(self) -> float:
+        """Vendor seconds the trainer spends on one sample (a step's training without its weight sync, over B x G)."""
+        return (self.s.train_seconds(self.s.batch) - self.s.weight_sync_s) / max(self.s.batch, 1)
+
+    async def _stream_step(self) -> tuple[float, list[int]]:
+        """PipelineRL's trainer streams: it trains on ready samples as they come (in random order: the ready queue
+        is shuffled before a batch is cut) until it has B x G, idling only when none is ready. Returns the wall
+        seconds it idled and each sample's lag."""
+        waited, lags = 0.0, []
+        while len(lags) < self.s.batch:
+            if not self.queue:
+                t0 = time.time()
+                await self._wait_change()
+                waited += time.time() - t0
+                continue
+            need = self.s.batch - len(lags)
+            ready = list(self.queue)
+            chosen = set(self.rng_pick.sample(range(len(ready)), need)) if len(ready) > need else set(range(len(ready)))
+            self.queue = deque(item for i, item in enumerate(ready) if i not in chosen)
+            lags.extend(self.version - ready[i][1] for i in sorted(chosen))
+            self._notify()
+            await asyncio.sleep(self._per_sample_s() * len(chosen) * self.s.time_scale)
+        return waited, lags
 
     # -- slime's step ----------------------------------------------------------------------------------
     def _slime_group_end(self, step: int, samples: list[tuple[float, int]]) -> None:
@@ -356,6 +510,8 @@ class TrainerEmulator:
             return bool(self.batches)
         if self.s.mode == "slime":
             return self.slime_kept.get(self.step_open, 0) >= self.s.prompts
+        if self.s.mode == "verl":
+            return len(self.finished_groups) >= self.s.prompts
         self._drop_stale()
         return len(self.queue) >= self.s.batch
 
@@ -372,18 +528,22 @@ class TrainerEmulator:
         for step in range(total):
             t_wait = time.time()
             stale_before = self.counts["stale"]
-            while not self._batch_ready():
-                await self._wait_change()
-            t_ready = time.time()
-            if self.s.mode == "prime-rl":
-                index, built = self.batches.popleft()
-                take, lags = len(built), [index - version for _, version in built]
-            else:  # slime trains on every sample of its kept groups
-                take = len(self.queue) if self.s.mode == "slime" else min(self.s.batch, len(self.queue))
-                lags = [self.version - self.queue.popleft()[1] for _ in range(take)]
+            if self.s.mode == "pipelinerl":  # it streams: waits for and trains on samples as they come
+                waited, lags = await self._stream_step()
+                take, t_ready = len(lags), t_wait + waited
+            else:
+                while not self._batch_ready():
+                    await self._wait_change()
+                t_ready = time.time()
+                take, lags = self._take_batch()
+                train = self._per_sample_s() * self.s.batch if self.s.mode == "verl" else self.s.train_seconds(take)
+                await asyncio.sleep(train * self.s.time_scale)  # verl's weight sync is its own, below
             self.counts["consumed"] += take
-            train = self.s.train_seconds(take) * self.s.time_scale
-            await asyncio.sleep(train)
+            drained = 0.0
+            if self.s.mode == "pipelinerl" or (
+                self.s.mode == "verl" and (self.version + 1) % self.s.trigger_parameter_sync_step == 0
+            ):
+                drained = await self._sync_weights(self.version + 1)  # the weights of the step just trained
             t_end = time.time()
             self.steps.append(
                 {
@@ -392,8 +552,8 @@ class TrainerEmulator:
                     "t_wait_start": t_wait,
                     "t_batch_ready": t_ready,
                     "t_end": t_end,
-                    "wait_s": t_ready - t_wait,
-                    "train_s": t_end - t_ready,
+                    "wait_s": t_ready - t_wait + drained,
+                    "train_s": t_end - t_ready - drained,
                     "samples": take,
                     "stale_dropped": self.counts["stale"] - stale_before,
                     "mean_lag": sum(lags) / len(lags) if lags else 0.0,
@@ -415,7 +575,8 @@ class TrainerEmulator:
         """Measured over the steps after warm-up; rates in samples per vendor second (wall / time scale)."""
         measured = [row for row in self.steps if row["measured"]]
         result: dict[str, Any] = {"settings": self.s.to_dict(), "counts": dict(self.counts),
-                                  "steps_done": len(self.steps), "measured_steps": len(measured)}  # fmt: skip
+                                  "steps_done": len(self.steps), "measured_steps": len(measured),
+                                  "inference_pauses": len(self.pauses)}  # fmt: skip
         if not measured:
             return result
         t0, t1 = measured[0]["t_wait_start"], measured[-1]["t_end"]

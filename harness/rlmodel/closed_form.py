@@ -13,6 +13,11 @@ prime-rl (its Scheduler @02b49f9; `_solve_prime_rl`): groups circulate, replaced
 slime (generate_rollout_async @0044b40; `_solve_slime`): the step ends at the B-th kept group among
   ceil(oversampling·B) dispatched at once (kept: done, not filtered, an accepted sample), exact by the binomial
   order statistic on the lattice; a refill round (too few kept) is flagged.
+verl fully-async and PipelineRL (`_solve_group_pool`): a pool of concurrency / G groups, each replaced when it
+  ends; weight updates pause in-flight generation (generation stretched by 1 / (1 − pause share)); verl's
+  trainer takes B groups a step and syncs every T steps, PipelineRL's takes B·G accepted samples and broadcasts
+  every step. Where verl's staleness budget or drain, or PipelineRL's ring buffer or max_lag budget, shape the
+  flow, `holds` is False and the note says which.
 Sync (one step at a time):
   generation time = E[time until k of the N dispatched rollouts succeeded] (k = N without oversampling: the
   expected maximum of the step's rollout latencies) ; step time = generation time + training time;
@@ -153,6 +158,8 @@ def solve(plan: Plan) -> ModelResult:
         return _solve_prime_rl(plan, laws)
     if plan.mode == "slime":
         return _solve_slime(plan, laws)
+    if plan.mode in ("verl", "pipelinerl"):
+        return _solve_group_pool(plan, laws)
     return _solve_async(plan, laws) if plan.mode == "async" else _solve_sync(plan, laws)
 
 
@@ -237,6 +244,184 @@ def _solve_prime_rl(plan: Plan, laws: RolloutLaws) -> ModelResult:
         holds=holds,
         notes=notes,
     )
+
+
+def _order_statistic_time(lattice: Lattice, cdf: np.ndarray, k: int, n: int) -> float:
+    """E[time of the k-th of n independent ends with this CDF]."""
+    if k <= 0:
+        return 0.0
+    return lattice.expected(1.0 - special.betainc(k, n - k + 1, np.clip(cdf, 0.0, 1.0)))
+
+
+def _solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
+    """verl fully-async and PipelineRL in steady state: m = concurrency / G groups circulate, each replaced when its
+    last member ends, so groups end at m / (group time) per second while the trainer keeps up.
+
+    verl: the trainer takes B finished groups per step (trained on their accepted samples) and every T steps
+    syncs weights; staleness counts the steps since the sync whose policy dispatched a sample (uniform over the
+    T-step period: (T − 1) / 2, plus the steps its group was in flight). Trainer-bound, the rollouter stops at its
+    budget, so at each sync s·T·B groups are ahead and the period's first batch waits for the rest (a bubble: the
+    (B − s·T·B)-th end among the groups dispatched at the sync); FIFO consumption then gives (T − 1)/2 + T·s steps.
+    PipelineRL: the trainer streams accepted samples into its step of B·G and broadcasts after each; generator-bound
+    a sample is the steps published while its group ran (it is trained as it arrives, or after the broadcast). Trainer-bound without
+    max_lag the generator never slows: the ring buffer drops what the trainer cannot take, and a sample waits up to
+    a buffer's worth."""
+    cfg = plan.config
+    verl = plan.mode == "verl"
+    notes: list[str] = []
+    holds = True
+    samples, size, prompts = plan.samples_per_step, cfg.group_size, cfg.prompts
+    groups = max(plan.concurrency // size, 1)
+    ps, p_exec, accept = laws.p_success, plan.p_exec, plan.acceptance_filter
+    per_group = size * ps * (1 - p_exec) * accept  # accepted samples a group brings
+    lattice, end_cdf = laws.lattice, laws.end_cdf()
+    group_cdf = end_cdf**size
+    group_done = lattice.expected(1.0 - group_cdf)
+    teardown = plan.teardown.mean()
+    hold = teardown if cfg.teardown_holds_slot else 0.0
+    period_steps = cfg.trigger_parameter_sync_step if verl else 1
+    train_time = samples / plan.trainer_rate + cfg.weight_sync_s / period_steps  # per step, syncs spread
+    pausing = cfg.weight_sync_s > 0 and (not verl or cfg.partial_rollout)
+    generation = plan.generation.mean() * plan.turns
+    create_bound = cfg.create_rate / (size * laws.mean_attempts) if cfg.create_rate else math.inf
+    trainer_groups = prompts / train_time if verl else (samples / train_time) / max(per_group, 1e-12)
+    delay, rate = 0.0, 0.0
+    for _ in range(100):  # fixed point: pauses stretch generation, which sets the step, which spaces pauses
+        cycle = group_done + hold + delay
+        supply = min(groups / cycle, create_bound)
+        rate = min(supply, trainer_groups)
+        step = prompts / rate if verl else samples / (rate * max(per_group, 1e-12))
+        share = min(cfg.weight_sync_s / (period_steps * step), 0.9) if pausing else 0.0
+        new = generation * share / (1.0 - share)
+        if abs(new - delay) < 1e-9:
+            break
+        delay = 0.5 * (delay + new)
+    if create_bound < groups / (group_done + hold + delay):
+        holds = False
+        notes.append(f"the create rate ({cfg.create_rate:g}/s) bounds production")
+    if pausing and delay > 0:
+        notes.append(f"weight updates pause generation: {delay:.3g} s added to a rollout's generation")
+    supply = min(groups / (group_done + hold + delay), create_bound)
+    trainer_bound = supply >= trainer_groups
+    # behind a binding create rate a group holds its slots waiting for its creates too (Little's law)
+    create_wait = max(groups / supply - (group_done + hold + delay), 0.0)
+    flight = group_done + delay + create_wait  # dispatch -> the group's samples are ready
+    bubble = 0.0
+    dropped = 0.0
+    if verl:
+        ahead = cfg.staleness_threshold * cfg.trigger_parameter_sync_step * prompts  # groups ahead at a sync
+        if trainer_bound or groups > ahead:
+            # the budget binds: each period opens at a sync with `ahead` groups ready or running and the period's
+            # T·B groups dispatched at once (as slots and the create rate allow); batch j waits for j·B of them
+            period = _verl_period(plan, laws, group_cdf, ahead, groups, group_done + hold + delay)
+            step = period / period_steps
+            bubble = max(period - period_steps * train_time, 0.0)
+            if bubble > 0.01 * period:
+                holds = False
+                notes.append(f"verl's staleness budget binds ({ahead:.3g} groups may be ahead at a sync, {groups} run "
+                             f"at once): each sync period waits ~{bubble:.3g} s for fresh groups (approximate)")  # fmt: skip
+            lag = (period_steps - 1) / 2 + period_steps * min(cfg.staleness_threshold, 1.0)
+        else:
+            step = prompts / rate
+            lag = (period_steps - 1) / 2 + flight / step
+        rate = prompts / step
+        if not cfg.partial_rollout:
+            # the trainer's pause() waits for every in-flight group: the longest residual of m groups in flight
+            survival = 1.0 - group_cdf
+            residual = np.cumsum(survival) * lattice.dt / max(group_done, 1e-12)
+            drain = lattice.expected(1.0 - np.clip(residual, 0.0, 1.0) ** groups)
+            step += drain / period_steps
+            rate = prompts / step
+            holds = False
+            notes.append(f"without partial_rollout each sync drains the generator first (~{drain:.3g} s, approximate)")
+        trained_per_step = prompts * per_group
+        trainer = trained_per_step / step
+        busy = samples / plan.trainer_rate + cfg.weight_sync_s / period_steps
+        idle = max(0.0, 1.0 - busy / step)
+        dispatch_groups = rate
+    else:
+        dispatch_groups = supply
+        if trainer_bound:
+            step = train_time
+            trainer = samples / step
+            idle = 0.0
+            if cfg.max_lag is None:
+                dropped = max(0.0, 1.0 - trainer / (supply * per_group))
+                holds = False
+                notes.append(f"trainer-bound without max_lag: the ring buffer drops {100 * dropped:.1f}% of ready "
+                             "samples, oldest first (staleness approximate)")  # fmt: skip
+                lag = flight / step + cfg.ring_buffer_size / (2 * samples)
+            else:
+                dispatch_groups = trainer_groups
+                lag = flight / step + 0.5
+        else:
+            step = samples / (supply * per_group)
+            trainer = samples / step
+            idle = max(0.0, 1.0 - train_time / step)
+            lag = (flight + cfg.weight_sync_s) / step  # one arriving during a broadcast trains a step later
+        if cfg.max_lag is not None:
+            short = prompts - samples / max(per_group, 1e-12)  # groups the budget gains minus groups a step needs
+            if short < -1e-9:
+                holds = False
+                steps_left = math.ceil(cfg.max_lag / size) / -short
+                notes.append(f"max_lag's budget grows by B = {prompts} groups per update but a step needs "
+                             f"{samples / per_group:.3g} (lost and filtered groups): the actor runs out after "
+                             f"~{steps_left:.0f} steps and the trainer stalls")  # fmt: skip
+                trainer, idle, step, lag = 0.0, 1.0, math.inf, math.nan
+                dispatch_groups = 0.0
+        trained_per_step = samples
+    dispatch = dispatch_groups * size  # rollouts per second
+    generator = dispatch * ps * (1 - p_exec)
+    gen_cap = supply * size * ps * (1 - p_exec)
+    mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot) + delay
+    mean_sandbox = laws.mean_sandbox(teardown) + delay
+    finite = math.isfinite(step) and trainer > 0
+    return ModelResult(
+        engine="closed form",
+        mode=plan.mode,
+        concurrency=plan.concurrency,
+        generator_samples_per_s=generator,
+        generator_capacity_samples_per_s=gen_cap,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=samples / train_time,
+        trainer_idle_ratio=idle,
+        step_time_s=step,
+        generation_time_s=laws.mean_delivery + delay + create_wait,
+        lost_to_init_failures=1 - ps,
+        lost_to_exec_failures=ps * p_exec,
+        lost_to_staleness=dropped,
+        killed_by_oversampling=0.0,
+        filtered_by_acceptance=1 - accept,
+        sandbox_seconds_per_step=dispatch * mean_sandbox * step if finite else math.inf,
+        sandbox_seconds_per_trained_sample=dispatch * mean_sandbox / trainer if finite else math.inf,
+        mean_staleness_steps=lag,
+        concurrency_used=dispatch * (mean_slot + create_wait),
+        creates_per_step=dispatch * laws.mean_attempts * step if finite else math.inf,
+        holds=holds,
+        notes=notes,
+    )
+
+
+def _verl_period(plan: Plan, laws: RolloutLaws, group_cdf: np.ndarray, ahead: float, groups: int,
+                 cycle: float) -> float:  # fmt: skip
+    """Seconds of one verl sync period when its budget binds: batch j starts once the `ahead` groups and j·B − ahead
+    of the period's fresh ones are done (expected order statistics among those dispatched at the sync, later waves
+    at the pool's rate, each group's creates queued behind the earlier ones' at the create rate), after batch j − 1."""
+    cfg = plan.config
+    prompts, period_steps = cfg.prompts, cfg.trigger_parameter_sync_step
+    train = plan.samples_per_step / plan.trainer_rate
+    fresh = min(period_steps * prompts, max(groups, 1))
+    per_group_create = cfg.group_size * laws.mean_attempts / cfg.create_rate if cfg.create_rate else 0.0
+    finish = 0.0
+    for j in range(1, period_steps + 1):
+        need = math.ceil(j * prompts - ahead)
+        ready = 0.0
+        if need > 0:
+            ready = _order_statistic_time(laws.lattice, group_cdf, min(need, fresh), fresh)
+            ready += max(need - fresh, 0) * cycle / max(groups, 1) + need * per_group_create
+        finish = max(finish, ready) + train
+    return finish + cfg.weight_sync_s
 
 
 def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:

@@ -15,7 +15,8 @@ from typing import Any, Literal
 from harness.errors import UsageError
 from harness.rlmodel.duration_dists import ConstantDist, Dist, from_spec
 
-Mode = Literal["sync", "async", "prime-rl", "slime"]
+Mode = Literal["sync", "async", "prime-rl", "slime", "verl", "pipelinerl"]
+MODES: tuple[str, ...] = ("sync", "async", "prime-rl", "slime", "verl", "pipelinerl")
 STEPPED_MODES = ("sync", "slime")  # generate a step, kill what is left, train, repeat
 TOOL_FROM_LATENCY_MODEL = "latency_model"
 
@@ -47,6 +48,11 @@ class RLConfig:
     max_off_policy_steps: int
     max_async_level: int  # prime-rl: batch n is built only once the policy of step n - k is loaded
     strict_async_level: bool  # prime-rl: load exactly step n - k (else the newest, never older than n - k)
+    staleness_threshold: float  # verl: the dispatch budget per sync period, (1 + this) x T x B groups
+    trigger_parameter_sync_step: int  # verl: T, trainer steps between weight syncs to the rollouter
+    partial_rollout: bool  # verl: a sync pauses in-flight generation (True) or drains it first (False)
+    max_lag: int | None  # pipelinerl: samples the actor may run ahead of the trainer (None: unbounded)
+    ring_buffer_size: int  # pipelinerl without max_lag: ready samples kept; the oldest is dropped beyond
     # [sandbox]
     vendor: str | None
     concurrency_cap: int | None
@@ -78,6 +84,19 @@ class RLConfig:
         return max(int(self.oversampling * self.samples_per_step // self.group_size), 1)
 
     @property
+    def verl_budget_groups(self) -> int:
+        """verl's max_required_samples: int(required_samples x (staleness_threshold + 1) x trigger_parameter_sync_step),
+        in groups (its rollouter queues one sample per prompt, each holding rollout.n responses)."""
+        return max(int(self.prompts * (self.staleness_threshold + 1) * self.trigger_parameter_sync_step), 1)
+
+    def pipelinerl_budget_groups(self, updates: int) -> float:
+        """PipelineRL's can_submit_before_update after `updates` weight updates: ceil(max_lag / attempts) + one
+        update's groups per update and one more (actor.py schedule_rollouts); unbounded without max_lag."""
+        if self.max_lag is None:
+            return math.inf
+        return math.ceil(self.max_lag / self.group_size) + (updates + 1) * self.prompts
+
+    @property
     def slime_round_groups(self) -> int:
         """slime's groups per over-sampling round: ceil(oversampling x B), at least B."""
         return max(math.ceil(self.oversampling * self.prompts), self.prompts)
@@ -100,6 +119,11 @@ _TABLES: dict[str, set[str]] = {
         "max_off_policy_steps",
         "max_async_level",
         "strict_async_level",
+        "staleness_threshold",
+        "trigger_parameter_sync_step",
+        "partial_rollout",
+        "max_lag",
+        "ring_buffer_size",
     },
     "sandbox": {
         "vendor",
@@ -204,7 +228,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
     tool = None if tool_spec == TOOL_FROM_LATENCY_MODEL else r.dist("rollout", "tool_s", 0.0)
     if "generation_s" not in data.get("rollout", {}):
         raise UsageError(f"{source}: [rollout] generation_s is required (generation time per turn)")
-    mode = r.choice("generator", "mode", "async", ("sync", "async", "prime-rl", "slime"))
+    mode = r.choice("generator", "mode", "async", MODES)
     oversampling = r.number("generator", "oversampling", 1.0, minimum=1.0)
     concurrency = r.integer("generator", "concurrency", None, minimum=1)
     return RLConfig(
@@ -229,6 +253,11 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         max_off_policy_steps=r.integer("generator", "max_off_policy_steps", 8, minimum=0) or 0,
         max_async_level=r.integer("generator", "max_async_level", 1, minimum=0) or 0,
         strict_async_level=r.boolean("generator", "strict_async_level", False),
+        staleness_threshold=r.number("generator", "staleness_threshold", 0.1) or 0.0,
+        trigger_parameter_sync_step=r.integer("generator", "trigger_parameter_sync_step", 4, minimum=1) or 4,
+        partial_rollout=r.boolean("generator", "partial_rollout", True),
+        max_lag=r.integer("generator", "max_lag", None, minimum=0),
+        ring_buffer_size=r.integer("generator", "ring_buffer_size", 128, minimum=1) or 128,
         vendor=r.get("sandbox", "vendor"),
         concurrency_cap=r.integer("sandbox", "concurrency_cap", None, minimum=1),
         create_rate=r.number("sandbox", "create_rate", None, positive=True),
@@ -277,6 +306,7 @@ def load_config(path: str | Path) -> RLConfig:
 
 
 __all__ = [
+    "MODES",
     "STEPPED_MODES",
     "TOOL_FROM_LATENCY_MODEL",
     "ConstantDist",

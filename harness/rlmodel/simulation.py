@@ -16,6 +16,15 @@ tear down. A group's samples reach the trainer together when its last member end
 - slime (generate_rollout_async @0044b40): a step dispatches over_sampling_batch_size = ceil(oversampling·B)
   groups; a filtered group (zero advantage, or nothing accepted) lowers the remaining count and a round is added
   when fewer than B remain; at B kept groups the rest is killed and the kept groups' samples train.
+- verl fully-async (FullyAsyncRollouter @01217507): groups in flight up to concurrency / G; the rollouter stops
+  dispatching once it has spent its budget of int(B·(1 + staleness_threshold)·T) groups since the last version
+  (reset at each sync to the groups in flight and queued) or that many wait; the trainer takes B finished groups
+  per step and syncs weights every T = trigger_parameter_sync_step steps: with partial_rollout in-flight
+  generation pauses for the sync, without it the trainer first waits for every in-flight group to end.
+- pipelinerl (actor.py @005a1f17, preprocess.py @04105834): groups in flight up to concurrency / G; with max_lag
+  the actor submits at most ceil(max_lag / G) + (updates + 1)·B groups; without it ready samples waiting beyond
+  ring_buffer_size are dropped oldest first; the trainer streams ready samples (in random order) into its step of
+  B·G, and each weight broadcast pauses in-flight generation (running rollouts continue on the new weights).
 - sync: each step dispatches N = B·G·oversampling rollouts, ends generation when k = B·G succeeded (or all
   ended without oversampling), cancels the rest, then trains.
 Measured over `steps` trainer steps after `warmup_steps`.
@@ -162,6 +171,16 @@ class Simulation:
         self.wake_orchestrator: simpy.Event = self.env.event()
         self.cancelled_stale = 0
         self.trained_sum = 0
+        # verl, pipelinerl: weight updates pause in-flight generation; groups in flight; verl's dispatch budget
+        self.pauses: list[tuple[float, float]] = []  # (start, end) of each pause, in time order
+        self.pausing = cfg.weight_sync_s > 0 and (
+            cfg.mode == "pipelinerl" or (cfg.mode == "verl" and cfg.partial_rollout)
+        )
+        self.groups_inflight = 0
+        self.syncing = False
+        self.verl_spent = 0  # verl's staleness_samples: groups dispatched since the last version
+        self.ready: deque[int] = deque()  # pipelinerl: ready samples' versions, oldest first
+        self.submitted_groups = 0
 
     # -- one rollout ---------------------------------------------------------------------------------
     def rollout(self, group: _Group, on_success: Any, handle: _Handle) -> Generator[simpy.Event, Any, None]:
@@ -227,7 +246,11 @@ class Simulation:
                 continue
             yield env.timeout(self.startup())
             break
-        yield env.timeout(self.generation() + self.tool() + self.reward())
+        if self.pausing:
+            yield from self._generate(self.generation())
+            yield env.timeout(self.tool() + self.reward())
+        else:
+            yield env.timeout(self.generation() + self.tool() + self.reward())
         if self.uniform() < plan.p_exec:
             self._end(group, "lost_exec")
             return "lost_exec"
@@ -238,6 +261,26 @@ class Simulation:
         self._end(group, "success", version if accepted else None)
         on_success(group, version, accepted)
         return "success"
+
+    def _generate(self, seconds: float) -> Generator[simpy.Event, Any, None]:
+        """Generation that stands still while the inference servers pause for a weight update."""
+        env = self.env
+        t0 = env.now
+        while True:
+            now = env.now
+            done = now - t0 - self._paused(t0, now)
+            if done >= seconds - 1e-9:
+                return
+            resume = next((end for start, end in reversed(self.pauses) if start <= now < end), None)
+            yield env.timeout(resume - now if resume is not None else seconds - done)
+
+    def _paused(self, t0: float, t1: float) -> float:
+        total = 0.0
+        for start, end in reversed(self.pauses):
+            if end <= t0:
+                break
+            total += max(0.0, min(end, t1) - max(start, t0))
+        return total
 
     def _teardown_after(self) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(self.teardown())
@@ -267,6 +310,16 @@ class Simulation:
             self.live_groups.pop(id(group), None)
             self.finished_groups.append(group)
             self._wake_orchestrator()
+        elif self.plan.mode in ("verl", "pipelinerl") and group.ended == group.size:
+            self.groups_inflight -= 1
+            if self.plan.mode == "verl":
+                self.finished_groups.append(group)
+            else:
+                self.ready.extend(group.samples)
+                self._trim_ring_buffer()
+            if self.wake_trainer is not None and not self.wake_trainer.triggered:
+                self.wake_trainer.succeed()
+            self.wake()
 
     def _launch(self, group: _Group) -> list[tuple[Any, _Handle]]:
         """Every member of a group dispatched at once (the group is the unit of dispatch): their processes."""
@@ -424,6 +477,125 @@ class Simulation:
             if self._trained(step, done):
                 return
 
+    # -- verl fully-async and PipelineRL ----------------------------------------------------------------
+    def _start_group(self) -> None:
+        cfg = self.cfg
+        group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups, version=self.version)
+        self.groups_inflight += 1
+        self._launch(group)
+
+    def _verl_rollouter(self) -> Generator[simpy.Event, Any, None]:
+        """FullyAsyncRollouter: a group per free concurrency slot, until the version's budget is spent or as many
+        finished groups wait (_should_pause_generation); nothing is dispatched during a parameter sync."""
+        cfg = self.cfg
+        budget = cfg.verl_budget_groups
+        cap = max(self.plan.concurrency // cfg.group_size, 1)
+        while True:
+            while (not self.syncing and self.groups_inflight < cap and self.verl_spent < budget
+                   and len(self.finished_groups) < budget):  # fmt: skip
+                self._start_group()
+                self.verl_spent += 1
+            self.wake_dispatcher = self.env.event()
+            yield self.wake_dispatcher
+
+    def _verl_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        cfg, plan, env = self.cfg, self.plan, self.env
+        step = 0
+        while True:
+            groups: list[_Group] = []
+            while len(groups) < cfg.prompts:
+                if not self.finished_groups:
+                    yield from self._idle_until_woken()
+                    continue
+                groups.append(self.finished_groups.popleft())
+            self.wake()
+            if self.counting:
+                for group in groups:
+                    self.trained_sum += len(group.samples)
+                    for version in group.samples:
+                        self.lags[step - version] += 1
+            yield env.timeout(plan.samples_per_step / plan.trainer_rate)
+            step += 1
+            if step % cfg.trigger_parameter_sync_step == 0:
+                yield from self._verl_sync(step)
+            if self._trained(step, done):
+                return
+
+    def _verl_sync(self, step: int) -> Generator[simpy.Event, Any, None]:
+        """The trainer's pause(): with partial_rollout in-flight generation stops for the sync and resumes on the
+        new weights; without it the trainer waits for every in-flight group first. Then update_param_version
+        resets the budget to the groups still in flight or queued."""
+        cfg, env = self.cfg, self.env
+        self.syncing = True
+        if not cfg.partial_rollout:
+            while self.groups_inflight > 0:
+                yield from self._idle_until_woken()
+        elif cfg.weight_sync_s > 0:
+            self.pauses.append((env.now, env.now + cfg.weight_sync_s))
+        yield env.timeout(cfg.weight_sync_s)
+        self.version = step
+        self.verl_spent = self.groups_inflight + len(self.finished_groups)
+        self.syncing = False
+        self.wake()
+
+    def _pipelinerl_actor(self) -> Generator[simpy.Event, Any, None]:
+        """schedule_rollouts: a group per free rollout slot, within the max_lag submission budget."""
+        cfg = self.cfg
+        cap = max(self.plan.concurrency // cfg.group_size, 1)
+        while True:
+            while self.groups_inflight < cap and self.submitted_groups < cfg.pipelinerl_budget_groups(self.version):
+                self._start_group()
+                self.submitted_groups += 1
+            self.wake_dispatcher = self.env.event()
+            yield self.wake_dispatcher
+
+    def _trim_ring_buffer(self) -> None:
+        """Without max_lag (pop_old_data), ready samples beyond the ring buffer are dropped oldest first."""
+        if self.cfg.max_lag is not None:
+            return
+        while len(self.ready) > self.cfg.ring_buffer_size:
+            self.ready.popleft()
+            if self.counting:
+                self.dropped_stale += 1
+
+    def _pipelinerl_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        """The trainer streams: it trains on ready samples as they come (micro-batches, in random order: the ready
+        queue is shuffled before a batch is cut), idles only when none is ready, and broadcasts after B·G."""
+        cfg, plan, env = self.cfg, self.plan, self.env
+        samples = plan.samples_per_step
+        step = 0
+        while True:
+            taken = 0
+            while taken < samples:
+                if not self.ready:
+                    yield from self._idle_until_woken()
+                    continue
+                chunk = self._take_ready(samples - taken)
+                taken += len(chunk)
+                if self.counting:
+                    self.trained_sum += len(chunk)
+                    for version in chunk:
+                        self.lags[step - version] += 1
+                yield env.timeout(len(chunk) / plan.trainer_rate)
+            if cfg.weight_sync_s > 0:  # the broadcast: running rollouts stand still, then go on with new weights
+                self.pauses.append((env.now, env.now + cfg.weight_sync_s))
+                yield env.timeout(cfg.weight_sync_s)
+            step += 1
+            self.version = step
+            self.wake()
+            if self._trained(step, done):
+                return
+
+    def _take_ready(self, need: int) -> list[int]:
+        if len(self.ready) <= need:
+            chunk = list(self.ready)
+            self.ready.clear()
+            return chunk
+        ready = list(self.ready)
+        picked = set(self.rng.choice(len(ready), size=need, replace=False).tolist())
+        self.ready = deque(v for i, v in enumerate(ready) if i not in picked)
+        return [v for i, v in enumerate(ready) if i in picked]
+
     # -- sync --------------------------------------------------------------------------------------
     def _sync_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         cfg, plan, env = self.cfg, self.plan, self.env
@@ -550,6 +722,12 @@ class Simulation:
             env.process(self._prime_trainer(done))
         elif plan.mode == "slime":
             env.process(self._slime_trainer(done))
+        elif plan.mode == "verl":
+            env.process(self._verl_rollouter())
+            env.process(self._verl_trainer(done))
+        elif plan.mode == "pipelinerl":
+            env.process(self._pipelinerl_actor())
+            env.process(self._pipelinerl_trainer(done))
         else:
             env.process(self._sync_trainer(done))
         limit = self._time_limit()
@@ -571,6 +749,10 @@ class Simulation:
     def _result(self, complete: bool) -> ModelResult:
         plan, cfg, env = self.plan, self.cfg, self.env
         notes = [] if complete else ["the simulation hit its time limit before finishing its steps"]
+        budget = cfg.pipelinerl_budget_groups(self.version)
+        if not complete and plan.mode == "pipelinerl" and self.submitted_groups >= budget:
+            notes.append(f"PipelineRL's max_lag budget ran out ({self.submitted_groups} groups submitted after "
+                         f"{self.version} updates): the trainer stalled")  # fmt: skip
         if not self.counting:
             self._start_window()
         window = max(env.now - self.window_start, 1e-12)
@@ -583,7 +765,8 @@ class Simulation:
             trained = self.trained_sum
         step_time = window / steps_done if steps_done else math.inf
         trainer = trained / window
-        train_busy = samples / plan.trainer_rate + cfg.weight_sync_s
+        syncs_per_step = 1.0 / cfg.trigger_parameter_sync_step if plan.mode == "verl" else 1.0
+        train_busy = samples / plan.trainer_rate + cfg.weight_sync_s * syncs_per_step
         ended = max(c.dispatched_ended, 1)
         consumed = sum(self.lags.values())
         stale_base = consumed + self.dropped_stale

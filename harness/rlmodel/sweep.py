@@ -1,4 +1,5 @@
-"""`stampede model --sweep`: the model over a range of concurrency or oversampling, and what to pick.
+"""`stampede model --sweep`: the model over a range of concurrency, oversampling or (verl) staleness threshold,
+and what to pick.
 
 The recommendation is the cheapest setting that gets within `tolerance` (2%) of the best trainer throughput
 found: more concurrency or oversampling past that point buys sandbox-seconds (and, past a vendor's knee, init
@@ -25,9 +26,11 @@ from harness.rlmodel.latency_input import VendorModel
 from harness.rlmodel.result import ModelResult
 from harness.rlmodel.simulation import simulate
 
-SweepKind = Literal["concurrency", "oversampling"]
+SweepKind = Literal["concurrency", "oversampling", "staleness_threshold"]
+SWEEP_KINDS: tuple[str, ...] = ("concurrency", "oversampling", "staleness_threshold")
 Engine = Literal["both", "closed", "simulation"]
 DEFAULT_OVERSAMPLING: tuple[float, ...] = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
+DEFAULT_STALENESS: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 1.0)  # verl's documented sweep, and one more
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class Sweep:
 def default_values(kind: SweepKind, config: RLConfig) -> list[float]:
     if kind == "oversampling":
         return list(DEFAULT_OVERSAMPLING)
+    if kind == "staleness_threshold":
+        return list(DEFAULT_STALENESS)
     target = config.concurrency or math.ceil(config.samples_per_step * config.oversampling)
     low = max(8, 2 ** math.floor(math.log2(max(target / 16, 1))))
     values: list[float] = []
@@ -70,6 +75,8 @@ def default_values(kind: SweepKind, config: RLConfig) -> list[float]:
 def apply(kind: SweepKind, config: RLConfig, value: float) -> RLConfig:
     if kind == "concurrency":
         return config.with_(concurrency=max(round(value), 1))
+    if kind == "staleness_threshold":
+        return config.with_(staleness_threshold=float(value))
     return config.with_(oversampling=float(value))
 
 
@@ -113,7 +120,7 @@ def recommend(
     else:
         pick = min(good, key=lambda p: (p.best.sandbox_seconds_per_trained_sample, p.value))
     r = pick.best
-    name = "concurrency" if kind == "concurrency" else "oversampling"
+    name = kind.replace("_", " ")
     value = f"{int(pick.value)}" if kind == "concurrency" else f"{pick.value:g}"
     text = (
         f"recommend {name} {value}: trainer {r.trainer_samples_per_s:.3g} samples/s "
