@@ -181,6 +181,23 @@ def test_closed_forms_say_when_they_do_not_hold(models):
     assert not dropping.holds and dropping.lost_to_staleness > 0.3 and "ring buffer" in " ".join(dropping.notes)
 
 
+def test_slime_partial_rollout_resumes_instead_of_killing(models):
+    """--partial-rollout: the step's unfinished rollouts resume next step instead of being aborted: nothing killed,
+    fewer sandbox-seconds wasted, some samples a policy behind; the closed form says it does not model the carry."""
+    tables = {"step": {"prompts": 8, "group_size": 8}, "trainer": {"samples_per_second": 10.0},
+              "acceptance": {"zero_advantage_groups": 0.0}, "simulation": {"steps": 300}}  # fmt: skip
+    aborted = simulate(build_plan(config(generator={"mode": "slime", "oversampling": 1.25, "concurrency": None},
+                                         **tables), vendor(models["flaky"])))  # fmt: skip
+    plan = build_plan(config(generator={"mode": "slime", "oversampling": 1.25, "concurrency": None,
+                                        "partial_rollout": True}, **tables), vendor(models["flaky"]))  # fmt: skip
+    resumed, closed = simulate(plan), solve(plan)
+    assert aborted.killed_by_oversampling > 0.02 and resumed.killed_by_oversampling == 0
+    assert resumed.sandbox_seconds_per_trained_sample < 0.9 * aborted.sandbox_seconds_per_trained_sample
+    assert 0.1 < resumed.mean_staleness_steps < 1 and aborted.mean_staleness_steps == 0
+    assert not closed.holds and "partial rollout" in " ".join(closed.notes)
+    assert closed.trainer_samples_per_s == pytest.approx(resumed.trainer_samples_per_s, rel=0.1)
+
+
 def test_pipelinerl_max_lag_budget_stalls_when_groups_are_filtered(models):
     """PipelineRL's max_lag budget grows by B groups per weight update (actor.py), counted in groups, while a step
     needs B·G accepted samples: with 30% of groups filtered the actor runs out of budget and the trainer waits for

@@ -106,3 +106,23 @@ def test_pipelinerl_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):
     assert_within_ten_percent(document, "generator_samples_per_s", "trainer_idle_ratio", "mean_staleness_steps")
     steps = pd.read_parquet(run_dir / "trainer")
     assert (steps["samples"] == 32).all()  # B x G per step, streamed
+
+
+def test_slime_partial_rollout_rehearsal_carries_unfinished_rollouts_into_the_next_step(tmp_path):
+    """slime with --partial-rollout: at B kept groups the step's unfinished rollouts are not killed but resume in the
+    next step (holding their sandboxes, their generation standing still while the trainer trains), so some trained
+    samples are a policy behind; measured and both engines agree."""
+    config = tmp_path / "rl-rehearse-slime-partial.toml"
+    source = (REPO / "examples" / "rl-rehearse-slime.toml").read_text()
+    config.write_text(source.replace('mode = "slime"', 'mode = "slime"\npartial_rollout = true'))
+    out = tmp_path / "out"
+    out.mkdir()
+    run_dir, document = rehearse(out, str(config), "--steps", "8", "--warmup-steps", "1")
+    measured = document["measured"]
+    assert measured["settings"]["partial_rollout"] and measured["counts"]["killed"] == 0
+    assert measured["mean_staleness_steps"] > 0 and measured["inference_pauses"] >= 8
+    assert_within_ten_percent(document, "generator_samples_per_s", "trainer_samples_per_s", "trainer_idle_ratio")
+    simulated = next(p for p in document["model"] if p["engine"] == "simulation")
+    assert abs(simulated["mean_staleness_steps"] - measured["mean_staleness_steps"]) < 0.1
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    assert not rollouts["error"].fillna("").str.contains("killed").any()

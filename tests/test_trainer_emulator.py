@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 from harness.engine.trainer import TrainerEmulator, TrainerSettings
@@ -105,7 +106,7 @@ def test_verl_spends_its_dispatch_budget_per_sync_and_stands_generation_still_du
     rollout), new groups carry the new version, and the budget restarts from the groups in flight and queued."""
 
     async def scenario() -> None:
-        settings = TrainerSettings(mode="verl", batch=2, group_size=2, staleness_threshold=0.5,
+        settings = TrainerSettings(mode="verl", batch=2, group_size=2, staleness_threshold=0.5, partial_rollout=True,
                                    trigger_parameter_sync_step=2, weight_sync_s=0.2, max_groups=4,
                                    samples_per_s=1e6, steps=50, warmup_steps=0)  # fmt: skip
         assert settings.verl_budget == 3  # int(1 x 1.5 x 2)
@@ -204,5 +205,37 @@ def test_generation_stands_still_while_a_weight_update_pauses_inference(tmp_path
         trainer.pauses.append((t0 + 0.05, t0 + 0.25))
         held = await rollout.think(0.1)
         assert time.time() - t0 >= 0.3 - 1e-3 and abs(held - 0.3) < 0.01
+
+    asyncio.run(scenario())
+
+
+def test_slime_partial_rollout_carries_unfinished_groups_into_the_next_step(tmp_path):
+    """slime's --partial-rollout: at B kept groups nothing is killed; the unfinished groups move to the next step and
+    count in its round (fewer fresh rollouts start), their generation stands still until that step opens, and
+    their samples train a policy behind."""
+
+    async def scenario() -> None:
+        killed: list[int] = []
+        settings = TrainerSettings(mode="slime", batch=4, group_size=2, oversampling=1.5, partial_rollout=True,
+                                   samples_per_s=1e6, steps=5, warmup_steps=0)  # fmt: skip
+        trainer = TrainerEmulator(settings, tmp_path, "w", kill=killed.append)
+        tickets = [await trainer.admit() for _ in range(6)]  # a round: ceil(1.5 x 2) = 3 groups of 2
+        for ticket in tickets[:4]:
+            trainer.finished(ticket, "ok")  # groups 0 and 1 kept: B = 2
+        assert killed == [] and tickets[4].step == tickets[5].step == 1  # group 2 carried, not killed
+        assert trainer.pauses[-1][1] == math.inf and trainer.inference_pauses(time.time(), time.time())[1] is not None
+        trainer.start()
+        await _until(lambda: trainer.step_open == 1)
+        assert trainer.pauses[-1][1] < math.inf  # the step opened: the carried rollouts go on
+        fresh = [await trainer.admit() for _ in range(4)]  # 3 groups in the round, 1 of them carried
+        blocked = asyncio.ensure_future(trainer.admit())
+        await asyncio.sleep(0.01)
+        assert not blocked.done() and all(t.step == 1 for t in fresh)
+        for ticket in (tickets[4], tickets[5], *fresh[:2]):
+            trainer.finished(ticket, "ok")
+        await _until(lambda: len(trainer.steps) == 2)
+        assert trainer.steps[1]["mean_lag"] == 0.5  # half its samples (the carried group's) a policy behind
+        blocked.cancel()
+        await trainer.close()
 
     asyncio.run(scenario())

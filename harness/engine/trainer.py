@@ -78,7 +78,7 @@ class TrainerSettings:
     strict_async_level: bool = False  # prime-rl
     staleness_threshold: float = 0.1  # verl
     trigger_parameter_sync_step: int = 4  # verl
-    partial_rollout: bool = True  # verl
+    partial_rollout: bool = False  # verl (its default is on: the rehearsal passes the config's), slime
     max_lag: int | None = None  # pipelinerl, samples
     ring_buffer_size: int = 128  # pipelinerl, samples
     max_groups: int = 0  # verl, pipelinerl: groups in flight (the rehearsal's rollouts in flight / G)
@@ -187,6 +187,7 @@ class TrainerEmulator:
         self.slime_allowed: dict[int, int] = {}
         self.slime_kept: dict[int, int] = {}
         self.slime_filtered: dict[int, int] = {}
+        self.slime_live: dict[int, Ticket] = {}  # partial rollout: what a step carries into the next
         # verl, pipelinerl: groups in flight, finished groups (verl) or ready samples (pipelinerl), the budget spent,
         # and the weight updates that stood in-flight generation still (wall epoch seconds)
         self.pool_inflight = 0
@@ -281,11 +282,15 @@ class TrainerEmulator:
             return Ticket(self.seq, self.loaded, group, group)  # its "step" is its group: what a cancel names
         if self.s.mode == "verl":
             return Ticket(self.seq, self.loaded, step, group)
-        return Ticket(self.seq, self.version, step, group)
+        ticket = Ticket(self.seq, self.version, step, group)
+        if self.s.mode == "slime":
+            self.slime_live[ticket.seq] = ticket
+        return ticket
 
     def finished(self, ticket: Ticket, outcome: str, killed: bool = False) -> None:
         """A rollout's last attempt ended: an accepted success becomes a sample in the trainer's queue."""
         now = time.time()
+        self.slime_live.pop(ticket.seq, None)
         self.step_ended[ticket.step] = self.step_ended.get(ticket.step, 0) + 1
         if killed:
             self.counts["killed"] += 1
@@ -339,20 +344,22 @@ class TrainerEmulator:
     @property
     def pauses_inference(self) -> bool:
         """Weight updates stand in-flight generation still (PipelineRL; verl with partial_rollout)."""
+        if self.s.mode == "slime":  # partial rollout: carried rollouts stand still until the next step opens
+            return self.s.partial_rollout
         return self.s.weight_sync_s > 0 and (
             self.s.mode == "pipelinerl" or (self.s.mode == "verl" and self.s.partial_rollout)
         )
 
     def inference_pauses(self, t0: float, t1: float) -> tuple[float, float | None]:
         """Seconds within [t0, t1] the inference servers stood still for a weight update, and when one under way
-        at t1 ends."""
+        at t1 ends (one whose end is not known yet, slime's until the next step opens: look again shortly)."""
         paused, resume = 0.0, None
         for start, end in reversed(self.pauses):
             if end <= t0:
                 break
             paused += max(0.0, min(end, t1) - max(start, t0))
             if start <= t1 < end:
-                resume = end
+                resume = end if end != math.inf else t1 + 0.02
         return paused, resume
 
     def _pool_admits(self) -> bool:
@@ -446,18 +453,32 @@ class TrainerEmulator:
         """A group of the open step ended: kept (it holds an accepted sample) until B are, then the step's other
         rollouts are killed; filtered otherwise, and another round is allowed when fewer than B remain."""
         prompts = self.s.prompts
-        if step != self.step_open or self.slime_kept.get(step, 0) >= prompts:
+        if step not in (self.step_open, self.step_open + 1) or self.slime_kept.get(step, 0) >= prompts:
             return  # a late finisher of a step that already has its groups: discarded, as slime does
         if samples:
             self.slime_kept[step] = self.slime_kept.get(step, 0) + 1
             self.queue.extend(samples)
-            if self.slime_kept[step] == prompts and self.kill is not None:
-                self.kill(step)
+            if self.slime_kept[step] == prompts:
+                if self.s.partial_rollout:
+                    self._slime_carry(step)
+                elif self.kill is not None:
+                    self.kill(step)
             return
         self.slime_filtered[step] = self.slime_filtered.get(step, 0) + 1
         submitted = self.slime_allowed.get(step, self.s.slime_round) // max(1, self.s.group_size)
         if submitted - self.slime_filtered[step] < prompts:
             self.slime_allowed[step] = self.slime_allowed.get(step, self.s.slime_round) + self.s.slime_round
+
+    def _slime_carry(self, step: int) -> None:
+        """Partial rollout: the step's unfinished rollouts are aborted at the inference server and resume first in
+        the next step (their groups count in its round), holding their sandboxes; their generation stands still
+        until that step opens."""
+        carried = [ticket for ticket in self.slime_live.values() if ticket.step == step]
+        for ticket in carried:
+            ticket.step = step + 1
+        groups = {ticket.group for ticket in carried}
+        self.step_dispatched[step + 1] = len(groups) * max(1, self.s.group_size)
+        self.pauses.append((time.time(), math.inf))
 
     # -- prime-rl's orchestrator -----------------------------------------------------------------------
     def _load(self, version: int) -> None:
@@ -566,6 +587,8 @@ class TrainerEmulator:
                 if self.kill is not None:
                     self.kill(self.step_open)  # anything of the trained step still running is no longer needed
                 self.step_open += 1
+                if self.pauses and self.pauses[-1][1] == math.inf:  # the carried rollouts resume
+                    self.pauses[-1] = (self.pauses[-1][0], time.time())
             self._notify()
         self.done.set()
         self._notify()

@@ -33,6 +33,7 @@ above 1% (the drop rate is then itself an approximation), or a step that may not
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -548,12 +549,30 @@ def _solve_slime(plan: Plan, laws: RolloutLaws) -> ModelResult:
     successes = n * ps * (1 - p_exec) * _cdf_at(lattice, laws.delivery_cdf, generation)
     trained = target * size * p_sample / p_any  # B kept groups, each with its accepted samples
     generation, one_wave = _one_wave(plan, laws, n, generation, notes)
-    return _stepped_result(
+    staleness = 0.0
+    if cfg.partial_rollout:
+        # the unfinished groups resume next step instead of being aborted: nothing is killed, every dispatched
+        # rollout runs to its end (holding its sandbox through the training between), and a carried group, ahead
+        # of the fresh ones, is likely kept next step with its samples a policy behind. The head start shortens the
+        # next step's generation; this form does not model it (an upper bound), so it does not claim to hold.
+        carried = groups * (1.0 - _cdf_at(lattice, end_cdf**size, generation))
+        staleness = min(carried * p_kept, target) / target
+        busy = trained / plan.trainer_rate + cfg.weight_sync_s
+        sandbox = n * laws.mean_sandbox(teardown) * (1.0 - killed) + carried * size * busy
+        successes, killed = n * ps * (1 - p_exec) * (1.0 - killed), 0.0
+        holds = False
+        notes.append(f"partial rollout: ~{carried:.3g} groups a step resume in the next (a policy behind, holding "
+                     "their sandboxes); their head start is not modelled here (approximate)")  # fmt: skip
+    result = _stepped_result(
         plan, "slime", generation, successes, trained, sandbox,
         lost_init=(1 - ps) * _cdf_at(lattice, laws.lost_cdf, generation),
         lost_exec=ps * p_exec * _cdf_at(lattice, laws.delivery_cdf, generation),
         killed=killed, creates=n * laws.mean_attempts * (1.0 - killed), holds=holds and one_wave, notes=notes,
     )  # fmt: skip
+    if staleness:
+        result = dataclasses.replace(result, mean_staleness_steps=staleness,
+                                     staleness_distribution={0: 1.0 - staleness, 1: staleness})  # fmt: skip
+    return result
 
 
 def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:

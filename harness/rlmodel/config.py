@@ -50,7 +50,8 @@ class RLConfig:
     strict_async_level: bool  # prime-rl: load exactly step n - k (else the newest, never older than n - k)
     staleness_threshold: float  # verl: the dispatch budget per sync period, (1 + this) x T x B groups
     trigger_parameter_sync_step: int  # verl: T, trainer steps between weight syncs to the rollouter
-    partial_rollout: bool  # verl: a sync pauses in-flight generation (True) or drains it first (False)
+    partial_rollout: bool  # verl (default on): a sync pauses in-flight generation, else drains it; slime (default
+    # off): a step's unfinished rollouts resume in the next one, holding their sandboxes, instead of being aborted
     max_lag: int | None  # pipelinerl: samples the actor may run ahead of the trainer (None: unbounded)
     ring_buffer_size: int  # pipelinerl without max_lag: ready samples kept; the oldest is dropped beyond
     # [sandbox]
@@ -255,7 +256,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         strict_async_level=r.boolean("generator", "strict_async_level", False),
         staleness_threshold=r.number("generator", "staleness_threshold", 0.1) or 0.0,
         trigger_parameter_sync_step=r.integer("generator", "trigger_parameter_sync_step", 4, minimum=1) or 4,
-        partial_rollout=r.boolean("generator", "partial_rollout", True),
+        partial_rollout=r.boolean("generator", "partial_rollout", mode == "verl"),  # each framework's own default
         max_lag=r.integer("generator", "max_lag", None, minimum=0),
         ring_buffer_size=r.integer("generator", "ring_buffer_size", 128, minimum=1) or 128,
         vendor=r.get("sandbox", "vendor"),

@@ -127,6 +127,9 @@ class _SlimeStep:
     trained: int = 0
     rounds: int = 0
     processes: list[tuple[Any, _Handle]] = field(default_factory=list)
+    groups: list[_Group] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the kept groups' samples' policy versions
+    open: bool = False  # generation started (a partial rollout's carried group may end before)
 
 
 class Simulation:
@@ -173,9 +176,9 @@ class Simulation:
         self.trained_sum = 0
         # verl, pipelinerl: weight updates pause in-flight generation; groups in flight; verl's dispatch budget
         self.pauses: list[tuple[float, float]] = []  # (start, end) of each pause, in time order
-        self.pausing = cfg.weight_sync_s > 0 and (
-            cfg.mode == "pipelinerl" or (cfg.mode == "verl" and cfg.partial_rollout)
-        )
+        self.pausing = (cfg.weight_sync_s > 0 and (cfg.mode == "pipelinerl" or (cfg.mode == "verl" and cfg.partial_rollout))
+                        ) or (cfg.mode == "slime" and cfg.partial_rollout)  # fmt: skip
+        self.pause_ends: simpy.Event = self.env.event()  # slime: a pause whose end is not known yet ends
         self.groups_inflight = 0
         self.syncing = False
         self.verl_spent = 0  # verl's staleness_samples: groups dispatched since the last version
@@ -272,6 +275,9 @@ class Simulation:
             if done >= seconds - 1e-9:
                 return
             resume = next((end for start, end in reversed(self.pauses) if start <= now < end), None)
+            if resume == math.inf:  # until the next step opens
+                yield self.pause_ends
+                continue
             yield env.timeout(resume - now if resume is not None else seconds - done)
 
     def _paused(self, t0: float, t1: float) -> float:
@@ -646,14 +652,17 @@ class Simulation:
     # over_sampling_batch_size groups; a group that ends filtered (zero advantage, or nothing accepted) lowers the
     # remaining count, and when fewer than B remain another round is dispatched; at B kept groups every
     # unfinished rollout is killed and the step trains on the kept groups' samples.
-    def _slime_round(self, step: _SlimeStep) -> None:
+    def _slime_round(self, step: _SlimeStep, carried: int = 0) -> None:
+        """over_sampling_batch_size groups, the data buffer's aborted (partial) ones first."""
         cfg = self.cfg
         step.rounds += 1
-        for _ in range(cfg.slime_round_groups):
-            group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
+        for _ in range(max(cfg.slime_round_groups - carried, 0)):
+            group = _Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups, version=self.version)
             group.on_end = functools.partial(self._slime_group_end, step, group)
             step.submitted += 1
-            step.processes.extend(self._launch(group))
+            group.members = self._launch(group)
+            step.groups.append(group)
+            step.processes.extend(group.members)
 
     def _slime_group_end(self, step: _SlimeStep, group: _Group, outcome: str) -> None:
         if group.ended < group.size or step.finished.triggered:
@@ -661,30 +670,58 @@ class Simulation:
         if group.accepted and group.samples:
             step.kept += 1
             step.trained += len(group.samples)
+            step.versions.extend(group.samples)
             if step.kept >= self.cfg.prompts:
                 step.finished.succeed()
         else:  # filtered: it no longer counts toward B, and a round is added when fewer than B remain
             step.filtered += 1
-            if step.submitted - step.filtered < self.cfg.prompts and step.rounds < MAX_SLIME_ROUNDS:
+            remaining = step.submitted - step.filtered < self.cfg.prompts
+            if step.open and remaining and step.rounds < MAX_SLIME_ROUNDS:
                 self._slime_round(step)
+
+    def _slime_carry(self, step: _SlimeStep, following: _SlimeStep) -> None:
+        """Partial rollout: the step's unfinished groups are aborted at the inference server and go back to the data
+        buffer; they resume first in the next step, holding their sandboxes (and their state) meanwhile, and their
+        generation stands still until then."""
+        for group in step.groups:
+            if group.ended < group.size:
+                group.on_end = functools.partial(self._slime_group_end, following, group)
+                following.groups.append(group)
+                following.processes.extend(group.members)
+                following.submitted += 1
+        self.pauses.append((self.env.now, math.inf))
 
     def _slime_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         cfg, plan, env = self.cfg, self.plan, self.env
         self.generation_sum = 0.0
         self.trained_sum = 0
+        following = _SlimeStep(env.event())
         for index in range(self.warmup + self.steps):
-            step = _SlimeStep(env.event())
-            self._slime_round(step)
+            step, following = following, _SlimeStep(env.event())
+            step.open = True
+            if self.pauses and self.pauses[-1][1] == math.inf:  # the carried groups resume
+                self.pauses[-1] = (self.pauses[-1][0], env.now)
+                self.pause_ends.succeed()
+                self.pause_ends = env.event()
+            carried = len(step.groups)
+            self._slime_round(step, carried)
+            if step.submitted - step.filtered < cfg.prompts and not step.finished.triggered:
+                self._slime_round(step)  # carried groups filtered while the trainer trained
             t0 = env.now
             yield step.finished
             if self.counting:
                 self.generation_sum += env.now - t0
-            for process, handle in step.processes:
-                if process.is_alive and handle.cancellable:
-                    process.interrupt()
+            if cfg.partial_rollout:
+                self._slime_carry(step, following)
+            else:
+                for process, handle in step.processes:
+                    if process.is_alive and handle.cancellable:
+                        process.interrupt()
             if self.counting:
                 self.trained_sum += step.trained
                 self.idle += env.now - t0
+                for version in step.versions:
+                    self.lags[index - version] += 1
             yield env.timeout(step.trained / plan.trainer_rate + cfg.weight_sync_s)
             self.version = index + 1
             self.step_ends.append(env.now)
@@ -773,7 +810,7 @@ class Simulation:
         if plan.mode == "prime-rl":  # cancelled in flight past max_off_policy_steps, of the rollouts dispatched
             stale_base = max(c.dispatched, 1)
         lags = {lag: count / consumed for lag, count in sorted(self.lags.items())} if consumed else {}
-        if plan.mode in STEPPED:
+        if plan.mode == "sync" or not lags:
             lags = {0: 1.0}
         sandbox_area = self.sandboxes.at_now() - self.sandbox_area0
         held_area = self.held.at_now() - self.held_area0
