@@ -375,7 +375,8 @@ def _solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
     generator = dispatch * ps * (1 - p_exec)
     gen_cap = supply * size * ps * (1 - p_exec)
     mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot) + delay
-    mean_sandbox = laws.mean_sandbox(teardown) + delay
+    # a retry queues for the create rate too, with its sandbox already billed: (attempts − 1) of the waits
+    mean_sandbox = laws.mean_sandbox(teardown) + delay + create_wait * (laws.mean_attempts - 1) / laws.mean_attempts
     finite = math.isfinite(step) and trainer > 0
     return ModelResult(
         engine="closed form",
