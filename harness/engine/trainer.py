@@ -33,20 +33,19 @@ therefore one engine (a local run).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SLIME_GROUPS_PER_STEP = 1_000_000  # slime's group ids: step x this + the group's index within its step
+from harness.engine.trainer_frameworks import FrameworkPolicies
+from harness.engine.trainer_settings import SLIME_GROUPS_PER_STEP, Ticket, TrainerSettings, seeded_uniform
 
 STEP_SCHEMA = pa.schema(
     [
@@ -64,96 +63,7 @@ STEP_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class TrainerSettings:
-    mode: str = "async"
-    batch: int = 64  # samples per step: B x G
-    group_size: int = 1
-    samples_per_s: float | None = None  # trainer capacity while training
-    step_time_s: float | None = None  # or: one step takes this long
-    weight_sync_s: float = 0.0
-    async_level: int = 1
-    max_off_policy_steps: int = 8
-    max_async_level: int = 1  # prime-rl
-    strict_async_level: bool = False  # prime-rl
-    staleness_threshold: float = 0.1  # verl
-    trigger_parameter_sync_step: int = 4  # verl
-    partial_rollout: bool = False  # verl (its default is on: the rehearsal passes the config's), slime
-    max_lag: int | None = None  # pipelinerl, samples
-    ring_buffer_size: int = 128  # pipelinerl, samples
-    max_groups: int = 0  # verl, pipelinerl: groups in flight (the rehearsal's rollouts in flight / G)
-    oversampling: float = 1.0
-    kill_unfinished: bool = True
-    zero_advantage_groups: float = 0.0
-    filtered_samples: float = 0.0
-    steps: int = 20  # measured steps
-    warmup_steps: int = 3
-    seed: int = 0
-    time_scale: float = 1.0
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainerSettings:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def train_seconds(self, samples: int) -> float:
-        """Vendor seconds one step takes: the configured step time, or the samples at the trainer's rate."""
-        if self.step_time_s is not None:
-            base = self.step_time_s
-        else:
-            base = samples / (self.samples_per_s or 1.0)
-        return base + self.weight_sync_s
-
-    @property
-    def dispatch_per_step(self) -> int:
-        return max(self.batch, math.ceil(self.batch * self.oversampling))
-
-    @property
-    def prompts(self) -> int:
-        """B: groups per step."""
-        return max(1, self.batch // max(1, self.group_size))
-
-    @property
-    def slime_round(self) -> int:
-        """slime: rollouts per over-sampling round, ceil(oversampling x B) groups of G."""
-        return max(math.ceil(self.oversampling * self.prompts), self.prompts) * max(1, self.group_size)
-
-    @property
-    def verl_budget(self) -> int:
-        """verl's max_required_samples, in groups: int(B x (1 + staleness_threshold) x T)."""
-        return max(int(self.prompts * (self.staleness_threshold + 1) * self.trigger_parameter_sync_step), 1)
-
-    def pipelinerl_budget(self, updates: int) -> float:
-        """PipelineRL's can_submit_before_update, in groups (unbounded without max_lag)."""
-        if self.max_lag is None:
-            return math.inf
-        return math.ceil(self.max_lag / max(1, self.group_size)) + (updates + 1) * self.prompts
-
-    @property
-    def groups_in_flight(self) -> int:
-        """prime-rl: int(oversampling_factor x batch_size // rollouts_per_example)."""
-        return max(int(self.oversampling * self.batch // max(1, self.group_size)), 1)
-
-
-@dataclass(slots=True)
-class Ticket:
-    """What a rollout was dispatched with: its policy version, sync step and group."""
-
-    seq: int
-    version: int
-    step: int
-    group: int
-
-
-def _uniform(seed: int, *key: object) -> float:
-    digest = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
-
-
-class TrainerEmulator:
+class TrainerEmulator(FrameworkPolicies):
     def __init__(
         self, settings: TrainerSettings, out_dir: Path, worker: str, kill: Callable[[int], None] | None = None
     ) -> None:
@@ -297,8 +207,8 @@ class TrainerEmulator:
         elif outcome == "ok":
             self.counts["ok"] += 1
             self.ok_times.append(now)
-            zero_advantage = _uniform(self.s.seed, "group", ticket.group) < self.s.zero_advantage_groups
-            filtered = _uniform(self.s.seed, "sample", ticket.seq) < self.s.filtered_samples
+            zero_advantage = seeded_uniform(self.s.seed, "group", ticket.group) < self.s.zero_advantage_groups
+            filtered = seeded_uniform(self.s.seed, "sample", ticket.seq) < self.s.filtered_samples
             if zero_advantage or filtered:
                 self.counts["filtered"] += 1
             elif self.s.mode != "sync":
@@ -340,78 +250,6 @@ class TrainerEmulator:
                     self.finished_groups.append(samples)
         self._notify()
 
-    # -- verl's rollouter and PipelineRL's actor ------------------------------------------------------------
-    @property
-    def pauses_inference(self) -> bool:
-        """Weight updates stand in-flight generation still (PipelineRL; verl with partial_rollout)."""
-        if self.s.mode == "slime":  # partial rollout: carried rollouts stand still until the next step opens
-            return self.s.partial_rollout
-        return self.s.weight_sync_s > 0 and (
-            self.s.mode == "pipelinerl" or (self.s.mode == "verl" and self.s.partial_rollout)
-        )
-
-    def inference_pauses(self, t0: float, t1: float) -> tuple[float, float | None]:
-        """Seconds within [t0, t1] the inference servers stood still for a weight update, and when one under way
-        at t1 ends (one whose end is not known yet, slime's until the next step opens: look again shortly)."""
-        paused, resume = 0.0, None
-        for start, end in reversed(self.pauses):
-            if end <= t0:
-                break
-            paused += max(0.0, min(end, t1) - max(start, t0))
-            if start <= t1 < end:
-                resume = end if end != math.inf else t1 + 0.02
-        return paused, resume
-
-    def _pool_admits(self) -> bool:
-        """A rollout may start: the rest of a started group always (a group is dispatched whole), a new group
-        within the framework's gates."""
-        size = max(1, self.s.group_size)
-        if self.seq % size:
-            return True
-        if self.pool_inflight >= max(self.s.max_groups, 1):
-            return False
-        if self.s.mode == "verl":
-            budget = self.s.verl_budget
-            if self.syncing or self.pool_spent >= budget or len(self.finished_groups) >= budget:
-                return False
-            self.pool_spent += 1
-        elif self.pool_started >= self.s.pipelinerl_budget(self.version):
-            return False
-        self.pool_inflight += 1
-        self.pool_started += 1
-        return True
-
-    def _trim_ring_buffer(self) -> None:
-        """PipelineRL without max_lag (pop_old_data): ready samples beyond the ring buffer go, oldest first."""
-        if self.s.max_lag is not None:
-            return
-        while len(self.queue) > self.s.ring_buffer_size:
-            self.queue.popleft()
-            self.counts["stale"] += 1
-
-    async def _sync_weights(self, version: int) -> float:
-        """verl's parameter sync (every T steps) or PipelineRL's broadcast (every step): seconds the trainer waited
-        for in-flight groups first (verl without partial_rollout), then the sync itself."""
-        drained = 0.0
-        self.syncing = self.s.mode == "verl"
-        if self.s.mode == "verl" and not self.s.partial_rollout:
-            t0 = time.time()
-            while self.pool_inflight > 0:
-                await self._wait_change()
-            drained = time.time() - t0
-        sync = self.s.weight_sync_s * self.s.time_scale
-        if sync > 0:
-            if self.pauses_inference:
-                now = time.time()
-                self.pauses.append((now, now + sync))
-            await asyncio.sleep(sync)
-        if self.s.mode == "verl":
-            self.loaded = version
-            self.pool_spent = self.pool_inflight + len(self.finished_groups)
-            self.syncing = False
-        self._notify()
-        return drained
-
     def _take_batch(self) -> tuple[int, list[int]]:
         """A ready batch off the queue: how many samples it holds and each one's lag in policy versions."""
         if self.s.mode == "prime-rl":
@@ -423,101 +261,6 @@ class TrainerEmulator:
             return len(picked), [self.version - version for _, version in picked]
         take = len(self.queue) if self.s.mode == "slime" else min(self.s.batch, len(self.queue))  # slime: every kept
         return take, [self.version - self.queue.popleft()[1] for _ in range(take)]
-
-    def _per_sample_s(self) -> float:
-        """Vendor seconds the trainer spends on one sample (a step's training without its weight sync, over B x G)."""
-        return (self.s.train_seconds(self.s.batch) - self.s.weight_sync_s) / max(self.s.batch, 1)
-
-    async def _stream_step(self) -> tuple[float, list[int]]:
-        """PipelineRL's trainer streams: it trains on ready samples as they come (in random order: the ready queue
-        is shuffled before a batch is cut) until it has B x G, idling only when none is ready. Returns the wall
-        seconds it idled and each sample's lag."""
-        waited, lags = 0.0, []
-        while len(lags) < self.s.batch:
-            if not self.queue:
-                t0 = time.time()
-                await self._wait_change()
-                waited += time.time() - t0
-                continue
-            need = self.s.batch - len(lags)
-            ready = list(self.queue)
-            chosen = set(self.rng_pick.sample(range(len(ready)), need)) if len(ready) > need else set(range(len(ready)))
-            self.queue = deque(item for i, item in enumerate(ready) if i not in chosen)
-            lags.extend(self.version - ready[i][1] for i in sorted(chosen))
-            self._notify()
-            await asyncio.sleep(self._per_sample_s() * len(chosen) * self.s.time_scale)
-        return waited, lags
-
-    # -- slime's step ----------------------------------------------------------------------------------
-    def _slime_group_end(self, step: int, samples: list[tuple[float, int]]) -> None:
-        """A group of the open step ended: kept (it holds an accepted sample) until B are, then the step's other
-        rollouts are killed; filtered otherwise, and another round is allowed when fewer than B remain."""
-        prompts = self.s.prompts
-        if step not in (self.step_open, self.step_open + 1) or self.slime_kept.get(step, 0) >= prompts:
-            return  # a late finisher of a step that already has its groups: discarded, as slime does
-        if samples:
-            self.slime_kept[step] = self.slime_kept.get(step, 0) + 1
-            self.queue.extend(samples)
-            if self.slime_kept[step] == prompts:
-                if self.s.partial_rollout:
-                    self._slime_carry(step)
-                elif self.kill is not None:
-                    self.kill(step)
-            return
-        self.slime_filtered[step] = self.slime_filtered.get(step, 0) + 1
-        submitted = self.slime_allowed.get(step, self.s.slime_round) // max(1, self.s.group_size)
-        if submitted - self.slime_filtered[step] < prompts:
-            self.slime_allowed[step] = self.slime_allowed.get(step, self.s.slime_round) + self.s.slime_round
-
-    def _slime_carry(self, step: int) -> None:
-        """Partial rollout: the step's unfinished rollouts are aborted at the inference server and resume first in
-        the next step (their groups count in its round), holding their sandboxes; their generation stands still
-        until that step opens."""
-        carried = [ticket for ticket in self.slime_live.values() if ticket.step == step]
-        for ticket in carried:
-            ticket.step = step + 1
-        groups = {ticket.group for ticket in carried}
-        self.step_dispatched[step + 1] = len(groups) * max(1, self.s.group_size)
-        self.pauses.append((time.time(), math.inf))
-
-    # -- prime-rl's orchestrator -----------------------------------------------------------------------
-    def _load(self, version: int) -> None:
-        """A weight update on the inference side: every in-flight group has survived one more; one past
-        max_off_policy_steps is cancelled (the engine cancels its rollouts) and replaced at once."""
-        if version <= self.loaded:
-            return
-        self.loaded = version
-        for group in list(self.live_groups):
-            self.live_groups[group] += 1
-            if self.live_groups[group] > self.s.max_off_policy_steps:
-                del self.live_groups[group]
-                self.cancelled_groups.add(group)
-                self.counts["stale"] += 1
-                self.permits += max(1, self.s.group_size)
-                if self.kill is not None:
-                    self.kill(group)
-        self._notify()
-
-    async def _prime_orchestrator(self) -> None:
-        """Batch n is built from finished groups once the policy of step n - max_async_level is loaded (the
-        newest checkpoint, or exactly that one when strict); each consumed group frees G rollouts to start."""
-        n = 0
-        while not self.done.is_set():
-            needed = max(n - self.s.max_async_level, 0)
-            while self.version < needed:
-                await self._wait_change()
-            self._load(needed if self.s.strict_async_level else max(needed, self.version))
-            batch: list[tuple[float, int]] = []
-            while len(batch) < self.s.batch:
-                if not self.finished_groups:
-                    await self._wait_change()
-                    continue
-                batch.extend(self.finished_groups.popleft())
-                self.permits += max(1, self.s.group_size)
-                self._notify()
-            self.batches.append((n, batch))
-            self._notify()
-            n += 1
 
     # -- the trainer side ------------------------------------------------------------------------------
     def _batch_ready(self) -> bool:
@@ -629,3 +372,6 @@ class TrainerEmulator:
         steps = pa.Table.from_pylist(self.steps, schema=STEP_SCHEMA)
         pq.write_table(steps, table_dir / f"trainer-{self.worker}.parquet")
         return self.summary()
+
+
+__all__ = ["Ticket", "TrainerEmulator", "TrainerSettings"]
