@@ -487,8 +487,11 @@ class DockerProvider(Provider):
     async def _check_killed(self, box: _Sandbox, *, count_ooms: bool, patient: bool) -> None:
         """Raise `oom` / `died_*` when an exec's end was the container dying or the OOM killer."""
         container = self._client().containers.container(box.container_id)
-        # The exec can end a moment before the daemon marks a dying container exited: look a few times.
-        for pause in (0.0, 0.05, 0.1, 0.2) if patient else (0.0,):
+        # The exec can end a moment before the daemon marks a dying container exited (on a loaded machine, more
+        # than a third of a second): look a few times, and on a local daemon ask the host whether the container's
+        # main process still lives.
+        gone = False
+        for pause in (0.0, 0.05, 0.1, 0.2, 0.4, 0.8) if patient else (0.0,):
             await asyncio.sleep(pause)
             try:
                 state = (await container.show())["State"]
@@ -498,12 +501,19 @@ class DockerProvider(Provider):
                 return  # the command's exit code stands; the next call will tell what happened
             if not _running(state):
                 raise _death(state, box, Phase.EXEC)
+            gone = self._facts.local_pids and _main_process_gone(state)
+            if gone:
+                continue  # the daemon has yet to record how it ended (an OOM kill, say): look again
             kills = await self._oom_kills(state, box) if count_ooms else None
             if kills is not None and kills > box.oom_kills:
                 box.oom_kills = kills
                 raise ProviderError(
                     FailureKind.OOM, f"command killed by the OOM killer (memory limit {box.memory_mb} MB)"
                 )
+            if self._facts.local_pids and int(state.get("Pid") or 0):
+                return  # its main process lives: the container is not dying, the exit code stands
+        if gone:  # the daemon still says running, but the host says its main process has exited
+            raise _death({"Status": "stopped (its main process is gone)"}, box, Phase.EXEC)
 
     async def _oom_kills(self, state: Mapping[str, Any], box: _Sandbox) -> int | None:
         """The container's cgroup oom_kill count: read on the host when local, else from inside."""
@@ -595,6 +605,19 @@ def _box(ref: SandboxRef) -> _Sandbox:
     box = _Sandbox(ref.sandbox_id)
     object.__setattr__(ref, "handle", box)
     return box
+
+
+def _main_process_gone(state: Mapping[str, Any]) -> bool:
+    """The container's main process (its host pid, on a local daemon) has exited, whatever the daemon says yet."""
+    pid = int(state.get("Pid") or 0)
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return True
+    return bool(fields) and fields[0] in {"Z", "X"}  # a zombie waits for its shim: it has exited
 
 
 def _running(state: Mapping[str, Any]) -> bool:
