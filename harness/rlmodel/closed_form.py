@@ -26,7 +26,7 @@ Sync (one step at a time):
 A rollout's latency is a random sum: (failed starts + backoff) × retries + startup + turns × (generation + tool)
 + reward. Its distribution is computed exactly on a fine lattice (`closed_form_lattice`: characteristic functions
 by FFT), so the expected maximum and order statistics use the whole distribution, not a normal or lognormal guess.
-The frameworks' own modes are in `closed_form_frameworks`, what the stepped ones share in `closed_form_stepped`.
+The frameworks' own modes are in `closed_form_frameworks`, the result builders in `closed_form_results`.
 The closed forms assume a steady state with one wave per sync step; `holds` is False (with the reason in
 `notes`) when inputs break that: waves (N > concurrency), a binding create rate in sync, staleness drops
 above 1% (the drop rate is then itself an approximation), or a step that may not reach its k successes.
@@ -41,7 +41,7 @@ from scipy import special
 
 from harness.rlmodel.closed_form_frameworks import solve_group_pool, solve_prime_rl, solve_slime
 from harness.rlmodel.closed_form_lattice import RolloutLaws, cdf_at, mean_min, rollout_laws
-from harness.rlmodel.closed_form_stepped import one_wave, stepped_result
+from harness.rlmodel.closed_form_results import continuous_result, one_wave, stepped_result
 from harness.rlmodel.inputs import Plan
 from harness.rlmodel.result import ModelResult
 
@@ -121,28 +121,21 @@ def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:
     if p_stale > 0.01:
         holds = False
         notes.append(f"staleness drops {100 * p_stale:.1f}%: the closed form's drop rate is approximate")
-    return ModelResult(
-        engine="closed form",
-        mode="async",
-        concurrency=plan.concurrency,
-        generator_samples_per_s=generator,
-        generator_capacity_samples_per_s=gen_cap,
-        effective_samples_per_s=trainer,
-        trainer_samples_per_s=trainer,
-        trainer_capacity_samples_per_s=capacity,
-        trainer_idle_ratio=idle,
-        step_time_s=step,
-        generation_time_s=laws.mean_delivery + create_wait,
-        lost_to_init_failures=1 - ps,
-        lost_to_exec_failures=ps * p_exec,
+    return continuous_result(
+        plan,
+        laws,
+        generator=generator,
+        gen_cap=gen_cap,
+        trainer=trainer,
+        capacity=capacity,
+        idle=idle,
+        step=step,
+        generation=laws.mean_delivery + create_wait,
         lost_to_staleness=p_stale,
-        killed_by_oversampling=0.0,
-        filtered_by_acceptance=1 - accept,
-        sandbox_seconds_per_step=dispatch * sandbox_time * step,
-        sandbox_seconds_per_trained_sample=dispatch * sandbox_time / trainer if trainer > 0 else math.inf,
-        mean_staleness_steps=mean_lag,
-        concurrency_used=dispatch * (mean_slot + create_wait),
-        creates_per_step=dispatch * laws.mean_attempts * step if math.isfinite(step) else math.inf,
+        staleness=mean_lag,
+        dispatch=dispatch,
+        sandbox_s=sandbox_time,
+        slot_s=mean_slot + create_wait,
         holds=holds,
         notes=notes,
     )

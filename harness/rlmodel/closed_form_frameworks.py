@@ -11,7 +11,7 @@ import numpy as np
 from scipy import special
 
 from harness.rlmodel.closed_form_lattice import RolloutLaws, cdf_at, mean_min, order_statistic_time
-from harness.rlmodel.closed_form_stepped import one_wave, stepped_result
+from harness.rlmodel.closed_form_results import continuous_result, one_wave, stepped_result
 from harness.rlmodel.inputs import Plan
 from harness.rlmodel.result import ModelResult
 
@@ -70,30 +70,21 @@ def solve_prime_rl(plan: Plan, laws: RolloutLaws) -> ModelResult:
     if p_cancel > 0.01:
         holds = False
         notes.append(f"{100 * p_cancel:.1f}% of groups outlive max_off_policy_steps updates and are cancelled")
-    mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot)
-    mean_sandbox = laws.mean_sandbox(teardown)
-    return ModelResult(
-        engine="closed form",
-        mode="prime-rl",
-        concurrency=plan.concurrency,
-        generator_samples_per_s=generator,
-        generator_capacity_samples_per_s=gen_cap,
-        effective_samples_per_s=trainer,
-        trainer_samples_per_s=trainer,
-        trainer_capacity_samples_per_s=capacity,
-        trainer_idle_ratio=idle,
-        step_time_s=step,
-        generation_time_s=laws.mean_delivery,
-        lost_to_init_failures=1 - ps,
-        lost_to_exec_failures=ps * p_exec,
+    return continuous_result(
+        plan,
+        laws,
+        generator=generator,
+        gen_cap=gen_cap,
+        trainer=trainer,
+        capacity=capacity,
+        idle=idle,
+        step=step,
+        generation=laws.mean_delivery,
         lost_to_staleness=p_cancel,
-        killed_by_oversampling=0.0,
-        filtered_by_acceptance=1 - accept,
-        sandbox_seconds_per_step=dispatch * mean_sandbox * step,
-        sandbox_seconds_per_trained_sample=dispatch * mean_sandbox / trainer if trainer > 0 else math.inf,
-        mean_staleness_steps=lag,
-        concurrency_used=dispatch * mean_slot,
-        creates_per_step=dispatch * laws.mean_attempts * step if math.isfinite(step) else math.inf,
+        staleness=lag,
+        dispatch=dispatch,
+        sandbox_s=laws.mean_sandbox(teardown),
+        slot_s=laws.mean_slot(teardown, cfg.teardown_holds_slot),
         holds=holds,
         notes=notes,
     )
@@ -222,29 +213,21 @@ def solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
     mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot) + delay
     # a retry queues for the create rate too, with its sandbox already billed: (attempts − 1) of the waits
     mean_sandbox = laws.mean_sandbox(teardown) + delay + create_wait * (laws.mean_attempts - 1) / laws.mean_attempts
-    finite = math.isfinite(step) and trainer > 0
-    return ModelResult(
-        engine="closed form",
-        mode=plan.mode,
-        concurrency=plan.concurrency,
-        generator_samples_per_s=generator,
-        generator_capacity_samples_per_s=gen_cap,
-        effective_samples_per_s=trainer,
-        trainer_samples_per_s=trainer,
-        trainer_capacity_samples_per_s=samples / train_time,
-        trainer_idle_ratio=idle,
-        step_time_s=step,
-        generation_time_s=laws.mean_delivery + delay + create_wait,
-        lost_to_init_failures=1 - ps,
-        lost_to_exec_failures=ps * p_exec,
+    return continuous_result(
+        plan,
+        laws,
+        generator=generator,
+        gen_cap=gen_cap,
+        trainer=trainer,
+        capacity=samples / train_time,
+        idle=idle,
+        step=step,
+        generation=laws.mean_delivery + delay + create_wait,
         lost_to_staleness=dropped,
-        killed_by_oversampling=0.0,
-        filtered_by_acceptance=1 - accept,
-        sandbox_seconds_per_step=dispatch * mean_sandbox * step if finite else math.inf,
-        sandbox_seconds_per_trained_sample=dispatch * mean_sandbox / trainer if finite else math.inf,
-        mean_staleness_steps=lag,
-        concurrency_used=dispatch * (mean_slot + create_wait),
-        creates_per_step=dispatch * laws.mean_attempts * step if finite else math.inf,
+        staleness=lag,
+        dispatch=dispatch,
+        sandbox_s=mean_sandbox,
+        slot_s=mean_slot + create_wait,
         holds=holds,
         notes=notes,
     )

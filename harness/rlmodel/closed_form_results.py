@@ -1,5 +1,6 @@
-"""What the stepped closed forms (sync, slime) share: the one-wave assumption and its flags, and a step's result
-(generation, then training; nothing stale)."""
+"""The closed forms' results, built one way: a stepped mode's (sync, slime: the one-wave assumption and its flags,
+then a step of generation and training, nothing stale) and a steady stream's (async, prime-rl, verl, PipelineRL:
+sandbox-seconds, slots and creates from the dispatch rate)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,42 @@ def stepped_result(
         staleness_distribution={0: 1.0},
         concurrency_used=sandbox / step,
         creates_per_step=creates,
+        holds=holds,
+        notes=notes,
+    )
+
+
+def continuous_result(
+    plan: Plan, laws: RolloutLaws, *, generator: float, gen_cap: float, trainer: float, capacity: float, idle: float,
+    step: float, generation: float, lost_to_staleness: float, staleness: float, dispatch: float, sandbox_s: float,
+    slot_s: float, holds: bool, notes: list[str],
+) -> ModelResult:  # fmt: skip
+    """A steady stream of rollouts dispatched at `dispatch` per second, each billing `sandbox_s` and holding its
+    slot `slot_s`: what that costs per step and per trained sample (infinite when nothing trains)."""
+    ps, p_exec = laws.p_success, plan.p_exec
+    finite = math.isfinite(step) and trainer > 0
+    return ModelResult(
+        engine="closed form",
+        mode=plan.mode,
+        concurrency=plan.concurrency,
+        generator_samples_per_s=generator,
+        generator_capacity_samples_per_s=gen_cap,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=capacity,
+        trainer_idle_ratio=idle,
+        step_time_s=step,
+        generation_time_s=generation,
+        lost_to_init_failures=1 - ps,
+        lost_to_exec_failures=ps * p_exec,
+        lost_to_staleness=lost_to_staleness,
+        killed_by_oversampling=0.0,
+        filtered_by_acceptance=1 - plan.acceptance_filter,
+        sandbox_seconds_per_step=dispatch * sandbox_s * step if finite else math.inf,
+        sandbox_seconds_per_trained_sample=dispatch * sandbox_s / trainer if finite else math.inf,
+        mean_staleness_steps=staleness,
+        concurrency_used=dispatch * slot_s,
+        creates_per_step=dispatch * laws.mean_attempts * step if finite else math.inf,
         holds=holds,
         notes=notes,
     )
