@@ -4,10 +4,13 @@ soft limit of 1024, so the processes that hold them lift it toward the hard limi
 from __future__ import annotations
 
 import logging
+import math
 import resource
 
 log = logging.getLogger(__name__)
 
+FDS_PER_ROLLOUT = 1  # measured 1.00 in an engine (the connection of the call in flight), and in the stub vendor
+FD_RESERVE = 512  # a process's own: its sockets, shards, SDK imports, a connection pool at rest
 UNBOUNDED_TARGET = 262144  # what to aim for when the caller names no need: 20,000 rollouts hold ~2 sockets each
 
 
@@ -30,6 +33,32 @@ def raise_open_files_limit(wanted: int | None = None) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError):
         log.debug("could not raise RLIMIT_NOFILE", exc_info=True)
+
+
+def reachable_open_files() -> int:
+    """The most open files a process started from this one can hold: what `raise_open_files_limit` reaches.
+
+    A hard limit below the kernel's cap is lifted here when this process may (so its children inherit it);
+    root in a container without CAP_SYS_RESOURCE may not, and then the hard limit is the answer (being root
+    alone says nothing: this machine's root is held at 20,000)."""
+    cap = _kernel_cap()
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard >= cap:
+            return cap
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, cap))
+        return cap
+    except (ValueError, OSError):
+        return int(resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+
+
+def processes_for_open_files(peak_in_flight: int | None, open_files: int | None = None) -> int:
+    """How many processes it takes to hold one connection per rollout in flight under the per-process limit on
+    open files (this machine's root is held at 20,000: one process cannot hold 20,000 rollouts)."""
+    if not peak_in_flight:
+        return 1
+    limit = open_files if open_files is not None else reachable_open_files()
+    return max(1, math.ceil(peak_in_flight * FDS_PER_ROLLOUT / max(1, limit - FD_RESERVE)))
 
 
 def _kernel_cap() -> int:

@@ -69,6 +69,7 @@ def label_strings(tags: Mapping[str, str]) -> list[str]:
 class StubOptions:
     base_url: str
     token: str
+    shard_urls: tuple[str, ...] = ()
     poll_interval_s: float = 0.05
     poll_share: float = 0.01
     poll_max_s: float = 2.0
@@ -81,14 +82,17 @@ class StubOptions:
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> StubOptions:
         values = parse_options("stub", options, STUB_OPTIONS)
-        base_url = (values["base_url"] or "").rstrip("/")
-        if not base_url.startswith(("http://", "https://")):
-            raise ProviderConfigError(f"stub provider needs --base-url http(s)://host:port (got {base_url!r})")
+        urls = [url.strip().rstrip("/") for url in (values["base_url"] or "").split(",")]
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ProviderConfigError(f"stub provider needs --base-url http(s)://host:port (got {url!r})")
+        base_url = urls[0]
         if not values["token"]:
             raise ProviderConfigError("stub provider needs a token (--token or STAMPEDE_TOKEN)")
         return cls(
             base_url=base_url,
             token=values["token"],
+            shard_urls=tuple(urls) if len(urls) > 1 else (),
             poll_interval_s=values["poll_interval_s"],
             poll_share=values["poll_share"],
             poll_max_s=max(values["poll_max_s"], values["poll_interval_s"]),
@@ -101,7 +105,9 @@ class StubOptions:
 
 
 STUB_OPTIONS: dict[str, Option] = {
-    "base_url": text(),  # the Prime-like API (--base-url; --local: the embedded stub)
+    # the Prime-like API (--base-url; --local: the embedded stub). Several, comma-separated: one vendor sharded over
+    # processes (each its own sandboxes), creates spread round-robin and every later call sent to the sandbox's own
+    "base_url": text(),
     "token": text(),  # its bearer token (--token, STAMPEDE_TOKEN)
     "poll_interval_s": number(0.05, positive=True),  # the longest wait between two looks while a wait is short
     # a long wait is looked at every `poll_share` of its length (capped at poll_max_s): the poll window stays
@@ -249,10 +255,11 @@ class StatusPoller:
                 now = loop.time()
                 if now >= self._backoff_until and now - last_round >= MIN_ROUND_GAP_S:
                     due = self._pop_due(now + COALESCE_S)
-                    for start in range(0, len(due), BATCH_LIMIT):
-                        task = loop.create_task(self._look(due[start : start + BATCH_LIMIT], now))
-                        self._requests.add(task)
-                        task.add_done_callback(self._requests.discard)
+                    for base, ids in self._by_vendor(due):
+                        for start in range(0, len(ids), BATCH_LIMIT):
+                            task = loop.create_task(self._look(ids[start : start + BATCH_LIMIT], now, base))
+                            self._requests.add(task)
+                            task.add_done_callback(self._requests.discard)
                     if due:
                         last_round = now
                 next_due = self._next_due()
@@ -268,7 +275,16 @@ class StatusPoller:
             if not self._waiting:
                 self._schedule.clear()
 
-    async def _look(self, ids: list[str], sent_at: float) -> None:
+    def _by_vendor(self, ids: list[str]) -> list[tuple[str | None, list[str]]]:
+        """The due sandboxes grouped by the shard that owns them (one group when the vendor is not sharded)."""
+        if not self.provider.options.shard_urls:
+            return [(None, ids)]
+        groups: dict[str, list[str]] = {}
+        for sandbox_id in ids:
+            groups.setdefault(self.provider.base_for(sandbox_id), []).append(sandbox_id)
+        return list(groups.items())
+
+    async def _look(self, ids: list[str], sent_at: float, base: str | None = None) -> None:
         """One batch request: resolve the sandboxes that settled, reschedule the rest."""
         loop = asyncio.get_running_loop()
         body: dict[str, Any] = {}
@@ -279,6 +295,7 @@ class StatusPoller:
                 Phase.READY,
                 json={"sandbox_ids": ids},
                 timeout=self.provider.options.status_timeout_s,
+                base=base,
             )
         except ProviderError as exc:
             if exc.kind is FailureKind.AUTH:
@@ -362,6 +379,17 @@ class StubProvider(Provider):
         self._gateway: dict[str, GatewayAuth] = {}
         self._poller = StatusPoller(self, options.poll_interval_s, options.poll_share, options.poll_max_s)
         self._create_gate = ThrottleGate(options.max_backoff_s)
+        # a sharded vendor: each sandbox's own shard (only kept when there are shards, off the single-vendor path)
+        self._shard_of: dict[str, str] = {}
+        self._next_shard = itertools.cycle(options.shard_urls) if options.shard_urls else None
+
+    @property
+    def vendor_urls(self) -> tuple[str, ...]:
+        return self.options.shard_urls or (self.options.base_url,)
+
+    def base_for(self, sandbox_id: str) -> str:
+        """The API base that owns this sandbox (the one vendor, or the shard that created it)."""
+        return self._shard_of.get(sandbox_id, self.options.base_url) if self._next_shard else self.options.base_url
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> StubProvider:
@@ -389,8 +417,9 @@ class StubProvider(Provider):
         json: Any = None,
         params: Any = None,
         timeout: float | None = None,
+        base: str | None = None,
     ) -> dict[str, Any]:
-        url = f"{self.options.base_url}/api/v1{path}"
+        url = f"{base or self.options.base_url}/api/v1{path}"
         # no timeout given: the session's (request_timeout_s); aiohttp reads an explicit None as "no timeout at all"
         limit = aiohttp.ClientTimeout(total=timeout, sock_connect=10) if timeout is not None else self.session.timeout
         async with self.session.request(method, url, json=json, params=params, timeout=limit) as response:
@@ -430,16 +459,15 @@ class StubProvider(Provider):
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def preflight(self) -> None:
-        try:
-            await self.request("GET", "/sandbox", Phase.CREATE, params={"page": 1, "per_page": 1})
-        except ProviderError as exc:
-            if exc.kind is FailureKind.AUTH:
-                raise ProviderError(
-                    FailureKind.AUTH, f"{self.options.base_url} refused the token ({exc.args[0]})"
-                ) from None
-            raise
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ProviderError(FailureKind.TRANSPORT, f"{self.options.base_url} is unreachable: {exc}") from None
+        for base in self.vendor_urls:
+            try:
+                await self.request("GET", "/sandbox", Phase.CREATE, params={"page": 1, "per_page": 1}, base=base)
+            except ProviderError as exc:
+                if exc.kind is FailureKind.AUTH:
+                    raise ProviderError(FailureKind.AUTH, f"{base} refused the token ({exc.args[0]})") from None
+                raise
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ProviderError(FailureKind.TRANSPORT, f"{base} is unreachable: {exc}") from None
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
         payload: dict[str, Any] = {
@@ -457,9 +485,10 @@ class StubProvider(Provider):
             payload["environment_vars"] = dict(spec.env)
         if self.options.team_id:
             payload["team_id"] = self.options.team_id
+        base = next(self._next_shard) if self._next_shard else None
         async with self._create_gate.passage() as waited:
             try:
-                body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload)
+                body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload, base=base)
             except ProviderError as exc:
                 if exc.kind is FailureKind.RATE_LIMITED:
                     self._create_gate.throttled(exc.retry_after)
@@ -473,6 +502,8 @@ class StubProvider(Provider):
         sandbox_id = body.get("id")
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise unreadable(Phase.CREATE, 200, str(body))
+        if base is not None:
+            self._shard_of[sandbox_id] = base
         auth = body.get("gatewayAuth")
         if isinstance(auth, dict):
             with contextlib.suppress(KeyError, TypeError):
@@ -502,8 +533,9 @@ class StubProvider(Provider):
         """The sandbox's gateway token (asked again after a transient failure; an unreadable one is the phase's)."""
         for attempt in range(1, 4):
             auth = await self.request_retrying(
-                "POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", phase, attempts=3, timeout=self._attempt_timeout
-            )
+                "POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", phase, attempts=3, timeout=self._attempt_timeout,
+                base=self.base_for(ref.sandbox_id),
+            )  # fmt: skip
             try:
                 return _gateway_auth(auth)
             except (KeyError, TypeError):
@@ -554,7 +586,9 @@ class StubProvider(Provider):
     async def _explain_death(self, ref: SandboxRef, error: ProviderError) -> ProviderError:
         """A sandbox that vanished mid-command: ask the control plane why (OOM is its own kind)."""
         try:
-            context = await self.request("GET", f"/sandbox/{quote(ref.sandbox_id)}/error-context", Phase.EXEC)
+            context = await self.request(
+                "GET", f"/sandbox/{quote(ref.sandbox_id)}/error-context", Phase.EXEC, base=self.base_for(ref.sandbox_id)
+            )
         except Exception:
             return error
         if context.get("error_type") == "OOM_KILLED":
@@ -572,59 +606,66 @@ class StubProvider(Provider):
                 Phase.TERMINATE,
                 attempts=self.options.terminate_attempts,
                 timeout=self._attempt_timeout,
+                base=self.base_for(ref.sandbox_id),
             )
         except ProviderError as exc:
             if exc.args[0].startswith("HTTP 404"):
+                self._shard_of.pop(ref.sandbox_id, None)
                 return  # already gone: terminate is idempotent
             raise
+        self._shard_of.pop(ref.sandbox_id, None)
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         refs: list[SandboxRef] = []
-        page = 1
-        while True:
-            body = await self.request_retrying(
-                "GET",
-                "/sandbox",
-                Phase.TERMINATE,
-                attempts=self.options.terminate_attempts,
-                timeout=self._attempt_timeout,
-                params=[
-                    ("page", page),
-                    ("per_page", 100),
-                    *(("labels", label) for label in label_strings(owner_labels(run_id, engine))),
-                    ("is_active", "true"),
-                ],
-            )
-            for sandbox in body.get("sandboxes", []):
-                refs.append(SandboxRef(sandbox_id=sandbox["id"], provider=self.name, run_id=run_id))
-            if not body.get("hasNext"):
-                return refs
-            page += 1
+        labels = [("labels", label) for label in label_strings(owner_labels(run_id, engine))]
+        for base in self.vendor_urls:
+            page = 1
+            while True:
+                body = await self.request_retrying(
+                    "GET", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
+                    timeout=self._attempt_timeout, base=base,
+                    params=[("page", page), ("per_page", 100), *labels, ("is_active", "true")],
+                )  # fmt: skip
+                for sandbox in body.get("sandboxes", []):
+                    refs.append(self._listed(sandbox["id"], run_id, base))
+                if not body.get("hasNext"):
+                    break
+                page += 1
+        return refs
+
+    def _listed(self, sandbox_id: str, run_id: str, base: str) -> SandboxRef:
+        if self._next_shard:
+            self._shard_of[sandbox_id] = base  # a later terminate goes to the shard that listed it
+        return SandboxRef(sandbox_id=sandbox_id, provider=self.name, run_id=run_id)
 
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:
         labels = label_strings(owner_labels(run_id, engine))
         # the sweep is the last chance to reap a run's leftovers: one blip must not end it (bulk delete is idempotent)
-        body = await self.request_retrying(
-            "DELETE", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
-            timeout=self._attempt_timeout, json={"labels": labels},
-        )  # fmt: skip
-        return len(body.get("succeeded", []))
+        reaped = 0
+        for base in self.vendor_urls:
+            body = await self.request_retrying(
+                "DELETE", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
+                timeout=self._attempt_timeout, json={"labels": labels}, base=base,
+            )  # fmt: skip
+            reaped += len(body.get("succeeded", []))
+        return reaped
 
     async def list_all_owned(self) -> list[SandboxRef]:
         """Every active sandbox whose labels carry a run label (the API filters by `key=value` only: we filter)."""
         refs: list[SandboxRef] = []
-        for page in range(1, ALL_OWNED_MAX_PAGES + 1):
-            params = [("page", page), ("per_page", 100), ("is_active", "true")]
-            body = await self.request_retrying(
-                "GET", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
-                timeout=self._attempt_timeout, params=params,
-            )  # fmt: skip
-            for sandbox in body.get("sandboxes", []):
-                run_id = tagged_by_stampede(sandbox.get("labels"))
-                if run_id is not None:
-                    refs.append(SandboxRef(sandbox_id=sandbox["id"], provider=self.name, run_id=run_id))
-            if not body.get("hasNext"):
-                break
+        for base in self.vendor_urls:
+            for page in range(1, ALL_OWNED_MAX_PAGES + 1):
+                params = [("page", page), ("per_page", 100), ("is_active", "true")]
+                body = await self.request_retrying(
+                    "GET", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
+                    timeout=self._attempt_timeout, params=params, base=base,
+                )  # fmt: skip
+                for sandbox in body.get("sandboxes", []):
+                    run_id = tagged_by_stampede(sandbox.get("labels"))
+                    if run_id is not None:
+                        refs.append(self._listed(sandbox["id"], run_id, base))
+                if not body.get("hasNext"):
+                    break
         return refs
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:

@@ -108,11 +108,16 @@ def test_a_run_with_a_user_provider_writes_schema_v1_parquet(tmp_path):
 def test_workers_auto_spreads_a_peak_over_engines_only_past_what_one_engine_holds():
     from harness.cli.capacity import PER_ENGINE_IN_FLIGHT, engines_needed
 
-    assert engines_needed(None) == 0 and engines_needed(960) == 0 and engines_needed(PER_ENGINE_IN_FLIGHT) == 0
+    assert engines_needed(None) == 0 and engines_needed(960) == 0
+    assert engines_needed(PER_ENGINE_IN_FLIGHT, open_files=1_048_576) == 0
     assert engines_needed(PER_ENGINE_IN_FLIGHT + 1, cores=16) == 2
     assert engines_needed(20_000, cores=16) == -(-20_000 // PER_ENGINE_IN_FLIGHT)
-    assert engines_needed(20_000, cores=4) == 2  # one worker per two cores: its Locust process and its engine
-    assert engines_needed(20_000, cores=2) == 0  # one engine, and the run says the harness may be the limit
+    unlimited = 1_048_576  # open files: the cores decide
+    assert engines_needed(20_000, cores=4, open_files=unlimited) == 2  # one worker per two cores: Locust + engine
+    assert engines_needed(20_000, cores=2, open_files=unlimited) == 0  # one engine; the run says it may be the limit
+    # one connection per rollout in flight: a process held to 20,000 open files cannot hold 20,000, whatever the cores
+    assert engines_needed(20_000, cores=2, open_files=20_000) == 2
+    assert engines_needed(1_200, cores=2, open_files=1_500) == 2 and engines_needed(900, cores=2, open_files=1_500) == 0
 
 
 def test_output_piped_into_a_reader_that_leaves_is_not_a_traceback():

@@ -86,11 +86,12 @@ def sandboxes(url: str, run_id: str, *, active: bool) -> list[dict]:
     return found
 
 
-def start_run(url: str, out: Path, run_id: str) -> subprocess.Popen:
+def start_run(url: str, out: Path, run_id: str, workers: int = 0) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "harness.cli", "run", "--base-url", url, "--token", TOKEN, "--run-id", run_id,
+            "--stages", "40", "--hold", "120", "--commands", "true; sleep 1", "--out", str(out),
+            "--progress-interval", "0", "--workers", str(workers)]  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", "--base-url", url, "--token", TOKEN, "--run-id", run_id,
-         "--stages", "40", "--hold", "120", "--commands", "true; sleep 1", "--out", str(out),
-         "--progress-interval", "0", "--workers", "0"],  # fmt: skip
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -125,8 +126,13 @@ CASES = {
     "SIGINT": ([signal.SIGINT], "interrupted", 130),
     "double SIGINT": ([signal.SIGINT, signal.SIGINT], "aborted", 131),
     "SIGTERM": ([signal.SIGTERM], "interrupted", 130),
+    "SIGTERM to a master with two workers": ([signal.SIGTERM], "interrupted", 130),
     "kill -9 of every process": (None, "crashed", -signal.SIGKILL),
 }
+WORKERS = {"SIGTERM to a master with two workers": 2}
+# Locust's own quit ended the master's test before it told a worker to stop: the run waited out the workers'
+# 60 s heartbeat timeout. Stopped as a local run is, it takes seconds.
+STOPPED_WITHIN_S = 40.0
 
 
 @dataclass
@@ -136,13 +142,15 @@ class Interrupted:
     stderr: str
     killed_at: float
     sandboxes_left: int
+    exited_after_s: float
 
 
 @pytest.fixture(scope="module")
 def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
-    """The four runs side by side (one stub, one results folder), each interrupted its way once under load."""
+    """The five runs side by side (one stub, one results folder), each interrupted its way once under load."""
     out = tmp_path_factory.mktemp("endings")
-    runs = {case: start_run(stub_url, out, run_id_of(case)) for case in CASES}
+    runs = {case: start_run(stub_url, out, run_id_of(case), WORKERS.get(case, 0)) for case in CASES}
+    exited_at: dict[str, float] = {}
     try:
         for case in CASES:
             under_load(stub_url, run_id_of(case), out / run_id_of(case))
@@ -153,6 +161,11 @@ def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
                 runs[case].send_signal(signals[0])
         time.sleep(0.4)  # apart, so the two are not one pending signal; the run is still draining or exiting
         runs["double SIGINT"].send_signal(signal.SIGINT)
+        while len(exited_at) < len(runs) and time.time() - killed_at < 120:
+            for case, run in runs.items():
+                if case not in exited_at and run.poll() is not None:
+                    exited_at[case] = time.time()
+            time.sleep(0.1)
         errors = {case: run.communicate(timeout=120)[1] for case, run in runs.items()}
     finally:
         for run in runs.values():
@@ -160,7 +173,8 @@ def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
                 os.killpg(run.pid, signal.SIGKILL)
     return {
         case: Interrupted(out / run_id_of(case), run.returncode, errors[case], killed_at,
-                          len(sandboxes(stub_url, run_id_of(case), active=True)))  # fmt: skip
+                          len(sandboxes(stub_url, run_id_of(case), active=True)),
+                          exited_at.get(case, time.time()) - killed_at)  # fmt: skip
         for case, run in runs.items()
     }
 
@@ -177,6 +191,8 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, in
     tmp_path = run_dir.parent
     assert found.returncode == exit_code, found.stderr[-2000:]
     assert "Traceback" not in found.stderr
+    if signals is not None:
+        assert found.exited_after_s < STOPPED_WITHIN_S, found.stderr[-2000:]
 
     assert in_process("summary", str(run_dir), capsys=capsys).splitlines()[0].startswith(f"ended: {ending}")
 

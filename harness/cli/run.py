@@ -25,6 +25,7 @@ import locust
 import locust.argument_parser
 from locust.env import Environment
 from locust.log import setup_logging
+from locust.runners import MasterRunner
 from locust.util.load_locustfile import load_locustfile
 
 from harness.cli.capacity import engines_needed, spread_note
@@ -267,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         session.note_signal(len(interrupted))
         if len(interrupted) == 1:
             environment.stop_timeout = 0
-            gevent.spawn(runner.quit)
+            gevent.spawn(_stop_then_quit, runner)
 
     gevent.signal_handler(signal.SIGTERM, stop, signal.SIGTERM)
     gevent.signal_handler(signal.SIGINT, stop, signal.SIGINT)  # not KeyboardInterrupt: it lands anywhere
@@ -289,6 +290,14 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:  # the table in harness.wire.run_endings: 130 interrupted, 131 aborted
         return exit_code_for(ABORTED) if len(interrupted) >= 2 else EXIT_INTERRUPTED
     return 0
+
+
+def _stop_then_quit(runner: Any) -> None:
+    """A master stops its workers before it quits: Locust's quit ends the test (and our wait for the workers'
+    records) before it tells any worker, so a SIGTERM waited out the workers' 60 s heartbeat timeout."""
+    if isinstance(runner, MasterRunner):
+        runner.stop()
+    runner.quit()
 
 
 def _run_worker(environment: Environment, runner: Any) -> int:

@@ -19,17 +19,14 @@ one line naming the tightest limit and `--allow-oversubscribe`:
 from __future__ import annotations
 
 import ipaddress
-import os
-import resource
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from harness.errors import UsageError
 from harness.locust.settings import RunSettings
+from providers.open_files import FD_RESERVE, FDS_PER_ROLLOUT, reachable_open_files
 
 OVERRIDE_FLAG = "--allow-oversubscribe"
-FDS_PER_ROLLOUT = 1  # measured 1.00 (the connection of the call in flight)
-FD_RESERVE = 512  # the engine's own: its socket, shards, SDK imports, the vendor's pool at rest
 BYTES_PER_ROLLOUT = (16 + 80 + 24) * 1024  # Locust user + engine + local vendor (measured 14, 26, 20 KB)
 MEMORY_SHARE = 0.7  # of what is available: the rest for the OS and reading the results back
 USERS_PER_LOCUST_PROCESS = 20000  # a SIGTERM stops them within ~8 s on a busy 2-core machine
@@ -53,20 +50,15 @@ class MachineRoom:
         by_memory = int(self.memory_bytes * MEMORY_SHARE) // BYTES_PER_ROLLOUT
         return [
             (by_files, f"open-file limit ({self.open_files} per engine, {FDS_PER_ROLLOUT} per rollout)"),
-            (by_memory, f"memory ({self.memory_bytes / 2**30:.1f} GiB available, ~{BYTES_PER_ROLLOUT // 1024} KB "
-                        "per rollout)"),  # fmt: skip
-            (USERS_PER_LOCUST_PROCESS * engines, f"SIGTERM budget ({USERS_PER_LOCUST_PROCESS} users per Locust "
-                                                 "process stop within seconds)"),  # fmt: skip
+            (
+                by_memory,
+                f"memory ({self.memory_bytes / 2**30:.1f} GiB available, ~{BYTES_PER_ROLLOUT // 1024} KB per rollout)",
+            ),
+            (
+                USERS_PER_LOCUST_PROCESS * engines,
+                f"SIGTERM budget ({USERS_PER_LOCUST_PROCESS} users per Locust process stop within seconds)",
+            ),
         ]
-
-
-def reachable_open_files() -> int:
-    """The soft RLIMIT_NOFILE an engine can lift itself to (what `raise_open_files_limit` reaches)."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    nr_open = _read_int("/proc/sys/fs/nr_open") or 1048576
-    if os.geteuid() == 0:  # root may lift the hard limit up to the kernel's cap
-        return nr_open
-    return nr_open if hard == resource.RLIM_INFINITY else min(hard, nr_open)
 
 
 def available_memory() -> int:

@@ -45,7 +45,7 @@ from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.threshold_watch import ThresholdWatch
-from harness.locust.vendor_process import EmbeddedVendor
+from harness.locust.vendor_process import ShardedVendor, account_wide_note
 from harness.locust.web_form import as_form_text, typed
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
@@ -57,6 +57,7 @@ from harness.wire.run_endings import (
     exit_code_for,
 )
 from providers import LOCAL_VENDORS
+from providers.open_files import processes_for_open_files
 
 log = logging.getLogger("stampede")
 LOCAL_POLL_INTERVAL_S = 0.5
@@ -77,7 +78,7 @@ class StampedeSession:
         self.command_line = settings  # what the command line said; a web form's blank users field keeps its -u
         self._vendor_for: tuple[Any, ...] | None = None  # the settings the embedded vendor was started with
         self.engine: EngineClient | None = None
-        self.vendor: EmbeddedVendor | None = None
+        self.vendor: ShardedVendor | None = None
         self.manifest: dict[str, Any] | None = None
         self.engine_summaries: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
@@ -192,6 +193,8 @@ class StampedeSession:
         """The command line got its `count`-th Ctrl-C/SIGTERM. From the second on the run is aborted: the engine
         (SIGUSR2) stops waiting for cancelled rollouts and bounds its drain, still terminating every sandbox."""
         self.signals = max(self.signals, count)
+        if self.master_link is not None:
+            self.master_link.interrupt(count)
         if count >= 2 and self.engine is not None and self.engine.alive:
             try:
                 self.engine.process.send_signal(signal.SIGUSR2)
@@ -203,6 +206,11 @@ class StampedeSession:
             assert self.manifest is not None
             self.manifest.update({"status": self.ending, "exit_code": exit_code_for(self.ending)})
             write_manifest(self.run_dir, self.manifest)
+
+    def note_master_signal(self, count: int) -> None:
+        """A worker hears its master's Ctrl-C/SIGTERM: its users stop at once, its engine aborts from the second."""
+        self.environment.stop_timeout = 0
+        self.note_signal(count)
 
     def _processes(self) -> dict[str, Any]:
         """Who writes this run (pid and start time, for telling a crash from a run in progress later)."""
@@ -222,6 +230,8 @@ class StampedeSession:
             processes["engine"] = record(self.engine.process.pid)
         if self.vendor is not None:
             processes["vendor"] = record(self.vendor.process.pid)
+            if len(self.vendor.shards) > 1:
+                processes["vendor_shards"] = [record(shard.process.pid) for shard in self.vendor.shards]
         return processes
 
     def _offer_cleanup_of_crashed_runs(self) -> None:
@@ -247,7 +257,9 @@ class StampedeSession:
             if self.is_master:
                 self.master_link = MasterLink(self.runner, self.state)
             elif self.is_worker:
-                self.worker_link = WorkerLink(self.runner, self.state, self.worker_name(), lambda: self.engine)
+                self.worker_link = WorkerLink(
+                    self.runner, self.state, self.worker_name(), lambda: self.engine, self.note_master_signal
+                )
             if self.settings.embedded_vendor and not self.is_worker:
                 self._start_vendor()
         finally:
@@ -345,18 +357,33 @@ class StampedeSession:
         module = LOCAL_VENDORS.get(self.settings.provider)
         if module is None:
             raise UsageError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
+        shards = self._vendor_shards()
         try:
-            self.vendor = EmbeddedVendor.start(
+            self.vendor = ShardedVendor.start(
                 module,
                 self.settings.profile,
+                shards=shards,
                 seed=self.settings.seed,
                 time_scale=self.settings.time_scale,
                 overrides=self.settings.profile_overrides,
             )
         except UsageError as exc:
             raise UsageError(f"local vendor: {exc}") from None
+        if shards > 1:
+            note = account_wide_note(self.settings.profile, self.settings.profile_overrides, shards)
+            print(f"stampede: the simulated vendor holds one connection per rollout in flight: {shards} vendor "
+                  f"processes, creates spread round-robin" + (f"; {note}" if note else ""), file=sys.stderr, flush=True)  # fmt: skip
         self._vendor_for = self._vendor_key(self.settings)
         self._use_vendor()
+
+    def _vendor_shards(self) -> int:
+        """Vendor processes this run's peak needs (one connection per rollout in flight, each process held to its
+        open-file limit). Only the stub client routes each sandbox to its shard; other providers get one."""
+        if self.settings.provider != "stub":
+            return 1
+        peak_of = getattr(self.shape, "peak_users", None)
+        peak = peak_of(self.settings) if peak_of is not None else self.settings.users
+        return processes_for_open_files(peak if peak is not None else self.settings.max_inflight)
 
     def _use_vendor(self) -> None:
         """This run talks to the embedded vendor: its address, token and options, here and on workers."""
@@ -431,9 +458,7 @@ class StampedeSession:
         if not self.is_master and not self.is_worker:
             self._poller = gevent.spawn(self._poll_engine)
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
-            self.progress = ProgressPrinter(
-                self.runner, self.state, self.settings.progress_interval_s, self.time_scale
-            )
+            self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s, self.time_scale)
             self.progress.start()
         self.stopped_by = []  # each run of a web UI session starts unstopped
         self.stopped_from_web_ui = False

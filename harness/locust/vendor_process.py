@@ -14,6 +14,7 @@ provider's options, e.g. credentials the local vendor accepts).
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import signal
@@ -52,8 +53,9 @@ class EmbeddedVendor:
         seed: int,
         time_scale: float | None,
         overrides: dict[str, str] | None = None,
+        token: str | None = None,
     ) -> EmbeddedVendor:
-        token = secrets.token_urlsafe(24)
+        token = token or secrets.token_urlsafe(24)
         # `--opt=value` throughout: a token (or a path) may begin with "-" and must not read as an option.
         argv = [sys.executable, "-m", module, f"--profile={profile}", f"--seed={seed}", "--host=127.0.0.1",
                 "--port=0", f"--token={token}", "--exit-on-stdin-eof"]  # fmt: skip
@@ -124,6 +126,124 @@ class EmbeddedVendor:
         except gevent.subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+SHARD_SEED_STRIDE = 1_000_003  # shard i simulates with seed + i x this: its own draws, its own sandbox ids
+
+
+@dataclass(slots=True)
+class ShardedVendor:
+    """One simulated vendor spread over processes, each holding its share of the connections.
+
+    A process holds at most its open-file limit of connections, one per rollout in flight (this machine's root
+    is held at 20,000). Each shard is a whole simulator with its own sandboxes, on its own port, sharing the
+    token; the stub client spreads creates round-robin over them (`base_url` lists every shard). So account-wide
+    behaviour (a quota, the create rate, a pool, congestion) applies per shard: `account_wide_note` says so
+    when the profile has any.
+    """
+
+    shards: list[EmbeddedVendor]
+
+    @classmethod
+    def start(
+        cls,
+        module: str,
+        profile: str,
+        *,
+        shards: int,
+        seed: int,
+        time_scale: float | None,
+        overrides: dict[str, str] | None = None,
+    ) -> ShardedVendor:
+        token = secrets.token_urlsafe(24)
+        jobs = [
+            gevent.spawn(
+                EmbeddedVendor.start,
+                module,
+                profile,
+                seed=seed + index * SHARD_SEED_STRIDE,
+                time_scale=time_scale,
+                overrides=overrides,
+                token=token,
+            )
+            for index in range(max(1, shards))
+        ]
+        gevent.joinall(jobs)
+        started = [job.value for job in jobs if job.successful()]
+        failed = [job.exception for job in jobs if not job.successful()]
+        if failed:
+            for vendor in started:
+                vendor.stop()
+            raise failed[0] if isinstance(failed[0], BaseException) else UsageError(f"{module} did not start")
+        return cls(started)
+
+    @property
+    def first(self) -> EmbeddedVendor:
+        return self.shards[0]
+
+    @property
+    def process(self) -> gevent.subprocess.Popen:
+        return self.first.process
+
+    @property
+    def url(self) -> str:
+        """Every shard's API base, comma-separated (the stub client's `base_url`); one shard: its own."""
+        return ",".join(vendor.url for vendor in self.shards)
+
+    @property
+    def token(self) -> str:
+        return self.first.token
+
+    @property
+    def profile(self) -> str:
+        return self.first.profile
+
+    @property
+    def time_scale(self) -> float:
+        return self.first.time_scale
+
+    @property
+    def seed(self) -> int:
+        return self.first.seed
+
+    @property
+    def provider_options(self) -> dict[str, Any]:
+        return self.first.provider_options
+
+    def truth(self) -> list[dict[str, Any]]:
+        return [sandbox for vendor in self.shards for sandbox in vendor.truth()]
+
+    def stop(self) -> None:
+        gevent.joinall([gevent.spawn(vendor.stop) for vendor in self.shards])
+
+
+def account_wide_note(profile: str, overrides: dict[str, str] | None, shards: int) -> str | None:
+    """A line saying what a sharded vendor simulates per shard instead of account-wide (None: nothing shared)."""
+    if shards <= 1:
+        return None
+    from providers.sim.core.profile import load_profile
+
+    try:
+        loaded = load_profile(profile)
+        if overrides:
+            loaded = loaded.with_overrides(dict(overrides))
+    except Exception:  # the vendor itself says what is wrong with a profile
+        return None
+    shared = [
+        name
+        for name, value in (
+            ("quota.max_active", loaded.quota.max_active),
+            ("create_rate.per_s", loaded.create_rate.per_s),
+            ("pool.max_nodes x slots_per_node", loaded.pool.max_nodes * loaded.pool.slots_per_node),
+            ("boot.congestion_knee", loaded.boot.congestion_knee),
+            ("resource_pool", math.inf if loaded.resource_pool is None else 0.0),
+        )
+        if value != math.inf
+    ] + (["boot.load_delay_s"] if loaded.boot.load_delay_s > 0 else [])
+    if not shared:
+        return None
+    return (f"the simulated vendor runs as {shards} shards (open files), and this profile's account-wide "
+            f"{', '.join(shared)} apply to each shard's share, not to the whole run")  # fmt: skip
 
 
 def _drain(stream: Any) -> None:

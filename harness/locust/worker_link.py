@@ -1,6 +1,7 @@
 """Distributed runs: what a master and its workers tell each other, over Locust's own messages.
 
-- master -> workers: the current stage (every rollout records it) and the burst gate (release a step, close);
+- master -> workers: the current stage (every rollout records it), the burst gate (release a step, close) and
+  an interrupt (the master's Ctrl-C/SIGTERM count: stop at once, and from the second on abort);
 - workers -> master: engine stats every second (counters and mergeable TTI histograms: the master's live view,
   burst steps and knee search run on them), the parquet shards their engines write, each into its table folder
   (so the master's results folder holds the whole run however many machines took part), and a final `done` with
@@ -39,6 +40,7 @@ DONE_TIMEOUT_S = 240.0
 MSG_STATS = "stampede_stats"
 MSG_FILE = "stampede_file"
 MSG_DONE = "stampede_done"
+MSG_INTERRUPT = "stampede_interrupt"
 
 
 def process_usage() -> dict[str, float]:
@@ -67,6 +69,10 @@ class MasterLink:
 
     def broadcast(self, kind: str, data: dict[str, Any]) -> None:
         self.runner.send_message(kind, data)
+
+    def interrupt(self, count: int) -> None:
+        """Workers stop their users at once (no stop timeout), as a local run does on the same signal."""
+        self.broadcast(MSG_INTERRUPT, {"count": count})
 
     def start_run(self) -> None:
         self.files.clear()
@@ -140,8 +146,16 @@ class MasterLink:
 class WorkerLink:
     """A worker's side: follows stage and gate, reports stats, ships its engine's shards to the master."""
 
-    def __init__(self, runner: Any, state: RunState, name: str, engine: Callable[[], EngineClient | None]) -> None:
+    def __init__(
+        self,
+        runner: Any,
+        state: RunState,
+        name: str,
+        engine: Callable[[], EngineClient | None],
+        interrupted: Callable[[int], None],
+    ) -> None:
         self.runner = runner
+        self.interrupted = interrupted
         self.state = state
         self.name = name
         self.engine = engine
@@ -150,6 +164,10 @@ class WorkerLink:
         self._greenlets: list[gevent.Greenlet] = []
         runner.register_message(MSG_STAGE, self._on_stage)
         runner.register_message(MSG_GATE, self._on_gate)
+        runner.register_message(MSG_INTERRUPT, self._on_interrupt)
+
+    def _on_interrupt(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.interrupted(int((msg.data or {}).get("count", 1)))
 
     def _on_stage(self, environment: Any, msg: Any, **_: Any) -> None:
         self.state.stage = Stage.from_wire(msg.data)

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from providers.cli_help import DefaultsHelpFormatter
+from providers.open_files import raise_open_files_limit
 from providers.sim.core.profile import ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
 
@@ -150,6 +151,7 @@ def serve_main(
     except (UsageError, ProfileError, ValueError) as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         return 2
+    raise_open_files_limit()  # every client connection is a file: thousands in flight need more than 1,024
     try:
         asyncio.run(serve_until_stopped(lambda: start(settings), on_ready, args.exit_on_stdin_eof))
     except OSError as exc:

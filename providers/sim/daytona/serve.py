@@ -17,7 +17,6 @@ import os
 import sys
 from typing import Any
 
-from providers.open_files import raise_open_files_limit
 from providers.sim.core.serve_cli import (
     Parser,
     add_simulator_arguments,
@@ -64,7 +63,6 @@ def ready_line(daytona: RunningDaytona) -> dict[str, Any]:
 
 
 async def _start(settings: DaytonaSettings) -> RunningDaytona:
-    raise_open_files_limit()
     return await start_daytona(settings)
 
 

@@ -17,7 +17,6 @@ import os
 import sys
 from typing import Any
 
-from providers.open_files import raise_open_files_limit
 from providers.sim.core.serve_cli import Parser, add_simulator_arguments, announce, parse_overrides, port, serve_main
 from providers.sim.e2b.server import DEFAULT_PROFILE, E2BSettings, RunningE2B, start_e2b
 
@@ -61,7 +60,6 @@ def ready_line(e2b: RunningE2B) -> dict[str, Any]:
 
 
 async def _start(settings: E2BSettings) -> RunningE2B:
-    raise_open_files_limit()
     return await start_e2b(settings)
 
 

@@ -17,7 +17,6 @@ import os
 import sys
 from typing import Any
 
-from providers.open_files import raise_open_files_limit
 from providers.sim.core.serve_cli import (
     Parser,
     UsageError,
@@ -84,7 +83,6 @@ def ready_line(modal: RunningModal) -> dict[str, Any]:
 
 
 async def _start(settings: ModalSettings) -> RunningModal:
-    raise_open_files_limit()
     return await start_modal(settings)
 
 
