@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engine.health import LoopHealth
+from harness.engine.paced_cancel import CancelPacer
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.submit_log import SubmitLog
@@ -60,6 +61,7 @@ class EngineRun:
         self.hurried = asyncio.Event()  # set by an abort: the drain gives rollouts no grace
         self.registry = SandboxRegistry(on_add=self._sandbox_acknowledged)
         self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
+        self.cancels = CancelPacer()
         self.versions = dict(provider.versions())
         self.sdk_version = ";".join(f"{name}={version}" for name, version in sorted(self.versions.items()))
         self.seq = 0
@@ -282,7 +284,7 @@ class EngineRun:
             await self.trainer.close()
         tasks = list(self.tasks.values())
         for task in tasks:
-            task.cancel()
+            self.cancels.cancel(task)  # paced: one iteration unwinding thousands is a lag spike for the rest
         if tasks:
             deadline = await self._wait_for_rollouts(tasks, deadline)
         leftovers = self.registry.snapshot()

@@ -22,8 +22,9 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from harness.engine.gc_tuning import tune_for_latency
+from harness.engine.gc_tuning import freeze_survivors, tune_for_latency
 from harness.engine.health import LoopHealth
+from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
@@ -48,6 +49,7 @@ class Engine:
         self._configure_lock = asyncio.Lock()
         self._last_summary: dict[str, Any] | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
+        self.cancels = CancelPacer()
         self._draining: EngineRun | None = None
         self.hurried = False
         self.secrets: tuple[str, ...] = ()  # the configured run's: every answer and log line is redacted
@@ -66,10 +68,10 @@ class Engine:
                 with contextlib.suppress(Exception):
                     await provider.aclose()
                 raise
+            tune_for_latency()  # its one full collection before the run's lag record starts
             self.health.reset()
             self.run = EngineRun(config, provider, self.health)
             self.run.writer.start()
-            tune_for_latency()
             return {"versions": self.run.versions, "worker": config.worker}
 
     def hurry(self) -> None:
@@ -218,7 +220,7 @@ class Engine:
                         ended_leases.add(message.get("id"))
                     task = tasks_by_request.get(message.get("id"))
                     if task is not None:
-                        task.cancel()
+                        self.cancels.cancel(task)  # a stop sends thousands at once: a slice per loop turn
                     continue
                 else:
                     spawned = asyncio.get_running_loop().create_task(serve(message))
@@ -230,7 +232,7 @@ class Engine:
             # The Locust side went away: its rollouts have no one waiting, stop them (the sandboxes are
             # terminated by the rollouts themselves and the drain).
             for task in list(tasks_by_request.values()):
-                task.cancel()
+                self.cancels.cancel(task)
             if pending:
                 await asyncio.wait(pending, timeout=DRAIN_TIMEOUT_S)
             with contextlib.suppress(Exception):
@@ -269,6 +271,7 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     preload_provider(preload)
     engine = Engine(worker)
     engine.health.start()
+    freezer = asyncio.get_running_loop().create_task(freeze_survivors())
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
     server = await asyncio.start_unix_server(engine.handle, path=socket_path, limit=MAX_LINE_BYTES)
@@ -282,6 +285,7 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     server.close()
     await engine.drain()
     await engine.health.stop()
+    freezer.cancel()
     if watcher is not None:
         watcher.cancel()
     await engine.close_connections()
