@@ -70,7 +70,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "results": frozenset({"wire", "errors"}),
     "rlmodel": frozenset({"results", "wire", "errors"}),
     "engine": frozenset({"wire", "errors", "registry", "contract", "provider-support"}),
-    "locust": frozenset({"wire", "errors", "results", "registry", "contract", "help"}),
+    # provider-support: the open-file figures (what a process can hold, how many processes a peak needs)
+    "locust": frozenset({"wire", "errors", "results", "registry", "contract", "help", "provider-support"}),
     "cli": frozenset(
         {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support", "help"}
         | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`, `daytona-local serve`

@@ -65,6 +65,7 @@ def test_rollouts_past_one_processs_open_files_run_over_engines_and_vendor_shard
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{USERS} in flight needs a connection each" in result.stderr
     assert "2 vendor processes" in result.stderr
+    assert "account-wide" not in result.stderr  # the ideal profile has no limit a shard would apply alone
     run_dir = next(path for path in tmp_path.iterdir() if path.is_dir())
     manifest = json.loads((run_dir / "run.json").read_text())
     shards = manifest["processes"]["vendor_shards"]

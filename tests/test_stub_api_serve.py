@@ -18,7 +18,8 @@ def test_ready_line_then_sigterm_exits_cleanly() -> None:
     proc = _spawn("--profile", "modal-like", "--seed", "7", "--token", "tk", "--set", "quota.max_active=100")
     try:
         info = ready_line(proc)
-        assert set(info) == {"url", "token", "profile", "time_scale", "seed", "pid"}
+        assert set(info) == {"url", "token", "profile", "time_scale", "seed", "pid", "account_wide"}
+        assert "quota.max_active" in info["account_wide"]  # set to 100 above: a limit a shard would apply alone
         assert info["url"].startswith("http://127.0.0.1:") and info["token"] == "tk"
         assert (info["profile"], info["time_scale"], info["seed"], info["pid"]) == (
             "modal-like",

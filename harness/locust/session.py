@@ -370,7 +370,7 @@ class StampedeSession:
         except UsageError as exc:
             raise UsageError(f"local vendor: {exc}") from None
         if shards > 1:
-            note = account_wide_note(self.settings.profile, self.settings.profile_overrides, shards)
+            note = account_wide_note(self.vendor)
             print(f"stampede: the simulated vendor holds one connection per rollout in flight: {shards} vendor "
                   f"processes, creates spread round-robin" + (f"; {note}" if note else ""), file=sys.stderr, flush=True)  # fmt: skip
         self._vendor_for = self._vendor_key(self.settings)

@@ -7,14 +7,14 @@ serves. The child watches its stdin, so it never outlives the harness that start
 
 A serve module takes `--profile --seed --host --port --token --exit-on-stdin-eof [--time-scale] [--set K=V]`
 and, once listening, prints one JSON line: `url`, `time_scale`, `profile`, and optionally `truth_url` (an
-HTTP base serving `/api/v1/_stampede/truth`; defaults to `url`) and `provider_options` (merged into the
-provider's options, e.g. credentials the local vendor accepts).
+HTTP base serving `/api/v1/_stampede/truth`; defaults to `url`), `provider_options` (merged into the
+provider's options, e.g. credentials the local vendor accepts) and `account_wide` (the profile's account-wide
+limits, named: what a sharded vendor applies per shard).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import signal
@@ -43,6 +43,7 @@ class EmbeddedVendor:
     seed: int
     truth_url: str
     provider_options: dict[str, Any]
+    account_wide: list[str]  # the profile's account-wide limits, as the vendor announced them
 
     @classmethod
     def start(
@@ -99,6 +100,7 @@ class EmbeddedVendor:
             seed,
             info.get("truth_url") or info["url"],
             dict(info.get("provider_options") or {}),
+            [str(name) for name in info.get("account_wide") or []],
         )
 
     def fetch_json(self, path: str, timeout: float = 30.0) -> Any:
@@ -217,33 +219,13 @@ class ShardedVendor:
         gevent.joinall([gevent.spawn(vendor.stop) for vendor in self.shards])
 
 
-def account_wide_note(profile: str, overrides: dict[str, str] | None, shards: int) -> str | None:
+def account_wide_note(vendor: ShardedVendor) -> str | None:
     """A line saying what a sharded vendor simulates per shard instead of account-wide (None: nothing shared)."""
-    if shards <= 1:
+    shared = vendor.first.account_wide
+    if len(vendor.shards) <= 1 or not shared:
         return None
-    from providers.sim.core.profile import load_profile
-
-    try:
-        loaded = load_profile(profile)
-        if overrides:
-            loaded = loaded.with_overrides(dict(overrides))
-    except Exception:  # the vendor itself says what is wrong with a profile
-        return None
-    shared = [
-        name
-        for name, value in (
-            ("quota.max_active", loaded.quota.max_active),
-            ("create_rate.per_s", loaded.create_rate.per_s),
-            ("pool.max_nodes x slots_per_node", loaded.pool.max_nodes * loaded.pool.slots_per_node),
-            ("boot.congestion_knee", loaded.boot.congestion_knee),
-            ("resource_pool", math.inf if loaded.resource_pool is None else 0.0),
-        )
-        if value != math.inf
-    ] + (["boot.load_delay_s"] if loaded.boot.load_delay_s > 0 else [])
-    if not shared:
-        return None
-    return (f"the simulated vendor runs as {shards} shards (open files), and this profile's account-wide "
-            f"{', '.join(shared)} apply to each shard's share, not to the whole run")  # fmt: skip
+    return (f"the simulated vendor runs as {len(vendor.shards)} shards (open files), and this profile's "
+            f"account-wide {', '.join(shared)} apply to each shard's share, not to the whole run")  # fmt: skip
 
 
 def _drain(stream: Any) -> None:

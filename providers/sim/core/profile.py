@@ -273,6 +273,23 @@ class Profile:
                 out[section] = {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         return out
 
+    def account_wide_limits(self) -> list[str]:
+        """The limits this profile applies to the whole account (what a vendor sharded over processes would apply
+        per shard instead): an empty list when it has none."""
+        pool = self.pool.max_nodes * self.pool.slots_per_node
+        finite = [
+            ("quota.max_active", self.quota.max_active),
+            ("create_rate.per_s", self.create_rate.per_s),
+            ("pool.max_nodes x slots_per_node", pool),
+            ("boot.congestion_knee", self.boot.congestion_knee),
+        ]
+        limits = [name for name, value in finite if value != math.inf]
+        if self.boot.load_delay_s > 0:
+            limits.append("boot.load_delay_s")
+        if self.resource_pool is not None:
+            limits.append("resource_pool")
+        return limits
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
         """A copy with single values replaced by dotted key, e.g. `{"quota.max_active": 100}`.
 
