@@ -116,8 +116,7 @@ def _solve_async(plan: Plan, laws: RolloutLaws) -> ModelResult:
         mean_lag = max(in_flight + cfg.async_level, cfg.async_level + 0.5)
     else:
         mean_lag = in_flight + (1.0 - idle)
-    # retries queue for the create rate too, with a sandbox already billed: (attempts − 1) of the waits
-    sandbox_time = mean_sandbox + create_wait * (laws.mean_attempts - 1) / laws.mean_attempts
+    sandbox_time = mean_sandbox + laws.billed_create_wait(create_wait)
     if p_stale > 0.01:
         holds = False
         notes.append(f"staleness drops {100 * p_stale:.1f}%: the closed form's drop rate is approximate")

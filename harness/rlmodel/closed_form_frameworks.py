@@ -211,8 +211,7 @@ def solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
     generator = dispatch * ps * (1 - p_exec)
     gen_cap = supply * size * ps * (1 - p_exec)
     mean_slot = laws.mean_slot(teardown, cfg.teardown_holds_slot) + delay
-    # a retry queues for the create rate too, with its sandbox already billed: (attempts − 1) of the waits
-    mean_sandbox = laws.mean_sandbox(teardown) + delay + create_wait * (laws.mean_attempts - 1) / laws.mean_attempts
+    mean_sandbox = laws.mean_sandbox(teardown) + delay + laws.billed_create_wait(create_wait)
     return continuous_result(
         plan,
         laws,

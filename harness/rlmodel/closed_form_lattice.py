@@ -74,6 +74,11 @@ class RolloutLaws:
         """Mean seconds a dispatched rollout keeps a sandbox: its delivery and teardown, or its failed starts."""
         return self.p_success * (self.mean_delivery + teardown) + (1 - self.p_success) * self.mean_lost
 
+    def billed_create_wait(self, create_wait: float) -> float:
+        """The share of a create-rate queue a sandbox is billed for: a retry queues for the create rate too, with
+        its sandbox already held, so (attempts − 1) of the mean attempts' waits."""
+        return create_wait * (self.mean_attempts - 1) / self.mean_attempts
+
     def mean_slot(self, teardown: float, teardown_holds_slot: bool) -> float:
         """Mean seconds it holds a concurrency slot: the same, teardown included only when the slot waits for it."""
         return self.mean_sandbox(teardown if teardown_holds_slot else 0.0)
