@@ -1,8 +1,8 @@
-"""The `stub` provider: a lean aiohttp client for the Prime-like REST API (our embedded stub speaks it).
+"""The `stub` provider: a lean client for the Prime-like REST API (our embedded stub speaks it).
 
-Lean on purpose: one shared connection pool sized for thousands of rollouts, status polled in batches of up to
-100 ids per request (as Prime's own SDK coalesces), and every HTTP answer mapped onto the failure taxonomy.
-It is the baseline the SDK-based adapters are compared against for per-rollout CPU.
+Lean on purpose: its wire is `providers.http1_client` (keep-alive HTTP/1.1 without a client-side queue, far
+cheaper a request than aiohttp's path), status polled in batches of up to 100 ids per request (as Prime's own
+SDK coalesces), and every HTTP answer mapped onto the failure taxonomy. It is the baseline the SDK-based adapters are compared against for per-rollout CPU.
 
 Under a hostile transport (issue 17; the fronts' `[faults]`): every request has a timeout (`request_timeout_s`; a
 status look `status_timeout_s`), a status look lost on the way is asked again soon and its cost stays inside the
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
 from providers.base import (
     ExecResult,
     FailureKind,
@@ -42,6 +40,7 @@ from providers.base import (
     owner_labels,
     tagged_by_stampede,
 )
+from providers.http1_client import Http1Client
 from providers.options import Option, integer, number, parse_options, text
 from providers.prime_statuses import error_from_response, retry_after_of
 from providers.throttle_gate import ThrottleGate
@@ -302,7 +301,7 @@ class StatusPoller:
                 self._fail(ids, exc)
             if exc.retry_after:
                 self._backoff_until = max(self._backoff_until, loop.time() + exc.retry_after)
-        except (TimeoutError, aiohttp.ClientError, OSError):
+        except (TimeoutError, OSError):
             pass  # one lost look is not a failed rollout; the rollout's own deadline still holds
         received_at = loop.time()
         answered = {snapshot.get("sandbox_id") for snapshot in body.get("statuses", [])} | {
@@ -369,13 +368,13 @@ ALL_OWNED_MAX_PAGES = 10_000  # 1,000,000 sandboxes: a bound, not a limit anyone
 
 
 class StubProvider(Provider):
-    """The Prime-like REST API through plain aiohttp."""
+    """The Prime-like REST API over `Http1Client`."""
 
     name = "stub"
 
     def __init__(self, options: StubOptions) -> None:
         self.options = options
-        self._session: aiohttp.ClientSession | None = None
+        self._http: Http1Client | None = None
         self._gateway: dict[str, GatewayAuth] = {}
         self._poller = StatusPoller(self, options.poll_interval_s, options.poll_share, options.poll_max_s)
         self._create_gate = ThrottleGate(options.max_backoff_s)
@@ -396,17 +395,15 @@ class StubProvider(Provider):
         return cls(StubOptions.from_mapping(options))
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            # limit=0: no client-side queue. aiohttp's default of 100 would silently serialise a 960-wide
-            # burst inside the harness and show up as vendor latency.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s, sock_connect=10),
+    def http(self) -> Http1Client:
+        if self._http is None:
+            # No cap on connections: a client-side queue would silently serialise a 960-wide burst inside the
+            # harness and show up as vendor latency.
+            self._http = Http1Client(
                 headers={"Authorization": f"Bearer {self.options.token}", "User-Agent": "stampede-stub-client"},
+                connect_timeout_s=10.0,
             )
-        return self._session
+        return self._http
 
     async def request(
         self,
@@ -420,19 +417,23 @@ class StubProvider(Provider):
         base: str | None = None,
     ) -> dict[str, Any]:
         url = f"{base or self.options.base_url}/api/v1{path}"
-        # no timeout given: the session's (request_timeout_s); aiohttp reads an explicit None as "no timeout at all"
-        limit = aiohttp.ClientTimeout(total=timeout, sock_connect=10) if timeout is not None else self.session.timeout
-        async with self.session.request(method, url, json=json, params=params, timeout=limit) as response:
-            text = (await response.read()).decode("utf-8", "replace")
-            body = _parsed(text)
-            if response.status >= 400:
-                detail = body if body is not None else {"detail": text[:500]}
-                raise error_from_response(response.status, detail, phase, retry_after_of(response.headers, detail))
-            if response.status == 204:
-                return {}
-            if not isinstance(body, dict):
-                raise unreadable(phase, response.status, text)
-            return body
+        answer = await self.http.request(
+            method,
+            url,
+            body=None if json is None else _json_bytes(json),
+            params=params,
+            timeout=timeout if timeout is not None else self.options.request_timeout_s,
+        )
+        text = answer.text()
+        body = _parsed(text)
+        if answer.status >= 400:
+            detail = body if body is not None else {"detail": text[:500]}
+            raise error_from_response(answer.status, detail, phase, retry_after_of(answer.headers, detail))
+        if answer.status == 204:
+            return {}
+        if not isinstance(body, dict):
+            raise unreadable(phase, answer.status, text)
+        return body
 
     async def request_retrying(
         self, method: str, path: str, phase: Phase, *, attempts: int, timeout: float | None = None, **kwargs: Any
@@ -448,7 +449,7 @@ class StubProvider(Provider):
                 if exc.kind in _NOT_RETRIED or exc.args[0].startswith("HTTP 404") or attempt == attempts:
                     raise
                 pause = min(exc.retry_after, self.options.max_backoff_s) if exc.retry_after else delay
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            except (TimeoutError, OSError) as exc:
                 if attempt == attempts:
                     raise ProviderError(
                         FailureKind.TRANSPORT, f"{method} {path}: {type(exc).__name__}: {exc}"
@@ -466,7 +467,7 @@ class StubProvider(Provider):
                 if exc.kind is FailureKind.AUTH:
                     raise ProviderError(FailureKind.AUTH, f"{base} refused the token ({exc.args[0]})") from None
                 raise
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            except (TimeoutError, OSError) as exc:
                 raise ProviderError(FailureKind.TRANSPORT, f"{base} is unreachable: {exc}") from None
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
@@ -560,14 +561,14 @@ class StubProvider(Provider):
         }
         grace = min(5.0, self.options.request_timeout_s)  # past the command's own deadline, the gateway's answer
         try:
-            async with self.session.post(
+            answer = await self.http.request(
+                "POST",
                 f"{gateway.url}/exec",
-                json=payload,
+                body=_json_bytes(payload),
                 headers={"Authorization": f"Bearer {gateway.token}"},
-                timeout=aiohttp.ClientTimeout(total=timeout + grace, sock_connect=10),
-            ) as response:
-                text = (await response.read()).decode("utf-8", "replace")
-                status = response.status
+                timeout=timeout + grace,
+            )
+            text, status = answer.text(), answer.status
         except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + grace:g}s") from None
         parsed = _parsed(text)
@@ -669,23 +670,19 @@ class StubProvider(Provider):
         return refs
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
-        if isinstance(exc, aiohttp.ClientResponseError):
-            return error_from_response(exc.status, {"detail": exc.message}, phase or Phase.CREATE).kind
-        if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
-            return FailureKind.TRANSPORT
-        if isinstance(exc, (KeyError, ValueError, TypeError, aiohttp.ContentTypeError)):
+        if isinstance(exc, (KeyError, ValueError, TypeError)):
             # The API answered something we cannot read: a vendor error in this phase, not ours.
             return _UNREADABLE_KINDS[phase or Phase.CREATE]
         return classify_common(exc, phase)
 
     def versions(self) -> Mapping[str, str]:
-        return {"aiohttp": aiohttp.__version__}
+        return {"http": "stampede http1_client"}
 
     async def aclose(self) -> None:
         await self._poller.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
 
 def _gateway_auth(auth: Mapping[str, Any]) -> GatewayAuth:
@@ -693,6 +690,10 @@ def _gateway_auth(auth: Mapping[str, Any]) -> GatewayAuth:
         token=str(auth["token"]),
         url=f"{str(auth['gateway_url']).rstrip('/')}/{auth['user_ns']}/{auth['job_id']}",
     )
+
+
+def _json_bytes(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
 
 
 def _parsed(text: str) -> Any:

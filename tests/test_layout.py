@@ -40,6 +40,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.docker_image", "provider-support"),
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
+    ("providers.http1_client", "provider-support"),
     ("providers.cli_help", "help"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),
