@@ -9,6 +9,12 @@ estimate of the same thing (loop lag + readiness poll window, the `harness err` 
     create -> accepted   the create call's start to the vendor accepting it (connection, request, vendor's loop)
     ready -> seen        the vendor's RUNNING to the harness sending the first command (the readiness poll)
     command out / back   the first command's way to the vendor and its answer's way back
+    error with readiness TTI minus the vendor's acceptance-to-RUNNING and the command's own run: the above plus
+                         ready -> seen, which the vendor's record (it ends with the first command) leaves out
+    poll window          the rollout's recorded `ready_poll_s`: the last look that found it not ready to the
+                         look that found it RUNNING (the schedule's gap at that point plus a look's round trip)
+    beyond the poll window   error with readiness minus that window: what the issue's target (20 ms plus the
+                         readiness poll interval) holds to 20 ms
 
     python bench/bench_timing_error.py                       # steady 960 for 30 s, the default vendor (~1 minute)
     python bench/bench_timing_error.py --profile ideal --stages 3840,10000 --spawn-rate 200 --hold 10   # a ramp
@@ -37,6 +43,9 @@ TERMS = {
     "ready_to_seen": "ready -> seen",
     "command_out": "command out",
     "command_back": "command back",
+    "with_readiness": "error with readiness",
+    "poll_window": "poll window",
+    "beyond_window": "beyond the poll window",
     "estimate": "harness's estimate",
 }
 
@@ -66,6 +75,10 @@ def timing_terms(run_dir: Path) -> pd.DataFrame:
     walls = ["created_wall", "ready_wall", "first_exec_start_wall", "first_exec_done_wall"]
     vendor = truth.drop_duplicates("id").set_index("id")[walls].apply(_seconds)
     frame = frame.join(vendor, on="sandbox_id", how="inner").dropna(subset=walls)
+    # TTI minus the vendor's acceptance-to-RUNNING and the first command's own run: the readiness poll included
+    vendor_tti = frame["ready_wall"] - frame["created_wall"]
+    command_run = frame["first_exec_done_wall"] - frame["first_exec_start_wall"]
+    with_readiness = (frame["exec_t1"] - frame["create_t0"]) - vendor_tti - command_run
     return pd.DataFrame(
         {
             "stage": frame["stage"],
@@ -74,6 +87,9 @@ def timing_terms(run_dir: Path) -> pd.DataFrame:
             "ready_to_seen": frame["exec_t0"] - frame["ready_wall"],
             "command_out": frame["first_exec_start_wall"] - frame["exec_t0"],
             "command_back": frame["exec_t1"] - frame["first_exec_done_wall"],
+            "with_readiness": with_readiness,
+            "poll_window": frame["ready_poll_s"],
+            "beyond_window": with_readiness - frame["ready_poll_s"].fillna(0),
             "estimate": frame["ready_poll_s"].fillna(0) + frame["loop_lag_s"].fillna(0),
         }
     )

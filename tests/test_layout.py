@@ -41,6 +41,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
     ("providers.http1_client", "provider-support"),
+    ("providers.gc_freezing", "provider-support"),
     ("providers.cli_help", "help"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),

@@ -64,6 +64,21 @@ def test_ideal_profile_reaches_960_in_flight_with_zero_failures(tmp_path):
     assert "timing error" in result.stdout
 
 
+def test_a_ramps_users_start_evenly_at_the_spawn_rate_not_in_one_second_batches(tmp_path):
+    """Locust releases a spawn rate of 60 as 60 users at once; the creates must come one slot (1/60 s) apart, or
+    every create of the batch queues in the harness and records that queue as vendor latency."""
+    result = stampede(
+        "run", "--profile", "ideal", "--stages", "60", "--hold", "1", "--spawn-rate", "60", "--commands", "sleep 4",
+        "--out", str(tmp_path), "--progress-interval", "0", "--stop-timeout", "0",
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    ops = pd.read_parquet(only_run(tmp_path) / "ops")
+    creates = ops[ops["op"] == "create"].sort_values("t_start")
+    first = creates.head(60)["t_start"]  # each user's first rollout holds its sandbox 4 s: these are all 60
+    span = (first.max() - first.min()).total_seconds()
+    assert span >= 0.9, f"60 first creates within {span:.3f} s: released as one batch"  # spaced: at least 59/60 s
+
+
 def _serve_stub(token: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [

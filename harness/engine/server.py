@@ -22,7 +22,6 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from harness.engine.gc_tuning import freeze_survivors, tune_for_latency
 from harness.engine.health import LoopHealth
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
@@ -33,6 +32,7 @@ from harness.wire.records import RolloutRecord, live_row
 from harness.wire.redact import RedactingFormatter, redact, secret_values
 from providers import create_provider
 from providers.base import ProviderConfigError, ProviderError
+from providers.gc_freezing import freeze_survivors, tune_for_latency
 from providers.open_files import raise_open_files_limit
 
 DRAIN_TIMEOUT_S = 120.0

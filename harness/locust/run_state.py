@@ -37,6 +37,9 @@ class Stage:
     poisson: bool = False
     t_start: float = 0.0  # epoch seconds the schedule counts from
     dispatchers: int = 1
+    # closed model: users a second each Locust process spaces its users' first rollouts at (the spawn rate over
+    # the processes that share it; 0: not spaced), harness.locust.start_spacing
+    start_rate: float = 0.0
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

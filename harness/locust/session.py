@@ -44,6 +44,7 @@ from harness.locust.run_folder import (
 from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
+from harness.locust.start_spacing import StartSpacer
 from harness.locust.threshold_watch import ThresholdWatch
 from harness.locust.vendor_process import ShardedVendor, account_wide_note
 from harness.locust.web_form import as_form_text, typed
@@ -89,6 +90,7 @@ class StampedeSession:
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
         self.runs = 0
+        self.start_spacer = StartSpacer()  # leased users' first rollouts, evenly at the stage's start rate
         self.master_link: MasterLink | None = None
         self.worker_link: WorkerLink | None = None
         self._poller: gevent.Greenlet | None = None

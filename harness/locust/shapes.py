@@ -109,7 +109,8 @@ class StampedeShape(LoadTestShape):
         return state.live.stage(name) if state is not None else StageStats()
 
     def dispatchers(self) -> int:
-        """Open model: one dispatcher user per engine (each worker's share of the schedule)."""
+        """Locust processes that share the load: open model, one dispatcher user per engine (each worker's share
+        of the schedule); closed model, each worker gets this share of the spawn rate."""
         runner = self.runner
         count = getattr(runner, "worker_count", None)
         return max(1, int(count)) if count is not None else 1
@@ -135,7 +136,8 @@ class _HoldingShape(StampedeShape):
 
     def level_stage(self, index: int) -> Stage:
         target = self.levels()[index]
-        return Stage(index + 1, f"{index + 1:02d}-{self.label()}{target}", target)
+        start_rate = self.spawn_rate() / self.dispatchers()
+        return Stage(index + 1, f"{index + 1:02d}-{self.label()}{target}", target, start_rate=start_rate)
 
     def stage_done(self, stage: Stage) -> bool:
         """Called once the hold of `stage` is over; True stops the shape (the knee uses it)."""
@@ -436,8 +438,9 @@ class RehearseShape(StampedeShape):
         trainer = state.live.trainer() if state is not None else None
         if trainer is not None and trainer.get("done"):
             return None
-        self.enter(Stage(1, f"01-rehearse{self.level()}", self.level()))
-        return self.level(), self.spawn_rate(default=float(self.level()))
+        rate = self.spawn_rate(default=float(self.level()))
+        self.enter(Stage(1, f"01-rehearse{self.level()}", self.level(), start_rate=rate / self.dispatchers()))
+        return self.level(), rate
 
     def describe(self) -> dict[str, Any]:
         return {"shape": "rehearse", "users": self.level(), "trainer": self.settings().trainer}

@@ -116,6 +116,9 @@ class RolloutUser(User):
 
     def _lease(self, session: StampedeSession) -> None:
         assert session.engine is not None
+        if not getattr(self, "_spaced", False):
+            self._spaced = True  # Locust released this user in a batch of a second's worth: take an even slot
+            session.start_spacer.wait_turn(session.state.stage.start_rate)
         try:
             stopping = lambda: self._state == LOCUST_STATE_STOPPING  # noqa: E731
             for record in session.engine.lease(session.lease_request(), stopping, self._report_cancelled):

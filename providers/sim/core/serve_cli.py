@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from providers.cli_help import DefaultsHelpFormatter
+from providers.gc_freezing import freeze_survivors, tune_for_latency
 from providers.open_files import raise_open_files_limit
 from providers.sim.core.profile import ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
@@ -130,10 +131,13 @@ async def serve_until_stopped(
 
         threading.Thread(target=watch_stdin, name="stdin-eof", daemon=True).start()
     server = await start()
+    tune_for_latency()  # what start-up built is never garbage; from now on survivors are frozen every second
+    freezer = loop.create_task(freeze_survivors())
     try:
         on_ready(server)
         await stop.wait()
     finally:
+        freezer.cancel()
         await server.close()
 
 

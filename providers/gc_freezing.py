@@ -1,8 +1,9 @@
-"""The garbage collector, tuned so its pauses do not land in the latencies the engine measures.
+"""The garbage collector, tuned so its pauses do not land in the latencies a run measures.
 
-Every pause of the engine's loop delays every rollout in flight, and a cyclic collection walks every tracked
-object it covers. Rollout garbage is almost all freed by reference counting (a young collection here finds
-6-12 cyclic objects among 20,000 allocations), so the engine:
+Used by the engine and by every simulated vendor (`providers.sim.core.serve_cli`): a pause of either loop
+delays every rollout in flight, and a cyclic collection walks every tracked object it covers. Rollout garbage
+is almost all freed by reference counting (a young collection in the engine finds 6-12 cyclic objects among
+20,000 allocations; the Prime-like vendor leaves about one cyclic object per four rollouts), so each process:
 1. freezes what start-up built (modules, SDK tables, the provider: never garbage) into the permanent
    generation, where no collection looks again;
 2. runs young collections less often;
@@ -10,8 +11,12 @@ object it covers. Rollout garbage is almost all freed by reference counting (a y
    in flight piled up in the middle generation, and each of its collections walked all of them: during a
    ramp to 10,000 in flight, three pauses of 150-180 ms, the loop's worst lag. Frozen, a collection only
    ever walks the last second's objects (the largest pause in the same ramp: 17 ms).
-The price: cyclic garbage among frozen objects is only found at the next run's start (`tune_for_latency`
-unfreezes, collects and freezes again). bench/bench_soak.py measures it as the RSS slope of a long run.
+   The simulated vendor had the same pauses, growing with the sandboxes it holds: in a ramp to 10,000, a full
+   collection every ~4 s of 16 ms at 1,000 sandboxes up to 287 ms at 8,000, each holding up every create that
+   arrived meanwhile (the ramp's whole timing-error tail).
+The price: cyclic garbage among frozen objects is only found at the engine's next run start (`tune_for_latency`
+unfreezes, collects and freezes again), and never in a vendor. bench/bench_soak.py measures both as the RSS
+slope of a long run.
 """
 
 from __future__ import annotations
