@@ -6,6 +6,7 @@ sandboxes are created and ended all the time. Every 5 s the RSS and open file de
 sampled: Locust (the `stampede run` process), the rollout engine, and the simulated vendor (the stub); the
 engine's event-loop lag p99 is read from the progress line. Printed per process: RSS at the end of the warm-up
 and at the end, the least-squares RSS slope after the warm-up (MB/min; a leak is a steady positive slope), and
+the same slope over the last half of those samples (a leak keeps its slope; a heap still settling flattens),
 the fd count range; then the loop lag p99 (median and max of the samples taken while the level was held).
 
     python bench/bench_soak.py                 # 960 in flight for 10 minutes (about 11 minutes in all)
@@ -177,19 +178,26 @@ def main() -> int:
     rate = rollouts / (args.minutes * 60)
     print(f"{args.users} rollouts in flight (peak seen {peak}) for {args.minutes:g} min: {rollouts} rollouts "
           f"(~{rate:.0f}/s); slope after {warmup_s:.0f} s")  # fmt: skip
-    print(f"{'process':>8} | {'RSS at warm-up':>14} {'at end':>8} | {'RSS slope':>14} | {'open fds min-max':>16}")
+    print(
+        f"{'process':>8} | {'RSS at warm-up':>14} {'at end':>8} | {'RSS slope':>14} {'last half':>14} | "
+        f"{'open fds min-max':>16}"
+    )
     for role in ROLES:
         points = series[role].after(warmup_s)
         if not points:
             print(f"{role:>8} | (no samples)")
             continue
         fds = [p[2] for p in points]
+        half_s = (points[0][0] + points[-1][0]) / 2
         print(
             f"{role:>8} | {points[0][1]:>11.0f} MB {points[-1][1]:>5.0f} MB | "
-            f"{series[role].slope_mb_per_min(warmup_s):>+8.2f} MB/min | {min(fds):>7} - {max(fds):<7}"
+            f"{series[role].slope_mb_per_min(warmup_s):>+8.2f} MB/min {series[role].slope_mb_per_min(half_s):>+8.2f} MB/min"
+            f" | {min(fds):>7} - {max(fds):<7}"
         )
     if lags:
-        print(f"engine loop lag p99: median {statistics.median(lags):.0f} ms, max {max(lags):.0f} ms ({len(lags)} samples)")
+        print(
+            f"engine loop lag p99: median {statistics.median(lags):.0f} ms, max {max(lags):.0f} ms ({len(lags)} samples)"
+        )
     else:
         print("engine loop lag p99: no samples (the level was never held 20 s)")
     return 0
