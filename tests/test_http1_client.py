@@ -175,43 +175,27 @@ async def test_garbage_instead_of_http_is_an_oserror(scripted) -> None:
         await client.close()
 
 
-async def test_a_timed_out_connection_is_never_reused_for_the_next_answer(scripted) -> None:
-    """The late answer of a timed-out request must not be read as the next request's answer."""
+@pytest.mark.parametrize("ending", ["timeout", "cancel"])
+async def test_a_request_that_ended_unanswered_never_lends_its_connection_to_the_next(scripted, ending) -> None:
+    """The late answer of a timed-out or cancelled request must not be read as the next request's answer."""
 
     async def late_then_prompt(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        if b"/slow" in request:
-            await asyncio.sleep(0.5)
-            writer.write(json_answer({"who": "slow"}))
-        else:
-            writer.write(json_answer({"who": "fast"}))
-        return True
-
-    server = await scripted(late_then_prompt)
-    client = Http1Client()
-    try:
-        with pytest.raises(TimeoutError):
-            await client.request("GET", f"{server.url}/slow", timeout=0.1)
-        answer = await client.request("GET", f"{server.url}/fast", timeout=5)
-        assert json.loads(answer.body) == {"who": "fast"}
-        assert server.connections == 2
-    finally:
-        await client.close()
-
-
-async def test_a_cancelled_request_discards_its_connection(scripted) -> None:
-    async def late_then_prompt(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        await asyncio.sleep(0.3 if b"/slow" in request else 0)
+        await asyncio.sleep(0.5 if b"/slow" in request else 0)
         writer.write(json_answer({"path": request.split(b" ")[1].decode()}))
         return True
 
     server = await scripted(late_then_prompt)
     client = Http1Client()
     try:
-        task = asyncio.ensure_future(client.request("GET", f"{server.url}/slow", timeout=5))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        if ending == "timeout":
+            with pytest.raises(TimeoutError):
+                await client.request("GET", f"{server.url}/slow", timeout=0.1)
+        else:
+            task = asyncio.ensure_future(client.request("GET", f"{server.url}/slow", timeout=5))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
         answer = await client.request("GET", f"{server.url}/fast", timeout=5)
         assert json.loads(answer.body) == {"path": "/fast"}
         assert server.connections == 2
@@ -302,7 +286,12 @@ async def test_a_refused_connection_is_an_oserror() -> None:
 
 def test_urls_split_into_origin_and_target() -> None:
     origin, target = split_url("http://127.0.0.1:8080/api/v1/sandbox?x=1")
-    assert (origin.host, origin.port, origin.host_header, target) == ("127.0.0.1", 8080, "127.0.0.1:8080", "/api/v1/sandbox?x=1")
+    assert (origin.host, origin.port, origin.host_header, target) == (
+        "127.0.0.1",
+        8080,
+        "127.0.0.1:8080",
+        "/api/v1/sandbox?x=1",
+    )
     origin, target = split_url("https://api.example.com")
     assert (origin.tls, origin.port, origin.host_header, target) == (True, 443, "api.example.com", "/")
     with pytest.raises(ValueError):
