@@ -58,9 +58,27 @@ class RunResult:
 
 
 def run_side(side: str, users: int, profile: str, seed: int, timeout: float, out: Path) -> RunResult:
-    argv = [sys.executable, "-m", "harness.cli", "run", *SIDES[side], "--profile", profile, "--seed", str(seed),
-            "--scenario", "burst", "--users", str(users), "--out", str(out), "--progress-interval", "0",
-            "--run-id", f"bench-{side}-{users}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        *SIDES[side],
+        "--profile",
+        profile,
+        "--seed",
+        str(seed),
+        "--scenario",
+        "burst",
+        "--users",
+        str(users),
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
+        "--run-id",
+        f"bench-{side}-{users}",
+    ]
     started = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     wall = time.monotonic() - started
@@ -78,9 +96,18 @@ def run_side(side: str, users: int, profile: str, seed: int, timeout: float, out
     failures = frame["failure_kind"].dropna().value_counts().to_dict()
     error = measurement_error(frame, load_truth(run_dir)) or {}
     first = error.get("vs_first_command_ms", {})
-    return RunResult(side, users, wall, len(frame), float(engine["health"]["cpu_seconds"]), q(0.5), q(0.99),
-                     float(first.get("p50", "nan")), float(first.get("p99", "nan")),
-                     {str(k): int(v) for k, v in failures.items()})  # fmt: skip
+    return RunResult(
+        side,
+        users,
+        wall,
+        len(frame),
+        float(engine["health"]["cpu_seconds"]),
+        q(0.5),
+        q(0.99),
+        float(first.get("p50", "nan")),
+        float(first.get("p99", "nan")),
+        {str(k): int(v) for k, v in failures.items()},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,17 +127,23 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_side(side, users, args.profile, args.seed, args.timeout, Path(tmp)))
     print(f"profile {args.profile}, seed {args.seed}; TTI in wall seconds; CPU = engine CPU / rollouts;")
     print("timing error = harness TTI - the vendor's own accept->first command done (what the client side adds)")
-    print(f"{'side':<6} {'users':>5} {'wall s':>7} {'cpu s':>6} {'cpu/rollout ms':>14} {'TTI p50':>8} {'p99':>7} "
-          f"{'err p50 ms':>10} {'p99':>6}  failures")  # fmt: skip
+    print(
+        f"{'side':<6} {'users':>5} {'wall s':>7} {'cpu s':>6} {'cpu/rollout ms':>14} {'TTI p50':>8} {'p99':>7} "
+        f"{'err p50 ms':>10} {'p99':>6}  failures"
+    )
     for r in results:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items(), key=lambda kv: -kv[1])) or "-"
-        print(f"{r.side:<6} {r.users:>5} {r.wall_s:>7.1f} {r.cpu_s:>6.1f} {r.cpu_per_rollout_ms:>14.1f} "
-              f"{r.tti_p50:>8.3f} {r.tti_p99:>7.3f} {r.error_p50_ms:>10.0f} {r.error_p99_ms:>6.0f}  {kinds}")  # fmt: skip
+        print(
+            f"{r.side:<6} {r.users:>5} {r.wall_s:>7.1f} {r.cpu_s:>6.1f} {r.cpu_per_rollout_ms:>14.1f} "
+            f"{r.tti_p50:>8.3f} {r.tti_p99:>7.3f} {r.error_p50_ms:>10.0f} {r.error_p99_ms:>6.0f}  {kinds}"
+        )
     by = {(r.side, r.users): r for r in results}
     for users in args.users:
         modal, stub = by[("modal", users)], by[("stub", users)]
-        print(f"burst {users}: modal/stub CPU per rollout {modal.cpu_per_rollout_ms / stub.cpu_per_rollout_ms:.1f}x, "
-              f"TTI p50 {modal.tti_p50 / stub.tti_p50:.2f}x, p99 {modal.tti_p99 / stub.tti_p99:.2f}x")  # fmt: skip
+        print(
+            f"burst {users}: modal/stub CPU per rollout {modal.cpu_per_rollout_ms / stub.cpu_per_rollout_ms:.1f}x, "
+            f"TTI p50 {modal.tti_p50 / stub.tti_p50:.2f}x, p99 {modal.tti_p99 / stub.tti_p99:.2f}x"
+        )
     sizes = sorted(set(args.users))
     if len(sizes) >= 2:
         lo, hi = sizes[0], sizes[-1]
@@ -120,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             / (by[(side, hi)].rollouts - by[(side, lo)].rollouts)
             for side in ("modal", "stub")
         }
-        print(f"marginal CPU per rollout ({lo}->{hi}): modal {marginal['modal']:.1f} ms, stub {marginal['stub']:.1f} ms, "
-              f"ratio {marginal['modal'] / marginal['stub']:.1f}x")  # fmt: skip
+        print(
+            f"marginal CPU per rollout ({lo}->{hi}): modal {marginal['modal']:.1f} ms, stub {marginal['stub']:.1f} ms, "
+            f"ratio {marginal['modal'] / marginal['stub']:.1f}x"
+        )
     return 0
 
 

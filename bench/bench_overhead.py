@@ -63,8 +63,17 @@ class Stub:
 
     def __init__(self) -> None:
         self.token = secrets.token_urlsafe(16)
-        argv = [sys.executable, "-m", "providers.sim.prime.serve", "--profile", "ideal", "--port", "0",
-                f"--token={self.token}", "--exit-on-stdin-eof"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "providers.sim.prime.serve",
+            "--profile",
+            "ideal",
+            "--port",
+            "0",
+            f"--token={self.token}",
+            "--exit-on-stdin-eof",
+        ]
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO
         )
@@ -93,22 +102,68 @@ def side_command(side: str, stub: Stub, concurrency: int, run_s: float, work: Pa
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if side == "stampede":
         return [
-            sys.executable, "-m", "harness.cli", "run", "--scenario", "steady", "--users", str(concurrency),
-            "--spawn-rate", "2000", "--hold", str(run_s), "--provider", "stub", "--base-url", stub.url,
-            "--token", stub.token, "--commands", "true", "--progress-interval", "0", "--out", str(work),
-            "--stop-timeout", "5",
-        ], env  # fmt: skip
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--scenario",
+            "steady",
+            "--users",
+            str(concurrency),
+            "--spawn-rate",
+            "2000",
+            "--hold",
+            str(run_s),
+            "--provider",
+            "stub",
+            "--base-url",
+            stub.url,
+            "--token",
+            stub.token,
+            "--commands",
+            "true",
+            "--progress-interval",
+            "0",
+            "--out",
+            str(work),
+            "--stop-timeout",
+            "5",
+        ], env
     if side == "bare":
         return [
-            sys.executable, str(BASELINES / "bare_loop.py"), "--url", stub.url, "--token", stub.token,
-            "--concurrency", str(concurrency), "--seconds", str(run_s), "--out", str(work / "bare.json"),
-        ], env  # fmt: skip
+            sys.executable,
+            str(BASELINES / "bare_loop.py"),
+            "--url",
+            stub.url,
+            "--token",
+            stub.token,
+            "--concurrency",
+            str(concurrency),
+            "--seconds",
+            str(run_s),
+            "--out",
+            str(work / "bare.json"),
+        ], env
     env.update(BENCH_URL=stub.url, BENCH_TOKEN=stub.token, BENCH_OUT=str(work / "locust.json"))
     return [
-        sys.executable, "-m", "locust", "-f", str(BASELINES / "locust_fasthttp.py"), "--headless", "-u",
-        str(concurrency), "-r", "2000", "-t", f"{run_s:.0f}s", "--stop-timeout", "5", "--only-summary",
-        "--loglevel", "ERROR",
-    ], env  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(BASELINES / "locust_fasthttp.py"),
+        "--headless",
+        "-u",
+        str(concurrency),
+        "-r",
+        "2000",
+        "-t",
+        f"{run_s:.0f}s",
+        "--stop-timeout",
+        "5",
+        "--only-summary",
+        "--loglevel",
+        "ERROR",
+    ], env
 
 
 def tree_cpu(root: psutil.Process) -> float:
@@ -171,22 +226,30 @@ def main() -> int:
             for side in SIDES:  # interleaved, so a noisy neighbour hits every side alike
                 window = measure(side, level, args.warmup, args.seconds, startup_s=15.0)
                 results.setdefault((side, level), []).append(window)
-                print(f"  {side:<9} {level:>5} in flight: {window.rate:8.1f} lifecycles/s, "
-                      f"{window.cpu_ms_per_lifecycle:6.2f} client CPU-ms each", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"  {side:<9} {level:>5} in flight: {window.rate:8.1f} lifecycles/s, "
+                    f"{window.cpu_ms_per_lifecycle:6.2f} client CPU-ms each",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def median(side: str, level: int, key: Callable[[Window], float]) -> float:
         values = sorted(key(w) for w in results[(side, level)])
         return values[len(values) // 2]
 
-    print(f"{'in flight':>9} | {'stampede/s':>10} {'bare/s':>8} {'locust/s':>8} | {'vs bare':>7} {'vs locust':>9} | "
-          f"{'CPU-ms stampede':>15} {'bare':>6} {'locust':>6} | {'CPU vs bare':>11}")  # fmt: skip
+    print(
+        f"{'in flight':>9} | {'stampede/s':>10} {'bare/s':>8} {'locust/s':>8} | {'vs bare':>7} {'vs locust':>9} | "
+        f"{'CPU-ms stampede':>15} {'bare':>6} {'locust':>6} | {'CPU vs bare':>11}"
+    )
     for level in levels:
         rate = {side: median(side, level, lambda w: w.rate) for side in SIDES}
         cpu = {side: median(side, level, lambda w: w.cpu_ms_per_lifecycle) for side in SIDES}
-        print(f"{level:>9} | {rate['stampede']:>10.1f} {rate['bare']:>8.1f} {rate['locust']:>8.1f} | "
-              f"{rate['stampede'] / rate['bare']:>6.2f}x {rate['stampede'] / rate['locust']:>8.2f}x | "
-              f"{cpu['stampede']:>15.2f} {cpu['bare']:>6.2f} {cpu['locust']:>6.2f} | "
-              f"{cpu['stampede'] / cpu['bare']:>10.2f}x")  # fmt: skip
+        print(
+            f"{level:>9} | {rate['stampede']:>10.1f} {rate['bare']:>8.1f} {rate['locust']:>8.1f} | "
+            f"{rate['stampede'] / rate['bare']:>6.2f}x {rate['stampede'] / rate['locust']:>8.2f}x | "
+            f"{cpu['stampede']:>15.2f} {cpu['bare']:>6.2f} {cpu['locust']:>6.2f} | "
+            f"{cpu['stampede'] / cpu['bare']:>10.2f}x"
+        )
     return 0
 
 

@@ -72,10 +72,27 @@ def run_side(side: str, args: argparse.Namespace, out: Path) -> SideResult:
         [word for option in args.prime_option for word in ("--provider-option", option)] if side == "prime" else []
     )
     argv = [
-        sys.executable, "-m", "harness.cli", "run", *provider, *options, "--profile", args.profile,
-        "--seed", str(args.seed), "--stages", args.stages, "--hold", str(args.hold), "--out", str(out),
-        "--progress-interval", "0", "--run-id", run_id,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        *provider,
+        *options,
+        "--profile",
+        args.profile,
+        "--seed",
+        str(args.seed),
+        "--stages",
+        args.stages,
+        "--hold",
+        str(args.hold),
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
+        "--run-id",
+        run_id,
+    ]
     started = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     wall = time.monotonic() - started

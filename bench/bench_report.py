@@ -73,8 +73,10 @@ def main() -> int:
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "harness.cli.report", str(run_dir), "-o", str(root / "report")],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
         print(result.stderr, file=sys.stderr)
@@ -88,8 +90,10 @@ def main() -> int:
         f"stampede report, end to end (fresh interpreter, 4 figures, report.html): {elapsed:.2f} s [{verdict}: target < {TARGET_S:g} s]"
     )
     print(f"  of which, in process: load + every per-stage statistic {stats:.2f} s")
-    print(f"naive pandas baseline (all columns, groupby quantiles only): {baseline:.2f} s; "
-          f"statistics vs baseline {baseline / stats:.1f}x faster")  # fmt: skip
+    print(
+        f"naive pandas baseline (all columns, groupby quantiles only): {baseline:.2f} s; "
+        f"statistics vs baseline {baseline / stats:.1f}x faster"
+    )
     return 0 if elapsed < TARGET_S else 1
 
 

@@ -44,15 +44,50 @@ def _roles(root: psutil.Process) -> dict[str, int]:
 
 def measure(users: int, provider: str, settle_s: float) -> tuple[dict[str, int], float]:
     """RSS by role with `users` rollouts in flight, and seconds from SIGTERM to exit."""
-    options = (["--provider", SCRIPTED, "--provider-option", "ready_delay_s=600"] if provider == "scripted" else
-               ["--provider", "stub", "--profile", "ideal", "--time-scale", "1", "--commands", "sleep 600",
-                "--exec-timeout", "900"])  # fmt: skip
+    options = (
+        ["--provider", SCRIPTED, "--provider-option", "ready_delay_s=600"]
+        if provider == "scripted"
+        else [
+            "--provider",
+            "stub",
+            "--profile",
+            "ideal",
+            "--time-scale",
+            "1",
+            "--commands",
+            "sleep 600",
+            "--exec-timeout",
+            "900",
+        ]
+    )
     with tempfile.TemporaryDirectory() as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", "run", "--scenario", "steady", "--users", str(users),
-             "--spawn-rate", str(users), "--hold", "600", "--workers", "0", "--out", out,
-             "--progress-interval", "0", "--allow-oversubscribe", *options],  # fmt: skip
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                "run",
+                "--scenario",
+                "steady",
+                "--users",
+                str(users),
+                "--spawn-rate",
+                str(users),
+                "--hold",
+                "600",
+                "--workers",
+                "0",
+                "--out",
+                out,
+                "--progress-interval",
+                "0",
+                "--allow-oversubscribe",
+                *options,
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         root = psutil.Process(process.pid)
         time.sleep(settle_s)
@@ -78,11 +113,14 @@ def main() -> None:
     high, high_stop = measure(args.high, args.provider, args.settle)
     for role in ("locust", "engine", "vendor"):
         per = (high[role] - low[role]) / (args.high - args.low)
-        print(f"{role:7s} {low[role] / 2**20:8.1f} MB at {args.low}, {high[role] / 2**20:8.1f} MB at {args.high}: "
-              f"{per / 1024:6.1f} KB per rollout in flight")  # fmt: skip
+        print(
+            f"{role:7s} {low[role] / 2**20:8.1f} MB at {args.low}, {high[role] / 2**20:8.1f} MB at {args.high}: "
+            f"{per / 1024:6.1f} KB per rollout in flight"
+        )
     per_fd = (high["engine_fds"] - low["engine_fds"]) / (args.high - args.low)
-    print(f"engine  {low['engine_fds']} fds at {args.low}, {high['engine_fds']} at {args.high}: "
-          f"{per_fd:.2f} per rollout")
+    print(
+        f"engine  {low['engine_fds']} fds at {args.low}, {high['engine_fds']} at {args.high}: {per_fd:.2f} per rollout"
+    )
     print(f"SIGTERM to exit: {low_stop:.1f} s at {args.low}, {high_stop:.1f} s at {args.high} in flight")
 
 

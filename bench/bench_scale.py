@@ -104,11 +104,31 @@ def measure(users: int, hold_s: float, spawn_rate: float, churn: bool = False) -
     out = tempfile.mkdtemp(prefix="bench-scale-")
     sleep_s = int(hold_s + users / spawn_rate + 60)
     argv = [
-        sys.executable, "-m", "harness.cli", "run", "--scenario", "steady", "--users", str(users),
-        "--spawn-rate", str(spawn_rate), "--hold", str(hold_s), "--profile", "ideal",
-        "--commands", "true; sleep 2" if churn else f"true; sleep {sleep_s}", "--exec-timeout", str(sleep_s + 60), "--progress-interval", "2",
-        "--stop-timeout", "0", "--out", out,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--scenario",
+        "steady",
+        "--users",
+        str(users),
+        "--spawn-rate",
+        str(spawn_rate),
+        "--hold",
+        str(hold_s),
+        "--profile",
+        "ideal",
+        "--commands",
+        "true; sleep 2" if churn else f"true; sleep {sleep_s}",
+        "--exec-timeout",
+        str(sleep_s + 60),
+        "--progress-interval",
+        "2",
+        "--stop-timeout",
+        "0",
+        "--out",
+        out,
+    ]
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(process.pid)
     held_since: list[float] = []
@@ -163,18 +183,26 @@ def main() -> int:
     parser.add_argument("--levels", default="960,5000", help="comma-separated rollouts held in flight")
     parser.add_argument("--hold", type=float, default=40.0, help="seconds each level is held once reached")
     parser.add_argument("--spawn-rate", type=float, default=500.0, help="users started per second")
-    parser.add_argument("--churn", action="store_true",
-                        help="rollouts end every ~2 s and new ones start (the leak check), instead of being held")  # fmt: skip
+    parser.add_argument(
+        "--churn",
+        action="store_true",
+        help="rollouts end every ~2 s and new ones start (the leak check), instead of being held",
+    )
     args = parser.parse_args()
-    print(f"{'held':>7} {'engines':>7} | {'loop lag p99 (held)':>19} | {'engine RSS idle':>15} {'held':>7} "
-          f"{'KB/rollout':>10} | {'Locust RSS':>10} | {'RSS slope':>14}")  # fmt: skip
+    print(
+        f"{'held':>7} {'engines':>7} | {'loop lag p99 (held)':>19} | {'engine RSS idle':>15} {'held':>7} "
+        f"{'KB/rollout':>10} | {'Locust RSS':>10} | {'RSS slope':>14}"
+    )
     for users in (int(level) for level in args.levels.split(",") if level):
         level = measure(users, args.hold, args.spawn_rate, churn=args.churn)
         lags = level.lag_p99_ms or []
         lag = f"{max(lags):.0f} ms (max of {len(lags)})" if lags else "-"
-        print(f"{level.held:>7} {level.engines:>7} | {lag:>19} | {level.engine_rss_idle_mb:>12.0f} MB {level.engine_rss_held_mb:>4.0f} MB "
-              f"{level.kb_per_rollout:>10.1f} | {level.locust_rss_held_mb:>7.0f} MB | "
-              f"{level.slope_mb_per_min:>+8.2f} MB/min", flush=True)  # fmt: skip
+        print(
+            f"{level.held:>7} {level.engines:>7} | {lag:>19} | {level.engine_rss_idle_mb:>12.0f} MB {level.engine_rss_held_mb:>4.0f} MB "
+            f"{level.kb_per_rollout:>10.1f} | {level.locust_rss_held_mb:>7.0f} MB | "
+            f"{level.slope_mb_per_min:>+8.2f} MB/min",
+            flush=True,
+        )
     return 0
 
 

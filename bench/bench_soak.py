@@ -108,10 +108,29 @@ def soak(
     hold_s = minutes * 60
     out = tempfile.mkdtemp(prefix="bench-soak-")
     argv = [
-        sys.executable, "-m", "harness.cli", "run", "--scenario", "steady", "--users", str(users),
-        "--spawn-rate", str(spawn_rate), "--hold", str(hold_s), "--profile", "ideal",
-        "--commands", command, "--progress-interval", "5", "--stop-timeout", "0", "--out", out,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--scenario",
+        "steady",
+        "--users",
+        str(users),
+        "--spawn-rate",
+        str(spawn_rate),
+        "--hold",
+        str(hold_s),
+        "--profile",
+        "ideal",
+        "--commands",
+        command,
+        "--progress-interval",
+        "5",
+        "--stop-timeout",
+        "0",
+        "--out",
+        out,
+    ]
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(process.pid)
     series = {role: Series() for role in ROLES}
@@ -176,8 +195,10 @@ def main() -> int:
     warmup_s = args.warmup if args.warmup is not None else min(120.0, args.minutes * 60 / 5)
     series, lags, peak, rollouts = soak(args.users, args.minutes, args.spawn_rate, args.command)
     rate = rollouts / (args.minutes * 60)
-    print(f"{args.users} rollouts in flight (peak seen {peak}) for {args.minutes:g} min: {rollouts} rollouts "
-          f"(~{rate:.0f}/s); slope after {warmup_s:.0f} s")  # fmt: skip
+    print(
+        f"{args.users} rollouts in flight (peak seen {peak}) for {args.minutes:g} min: {rollouts} rollouts "
+        f"(~{rate:.0f}/s); slope after {warmup_s:.0f} s"
+    )
     print(
         f"{'process':>8} | {'RSS at warm-up':>14} {'at end':>8} | {'RSS slope':>14} {'last half':>14} | "
         f"{'open fds min-max':>16}"

@@ -29,8 +29,20 @@ def to_first_rollout() -> float:
     """Seconds from starting `stampede run` to its first rollout's submit stamp."""
     out = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     started = time.time()
-    argv = [sys.executable, "-m", "harness.cli", "run", "--stages", "4", "--hold", "1", "--out", str(out),
-            "--progress-interval", "0"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--stages",
+        "4",
+        "--hold",
+        "1",
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
+    ]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"stampede run failed: {result.stderr[-500:]}")

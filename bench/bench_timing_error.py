@@ -109,14 +109,45 @@ def report(terms: pd.DataFrame) -> str:
 
 def run(args: argparse.Namespace, out: Path) -> Path:
     if args.stages:
-        shape = ["--scenario", "ramp", "--stages", args.stages, "--hold", str(args.hold),
-                 "--commands", f"true; sleep {args.hold * 10:g}", "--exec-timeout", str(args.hold * 20)]  # fmt: skip
+        shape = [
+            "--scenario",
+            "ramp",
+            "--stages",
+            args.stages,
+            "--hold",
+            str(args.hold),
+            "--commands",
+            f"true; sleep {args.hold * 10:g}",
+            "--exec-timeout",
+            str(args.hold * 20),
+        ]
     else:
-        shape = ["--scenario", "steady", "--users", str(args.users), "--hold", str(args.hold),
-                 "--commands", "true; sleep 1"]  # fmt: skip
-    argv = [sys.executable, "-m", "harness.cli", "run", *shape, "--spawn-rate", str(args.spawn_rate),
-            *(("--profile", args.profile) if args.profile else ()), "--progress-interval", "0", "--stop-timeout", "0",
-            "--out", str(out)]  # fmt: skip
+        shape = [
+            "--scenario",
+            "steady",
+            "--users",
+            str(args.users),
+            "--hold",
+            str(args.hold),
+            "--commands",
+            "true; sleep 1",
+        ]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        *shape,
+        "--spawn-rate",
+        str(args.spawn_rate),
+        *(("--profile", args.profile) if args.profile else ()),
+        "--progress-interval",
+        "0",
+        "--stop-timeout",
+        "0",
+        "--out",
+        str(out),
+    ]
     subprocess.run(argv, cwd=REPO, check=True, stdout=subprocess.DEVNULL, timeout=args.hold * 10 + 600)
     return next(path for path in out.iterdir() if path.is_dir())
 

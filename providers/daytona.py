@@ -250,9 +250,13 @@ class DaytonaProvider(Provider):
         from daytona import AsyncDaytona
 
         opts = self.options
-        config = DaytonaConfig(api_key=opts.api_key, api_url=opts.api_url, target=opts.target,
-                               connection_pool_maxsize=opts.max_connections,
-                               use_deprecated_polling=not opts.events)  # fmt: skip
+        config = DaytonaConfig(
+            api_key=opts.api_key,
+            api_url=opts.api_url,
+            target=opts.target,
+            connection_pool_maxsize=opts.max_connections,
+            use_deprecated_polling=not opts.events,
+        )
         try:
             sdk = AsyncDaytona(config)
         except DaytonaError as exc:
@@ -297,8 +301,11 @@ class DaytonaProvider(Provider):
         image = spec.image or opts.image
         try:
             if image:
-                resources = Resources(cpu=max(1, math.ceil(spec.cpu)), memory=max(1, math.ceil(spec.memory_mb / 1024)),
-                                      disk=max(1, math.ceil(spec.disk_gb)))  # fmt: skip
+                resources = Resources(
+                    cpu=max(1, math.ceil(spec.cpu)),
+                    memory=max(1, math.ceil(spec.memory_mb / 1024)),
+                    disk=max(1, math.ceil(spec.disk_gb)),
+                )
                 return CreateSandboxFromImageParams(image=image, resources=resources, **common)
             return CreateSandboxFromSnapshotParams(snapshot=opts.snapshot, **common)
         except (ValueError, TypeError) as exc:
@@ -323,8 +330,13 @@ class DaytonaProvider(Provider):
         if not start.acked.done():  # the SDK's create ended before the API acknowledged anything: it failed
             sandbox = task.result()  # raises the SDK's exception
             start.acknowledge(sandbox.id)
-        return SandboxRef(sandbox_id=start.acked.result(), provider=self.name, run_id=spec.run_id,
-                          rollout_id=spec.rollout_id, handle=start)  # fmt: skip
+        return SandboxRef(
+            sandbox_id=start.acked.result(),
+            provider=self.name,
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            handle=start,
+        )
 
     async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation | None:
         start = _start_of(ref)
@@ -587,5 +599,3 @@ def _sdk_error(exc: DaytonaError, message: str, phase: Phase | None) -> FailureK
     if isinstance(cause, (aiohttp.ClientError, OSError)):
         return FailureKind.TRANSPORT
     return vendor_error_kind(phase)
-
-

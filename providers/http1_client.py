@@ -91,9 +91,21 @@ class _Connection(asyncio.Protocol):
     """One keep-alive connection: at most one request at a time, its answer parsed as the bytes arrive."""
 
     __slots__ = (
-        "_body_left", "_buffer", "_chunked", "_chunks", "_head", "_keep_alive", "_no_body", "_on_lost", "_to_close",
-        "_waiter", "closed", "idle_since", "origin", "transport",
-    )  # fmt: skip
+        "_body_left",
+        "_buffer",
+        "_chunked",
+        "_chunks",
+        "_head",
+        "_keep_alive",
+        "_no_body",
+        "_on_lost",
+        "_to_close",
+        "_waiter",
+        "closed",
+        "idle_since",
+        "origin",
+        "transport",
+    )
 
     def __init__(self, origin: Origin, on_lost: Callable[[_Connection], None]) -> None:
         self.origin = origin

@@ -550,8 +550,12 @@ def _grpc_status(exc: grpclib.GRPCError, phase: Phase | None) -> FailureKind:
         return classify_modal(mexc.ResourceExhaustedError(exc.message or ""), phase)
     if status in (grpclib.Status.UNAUTHENTICATED, grpclib.Status.PERMISSION_DENIED):
         return FailureKind.AUTH
-    if status in (grpclib.Status.INVALID_ARGUMENT, grpclib.Status.OUT_OF_RANGE, grpclib.Status.UNIMPLEMENTED,
-                  grpclib.Status.ALREADY_EXISTS):  # fmt: skip
+    if status in (
+        grpclib.Status.INVALID_ARGUMENT,
+        grpclib.Status.OUT_OF_RANGE,
+        grpclib.Status.UNIMPLEMENTED,
+        grpclib.Status.ALREADY_EXISTS,
+    ):
         return FailureKind.INVALID_REQUEST
     if status in (grpclib.Status.NOT_FOUND, grpclib.Status.FAILED_PRECONDITION, grpclib.Status.ABORTED):
         return _ended(exc.message or "", phase, died=False)

@@ -236,9 +236,7 @@ class _CreateCall:
 _CREATE_CALL: contextvars.ContextVar[_CreateCall | None] = contextvars.ContextVar("stampede_prime_create", default=None)
 
 
-def _throttle_error(
-    status: int, body: Any, headers: Mapping[str, str], phase: Phase = Phase.CREATE
-) -> ProviderError:
+def _throttle_error(status: int, body: Any, headers: Mapping[str, str], phase: Phase = Phase.CREATE) -> ProviderError:
     return error_from_response(status, body, phase, retry_after_of(headers, body))
 
 

@@ -534,9 +534,13 @@ class StubProvider(Provider):
         """The sandbox's gateway token (asked again after a transient failure; an unreadable one is the phase's)."""
         for attempt in range(1, 4):
             auth = await self.request_retrying(
-                "POST", f"/sandbox/{quote(ref.sandbox_id)}/auth", phase, attempts=3, timeout=self._attempt_timeout,
+                "POST",
+                f"/sandbox/{quote(ref.sandbox_id)}/auth",
+                phase,
+                attempts=3,
+                timeout=self._attempt_timeout,
                 base=self.base_for(ref.sandbox_id),
-            )  # fmt: skip
+            )
             try:
                 return _gateway_auth(auth)
             except (KeyError, TypeError):
@@ -623,10 +627,14 @@ class StubProvider(Provider):
             page = 1
             while True:
                 body = await self.request_retrying(
-                    "GET", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
-                    timeout=self._attempt_timeout, base=base,
+                    "GET",
+                    "/sandbox",
+                    Phase.TERMINATE,
+                    attempts=self.options.terminate_attempts,
+                    timeout=self._attempt_timeout,
+                    base=base,
                     params=[("page", page), ("per_page", 100), *labels, ("is_active", "true")],
-                )  # fmt: skip
+                )
                 for sandbox in body.get("sandboxes", []):
                     refs.append(self._listed(sandbox["id"], run_id, base))
                 if not body.get("hasNext"):
@@ -645,9 +653,14 @@ class StubProvider(Provider):
         reaped = 0
         for base in self.vendor_urls:
             body = await self.request_retrying(
-                "DELETE", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
-                timeout=self._attempt_timeout, json={"labels": labels}, base=base,
-            )  # fmt: skip
+                "DELETE",
+                "/sandbox",
+                Phase.TERMINATE,
+                attempts=self.options.terminate_attempts,
+                timeout=self._attempt_timeout,
+                json={"labels": labels},
+                base=base,
+            )
             reaped += len(body.get("succeeded", []))
         return reaped
 
@@ -658,9 +671,14 @@ class StubProvider(Provider):
             for page in range(1, ALL_OWNED_MAX_PAGES + 1):
                 params = [("page", page), ("per_page", 100), ("is_active", "true")]
                 body = await self.request_retrying(
-                    "GET", "/sandbox", Phase.TERMINATE, attempts=self.options.terminate_attempts,
-                    timeout=self._attempt_timeout, params=params, base=base,
-                )  # fmt: skip
+                    "GET",
+                    "/sandbox",
+                    Phase.TERMINATE,
+                    attempts=self.options.terminate_attempts,
+                    timeout=self._attempt_timeout,
+                    params=params,
+                    base=base,
+                )
                 for sandbox in body.get("sandboxes", []):
                     run_id = tagged_by_stampede(sandbox.get("labels"))
                     if run_id is not None:

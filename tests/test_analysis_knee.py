@@ -24,11 +24,29 @@ def stage(level: int, failure: float, p99: float) -> StageStats:
         "n": 100,
     }
     return StageStats(
-        run_id="r", provider="stub", profile="x", stage=f"s{level}", concurrency=level, measured_concurrency=level,
-        rollouts=100, ok=int(100 * (1 - failure)), failed=int(100 * failure), cancelled=0, cancelled_before_tti=0, retries=0, gave_up=0,
-        failure_rate=failure, success_rate=1 - failure, failures_by_kind={}, failures_by_phase={},
-        phases={"tti": tti}, tti_p99_censored_upper=p99, start_rate=1.0, time_scale=1.0, basis="vendor",
-    )  # fmt: skip
+        run_id="r",
+        provider="stub",
+        profile="x",
+        stage=f"s{level}",
+        concurrency=level,
+        measured_concurrency=level,
+        rollouts=100,
+        ok=int(100 * (1 - failure)),
+        failed=int(100 * failure),
+        cancelled=0,
+        cancelled_before_tti=0,
+        retries=0,
+        gave_up=0,
+        failure_rate=failure,
+        success_rate=1 - failure,
+        failures_by_kind={},
+        failures_by_phase={},
+        phases={"tti": tti},
+        tti_p99_censored_upper=p99,
+        start_rate=1.0,
+        time_scale=1.0,
+        basis="vendor",
+    )
 
 
 def test_failure_rate_breaks_the_ramp():

@@ -75,17 +75,20 @@ def test_censored_upper_bound_treats_cut_off_rollouts_as_slowest():
 
 def test_concurrency_during_a_start_reads_a_burst_as_its_width():
     # a burst of 4 submitted over 30 ms: at submit they see 1..4, while starting every one met 4
-    burst = pd.DataFrame({"t_submit": [0.0, 0.01, 0.02, 0.03], "total_s": [3.0] * 4, "create_s": [0.1] * 4,
-                          "ready_s": [1.0] * 4})  # fmt: skip
+    burst = pd.DataFrame(
+        {"t_submit": [0.0, 0.01, 0.02, 0.03], "total_s": [3.0] * 4, "create_s": [0.1] * 4, "ready_s": [1.0] * 4}
+    )
     assert concurrency_at_submit(burst).tolist() == [1, 2, 3, 4]
     assert concurrency_during(burst).tolist() == [4, 4, 4, 4]
     # one start every 600 ms, each usable after 1.1 s and done after 1.5 s: two or three overlap, never 100
-    staggered = pd.DataFrame({"t_submit": np.arange(100) * 0.6, "total_s": [1.5] * 100, "create_s": [0.1] * 100,
-                              "ready_s": [1.0] * 100})  # fmt: skip
+    staggered = pd.DataFrame(
+        {"t_submit": np.arange(100) * 0.6, "total_s": [1.5] * 100, "create_s": [0.1] * 100, "ready_s": [1.0] * 100}
+    )
     assert set(concurrency_during(staggered).tolist()) <= {2, 3}
     # a row that never became usable is counted over its whole interval
-    failed = pd.DataFrame({"t_submit": [0.0, 5.0], "total_s": [10.0, 1.0], "create_s": [0.1, 0.1],
-                           "ready_s": [np.nan, 0.5]})  # fmt: skip
+    failed = pd.DataFrame(
+        {"t_submit": [0.0, 5.0], "total_s": [10.0, 1.0], "create_s": [0.1, 0.1], "ready_s": [np.nan, 0.5]}
+    )
     assert concurrency_during(failed).tolist() == [2, 2]
 
 

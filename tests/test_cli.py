@@ -126,9 +126,12 @@ def test_output_piped_into_a_reader_that_leaves_is_not_a_traceback():
     os.close(read_end)  # the reader left before the first line
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "harness.cli", "profiles"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "harness.cli", "profiles"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
             timeout=60,
-        )  # fmt: skip
+        )
     finally:
         os.close(write_end)
     assert done.returncode == 141

@@ -30,8 +30,12 @@ def _serve_parsers():
     from providers.sim.modal.serve import build_parser as modal
     from providers.sim.prime.serve import build_parser as prime
 
-    for name, build in (("stub serve", prime), ("modal-local serve", modal), ("e2b-local serve", e2b),
-                        ("daytona-local serve", daytona)):  # fmt: skip
+    for name, build in (
+        ("stub serve", prime),
+        ("modal-local serve", modal),
+        ("e2b-local serve", e2b),
+        ("daytona-local serve", daytona),
+    ):
         yield f"stampede {name}", build()
 
 
@@ -87,7 +91,8 @@ def test_an_environment_variable_sets_the_default_the_help_shows(monkeypatch: py
 
 def test_version_prints_the_package_version() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"stampede {declared}"

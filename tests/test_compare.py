@@ -35,14 +35,24 @@ LEVELS = (60, 120, 240)
 
 
 def stampede(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
-def synthetic(root: Path, run_id: str, ready_median_s: float, seed: int, levels=LEVELS, n: int = 2000,
-              init_failure_p: float = 0.01) -> Path:  # fmt: skip
-    stages = tuple(SyntheticStage(level, n, ready_median_s=ready_median_s, ready_sigma=0.4,
-                                  init_failure_p=init_failure_p) for level in levels)  # fmt: skip
+def synthetic(
+    root: Path,
+    run_id: str,
+    ready_median_s: float,
+    seed: int,
+    levels=LEVELS,
+    n: int = 2000,
+    init_failure_p: float = 0.01,
+) -> Path:
+    stages = tuple(
+        SyntheticStage(level, n, ready_median_s=ready_median_s, ready_sigma=0.4, init_failure_p=init_failure_p)
+        for level in levels
+    )
     return write_synthetic_run(
         root, SyntheticRun(run_id=run_id, profile=run_id, stages=stages, seed=seed, exec_count=1)
     )
@@ -135,8 +145,9 @@ def test_a_clearly_slower_candidate_is_worse_and_a_faster_one_better():
 
 def test_two_samples_of_one_distribution_are_within_noise():
     rng = np.random.default_rng(3)
-    row = compare_samples(sample("b", rng.lognormal(0, 0.5, 3000)), sample("c", rng.lognormal(0, 0.5, 3000)),
-                          Settings(), "vendor s", True)  # fmt: skip
+    row = compare_samples(
+        sample("b", rng.lognormal(0, 0.5, 3000)), sample("c", rng.lognormal(0, 0.5, 3000)), Settings(), "vendor s", True
+    )
     verdicts = {f.name: f.verdict for f in row.figures}
     assert verdicts["tti.p50"] == verdicts["tti.p90"] == verdicts["tti.p99"] == NOISE
     assert verdicts["tti.p99.9"] == FEW  # 3000 samples leave 3 beyond p99.9
@@ -153,16 +164,26 @@ def test_a_change_below_the_minimum_effect_is_noise_however_sure():
 
 def test_small_sample_tails_get_no_verdict_even_when_far_worse():
     rng = np.random.default_rng(4)
-    row = compare_samples(sample("b", rng.lognormal(0, 0.5, 200)), sample("c", rng.lognormal(0, 0.5, 200) * 3),
-                          Settings(gate=("tti.p99",)), "vendor s", True)  # fmt: skip
+    row = compare_samples(
+        sample("b", rng.lognormal(0, 0.5, 200)),
+        sample("c", rng.lognormal(0, 0.5, 200) * 3),
+        Settings(gate=("tti.p99",)),
+        "vendor s",
+        True,
+    )
     by_name = {f.name: f for f in row.figures}
     assert by_name["tti.p50"].verdict == WORSE  # 100 samples beyond p50
     assert by_name["tti.p99"].verdict == FEW and not by_name["tti.p99"].regression  # 2 beyond p99
 
 
 def test_failure_rates_compare_with_newcombe_intervals():
-    worse = compare_samples(sample("b", np.ones(980), ok=980, failed=20), sample("c", np.ones(900), ok=900, failed=100),
-                            Settings(), "vendor s", True)  # fmt: skip
+    worse = compare_samples(
+        sample("b", np.ones(980), ok=980, failed=20),
+        sample("c", np.ones(900), ok=900, failed=100),
+        Settings(),
+        "vendor s",
+        True,
+    )
     assert {f.name: f for f in worse.figures}["failure_rate"].verdict == WORSE
     # 0 of 100 against 1 of 100: an interval around the change, not a point at 0
     low, high = rate_delta_interval(0, 100, 1, 100, 0.95)
@@ -212,26 +233,55 @@ def test_the_same_vendor_at_nearby_levels_is_no_regression(folders, tmp_path):
 
 
 def test_gate_chooses_what_fails_the_comparison(folders, tmp_path):
-    assert stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path), "--no-figures",
-                    "--gate", "none").returncode == 0  # fmt: skip
-    assert stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path), "--no-figures",
-                    "--gate", "failure_rate").returncode == 0  # fmt: skip
-    assert stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path), "--no-figures",
-                    "--gate", "ready.p90").returncode == EXIT_REGRESSION  # fmt: skip
+    assert (
+        stampede(
+            "compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path), "--no-figures", "--gate", "none"
+        ).returncode
+        == 0
+    )
+    assert (
+        stampede(
+            "compare",
+            str(folders["base"]),
+            str(folders["slow"]),
+            "-o",
+            str(tmp_path),
+            "--no-figures",
+            "--gate",
+            "failure_rate",
+        ).returncode
+        == 0
+    )
+    assert (
+        stampede(
+            "compare",
+            str(folders["base"]),
+            str(folders["slow"]),
+            "-o",
+            str(tmp_path),
+            "--no-figures",
+            "--gate",
+            "ready.p90",
+        ).returncode
+        == EXIT_REGRESSION
+    )
 
 
 def test_thresholds_are_checked_on_the_candidates_and_come_before_a_regression(folders, tmp_path):
     out = str(tmp_path / "out")
-    held = stampede("compare", str(folders["base"]), str(folders["same"]), "-o", out, "--no-figures",
-                    "--threshold", "tti.p50<1000")  # fmt: skip
+    held = stampede(
+        "compare", str(folders["base"]), str(folders["same"]), "-o", out, "--no-figures", "--threshold", "tti.p50<1000"
+    )
     assert held.returncode == 0 and "all 1 hold" in held.stdout
-    crossed = stampede("compare", str(folders["base"]), str(folders["same"]), "-o", out, "--no-figures",
-                       "--threshold", "tti.p50<0.001")  # fmt: skip
+    crossed = stampede(
+        "compare", str(folders["base"]), str(folders["same"]), "-o", out, "--no-figures", "--threshold", "tti.p50<0.001"
+    )
     assert crossed.returncode == EXIT_THRESHOLDS_CROSSED and "CROSSED" in crossed.stdout
     saved = json.loads((tmp_path / "out" / "compare.json").read_text())
     assert saved["exit_code"] == EXIT_THRESHOLDS_CROSSED and saved["thresholds"][0]["run_id"] == "same"
-    both = stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", out, "--no-figures",
-                    "--threshold", "tti.p50<0.001")  # fmt: skip
+    both = stampede(
+        "compare", str(folders["base"]), str(folders["slow"]), "-o", out, "--no-figures", "--threshold", "tti.p50<0.001"
+    )
     assert both.returncode == EXIT_THRESHOLDS_CROSSED and "REGRESSION" in both.stdout
 
 
@@ -270,8 +320,22 @@ def test_two_real_runs_of_different_vendors(tmp_path):
     """ideal vs modal-like, bursts of 40: modal-like's cold starts are a regression; the overlay is drawn."""
     out = tmp_path / "runs"
     for profile in ("ideal", "modal-like"):
-        run = stampede("run", "--profile", profile, "--scenario", "burst", "--users", "40", "--seed", "0",
-                       "--out", str(out), "--run-id", profile, timeout=180)  # fmt: skip
+        run = stampede(
+            "run",
+            "--profile",
+            profile,
+            "--scenario",
+            "burst",
+            "--users",
+            "40",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--run-id",
+            profile,
+            timeout=180,
+        )
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     result = stampede("compare", str(out / "ideal"), str(out / "modal-like"), "-o", str(tmp_path / "cmp"))
     assert result.returncode == EXIT_REGRESSION, result.stdout + result.stderr
@@ -294,8 +358,16 @@ def test_compare_json_matches_its_schema_and_a_broken_one_does_not(folders, tmp_
     from harness.results.compare_report import validate_comparison
 
     out = tmp_path / "out"
-    stampede("compare", str(folders["base"]), str(folders["slow"]), "-o", str(out), "--no-figures",
-             "--threshold", "tti.p50<1000")  # fmt: skip
+    stampede(
+        "compare",
+        str(folders["base"]),
+        str(folders["slow"]),
+        "-o",
+        str(out),
+        "--no-figures",
+        "--threshold",
+        "tti.p50<1000",
+    )
     saved = json.loads((out / "compare.json").read_text())
     validate_comparison(saved)
     figure = saved["candidates"][0]["rows"][0]["figures"][0]

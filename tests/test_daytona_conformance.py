@@ -116,8 +116,9 @@ def params(labels: dict[str, str], **extra: Any) -> CreateSandboxFromSnapshotPar
 @pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_lifecycle(flavour: str, open_front: Open) -> None:
     front, sdk = await open_front(flavour)
-    sandbox = await sdk.call(sdk.client.create, params({"run": "a", "role": "x"}, env_vars={"GREETING": "hello"},
-                                                       ttl_minutes=30), timeout=30)  # fmt: skip
+    sandbox = await sdk.call(
+        sdk.client.create, params({"run": "a", "role": "x"}, env_vars={"GREETING": "hello"}, ttl_minutes=30), timeout=30
+    )
     other = await sdk.call(sdk.client.create, params({"run": "b"}), timeout=30)
     assert sandbox.state == "started" and sandbox.labels["run"] == "a" and sandbox.labels["role"] == "x"
     assert sandbox.auto_stop_interval == 5 and sandbox.auto_delete_interval == 0 and sandbox.auto_destroy_at
@@ -136,8 +137,9 @@ async def test_lifecycle(flavour: str, open_front: Open) -> None:
     assert (result.exit_code, result.result) == (0, "/tmp\n1\n")
     # sessions: stdout and stderr apart
     await sdk.call(sandbox.process.create_session, "s1")
-    run = await sdk.call(sandbox.process.execute_session_command, "s1",
-                         SessionExecuteRequest(command="echo out; echo err >&2; exit 4"))  # fmt: skip
+    run = await sdk.call(
+        sandbox.process.execute_session_command, "s1", SessionExecuteRequest(command="echo out; echo err >&2; exit 4")
+    )
     assert (run.exit_code, run.stdout, run.stderr, run.output) == (4, "out\n", "err\n", "out\nerr\n")
     assert (await sdk.call(sandbox.process.get_session_command, "s1", run.cmd_id)).exit_code == 4
 
@@ -193,8 +195,9 @@ async def test_the_create_rate_is_a_429(flavour: str, open_front: Open) -> None:
         ("resource_pool.disk_gb", "Total disk limit exceeded. Maximum allowed: 6GiB."),
     ],
 )
-async def test_the_resource_pool_is_a_403_not_a_429(flavour: str, resource: str, expected: str,
-                                                    open_front: Open) -> None:  # fmt: skip
+async def test_the_resource_pool_is_a_403_not_a_429(
+    flavour: str, resource: str, expected: str, open_front: Open
+) -> None:
     limit = 6 if resource.endswith("disk_gb") else 2  # a default sandbox holds 1 vCPU, 1 GiB, 3 GiB of disk
     front, sdk = await open_front(flavour, **{resource: limit})
     first = [await sdk.call(sdk.client.create, params({"run": "q"}), timeout=30) for _ in range(2)]
@@ -208,8 +211,9 @@ async def test_the_resource_pool_is_a_403_not_a_429(flavour: str, resource: str,
 
 
 async def test_no_runner_is_a_400_and_a_bad_key_a_401(open_front: Open) -> None:
-    _, sdk = await open_front("async", **{"pool.initial_nodes": 1, "pool.slots_per_node": 1, "pool.max_nodes": 1,
-                                          "pool.max_queue": 0})  # fmt: skip
+    _, sdk = await open_front(
+        "async", **{"pool.initial_nodes": 1, "pool.slots_per_node": 1, "pool.max_nodes": 1, "pool.max_queue": 0}
+    )
     await sdk.client.create(params({"run": "c"}), timeout=30)
     with pytest.raises(DaytonaBadRequestError, match="No available runners") as info:
         await sdk.client.create(params({"run": "c"}), timeout=30)
@@ -227,8 +231,9 @@ async def test_no_runner_is_a_400_and_a_bad_key_a_401(open_front: Open) -> None:
         ({"errors.boot_crash_prob": 1.0}, FailureKind.DIED_BEFORE_READY),  # crashed while starting
     ],
 )
-async def test_a_sandbox_that_fails_to_start(overrides: dict[str, float], expected: FailureKind,
-                                             open_front: Open) -> None:  # fmt: skip
+async def test_a_sandbox_that_fails_to_start(
+    overrides: dict[str, float], expected: FailureKind, open_front: Open
+) -> None:
     front, sdk = await open_front("async", **overrides)
     with pytest.raises(DaytonaError, match="entered error state"):
         await sdk.client.create(params({"run": "f"}), timeout=30)
@@ -344,17 +349,23 @@ def test_classification_table() -> None:
         DaytonaUnprocessableEntityError,
     )
 
-    C, R, E, T = Phase.CREATE, Phase.READY, Phase.EXEC, Phase.TERMINATE
+    C, R, E, _T = Phase.CREATE, Phase.READY, Phase.EXEC, Phase.TERMINATE
     K = FailureKind
     quota = "Failed to create sandbox: Total memory limit exceeded. Maximum allowed: 10GiB.\nTo increase..."
     cases: list[tuple[BaseException, Phase | None, FailureKind]] = [
         (_error(DaytonaRateLimitError, "ThrottlerException: Too Many Requests", 429), C, K.RATE_LIMITED),
         (_error(DaytonaForbiddenError, "Total CPU limit exceeded. Maximum allowed: 500.", 403), C, K.QUOTA_EXHAUSTED),
         (_error(DaytonaForbiddenError, quota, 403), C, K.QUOTA_EXHAUSTED),
-        (_error(DaytonaForbiddenError, "Total disk limit exceeded. Maximum allowed: 30GiB.", 403), C,
-         K.QUOTA_EXHAUSTED),  # fmt: skip
-        (_error(DaytonaForbiddenError, "CPU request 64 exceeds maximum allowed per sandbox (4).", 403), C,
-         K.INVALID_REQUEST),  # fmt: skip
+        (
+            _error(DaytonaForbiddenError, "Total disk limit exceeded. Maximum allowed: 30GiB.", 403),
+            C,
+            K.QUOTA_EXHAUSTED,
+        ),
+        (
+            _error(DaytonaForbiddenError, "CPU request 64 exceeds maximum allowed per sandbox (4).", 403),
+            C,
+            K.INVALID_REQUEST,
+        ),
         (_error(DaytonaForbiddenError, "Forbidden", 403), C, K.AUTH),
         (_error(DaytonaAuthenticationError, "Unauthorized", 401), C, K.AUTH),
         (_error(DaytonaBadRequestError, "No available runners", 400), C, K.CAPACITY),
@@ -363,32 +374,48 @@ def test_classification_table() -> None:
         (_error(DaytonaBadRequestError, "auto_stop_interval must be a non-negative integer"), C, K.INVALID_REQUEST),
         (_error(DaytonaUnprocessableEntityError, "bad", 422), C, K.INVALID_REQUEST),
         (_error(DaytonaConflictError, "Sandbox with name x already exists", 409), C, K.INVALID_REQUEST),
-        (_error(DaytonaConflictError, "Sandbox s is not started (state: error): boom", 409), E,
-         K.DIED_DURING_EXEC),  # fmt: skip
+        (_error(DaytonaConflictError, "Sandbox s is not started (state: error): boom", 409), E, K.DIED_DURING_EXEC),
         (_error(DaytonaInternalServerError, "An unexpected error occurred.", 500), C, K.CREATE_ERROR),
         (_error(DaytonaServiceUnavailableError, "unavailable", 503), C, K.CREATE_ERROR),
         (_error(DaytonaNotFoundError, "Sandbox not found", 404), R, K.DIED_BEFORE_READY),
         (_error(DaytonaNotFoundError, "Sandbox not found", 404), E, K.DIED_DURING_EXEC),
         (_error(DaytonaNotFoundError, "Region not found", 404), C, K.INVALID_REQUEST),
         (_error(DaytonaGoneError, "session ended", 410), E, K.EXEC_ERROR),
-        (_error(DaytonaProcessExecutionTimeoutError, "Command execution timed out", 408, "PROCESS_EXECUTION_TIMEOUT"),
-         E, K.EXEC_TIMEOUT),  # fmt: skip
+        (
+            _error(
+                DaytonaProcessExecutionTimeoutError, "Command execution timed out", 408, "PROCESS_EXECUTION_TIMEOUT"
+            ),
+            E,
+            K.EXEC_TIMEOUT,
+        ),
         (_error(DaytonaBadGatewayError, "Sandbox s was OOM killed: out of memory", 502), E, K.OOM),
         (_error(DaytonaBadGatewayError, "Sandbox s stopped during the command: crash", 502), E, K.DIED_DURING_EXEC),
         (_error(DaytonaBadGatewayError, "Command failed: transient", 502), E, K.EXEC_ERROR),
-        (_error(DaytonaQueueTimeoutError, "Sandbox s was destroyed after waiting 5 minutes for a runner"), R,
-         K.CAPACITY),  # fmt: skip
+        (
+            _error(DaytonaQueueTimeoutError, "Sandbox s was destroyed after waiting 5 minutes for a runner"),
+            R,
+            K.CAPACITY,
+        ),
         (_error(DaytonaSpotEvictedError, "Sandbox s was evicted by spot preemption"), E, K.DIED_DURING_EXEC),
         (_error(DaytonaTimeoutError, "Function 'create' exceeded timeout of 60 seconds."), R, K.READY_TIMEOUT),
         (_error(DaytonaTimeoutError, "Gateway Timeout", 504), C, K.TRANSPORT),
         (_error(DaytonaConnectionTimeoutError, "read timed out"), E, K.EXEC_TIMEOUT),
         (_error(DaytonaConnectionTimeoutError, "connect timed out"), C, K.TRANSPORT),
         (_error(DaytonaConnectionError, "Cannot connect to host"), C, K.TRANSPORT),
-        (_error(DaytonaError, "Failure during waiting for sandbox to start: Sandbox s entered error state: "
-                              "SandboxState.ERROR, error reason: Sandbox did not start within 120s"), R,
-         K.READY_TIMEOUT),  # fmt: skip
-        (_error(DaytonaError, "Sandbox s entered error state: error, error reason: container exited"), R,
-         K.DIED_BEFORE_READY),  # fmt: skip
+        (
+            _error(
+                DaytonaError,
+                "Failure during waiting for sandbox to start: Sandbox s entered error state: "
+                "SandboxState.ERROR, error reason: Sandbox did not start within 120s",
+            ),
+            R,
+            K.READY_TIMEOUT,
+        ),
+        (
+            _error(DaytonaError, "Sandbox s entered error state: error, error reason: container exited"),
+            R,
+            K.DIED_BEFORE_READY,
+        ),
         (_error(DaytonaError, "Sandbox s entered error state: build_failed, error reason: x"), R, K.IMAGE),
         (_error(DaytonaError, "Failed to execute command: Daytona client is closed"), E, K.HARNESS),
         (_error(DaytonaError, "something else"), E, K.EXEC_ERROR),
@@ -419,12 +446,12 @@ def test_serve_announces_what_a_users_script_needs(tmp_path: Path) -> None:
     try:
         line = ready_line(proc)
         assert line["url"].endswith("/api") and line["toolbox_url"].endswith("/toolbox") and line["token"]
-        assert line["env"] == {"DAYTONA_API_URL": line["url"], "DAYTONA_API_KEY": line["token"],
-                               "DAYTONA_TARGET": "us"}  # fmt: skip
+        assert line["env"] == {"DAYTONA_API_URL": line["url"], "DAYTONA_API_KEY": line["token"], "DAYTONA_TARGET": "us"}
         assert line["profile"] == "daytona-like" and line["time_scale"] == 1.0 and line["seed"] == 2
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAYTONA_")} | line["env"]
-        user = subprocess.run([sys.executable, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=60,
-                              cwd=tmp_path, env=env)  # fmt: skip
+        user = subprocess.run(
+            [sys.executable, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
+        )
         assert user.returncode == 0, user.stderr[-2000:]
         assert user.stdout.split() == ["True", "started"]
         status, truth = get_json(f"{line['truth_url']}/api/v1/_stampede/truth", line["token"])
@@ -446,10 +473,28 @@ def test_serve_refuses_bad_input_in_one_line() -> None:
 @pytest.mark.slow
 def test_a_local_run_through_the_real_sdk(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--provider", "daytona", "--local", "--stages", "20,40",
-         "--hold", "5", "--out", str(tmp_path), "--progress-interval", "0"],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--provider",
+            "daytona",
+            "--local",
+            "--stages",
+            "20,40",
+            "--hold",
+            "5",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     rollouts = pd.read_parquet(run_dir / "rollouts")

@@ -366,8 +366,10 @@ async def test_the_provider_walks_the_contract_against_the_front(open_e2b: Open)
     assert provider.versions() == {"e2b": "2.56.0"}
     sb = e2b.simulator.get(ref.sandbox_id)
     assert sb.lifetime_s == 90 and dict(sb.meta["e2b_metadata"]) == {
-        "stampede-run": "r", "stampede-rollout": "x", "stampede-engine": "e1"
-    }  # fmt: skip
+        "stampede-run": "r",
+        "stampede-rollout": "x",
+        "stampede-engine": "e1",
+    }
     assert await provider.cleanup("r") == 1 and await provider.list_owned("r") == []
 
 
@@ -391,8 +393,12 @@ async def test_the_provider_surfaces_throttling_at_once_unless_told_to_retry(ope
 def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone() -> None:
     serve = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "e2b-local", "serve", "--profile", "ideal", "--exit-on-stdin-eof"],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert serve.stdout is not None
         line = json.loads(serve.stdout.readline())
@@ -421,8 +427,13 @@ def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone(
     [(["--profile", "nope"], "nope"), (["--set", "quota.max_active"], "KEY=VALUE"), (["--port", "x"], "port")],
 )
 def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "harness.cli", "e2b-local", "serve", *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "e2b-local", "serve", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and needle in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
@@ -430,10 +441,28 @@ def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) ->
 @pytest.mark.slow
 def test_a_ramp_through_the_real_sdk_has_only_classified_failures(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--provider", "e2b", "--local", "--stages", "20,40", "--hold", "5",
-         "--out", str(tmp_path), "--progress-interval", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--provider",
+            "e2b",
+            "--local",
+            "--stages",
+            "20,40",
+            "--hold",
+            "5",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     rollouts = pd.read_parquet(run_dir / "rollouts")

@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli.export", *args], capture_output=True,
-                          text=True, timeout=180, cwd=REPO)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli.export", *args], capture_output=True, text=True, timeout=180, cwd=REPO
+    )
 
 
 @pytest.fixture(scope="module")

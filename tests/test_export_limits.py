@@ -44,8 +44,21 @@ def stampede(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def capped_export(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("capped")
-    run = stampede("run", "--profile", "modal-like", "--profile-set", "quota.max_active=50", "--scenario", "burst",
-                   "--users", "80", "--out", str(root), "--run-id", "cap50")  # fmt: skip
+    run = stampede(
+        "run",
+        "--profile",
+        "modal-like",
+        "--profile-set",
+        "quota.max_active=50",
+        "--scenario",
+        "burst",
+        "--users",
+        "80",
+        "--out",
+        str(root),
+        "--run-id",
+        "cap50",
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     path = root / "latency_model.json"
     export = stampede("export", str(root / "cap50"), "-o", str(path), "--no-fits")
@@ -95,8 +108,14 @@ def test_an_export_without_limits_still_validates_loads_and_applies_none(tmp_pat
     path.write_text(json.dumps(document))
     vendor = load_latency_model(path).choose(None)
     assert vendor.limits is None
-    config = parse_config({"step": {"prompts": 4, "group_size": 8}, "rollout": {"generation_s": 1.0},
-                           "trainer": {"samples_per_second": 4.0}}, "c.toml")  # fmt: skip
+    config = parse_config(
+        {
+            "step": {"prompts": 4, "group_size": 8},
+            "rollout": {"generation_s": 1.0},
+            "trainer": {"samples_per_second": 4.0},
+        },
+        "c.toml",
+    )
     plan = build_plan(config, vendor)
     assert [(limit.value, limit.source) for limit in plan.limits] == [(None, "none"), (None, "none")]
     assert plan.concurrency == 32 and plan.concurrency_limited_by == "target"

@@ -59,9 +59,16 @@ async def run_batch(server: RunningModal, provider: ModalProvider, run_id: str =
 
     async def one(i: int) -> RolloutRecord:
         ctx = RolloutContext(
-            run_id=run_id, worker="w0", rollout_id=f"r{i}", provider="modal", profile="ideal",
-            scenario="faults", stage="s1", target_users=ROLLOUTS, inflight_at_submit=ROLLOUTS,
-        )  # fmt: skip
+            run_id=run_id,
+            worker="w0",
+            rollout_id=f"r{i}",
+            provider="modal",
+            profile="ideal",
+            scenario="faults",
+            stage="s1",
+            target_users=ROLLOUTS,
+            inflight_at_submit=ROLLOUTS,
+        )
         return await run_rollout(provider, plan, ctx, lambda op: None, registry)
 
     records = list(await asyncio.gather(*(one(i) for i in range(ROLLOUTS))))
@@ -74,9 +81,10 @@ async def run_batch(server: RunningModal, provider: ModalProvider, run_id: str =
         except Exception:
             await asyncio.sleep(0.5)
     left = [
-        row for row in server.truth()
+        row
+        for row in server.truth()
         if f"stampede-run={run_id}" in row["labels"] and row["status"] not in ("TERMINATED", "ERROR", "TIMEOUT")
-    ]  # fmt: skip
+    ]
     return Batch(records, len(left), dict(server.faults.injector.injected))
 
 
@@ -91,7 +99,7 @@ def assert_survived(batch: Batch, fault: str, allowed: Sequence[str]) -> None:
 
 
 def faults(*pairs: str) -> tuple[str, ...]:
-    return tuple(f"faults.{pair}" for pair in pairs) + ("faults.seed=7",)
+    return (*tuple(f"faults.{pair}" for pair in pairs), "faults.seed=7")
 
 
 # everywhere at 30% (the SDK's retries absorb most), and on create and terminate at 80% (past its retries)

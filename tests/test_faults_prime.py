@@ -241,9 +241,7 @@ async def create_storm(client: str, retry_after_s: float, seconds: float = 1.5, 
         while time.monotonic() < deadline:
             attempt += 1
             try:
-                await provider.create(
-                    SandboxSpec(run_id="storm", rollout_id=f"u{index}-{attempt}", lifetime_s=600)
-                )
+                await provider.create(SandboxSpec(run_id="storm", rollout_id=f"u{index}-{attempt}", lifetime_s=600))
             except ProviderError as exc:
                 assert exc.kind is FailureKind.RATE_LIMITED, exc
                 limited += 1
@@ -290,8 +288,12 @@ def test_a_gateway_5xx_or_garbage_while_waiting_is_transport_not_a_dead_sandbox(
 async def test_the_end_of_run_sweep_survives_a_flaky_list_and_bulk_delete(client: str) -> None:
     """The sweep (list by run label, bulk delete by label) is the last chance to reap a run's leftovers; one 5xx
     or reset used to end it ("sweep failed") and leave every leftover alive. Each call is asked again."""
-    settings = {"faults.seed": FAULT_SEED, "faults.error_5xx_prob": 0.3, "faults.reset_prob": 0.2,
-                "faults.operations": "list,terminate"}  # fmt: skip
+    settings = {
+        "faults.seed": FAULT_SEED,
+        "faults.error_5xx_prob": 0.3,
+        "faults.reset_prob": 0.2,
+        "faults.operations": "list,terminate",
+    }
     front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=tuple(settings.items())))
     provider: Provider = CLIENTS[client](front)
     try:

@@ -118,10 +118,26 @@ def _schemathesis(url: str, config: Path, tmp_path: Path) -> tuple[dict[str, Any
     status) it saw. Asserts the run found nothing, tested every operation and passed every phase."""
     report, har = tmp_path / "report.json", tmp_path / "requests.har"
     command = [
-        sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", url + "/openapi.json",
-        "--max-examples", str(EXAMPLES), "--seed", "1", "--workers", "1", "--report", "json,har",
-        "--report-json-path", str(report), "--report-har-path", str(har),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "--config-file",
+        str(config),
+        "run",
+        url + "/openapi.json",
+        "--max-examples",
+        str(EXAMPLES),
+        "--seed",
+        "1",
+        "--workers",
+        "1",
+        "--report",
+        "json,har",
+        "--report-json-path",
+        str(report),
+        "--report-har-path",
+        str(har),
+    ]
     env = {**os.environ, "STAMPEDE_FUZZ_URL": url, "STAMPEDE_FUZZ_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # its cache too
     summary = json.loads(report.read_text())
@@ -197,9 +213,10 @@ async def test_the_local_daytona_document_describes_every_rest_route() -> None:
         served = {
             (route.method.lower(), route.resource.canonical)
             for route in daytona.app.router.routes()
-            if route.method != "HEAD" and route.resource is not None
+            if route.method != "HEAD"
+            and route.resource is not None
             and not route.resource.canonical.startswith(("/toolbox", "/api/socket.io"))
-        }  # fmt: skip
+        }
         described = {(method, path) for path, ops in doc["paths"].items() for method in ops}
         assert served == described
     finally:

@@ -95,7 +95,12 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
 # Within these rooms, sibling modules of different families must not import each other.
 SEPARATE_FAMILIES: dict[str, tuple[str, ...]] = {
     "adapters": (
-        "providers.stub", "providers.prime", "providers.modal", "providers.docker", "providers.e2b", "providers.daytona"
+        "providers.stub",
+        "providers.prime",
+        "providers.modal",
+        "providers.docker",
+        "providers.e2b",
+        "providers.daytona",
     ),
     "sim-fronts": ("providers.sim.prime", "providers.sim.modal", "providers.sim.e2b", "providers.sim.daytona"),
 }

@@ -27,8 +27,9 @@ pytestmark = pytest.mark.slow
 
 
 def stampede(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 def finished_run(out: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame, dict]:
@@ -49,8 +50,21 @@ def assert_no_leaks(rollouts: pd.DataFrame, truth: pd.DataFrame) -> None:
 def test_burst_of_50_runs_clean_through_the_real_sdk(tmp_path: Path, backend: str) -> None:
     # v2: the command as a user types it (the default profile); v1: modal-like, whose time runs 10x faster
     extra = [] if backend == "v2" else ["--provider-option", "sandbox_v2=0", "--profile", "modal-like"]
-    result = stampede("run", "--provider", "modal", "--local", "--scenario", "burst", "--users", "50",
-                      "--out", str(tmp_path), "--progress-interval", "0", *extra)  # fmt: skip
+    result = stampede(
+        "run",
+        "--provider",
+        "modal",
+        "--local",
+        "--scenario",
+        "burst",
+        "--users",
+        "50",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+        *extra,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     _, rollouts, truth, manifest = finished_run(tmp_path)
     assert len(rollouts) == 50
@@ -67,8 +81,22 @@ def test_burst_of_50_runs_clean_through_the_real_sdk(tmp_path: Path, backend: st
 
 
 def test_960_burst_reproduces_classified_init_failures_and_a_long_tti_tail(tmp_path: Path) -> None:
-    result = stampede("run", "--provider", "modal", "--local", "--profile", "modal-like", "--scenario", "burst",
-                      "--users", "960", "--out", str(tmp_path), "--progress-interval", "0")  # fmt: skip
+    result = stampede(
+        "run",
+        "--provider",
+        "modal",
+        "--local",
+        "--profile",
+        "modal-like",
+        "--scenario",
+        "burst",
+        "--users",
+        "960",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     _, rollouts, truth, _ = finished_run(tmp_path)
     assert len(rollouts) == 960 and rollouts["inflight_at_submit"].max() >= 900
@@ -86,9 +114,28 @@ def test_960_burst_reproduces_classified_init_failures_and_a_long_tti_tail(tmp_p
 
 
 def test_throttling_and_the_account_cap_reach_the_results(tmp_path: Path) -> None:
-    result = stampede("run", "--provider", "modal", "--local", "--profile", "modal-like", "--scenario", "burst",
-                      "--users", "60", "--profile-set", "quota.max_active=30", "--profile-set", "create_rate.burst=40",
-                      "--profile-set", "create_rate.per_s=0.5", "--out", str(tmp_path), "--progress-interval", "0")  # fmt: skip
+    result = stampede(
+        "run",
+        "--provider",
+        "modal",
+        "--local",
+        "--profile",
+        "modal-like",
+        "--scenario",
+        "burst",
+        "--users",
+        "60",
+        "--profile-set",
+        "quota.max_active=30",
+        "--profile-set",
+        "create_rate.burst=40",
+        "--profile-set",
+        "create_rate.per_s=0.5",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     _, rollouts, truth, _ = finished_run(tmp_path)
     kinds = rollouts["failure_kind"].value_counts().to_dict()
@@ -102,16 +149,46 @@ def test_throttling_and_the_account_cap_reach_the_results(tmp_path: Path) -> Non
 
 def test_ctrl_c_against_a_standalone_local_modal_terminates_every_sandbox(tmp_path: Path) -> None:
     token = "modal-ctrl-c-token"
-    serve = [sys.executable, "-m", "providers.sim.modal.serve", "--profile", "ideal", "--token", token,
-             "--exit-on-stdin-eof"]  # fmt: skip
-    server = subprocess.Popen(serve, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True, cwd=REPO)  # fmt: skip
+    serve = [
+        sys.executable,
+        "-m",
+        "providers.sim.modal.serve",
+        "--profile",
+        "ideal",
+        "--token",
+        token,
+        "--exit-on-stdin-eof",
+    ]
+    server = subprocess.Popen(
+        serve, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+    )
     try:
         assert server.stdout is not None
         info = json.loads(server.stdout.readline())
-        argv = [sys.executable, "-m", "harness.cli", "run", "--provider", "modal", "--base-url", info["url"],
-                "--token", token, "--run-id", "modal-cut-short", "--stages", "100", "--hold", "120",
-                "--commands", "true; sleep 30", "--out", str(tmp_path), "--progress-interval", "0"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--provider",
+            "modal",
+            "--base-url",
+            info["url"],
+            "--token",
+            token,
+            "--run-id",
+            "modal-cut-short",
+            "--stages",
+            "100",
+            "--hold",
+            "120",
+            "--commands",
+            "true; sleep 30",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        ]
         run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         # Ctrl-C once rollouts are in flight, not after a fixed time (a busy CI machine starts slower)
         assert wait_for_first_submit(tmp_path / "modal-cut-short", run), run.communicate(timeout=60)[1][-2000:]

@@ -22,11 +22,26 @@ def test_ready_line_truth_endpoint_then_sigterm() -> None:
     proc = _spawn("--profile", "modal-like", "--seed", "7", "--token", "tk", "--set", "quota.max_active=100")
     try:
         info = ready_line(proc)
-        assert set(info) == {"url", "router_url", "truth_url", "token", "token_id", "provider_options", "profile",
-                             "time_scale", "seed", "pid"}  # fmt: skip
+        assert set(info) == {
+            "url",
+            "router_url",
+            "truth_url",
+            "token",
+            "token_id",
+            "provider_options",
+            "profile",
+            "time_scale",
+            "seed",
+            "pid",
+        }
         assert info["url"].startswith("http://127.0.0.1:") and info["router_url"].startswith("http://127.0.0.1:")
         assert (info["profile"], info["time_scale"], info["seed"], info["pid"], info["token"]) == (
-            "modal-like", 0.1, 7, proc.pid, "tk")  # fmt: skip
+            "modal-like",
+            0.1,
+            7,
+            proc.pid,
+            "tk",
+        )
         assert info["provider_options"] == {"token_id": info["token_id"]}
         status, truth = get_json(info["truth_url"] + "/api/v1/_stampede/truth", "tk")
         assert status == 200 and truth["sandboxes"] == [] and truth["profile"] == "modal-like"
@@ -83,8 +98,12 @@ def test_the_sdk_finds_it_through_modal_server_url_in_another_process() -> None:
             sb.terminate()
             """
         )
-        env = {**os.environ, "MODAL_SERVER_URL": info["url"], "MODAL_TOKEN_ID": info["token_id"],
-               "MODAL_TOKEN_SECRET": "sekret"}  # fmt: skip
+        env = {
+            **os.environ,
+            "MODAL_SERVER_URL": info["url"],
+            "MODAL_TOKEN_ID": info["token_id"],
+            "MODAL_TOKEN_SECRET": "sekret",
+        }
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "hello from sh 4"

@@ -37,11 +37,16 @@ def latency_model(root: Path, name: str, stages: tuple[SyntheticStage, ...]) -> 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("latency")
-    clean = tuple(SyntheticStage(level, 2000, ready_median_s=0.3, ready_sigma=0.3, init_failure_p=0.0)
-                  for level in (64, 512, 4096))  # fmt: skip
-    flaky = tuple(SyntheticStage(level, 3000, ready_median_s=2.0 + level / 200, ready_sigma=0.6,
-                                 init_failure_p=p, exec_failure_p=0.01)
-                  for level, p in ((64, 0.02), (256, 0.08), (1024, 0.2)))  # fmt: skip
+    clean = tuple(
+        SyntheticStage(level, 2000, ready_median_s=0.3, ready_sigma=0.3, init_failure_p=0.0)
+        for level in (64, 512, 4096)
+    )
+    flaky = tuple(
+        SyntheticStage(
+            level, 3000, ready_median_s=2.0 + level / 200, ready_sigma=0.6, init_failure_p=p, exec_failure_p=0.01
+        )
+        for level, p in ((64, 0.02), (256, 0.08), (1024, 0.2))
+    )
     return {"clean": latency_model(root, "clean", clean), "flaky": latency_model(root, "flaky", flaky)}
 
 
@@ -77,52 +82,71 @@ AGREEMENT = {
         sandbox={"teardown_holds_slot": False},
     ),
     "sync, expected maximum of the step": config(
-        step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "concurrency": None},
-        trainer={"samples_per_second": 10.0}, acceptance={"zero_advantage_groups": 0.0}, simulation={"steps": 1000},
+        step={"prompts": 8, "group_size": 8},
+        generator={"mode": "sync", "concurrency": None},
+        trainer={"samples_per_second": 10.0},
+        acceptance={"zero_advantage_groups": 0.0},
+        simulation={"steps": 1000},
     ),
     "sync, oversampling kills the tail": config(
-        step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "oversampling": 2.0, "concurrency": None},
-        trainer={"samples_per_second": 10.0}, simulation={"steps": 500},
+        step={"prompts": 8, "group_size": 8},
+        generator={"mode": "sync", "oversampling": 2.0, "concurrency": None},
+        trainer={"samples_per_second": 10.0},
+        simulation={"steps": 500},
     ),
     "sync, weight sync and filtered samples": config(
         step={"prompts": 8, "group_size": 8},
-        trainer={"samples_per_second": None, "step_time_s": 30.0, "weight_sync_s": 5.0}, acceptance={"filtered_samples": 0.1},
-        generator={"mode": "sync", "concurrency": None}, retry={"max_retries": 1}, simulation={"steps": 1000},
+        trainer={"samples_per_second": None, "step_time_s": 30.0, "weight_sync_s": 5.0},
+        acceptance={"filtered_samples": 0.1},
+        generator={"mode": "sync", "concurrency": None},
+        retry={"max_retries": 1},
+        simulation={"steps": 1000},
     ),
     # prime-rl's Scheduler (docs/rl-frameworks.md): groups circulate, each replaced when consumed into a batch
     "prime-rl, generator-bound (a group's slots wait for its slowest member)": config(
-        generator={"mode": "prime-rl", "concurrency": None}, simulation={"steps": 150},
+        generator={"mode": "prime-rl", "concurrency": None},
+        simulation={"steps": 150},
     ),
     "prime-rl, strict async level 2": config(
         generator={"mode": "prime-rl", "concurrency": None, "max_async_level": 2, "strict_async_level": True},
         simulation={"steps": 150},
     ),
     "prime-rl, trainer-bound (the version gate paces the generator)": config(
-        generator={"mode": "prime-rl", "concurrency": None, "oversampling": 2.0}, trainer={"samples_per_second": 2.0},
+        generator={"mode": "prime-rl", "concurrency": None, "oversampling": 2.0},
+        trainer={"samples_per_second": 2.0},
         simulation={"steps": 150},
     ),
     # verl's fully-async rollouter: a pool of groups, a dispatch budget per sync period, syncs every T steps
     "verl, generator-bound, budget never binds": config(
-        generator={"mode": "verl", "staleness_threshold": 1.0}, simulation={"steps": 150},
+        generator={"mode": "verl", "staleness_threshold": 1.0},
+        simulation={"steps": 150},
     ),
     "verl, trainer-bound (the budget paces the rollouter, s·T ≥ 1)": config(
-        generator={"mode": "verl", "staleness_threshold": 0.5}, trainer={"samples_per_second": 1.0},
+        generator={"mode": "verl", "staleness_threshold": 0.5},
+        trainer={"samples_per_second": 1.0},
         simulation={"steps": 150},
     ),
     "verl, partial rollout (a sync stands generation still)": config(
-        generator={"mode": "verl", "staleness_threshold": 1.0}, trainer={"weight_sync_s": 5.0}, simulation={"steps": 150},
+        generator={"mode": "verl", "staleness_threshold": 1.0},
+        trainer={"weight_sync_s": 5.0},
+        simulation={"steps": 150},
     ),
     # PipelineRL: a pool of groups, in-flight weight broadcasts every step, no max_lag
     "pipelinerl, generator-bound": config(generator={"mode": "pipelinerl"}, simulation={"steps": 150}),
     "pipelinerl, broadcasts stand generation still": config(
-        generator={"mode": "pipelinerl"}, trainer={"weight_sync_s": 5.0}, simulation={"steps": 150},
+        generator={"mode": "pipelinerl"},
+        trainer={"weight_sync_s": 5.0},
+        simulation={"steps": 150},
     ),
     # slime's generate_rollout_async: the step ends at the B-th kept group of ceil(oversampling·B) dispatched
     "slime, kept groups end the step and the rest is killed": config(
-        step={"prompts": 8, "group_size": 8}, generator={"mode": "slime", "oversampling": 1.25, "concurrency": None},
-        trainer={"samples_per_second": 10.0}, acceptance={"zero_advantage_groups": 0.0}, simulation={"steps": 500},
+        step={"prompts": 8, "group_size": 8},
+        generator={"mode": "slime", "oversampling": 1.25, "concurrency": None},
+        trainer={"samples_per_second": 10.0},
+        acceptance={"zero_advantage_groups": 0.0},
+        simulation={"steps": 500},
     ),
-}  # fmt: skip
+}
 
 
 def close(a: float, b: float, rel: float = 0.05, abs_: float = 0.0) -> bool:
@@ -153,13 +177,18 @@ def test_closed_forms_and_simulation_agree_within_5_percent(models, name):
 
 
 def test_closed_forms_say_when_they_do_not_hold(models):
-    waves = build_plan(config(step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "concurrency": 16}),
-                       vendor(models["flaky"]))  # fmt: skip
+    waves = build_plan(
+        config(step={"prompts": 8, "group_size": 8}, generator={"mode": "sync", "concurrency": 16}),
+        vendor(models["flaky"]),
+    )
     result = solve(waves)
     assert not result.holds and "waves" in result.notes[0]
     # prime-rl: a gate closed every step (max_async_level 0), and fewer slots than rollouts in flight
-    lockstep = solve(build_plan(config(generator={"mode": "prime-rl", "concurrency": None, "max_async_level": 0}),
-                                vendor(models["flaky"])))  # fmt: skip
+    lockstep = solve(
+        build_plan(
+            config(generator={"mode": "prime-rl", "concurrency": None, "max_async_level": 0}), vendor(models["flaky"])
+        )
+    )
     assert not lockstep.holds and "synchronous" in " ".join(lockstep.notes)
     queued = solve(build_plan(config(generator={"mode": "prime-rl", "concurrency": 64}), vendor(models["flaky"])))
     assert not queued.holds and "64 slots for 128 rollouts" in " ".join(queued.notes)
@@ -169,27 +198,44 @@ def test_closed_forms_say_when_they_do_not_hold(models):
     assert not refilled.holds and "refill" in " ".join(refilled.notes)
     # verl: only 6.4 groups may be ahead at a sync, fewer than B: a trainer-bound period waits for fresh groups;
     # without partial_rollout each sync drains the generator
-    for generator, trainer, needle in (({}, {"samples_per_second": 1.0}, "waits ~77"),
-                                       ({"partial_rollout": False}, {}, "drains")):  # fmt: skip
+    for generator, trainer, needle in (
+        ({}, {"samples_per_second": 1.0}, "waits ~77"),
+        ({"partial_rollout": False}, {}, "drains"),
+    ):
         verl = solve(
             build_plan(config(generator={"mode": "verl", **generator}, trainer=trainer), vendor(models["flaky"]))
         )
         assert not verl.holds and needle in " ".join(verl.notes), needle
     # PipelineRL trainer-bound without max_lag: the ring buffer drops the oldest ready samples
-    dropping = solve(build_plan(config(generator={"mode": "pipelinerl"}, trainer={"samples_per_second": 0.5}),
-                                vendor(models["flaky"])))  # fmt: skip
+    dropping = solve(
+        build_plan(
+            config(generator={"mode": "pipelinerl"}, trainer={"samples_per_second": 0.5}), vendor(models["flaky"])
+        )
+    )
     assert not dropping.holds and dropping.lost_to_staleness > 0.3 and "ring buffer" in " ".join(dropping.notes)
 
 
 def test_slime_partial_rollout_resumes_instead_of_killing(models):
     """--partial-rollout: the step's unfinished rollouts resume next step instead of being aborted: nothing killed,
     fewer sandbox-seconds wasted, some samples a policy behind; the closed form says it does not model the carry."""
-    tables = {"step": {"prompts": 8, "group_size": 8}, "trainer": {"samples_per_second": 10.0},
-              "acceptance": {"zero_advantage_groups": 0.0}, "simulation": {"steps": 300}}  # fmt: skip
-    aborted = simulate(build_plan(config(generator={"mode": "slime", "oversampling": 1.25, "concurrency": None},
-                                         **tables), vendor(models["flaky"])))  # fmt: skip
-    plan = build_plan(config(generator={"mode": "slime", "oversampling": 1.25, "concurrency": None,
-                                        "partial_rollout": True}, **tables), vendor(models["flaky"]))  # fmt: skip
+    tables = {
+        "step": {"prompts": 8, "group_size": 8},
+        "trainer": {"samples_per_second": 10.0},
+        "acceptance": {"zero_advantage_groups": 0.0},
+        "simulation": {"steps": 300},
+    }
+    aborted = simulate(
+        build_plan(
+            config(generator={"mode": "slime", "oversampling": 1.25, "concurrency": None}, **tables),
+            vendor(models["flaky"]),
+        )
+    )
+    plan = build_plan(
+        config(
+            generator={"mode": "slime", "oversampling": 1.25, "concurrency": None, "partial_rollout": True}, **tables
+        ),
+        vendor(models["flaky"]),
+    )
     resumed, closed = simulate(plan), solve(plan)
     assert aborted.killed_by_oversampling > 0.02 and resumed.killed_by_oversampling == 0
     assert resumed.sandbox_seconds_per_trained_sample < 0.9 * aborted.sandbox_seconds_per_trained_sample
@@ -202,16 +248,21 @@ def test_pipelinerl_max_lag_budget_stalls_when_groups_are_filtered(models):
     """PipelineRL's max_lag budget grows by B groups per weight update (actor.py), counted in groups, while a step
     needs B·G accepted samples: with 30% of groups filtered the actor runs out of budget and the trainer waits for
     good. Both engines say so, rather than printing a rate; without the filter the same budget runs."""
-    lagged = config(generator={"mode": "pipelinerl", "max_lag": 128}, retry={"max_retries": 50},
-                    simulation={"steps": 40})  # fmt: skip
+    lagged = config(
+        generator={"mode": "pipelinerl", "max_lag": 128}, retry={"max_retries": 50}, simulation={"steps": 40}
+    )
     closed, simulated = (
         solve(build_plan(lagged, vendor(models["clean"]))),
         simulate(build_plan(lagged, vendor(models["clean"]))),
     )
     assert closed.trainer_samples_per_s == 0 and "stalls" in " ".join(closed.notes)
     assert "max_lag budget ran out" in " ".join(simulated.notes)
-    clean = config(generator={"mode": "pipelinerl", "max_lag": 128}, acceptance={"zero_advantage_groups": 0.0},
-                   retry={"max_retries": 50}, simulation={"steps": 40})  # fmt: skip
+    clean = config(
+        generator={"mode": "pipelinerl", "max_lag": 128},
+        acceptance={"zero_advantage_groups": 0.0},
+        retry={"max_retries": 50},
+        simulation={"steps": 40},
+    )
     running = simulate(build_plan(clean, vendor(models["clean"])))
     assert running.trainer_samples_per_s > 0 and not running.notes
     assert running.mean_staleness_steps <= 128 / 128 + 1  # max_lag of one step's samples: about a step behind
@@ -220,12 +271,22 @@ def test_pipelinerl_max_lag_budget_stalls_when_groups_are_filtered(models):
 def test_slime_refills_rounds_when_the_filter_leaves_too_few_groups(models):
     """A filtered group no longer counts toward B: the simulation dispatches another round rather than training
     on a short batch, so every step still trains B kept groups (here ~B·G·0.99 samples), at a longer step."""
-    tables = {"step": {"prompts": 8, "group_size": 8}, "trainer": {"samples_per_second": 10.0},
-              "simulation": {"steps": 300}}  # fmt: skip
-    refilled = simulate(build_plan(config(generator={"mode": "slime", "concurrency": None}, **tables),
-                                   vendor(models["flaky"])))  # fmt: skip
-    plain = simulate(build_plan(config(generator={"mode": "slime", "concurrency": None},
-                                       acceptance={"zero_advantage_groups": 0.0}, **tables), vendor(models["flaky"])))  # fmt: skip
+    tables = {
+        "step": {"prompts": 8, "group_size": 8},
+        "trainer": {"samples_per_second": 10.0},
+        "simulation": {"steps": 300},
+    }
+    refilled = simulate(
+        build_plan(config(generator={"mode": "slime", "concurrency": None}, **tables), vendor(models["flaky"]))
+    )
+    plain = simulate(
+        build_plan(
+            config(
+                generator={"mode": "slime", "concurrency": None}, acceptance={"zero_advantage_groups": 0.0}, **tables
+            ),
+            vendor(models["flaky"]),
+        )
+    )
     per_step = refilled.trainer_samples_per_s * refilled.step_time_s
     assert per_step == pytest.approx(plain.trainer_samples_per_s * plain.step_time_s, rel=0.02)
     assert per_step > 0.95 * 64 and refilled.step_time_s > 1.05 * plain.step_time_s
@@ -334,17 +395,31 @@ def test_config_errors_name_the_table_and_key(data, needle):
 
 
 def model_command(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli.model", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli.model", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 def test_model_command_prints_both_engines_and_writes_a_sweep(models, tmp_path):
-    single = model_command("--latency", str(models["flaky"]), "--config", str(EXAMPLES / "rl-glm5-slime.toml"),
-                           "--steps", "10")  # fmt: skip
+    single = model_command(
+        "--latency", str(models["flaky"]), "--config", str(EXAMPLES / "rl-glm5-slime.toml"), "--steps", "10"
+    )
     assert single.returncode == 0, single.stderr
     assert "closed form" in single.stdout and "simulation" in single.stdout and "trainer idle ratio" in single.stdout
-    swept = model_command("--latency", str(models["flaky"]), "--config", str(EXAMPLES / "rl-glm5-slime.toml"),
-                          "--sweep", "concurrency", "--values", "128,512", "--steps", "8", "-o", str(tmp_path))  # fmt: skip
+    swept = model_command(
+        "--latency",
+        str(models["flaky"]),
+        "--config",
+        str(EXAMPLES / "rl-glm5-slime.toml"),
+        "--sweep",
+        "concurrency",
+        "--values",
+        "128,512",
+        "--steps",
+        "8",
+        "-o",
+        str(tmp_path),
+    )
     assert swept.returncode == 0, swept.stderr
     assert "recommend concurrency" in swept.stdout
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
@@ -375,10 +450,13 @@ def test_model_command_bad_input_is_one_line_and_exit_2(models, tmp_path):
 def test_generation_time_takes_the_run_commands_spec_too():
     """`stampede run --gen-time lognormal:20,0.8` and the model's config can share one spec (for rehearsals)."""
     text = parse_config({**BASE, "rollout": {"generation_s": "lognormal:20,0.8"}}, "rl.toml").generation
-    table = parse_config({**BASE, "rollout": {"generation_s": {"dist": "lognormal", "median": 20, "sigma": 0.8}}},
-                         "rl.toml").generation  # fmt: skip
-    assert text.mean() == pytest.approx(table.mean()) and parse_config({**BASE, "rollout": {"generation_s": "exp:4"}},
-                                                                        "rl.toml").generation.mean() == 4  # fmt: skip
+    table = parse_config(
+        {**BASE, "rollout": {"generation_s": {"dist": "lognormal", "median": 20, "sigma": 0.8}}}, "rl.toml"
+    ).generation
+    assert (
+        text.mean() == pytest.approx(table.mean())
+        and parse_config({**BASE, "rollout": {"generation_s": "exp:4"}}, "rl.toml").generation.mean() == 4
+    )
     with pytest.raises(UsageError, match="unknown distribution"):
         parse_config({**BASE, "rollout": {"generation_s": "pareto:1"}}, "rl.toml")
 

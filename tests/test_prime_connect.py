@@ -171,9 +171,12 @@ async def test_errors_travel_in_the_end_of_stream_with_http_200(stub: RunningStu
 async def test_gzip_requests_415_and_unknown_methods(stub: RunningStub, http: aiohttp.ClientSession) -> None:
     base, gateway = await running_sandbox(stub, http)
     status, _, data = await post(
-        http, f"{base}/{SERVICE}/Start", start_body("echo z", flags=1, compress=True), gateway,
+        http,
+        f"{base}/{SERVICE}/Start",
+        start_body("echo z", flags=1, compress=True),
+        gateway,
         **{"connect-content-encoding": "gzip"},
-    )  # fmt: skip
+    )
     assert status == 200 and end_of(data) == {} and b"z\n" in data
     status, headers, _ = await post(
         http, f"{base}/{SERVICE}/Start", b"", gateway, **{"Content-Type": "application/grpc"}

@@ -365,8 +365,23 @@ def test_options_are_checked_in_one_line(private_home: Path, monkeypatch: pytest
 @pytest.mark.slow
 def test_stampede_run_prime_local_end_to_end(tmp_path: Path) -> None:
     """`stampede run --provider prime --local`: the embedded stub, the engine, the SDK, parquet."""
-    command = [sys.executable, "-m", "harness.cli", "run", "--provider", "prime", "--local", "--stages", "20,40",
-               "--hold", "3", "--out", str(tmp_path), "--progress-interval", "0"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--provider",
+        "prime",
+        "--local",
+        "--stages",
+        "20,40",
+        "--hold",
+        "3",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
@@ -384,8 +399,25 @@ def test_stampede_run_prime_local_end_to_end(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_cancels_in_flight_rollouts_and_leaks_nothing(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "harness.cli", "run", "--provider", "prime", "--local", "--stages", "200",
-               "--hold", "60", "--out", str(tmp_path), "--progress-interval", "0", "--run-id", "ctrl-c"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--provider",
+        "prime",
+        "--local",
+        "--stages",
+        "200",
+        "--hold",
+        "60",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+        "--run-id",
+        "ctrl-c",
+    ]
     child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Ctrl-C once rollouts are in flight (their write-ahead is on disk), not after a fixed time: on a busy CI
     # machine the vendor and SDK took longer than 8 s to start, and a run stopped before its first submit has none

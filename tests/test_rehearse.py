@@ -16,10 +16,27 @@ pytestmark = pytest.mark.slow
 
 def rehearse(tmp_path: Path, config: str, *args: str) -> tuple[Path, dict]:
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "rehearse", "--config", str(REPO / "examples" / config),
-         "--profile", "modal-like", "--out", str(tmp_path), "--progress-interval", "0", *args],
-        capture_output=True, text=True, timeout=600, cwd=REPO, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "rehearse",
+            "--config",
+            str(REPO / "examples" / config),
+            "--profile",
+            "modal-like",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     assert "rehearsal (measured)" in result.stdout

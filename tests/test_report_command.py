@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli.report", *args], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli.report", *args], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,15 @@ def test_report_writes_a_self_contained_html_the_figures_and_a_csv(runs, tmp_pat
     assert result.returncode == 0, result.stderr
     out = tmp_path / "out"
     names = {p.name for p in out.iterdir()}
-    assert {"report.html", "tti_breakdown.png", "tti_cdf.png", "latency_vs_concurrency.png",
-            "failures_vs_concurrency.png", "timeline.png", "stages.csv"} <= names  # fmt: skip
+    assert {
+        "report.html",
+        "tti_breakdown.png",
+        "tti_cdf.png",
+        "latency_vs_concurrency.png",
+        "failures_vs_concurrency.png",
+        "timeline.png",
+        "stages.csv",
+    } <= names
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5 and "http" not in html.replace("https://", "")
     assert "05-ramp960" in html and "time scale 1" in html
@@ -58,8 +66,13 @@ def test_report_writes_a_self_contained_html_the_figures_and_a_csv(runs, tmp_pat
 
 def test_tti_numbers_equal_the_end_of_run_summary(runs, tmp_path):
     report = build_report([runs["ramp"]], tmp_path, figures=False)
-    summary = subprocess.run([sys.executable, "-m", "harness.cli", "summary", str(runs["ramp"])], capture_output=True,
-                             text=True, timeout=120, cwd=REPO)  # fmt: skip
+    summary = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "summary", str(runs["ramp"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert summary.returncode == 0, summary.stderr
     expected = {row["stage"]: row for row in json.loads((runs["ramp"] / "summary.json").read_text())["stages"]}
     for stage in report.runs[0].stages:
@@ -92,8 +105,17 @@ def test_vendor_seconds_divide_by_the_time_scale(runs, tmp_path):
 
 
 def test_runs_side_by_side_and_settable_knee(runs, tmp_path):
-    result = command(str(runs["ramp"]), str(runs["scaled"]), "-o", str(tmp_path), "--knee-max-failure", "50",
-                     "--knee-p99-ratio", "100", "--no-figures")  # fmt: skip
+    result = command(
+        str(runs["ramp"]),
+        str(runs["scaled"]),
+        "-o",
+        str(tmp_path),
+        "--knee-max-failure",
+        "50",
+        "--knee-p99-ratio",
+        "100",
+        "--no-figures",
+    )
     assert result.returncode == 0, result.stderr
     assert (
         "side by side" in result.stdout and "stub/synthetic p50" in result.stdout and "stub/fast p50" in result.stdout
@@ -102,8 +124,9 @@ def test_runs_side_by_side_and_settable_knee(runs, tmp_path):
     # the knee names the measured level (random submits around a target of 960 read a little off it)
     held = re.search(r"holds up to (\d+) in flight \(05-ramp960\)", result.stdout)
     assert held and int(held.group(1)) == pytest.approx(960, rel=0.15)
-    strict = build_report([runs["scaled"]], tmp_path / "s", thresholds=KneeThresholds(max_failure_rate=0.05),
-                          figures=False)  # fmt: skip
+    strict = build_report(
+        [runs["scaled"]], tmp_path / "s", thresholds=KneeThresholds(max_failure_rate=0.05), figures=False
+    )
     assert strict.knees[0].stage is None and "failure rate" in strict.knees[0].reason
 
 
@@ -131,10 +154,28 @@ def test_stages_are_labelled_by_measured_concurrency_and_joined_on_it(tmp_path):
     # a staggered 100 (one start every 600 ms) keeps ~3 in flight; a burst of 100 keeps 100: same target, and
     # the side-by-side table must not put them on one row
     quick = {"ready_median_s": 1.2, "ready_sigma": 0.2, "init_failure_p": 0.0}
-    staggered = write_synthetic_run(tmp_path, SyntheticRun(run_id="staggered", profile="stag", scenario="staggered",
-        exec_s=0.2, exec_count=1, stages=(SyntheticStage(100, 100, stagger_s=0.6, **quick),)))  # fmt: skip
-    burst = write_synthetic_run(tmp_path, SyntheticRun(run_id="burst", profile="burst", scenario="burst",
-        exec_s=0.2, exec_count=1, stages=(SyntheticStage(100, 100, burst_spread_s=0.3, **quick),)))  # fmt: skip
+    staggered = write_synthetic_run(
+        tmp_path,
+        SyntheticRun(
+            run_id="staggered",
+            profile="stag",
+            scenario="staggered",
+            exec_s=0.2,
+            exec_count=1,
+            stages=(SyntheticStage(100, 100, stagger_s=0.6, **quick),),
+        ),
+    )
+    burst = write_synthetic_run(
+        tmp_path,
+        SyntheticRun(
+            run_id="burst",
+            profile="burst",
+            scenario="burst",
+            exec_s=0.2,
+            exec_count=1,
+            stages=(SyntheticStage(100, 100, burst_spread_s=0.3, **quick),),
+        ),
+    )
     report = build_report([staggered, burst], tmp_path / "out", figures=False)
     stag, bur = (run.stages[0] for run in report.runs)
     assert 1 <= stag.concurrency <= 4 and stag.target == 100

@@ -42,10 +42,30 @@ def real_run(tmp_path_factory) -> Path:
     """A real `stampede run`: a simulated Modal-like vendor (time scale 0.1, its truth recorded), a burst of 40."""
     out = tmp_path_factory.mktemp("results")
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--profile", "modal-like", "--scenario", "burst", "--users", "40",
-         "--out", str(out), "--run-id", "phases", "--progress-interval", "0"],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--profile",
+            "modal-like",
+            "--scenario",
+            "burst",
+            "--users",
+            "40",
+            "--out",
+            str(out),
+            "--run-id",
+            "phases",
+            "--progress-interval",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return out / "phases"
 
@@ -165,7 +185,9 @@ def _kind_colours(fig) -> dict[str, set[str]]:
 
 
 def test_a_failure_kind_has_one_colour_in_every_panel_and_figure(synthetic, tmp_path, monkeypatch):
-    other = write_synthetic_run(tmp_path, SyntheticRun(run_id="other", stages=(SyntheticStage(40, 400, init_failure_p=0.2),), seed=9))  # fmt: skip
+    other = write_synthetic_run(
+        tmp_path, SyntheticRun(run_id="other", stages=(SyntheticStage(40, 400, init_failure_p=0.2),), seed=9)
+    )
     runs = build_report([synthetic, other], tmp_path / "r", figures=False).runs
     by_figure = [
         _kind_colours(_figures(monkeypatch, make, runs)) for make in (plots.failures_vs_concurrency, plots.timelines)

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.slow
 
 
 def python_module(module: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env={**os.environ})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +37,9 @@ def real_runs(tmp_path_factory) -> dict[str, Path]:
     }
     made = {}
     for name, args in runs.items():
-        result = python_module("harness.cli", "run", *args, "--out", str(out), "--run-id", f"t-{name}",
-                               "--progress-interval", "0")  # fmt: skip
+        result = python_module(
+            "harness.cli", "run", *args, "--out", str(out), "--run-id", f"t-{name}", "--progress-interval", "0"
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         made[name] = out / f"t-{name}"
         assert list((made[name] / "rollouts").glob("*.parquet")), f"{name}: no rollouts written"
@@ -40,8 +47,7 @@ def real_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_report_on_real_runs_side_by_side(real_runs, tmp_path):
-    result = python_module("harness.cli.report", str(real_runs["ideal"]), str(real_runs["modal"]),
-                           "-o", str(tmp_path))  # fmt: skip
+    result = python_module("harness.cli.report", str(real_runs["ideal"]), str(real_runs["modal"]), "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "stub/ideal" in result.stdout and "stub/modal-like" in result.stdout
     assert "time scale 0.1; seconds are vendor seconds (wall / 0.1)" in result.stdout
@@ -55,8 +61,7 @@ def test_report_on_real_runs_side_by_side(real_runs, tmp_path):
 
 def test_export_then_model_on_real_runs(real_runs, tmp_path):
     latency = tmp_path / "latency_model.json"
-    result = python_module("harness.cli.export", str(real_runs["ideal"]), str(real_runs["modal"]),
-                           "-o", str(latency))  # fmt: skip
+    result = python_module("harness.cli.export", str(real_runs["ideal"]), str(real_runs["modal"]), "-o", str(latency))
     assert result.returncode == 0, result.stderr
     document = json.loads(latency.read_text())
     validate_latency_model(document)
@@ -72,9 +77,19 @@ def test_export_then_model_on_real_runs(real_runs, tmp_path):
     assert modal_tti > 5 * ideal_tti  # vendor seconds: the Modal-like spin-up is seconds, the ideal one is not
 
     for vendor in ("stub/ideal", "stub/modal-like"):
-        model = python_module("harness.cli.model", "--latency", str(latency), "--vendor", vendor,
-                              "--config", str(REPO / "examples" / "rl-glm5-slime.toml"), "--steps", "10",
-                              "-o", str(tmp_path / vendor.replace("/", "-")))  # fmt: skip
+        model = python_module(
+            "harness.cli.model",
+            "--latency",
+            str(latency),
+            "--vendor",
+            vendor,
+            "--config",
+            str(REPO / "examples" / "rl-glm5-slime.toml"),
+            "--steps",
+            "10",
+            "-o",
+            str(tmp_path / vendor.replace("/", "-")),
+        )
         assert model.returncode == 0, model.stderr
         assert "trainer idle ratio" in model.stdout and "closed form" in model.stdout
         saved = json.loads((tmp_path / vendor.replace("/", "-") / "model.json").read_text())

@@ -41,10 +41,30 @@ def real_run(tmp_path_factory) -> Path:
     """One real short run against the embedded simulated vendor; its out folder."""
     out = tmp_path_factory.mktemp("layout-out")
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--profile", "ideal", "--scenario", "burst", "--users", "30",
-         "--out", str(out), "--run-id", "r1", "--progress-interval", "0"],
-        capture_output=True, text=True, timeout=300, cwd=REPO, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--profile",
+            "ideal",
+            "--scenario",
+            "burst",
+            "--users",
+            "30",
+            "--out",
+            str(out),
+            "--run-id",
+            "r1",
+            "--progress-interval",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -126,8 +146,12 @@ def test_latest_is_a_file_naming_the_run_and_commands_still_take_it(real_run):
     assert read_run_info(latest).run_id == "r1"
     result = subprocess.run(
         [sys.executable, "-m", "harness.cli", "summary", str(latest)],
-        capture_output=True, text=True, timeout=120, cwd=REPO, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "ended: completed" in result.stdout
 
@@ -153,11 +177,26 @@ def test_the_analysis_reads_v2_timestamps_as_float_epoch_seconds(real_run):
 
 def rollout(i: int) -> RolloutRecord:
     return RolloutRecord(
-        run_id="run", worker="w0", rollout_id=f"w0-{i:07d}", provider="stub", profile="ideal", scenario="burst",
-        stage="01-burst", target_users=10, inflight_at_submit=i + 1, t_submit=1.8e9 + i / 8, create_s=0.1,
-        ready_s=0.2, tti_s=0.3 + i / 100, exec_count=1, exec_s=0.05, terminate_s=0.01, total_s=0.4,
-        sandbox_id=f"sb{i}", t_intended=1.8e9 + i / 8 - 0.001,
-    )  # fmt: skip
+        run_id="run",
+        worker="w0",
+        rollout_id=f"w0-{i:07d}",
+        provider="stub",
+        profile="ideal",
+        scenario="burst",
+        stage="01-burst",
+        target_users=10,
+        inflight_at_submit=i + 1,
+        t_submit=1.8e9 + i / 8,
+        create_s=0.1,
+        ready_s=0.2,
+        tti_s=0.3 + i / 100,
+        exec_count=1,
+        exec_s=0.05,
+        terminate_s=0.01,
+        total_s=0.4,
+        sandbox_id=f"sb{i}",
+        t_intended=1.8e9 + i / 8 - 0.001,
+    )
 
 
 def write_v2_shards(run_dir: Path, count: int, per_shard: int) -> None:
@@ -270,10 +309,25 @@ def test_a_workers_table_files_land_in_their_folders_and_nothing_escapes_the_run
     write_v2_shards(worker_run, 6, per_shard=3)
     (worker_run / "engine-w1.json").write_text("{}")
     names = [path.relative_to(worker_run).as_posix() for path in files_to_ship(worker_run)]
-    assert names == ["engine-w1.json", "ops/ops-w0-00000.parquet", "ops/ops-w0-00001.parquet",
-                     "rollouts/rollouts-w0-00000.parquet", "rollouts/rollouts-w0-00001.parquet"]  # fmt: skip
+    assert names == [
+        "engine-w1.json",
+        "ops/ops-w0-00000.parquet",
+        "ops/ops-w0-00001.parquet",
+        "rollouts/rollouts-w0-00000.parquet",
+        "rollouts/rollouts-w0-00001.parquet",
+    ]
     master_run = tmp_path / "master" / "r1"
     assert [shipped_path(master_run, name) for name in names] == [master_run / name for name in names]
-    for hostile in ("../x.parquet", "/etc/passwd", "rollouts/../../x", ".hidden", "rollouts/.x.tmp", "rollouts",
-                    "other/x.parquet", "rollouts/a/b.parquet", "", "a\\b"):  # fmt: skip
+    for hostile in (
+        "../x.parquet",
+        "/etc/passwd",
+        "rollouts/../../x",
+        ".hidden",
+        "rollouts/.x.tmp",
+        "rollouts",
+        "other/x.parquet",
+        "rollouts/a/b.parquet",
+        "",
+        "a\\b",
+    ):
         assert shipped_path(master_run, hostile) is None, hostile

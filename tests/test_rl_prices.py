@@ -120,10 +120,25 @@ def test_an_unknown_price_leaves_the_dollars_unknown_and_says_so(flaky_model, tm
     config_path = tmp_path / "unpriced.toml"
     config_path.write_text(_toml(data))
     out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "model", "--latency", str(flaky_model), "--config", str(config_path),
-         "--engine", "closed", "-o", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "model",
+            "--latency",
+            str(flaky_model),
+            "--config",
+            str(config_path),
+            "--engine",
+            "closed",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     assert "sandbox dollars unknown: config has no published rate" in out.stdout
     assert "trainer idle dollars unknown: set [trainer] gpus and gpu_hour_usd" in out.stdout
@@ -138,14 +153,27 @@ def test_an_unknown_price_leaves_the_dollars_unknown_and_says_so(flaky_model, tm
 def _result(trainer: float, sandbox_s_per_sample: float, creates_per_step: float) -> ModelResult:
     step = 8 / trainer
     return ModelResult(
-        engine="simulation", mode="async", concurrency=8, generator_samples_per_s=trainer,
-        generator_capacity_samples_per_s=trainer, effective_samples_per_s=trainer, trainer_samples_per_s=trainer,
-        trainer_capacity_samples_per_s=trainer, trainer_idle_ratio=0.0, step_time_s=step, generation_time_s=1.0,
-        lost_to_init_failures=0.0, lost_to_exec_failures=0.0, lost_to_staleness=0.0, killed_by_oversampling=0.0,
-        filtered_by_acceptance=0.0, sandbox_seconds_per_step=8 * sandbox_s_per_sample,
-        sandbox_seconds_per_trained_sample=sandbox_s_per_sample, mean_staleness_steps=0.0,
+        engine="simulation",
+        mode="async",
+        concurrency=8,
+        generator_samples_per_s=trainer,
+        generator_capacity_samples_per_s=trainer,
+        effective_samples_per_s=trainer,
+        trainer_samples_per_s=trainer,
+        trainer_capacity_samples_per_s=trainer,
+        trainer_idle_ratio=0.0,
+        step_time_s=step,
+        generation_time_s=1.0,
+        lost_to_init_failures=0.0,
+        lost_to_exec_failures=0.0,
+        lost_to_staleness=0.0,
+        killed_by_oversampling=0.0,
+        filtered_by_acceptance=0.0,
+        sandbox_seconds_per_step=8 * sandbox_s_per_sample,
+        sandbox_seconds_per_trained_sample=sandbox_s_per_sample,
+        mean_staleness_steps=0.0,
         creates_per_step=creates_per_step,
-    )  # fmt: skip
+    )
 
 
 def test_the_sweep_picks_the_cheaper_setting_in_dollars_among_two_within_2_percent():

@@ -87,9 +87,30 @@ def sandboxes(url: str, run_id: str, *, active: bool) -> list[dict]:
 
 
 def start_run(url: str, out: Path, run_id: str, workers: int = 0) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "harness.cli", "run", "--base-url", url, "--token", TOKEN, "--run-id", run_id,
-            "--stages", "40", "--hold", "120", "--commands", "true; sleep 1", "--out", str(out),
-            "--progress-interval", "0", "--workers", str(workers)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--base-url",
+        url,
+        "--token",
+        TOKEN,
+        "--run-id",
+        run_id,
+        "--stages",
+        "40",
+        "--hold",
+        "120",
+        "--commands",
+        "true; sleep 1",
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
+        "--workers",
+        str(workers),
+    ]
     return subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -172,9 +193,14 @@ def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
     return {
-        case: Interrupted(out / run_id_of(case), run.returncode, errors[case], killed_at,
-                          len(sandboxes(stub_url, run_id_of(case), active=True)),
-                          exited_at.get(case, time.time()) - killed_at)  # fmt: skip
+        case: Interrupted(
+            out / run_id_of(case),
+            run.returncode,
+            errors[case],
+            killed_at,
+            len(sandboxes(stub_url, run_id_of(case), active=True)),
+            exited_at.get(case, time.time()) - killed_at,
+        )
         for case, run in runs.items()
     }
 
@@ -199,15 +225,31 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, in
     if signals is None:
         # The next run finds it crashed, records that, and names the command that reaps its leftovers.
         assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
-        following = stampede("run", "--base-url", stub_url, "--token", TOKEN, "--stages", "1", "--hold", "0.5",
-                             "--commands", "true", "--out", str(tmp_path), "--progress-interval", "0")  # fmt: skip
+        following = stampede(
+            "run",
+            "--base-url",
+            stub_url,
+            "--token",
+            TOKEN,
+            "--stages",
+            "1",
+            "--hold",
+            "0.5",
+            "--commands",
+            "true",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        )
         assert following.returncode == 0, following.stderr
         assert f"run {run_id} crashed earlier" in following.stderr
         assert f"stampede cleanup --provider stub --base-url {stub_url} --run-id {run_id}" in following.stderr
         assert json.loads((run_dir / "run.json").read_text())["status"] == "crashed"
         assert left > 0  # kill -9 left sandboxes behind: the vendor still has them
-        reaped = in_process("cleanup", "--provider", "stub", "--base-url", stub_url, "--token", TOKEN, "--all-owned",
-                            capsys=capsys)  # fmt: skip
+        reaped = in_process(
+            "cleanup", "--provider", "stub", "--base-url", stub_url, "--token", TOKEN, "--all-owned", capsys=capsys
+        )
         assert int(reaped.split()[1]) >= left
     else:
         manifest = json.loads((run_dir / "run.json").read_text())
@@ -221,24 +263,42 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, in
     made = {sandbox["id"] for sandbox in vendor}
     # every rollout the vendor made a sandbox for (its own label says which) has a row; a rollout cancelled while
     # its create was on the wire has one too, without the sandbox id it never received
-    rollout_of = {label.partition("=")[2] for sandbox in vendor for label in sandbox["labels"]
-                  if label.startswith("stampede-rollout=")}  # fmt: skip
+    rollout_of = {
+        label.partition("=")[2]
+        for sandbox in vendor
+        for label in sandbox["labels"]
+        if label.startswith("stampede-rollout=")
+    }
     without_row = rollout_of - set(rows["rollout_id"])
     assert len(rollout_of) == len(made) and without_row == set()
     unfinished = int((rows["outcome"] == "unfinished").sum())
     # Finished before the kill, yet without a row of their own: their rows were still in the engine's buffer.
-    ended = {sandbox["id"]: datetime.fromisoformat(sandbox["terminatedAt"]).timestamp()
-             for sandbox in vendor if sandbox.get("terminatedAt")}  # fmt: skip
-    lost_finished = [ended[sid] for sid in rows.loc[rows["outcome"] == "unfinished", "sandbox_id"].dropna()
-                     if sid in ended and ended[sid] < killed_at]  # fmt: skip
+    ended = {
+        sandbox["id"]: datetime.fromisoformat(sandbox["terminatedAt"]).timestamp()
+        for sandbox in vendor
+        if sandbox.get("terminatedAt")
+    }
+    lost_finished = [
+        ended[sid]
+        for sid in rows.loc[rows["outcome"] == "unfinished", "sandbox_id"].dropna()
+        if sid in ended and ended[sid] < killed_at
+    ]
     oldest_lost_s = round(killed_at - min(lost_finished), 2) if lost_finished else 0.0
     if signals is None:
         assert unfinished > 0  # in flight or buffered at the kill: rows from the write-ahead, not silence
         assert oldest_lost_s <= FLUSH_INTERVAL_S + 2.0  # at most one flush interval of finished rows (+ slack)
-    FIGURES[case] = {"ending": ending, "exit": found.returncode, "sandboxes_left": left, "after_cleanup": after_cleanup,
-                     "rows": len(rows), "vendor_sandboxes": len(made), "without_row": len(without_row),
-                     "unfinished": unfinished, "finished_but_unflushed": len(lost_finished),
-                     "oldest_unflushed_finish_s_before_kill": oldest_lost_s}  # fmt: skip
+    FIGURES[case] = {
+        "ending": ending,
+        "exit": found.returncode,
+        "sandboxes_left": left,
+        "after_cleanup": after_cleanup,
+        "rows": len(rows),
+        "vendor_sandboxes": len(made),
+        "without_row": len(without_row),
+        "unfinished": unfinished,
+        "finished_but_unflushed": len(lost_finished),
+        "oldest_unflushed_finish_s_before_kill": oldest_lost_s,
+    }
 
     if signals is None:
         # The report says it first, withholds the knee verdict, and reads a folder the kill left without any
@@ -262,16 +322,27 @@ def serve_local_vendor(provider: str) -> tuple[subprocess.Popen, dict]:
     from providers import LOCAL_VENDORS
 
     process = subprocess.Popen(
-        [sys.executable, "-m", LOCAL_VENDORS[provider], "--profile=ideal", "--seed=0", "--host=127.0.0.1",
-         "--port=0", f"--token={TOKEN}"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            LOCAL_VENDORS[provider],
+            "--profile=ideal",
+            "--seed=0",
+            "--host=127.0.0.1",
+            "--port=0",
+            f"--token={TOKEN}",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=REPO,
     )
     info = json.loads(process.stdout.readline())
-    options = {**{key: str(value) for key, value in (info.get("provider_options") or {}).items()},
-               "base_url": info["url"], "token": TOKEN}  # fmt: skip
+    options = {
+        **{key: str(value) for key, value in (info.get("provider_options") or {}).items()},
+        "base_url": info["url"],
+        "token": TOKEN,
+    }
     return process, options
 
 
@@ -354,10 +425,17 @@ def test_an_abort_bounds_the_drain_when_the_vendor_hangs_on_terminate(tmp_path):
     engine = EngineClient.spawn("t0")
     try:
         engine.configure(
-            EngineConfig(run_id="abort", worker="t0", out_dir=str(tmp_path),
-                         provider="tests.support.scripted_provider:ScriptedProvider",
-                         provider_options={"exec_delay_s": 60, "terminate_delay_s": 60}, profile="scripted",
-                         scenario="test", plan={"commands": [["true"], ["sleep"]]}, flush_interval_s=0.2)  # fmt: skip
+            EngineConfig(
+                run_id="abort",
+                worker="t0",
+                out_dir=str(tmp_path),
+                provider="tests.support.scripted_provider:ScriptedProvider",
+                provider_options={"exec_delay_s": 60, "terminate_delay_s": 60},
+                profile="scripted",
+                scenario="test",
+                plan={"commands": [["true"], ["sleep"]]},
+                flush_interval_s=0.2,
+            )
         )
         users = [gevent.spawn(engine.run_rollout, RolloutRequest("01-s", 5)) for _ in range(5)]
         deadline = time.monotonic() + 30
@@ -376,5 +454,7 @@ def test_an_abort_bounds_the_drain_when_the_vendor_hangs_on_terminate(tmp_path):
     rows = load_rollouts(tmp_path / "abort")
     assert len(rows) == 5 and set(rows["outcome"]) <= {"cancelled", "unfinished"}
     figures = {key: summary[key] for key in ("terminated_leftovers", "terminate_errors", "unfinished_tasks")}
-    print(f"\nabort drain (terminate hangs 60 s): drain {drained_s:.1f} s, {figures}, outcomes "
-          f"{rows['outcome'].value_counts().to_dict()}")  # fmt: skip
+    print(
+        f"\nabort drain (terminate hangs 60 s): drain {drained_s:.1f} s, {figures}, outcomes "
+        f"{rows['outcome'].value_counts().to_dict()}"
+    )

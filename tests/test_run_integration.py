@@ -68,9 +68,24 @@ def test_a_ramps_users_start_evenly_at_the_spawn_rate_not_in_one_second_batches(
     """Locust releases a spawn rate of 60 as 60 users at once; the creates must come one slot (1/60 s) apart, or
     every create of the batch queues in the harness and records that queue as vendor latency."""
     result = stampede(
-        "run", "--profile", "ideal", "--stages", "60", "--hold", "1", "--spawn-rate", "60", "--commands", "sleep 4",
-        "--out", str(tmp_path), "--progress-interval", "0", "--stop-timeout", "0",
-    )  # fmt: skip
+        "run",
+        "--profile",
+        "ideal",
+        "--stages",
+        "60",
+        "--hold",
+        "1",
+        "--spawn-rate",
+        "60",
+        "--commands",
+        "sleep 4",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+        "--stop-timeout",
+        "0",
+    )
     assert result.returncode in (0, 1), result.stderr
     ops = pd.read_parquet(only_run(tmp_path) / "ops")
     creates = ops[ops["op"] == "create"].sort_values("t_start")

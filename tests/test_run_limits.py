@@ -76,9 +76,20 @@ def test_plain_http_to_a_host_that_is_not_loopback_warns_that_the_token_travels_
     for loud in ("http://203.0.113.9:8080", "http://api.example.com/v1", "HTTP://10.0.0.1"):
         assert "token is sent in clear" in (cleartext_token_warning(loud) or ""), loud
     result = stampede(
-        "run", "--scenario", "burst", "--users", "99999999", "--provider", "prime",
-        "--base-url", "http://203.0.113.9:8080", "--token", "t0k3n-value", "--out", str(tmp_path),
-    )  # fmt: skip
+        "run",
+        "--scenario",
+        "burst",
+        "--users",
+        "99999999",
+        "--provider",
+        "prime",
+        "--base-url",
+        "http://203.0.113.9:8080",
+        "--token",
+        "t0k3n-value",
+        "--out",
+        str(tmp_path),
+    )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 2, result.stderr
     assert "warning: --base-url http://203.0.113.9:8080 is plain http" in lines[0]
@@ -91,9 +102,24 @@ def test_sigterm_while_the_largest_allowed_burst_spawns_ends_the_run_within_seco
     20,000 users at the gate (each rollout held in flight) stopped in ~8 s here: 45 s leaves room for a busy
     machine and still fails the old behaviour."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", "--scenario", "burst", "--users", str(USERS_PER_LOCUST_PROCESS),
-         "--provider", SCRIPTED, "--provider-option", "ready_delay_s=600", "--out", str(tmp_path),
-         "--progress-interval", "0"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--scenario",
+            "burst",
+            "--users",
+            str(USERS_PER_LOCUST_PROCESS),
+            "--provider",
+            SCRIPTED,
+            "--provider-option",
+            "ready_delay_s=600",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

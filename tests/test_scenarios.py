@@ -22,8 +22,12 @@ pytestmark = pytest.mark.slow
 def run(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[Path, pd.DataFrame, dict]:
     result = subprocess.run(
         [sys.executable, "-m", "harness.cli", "run", "--out", str(tmp_path), "--progress-interval", "0", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     frame = load_rollouts(run_dir)  # t_submit as float epoch seconds: the arithmetic below
@@ -31,8 +35,21 @@ def run(tmp_path: Path, *args: str, timeout: float = 300) -> tuple[Path, pd.Data
 
 
 def test_burst_steps_release_together_and_in_flight_drops_to_zero_between_steps(tmp_path):
-    _, frame, manifest = run(tmp_path, "--scenario", "burst", "--batch", "10", "--group", "4", "--burst-steps", "3",
-                             "--profile", "ideal", "--commands", "true; sleep 0.5")  # fmt: skip
+    _, frame, manifest = run(
+        tmp_path,
+        "--scenario",
+        "burst",
+        "--batch",
+        "10",
+        "--group",
+        "4",
+        "--burst-steps",
+        "3",
+        "--profile",
+        "ideal",
+        "--commands",
+        "true; sleep 0.5",
+    )
     assert manifest["shape"]["size"] == 40 and sorted(frame["stage"].unique()) == [
         "01-burst40",
         "02-burst40",
@@ -62,8 +79,19 @@ def time_in_flight(frame: pd.DataFrame, t0: float, t1: float) -> tuple[np.ndarra
 
 
 def test_steady_holds_n_in_flight_within_two_percent(tmp_path):
-    _, frame, _ = run(tmp_path, "--scenario", "steady", "--users", "50", "--hold", "10", "--profile", "ideal",
-                      "--commands", "true; sleep 1")  # fmt: skip
+    _, frame, _ = run(
+        tmp_path,
+        "--scenario",
+        "steady",
+        "--users",
+        "50",
+        "--hold",
+        "10",
+        "--profile",
+        "ideal",
+        "--commands",
+        "true; sleep 1",
+    )
     t0, t1 = frame["t_submit"].min() + 2, frame["t_submit"].max() - 1  # spawn ramp and final drain excluded
     levels, durations = time_in_flight(frame, t0, t1)
     mean = float((levels * durations).sum() / durations.sum())
@@ -72,8 +100,21 @@ def test_steady_holds_n_in_flight_within_two_percent(tmp_path):
 
 
 def test_knee_stops_at_the_first_dirty_level_and_records_the_knee(tmp_path):
-    _, frame, manifest = run(tmp_path, "--scenario", "knee", "--stages", "10..80", "--hold", "3", "--profile", "ideal",
-                             "--profile-set", "quota.max_active=50", "--commands", "true; sleep 0.5")  # fmt: skip
+    _, frame, manifest = run(
+        tmp_path,
+        "--scenario",
+        "knee",
+        "--stages",
+        "10..80",
+        "--hold",
+        "3",
+        "--profile",
+        "ideal",
+        "--profile-set",
+        "quota.max_active=50",
+        "--commands",
+        "true; sleep 0.5",
+    )
     outcome = manifest["shape_outcome"]
     assert outcome["knee"] == 40 and outcome["crossed_at"] == 80 and "failure rate" in outcome["reason"]
     assert set(frame["target_users"]) == {10, 20, 40, 80}  # it stopped: no 160
@@ -82,8 +123,19 @@ def test_knee_stops_at_the_first_dirty_level_and_records_the_knee(tmp_path):
 
 
 def test_staggered_starts_follow_the_schedule(tmp_path):
-    _, frame, manifest = run(tmp_path, "--scenario", "staggered", "--users", "30", "--stagger-ms", "100",
-                             "--profile", "ideal", "--commands", "true")  # fmt: skip
+    _, frame, manifest = run(
+        tmp_path,
+        "--scenario",
+        "staggered",
+        "--users",
+        "30",
+        "--stagger-ms",
+        "100",
+        "--profile",
+        "ideal",
+        "--commands",
+        "true",
+    )
     assert len(frame) == 30 and frame["t_intended"].notna().all()
     intended = np.sort(frame["t_intended"].to_numpy())
     assert np.allclose(np.diff(intended), 0.1, atol=1e-6)
@@ -93,8 +145,22 @@ def test_staggered_starts_follow_the_schedule(tmp_path):
 
 
 def test_arrival_counts_starts_dropped_at_the_in_flight_cap(tmp_path):
-    _run_dir, frame, manifest = run(tmp_path, "--scenario", "arrival", "--rates", "20", "--hold", "4", "--poisson",
-                                   "--max-inflight", "5", "--profile", "ideal", "--commands", "true; sleep 1")  # fmt: skip
+    _run_dir, frame, manifest = run(
+        tmp_path,
+        "--scenario",
+        "arrival",
+        "--rates",
+        "20",
+        "--hold",
+        "4",
+        "--poisson",
+        "--max-inflight",
+        "5",
+        "--profile",
+        "ideal",
+        "--commands",
+        "true; sleep 1",
+    )
     dropped = manifest["dropped_starts"]["01-arrival20ps"]
     assert dropped > 0 and len(frame) > 0
     # a Poisson schedule of 20/s for 4 s: about 80 intended starts, every one either started or dropped
@@ -103,17 +169,32 @@ def test_arrival_counts_starts_dropped_at_the_in_flight_cap(tmp_path):
 
 
 def test_agentic_rollouts_hold_the_sandbox_through_turns(tmp_path):
-    _, frame, _ = run(tmp_path, "--scenario", "steady", "--users", "5", "--hold", "3", "--profile", "ideal",
-                      "--commands", "true", "--turns", "3", "--gen-time", "const:0.2",
-                      "--reward-command", "echo reward")  # fmt: skip
+    _, frame, _ = run(
+        tmp_path,
+        "--scenario",
+        "steady",
+        "--users",
+        "5",
+        "--hold",
+        "3",
+        "--profile",
+        "ideal",
+        "--commands",
+        "true",
+        "--turns",
+        "3",
+        "--gen-time",
+        "const:0.2",
+        "--reward-command",
+        "echo reward",
+    )
     done = frame[frame["outcome"] == "ok"]
     assert len(done) > 0 and (done["turns"] == 3).all() and (done["exec_count"] == 5).all()
     assert np.allclose(done["gen_s"], 0.6) and (done["total_s"] >= 0.6).all()
 
 
 def test_distributed_run_is_one_dataset_with_no_rollout_lost_or_doubled(tmp_path):
-    run_dir, frame, manifest = run(tmp_path, "--workers", "2", "--stages", "10,20", "--hold", "4",
-                                   "--profile", "ideal")  # fmt: skip
+    run_dir, frame, manifest = run(tmp_path, "--workers", "2", "--stages", "10,20", "--hold", "4", "--profile", "ideal")
     engines = manifest["engines"]
     assert len(engines) == 2 and manifest["role"] == "master"
     assert sum(engine["rows"]["rollouts"] for engine in engines) == len(frame)

@@ -74,7 +74,7 @@ def test_a_sandbox_is_kept_for_the_whole_window_after_it_ended() -> None:
     assert sim.get(sb.id).status == "TERMINATED"
     clock.run_until(5 + RETENTION_S + 1)
     sim.create(CreateRequest(image="img"))
-    assert sim.known == 2 and [row["id"] for row in sim.truth()][0] == sb.id
+    assert sim.known == 2 and next(row["id"] for row in sim.truth()) == sb.id
 
 
 def test_modal_records_are_pruned_and_truth_keeps_modals_ids() -> None:
@@ -85,9 +85,15 @@ def test_modal_records_are_pruned_and_truth_keeps_modals_ids() -> None:
 
     def register(sb):  # type: ignore[no-untyped-def]
         record = registry.add(
-            sb, version=2, app_id="ap-x", tags={}, image_id="im-x", has_readiness_probe=False, workdir=None,
+            sb,
+            version=2,
+            app_id="ap-x",
+            tags={},
+            image_id="im-x",
+            has_readiness_probe=False,
+            workdir=None,
             timeout_secs=300,
-        )  # fmt: skip
+        )
         modal_ids.append(record.modal_id)
 
     churn(sim, clock, on_create=register)

@@ -85,8 +85,23 @@ def test_summary_writes_a_summary_json_that_validates_and_a_broken_one_does_not(
 
 @pytest.mark.slow
 def test_a_real_runs_summary_json_validates(tmp_path):
-    result = stampede("run", "--scenario", "ramp", "--stages", "5,10", "--hold", "3", "--profile", "ideal",
-                      "--out", str(tmp_path), "--run-id", "real", "--progress-interval", "0")  # fmt: skip
+    result = stampede(
+        "run",
+        "--scenario",
+        "ramp",
+        "--stages",
+        "5,10",
+        "--hold",
+        "3",
+        "--profile",
+        "ideal",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "real",
+        "--progress-interval",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "real" / "summary.json").read_text())
     validate_summary(document)

@@ -84,8 +84,10 @@ def test_every_phase_of_the_aggregation_and_every_failure_kind_is_accepted():
 
 def test_an_environment_variable_holds_several_separated_by_semicolons():
     assert [t.metric for t in parse_all(["tti.p99<30; failure_rate<0.02", "failures<3"])] == [
-        "tti.p99", "failure_rate", "failures",
-    ]  # fmt: skip
+        "tti.p99",
+        "failure_rate",
+        "failures",
+    ]
 
 
 FIGURES = RunFigures(
@@ -98,8 +100,14 @@ FIGURES = RunFigures(
 
 
 def test_verdicts_say_what_must_hold_per_scope_and_count_missing_data_as_crossed():
-    texts = ["tti.p99<15", "stage[*].tti.p99<10", "failures.rate_limited<1", "stage[09-typo].tti.p99<99",
-             "stage[01-ramp10].tti.p50<1", "failure_rate<=1%"]  # fmt: skip
+    texts = [
+        "tti.p99<15",
+        "stage[*].tti.p99<10",
+        "failures.rate_limited<1",
+        "stage[09-typo].tti.p99<99",
+        "stage[01-ramp10].tti.p50<1",
+        "failure_rate<=1%",
+    ]
     verdicts = evaluate(parse_all(texts), FIGURES)
     got = [(v.threshold.text, v.scope, v.observed, v.verdict) for v in verdicts]
     assert got == [
@@ -130,8 +138,16 @@ def _live(stages: dict[str, LiveStageStats]) -> LiveView:
 
 def test_the_live_abort_acts_only_on_counts_crossed_for_good():
     live = _live({"01-ramp10": LiveStageStats(ok=5, failed=2, failures=Counter({"capacity": 2}))})
-    thresholds = parse_all(["failures.capacity<2", "failures<5", "failure_rate<0.01", "tti.p99<0.001",
-                            "stage[02-ramp20].failures<1", "failures>100"])  # fmt: skip
+    thresholds = parse_all(
+        [
+            "failures.capacity<2",
+            "failures<5",
+            "failure_rate<0.01",
+            "tti.p99<0.001",
+            "stage[02-ramp20].failures<1",
+            "failures>100",
+        ]
+    )
     crossed = crossed_for_good(thresholds, live)
     # rates and quantiles can come back, a stage not yet run has no verdict, a lower bound on a count can be met
     assert [(v.threshold.text, v.scope, v.observed) for v in crossed] == [("failures.capacity<2", "run", 2.0)]
@@ -149,16 +165,33 @@ def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_a_run_whose_threshold_is_crossed_finishes_exits_99_and_says_why(tmp_path):
-    result = stampede("run", "--profile", "ideal", "--scenario", "burst", "--users", "20", "--out", str(tmp_path),
-                      "--run-id", "crossed", "--progress-interval", "0", "--threshold", "tti.p99<0.001",
-                      "--threshold", "failures<1000")  # fmt: skip
+    result = stampede(
+        "run",
+        "--profile",
+        "ideal",
+        "--scenario",
+        "burst",
+        "--users",
+        "20",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "crossed",
+        "--progress-interval",
+        "0",
+        "--threshold",
+        "tti.p99<0.001",
+        "--threshold",
+        "failures<1000",
+    )
     assert result.returncode == 99, result.stderr
     run_dir = tmp_path / "crossed"
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "completed" and manifest["exit_code"] == 99
     assert [(t["expression"], t["verdict"]) for t in manifest["thresholds"]] == [
-        ("tti.p99<0.001", "crossed"), ("failures<1000", "ok"),
-    ]  # fmt: skip
+        ("tti.p99<0.001", "crossed"),
+        ("failures<1000", "ok"),
+    ]
     summary = json.loads((run_dir / "summary.json").read_text())
     validate_summary(summary)
     assert summary["thresholds_crossed"] and summary["exit_code"] == 99 and summary["unit"] == "vendor_seconds"
@@ -173,9 +206,27 @@ def test_a_run_whose_threshold_is_crossed_finishes_exits_99_and_says_why(tmp_pat
 @pytest.mark.slow
 def test_abort_on_threshold_stops_a_long_run_drained_with_exit_99(tmp_path):
     # every first command times out: exec_timeout failures from the first seconds of a stage meant to hold 120 s
-    result = stampede("run", "--profile", "ideal", "--stages", "5", "--hold", "120", "--exec-timeout", "0.001",
-                      "--out", str(tmp_path), "--run-id", "stopped", "--progress-interval", "0",
-                      "--threshold", "failures.exec_timeout<3", "--abort-on-threshold", timeout=100)  # fmt: skip
+    result = stampede(
+        "run",
+        "--profile",
+        "ideal",
+        "--stages",
+        "5",
+        "--hold",
+        "120",
+        "--exec-timeout",
+        "0.001",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "stopped",
+        "--progress-interval",
+        "0",
+        "--threshold",
+        "failures.exec_timeout<3",
+        "--abort-on-threshold",
+        timeout=100,
+    )
     assert result.returncode == 99, result.stderr
     assert "stopping — failures.exec_timeout<3" in result.stderr
     manifest = json.loads((tmp_path / "stopped" / "run.json").read_text())

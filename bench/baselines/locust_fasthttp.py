@@ -36,18 +36,27 @@ class LifecycleUser(FastHttpUser):
     @task
     def lifecycle(self) -> None:
         try:
-            created = self.client.post("/api/v1/sandbox", json=create_body(next(COUNTER)), headers=self.api_headers,
-                                       name="create").json()  # fmt: skip
+            created = self.client.post(
+                "/api/v1/sandbox", json=create_body(next(COUNTER)), headers=self.api_headers, name="create"
+            ).json()
             sandbox_id = created["id"]
             for delay in look_delays():
                 gevent.sleep(delay)
-                body = self.client.post("/api/v1/sandbox/status:batchGet", json={"sandbox_ids": [sandbox_id]},
-                                        headers=self.api_headers, name="ready").json()  # fmt: skip
+                body = self.client.post(
+                    "/api/v1/sandbox/status:batchGet",
+                    json={"sandbox_ids": [sandbox_id]},
+                    headers=self.api_headers,
+                    name="ready",
+                ).json()
                 if body["statuses"] and body["statuses"][0]["status"] == "RUNNING":
                     break
             auth = created["gatewayAuth"]
-            self.client.post(gateway_url(auth), json=exec_body(sandbox_id),
-                             headers={"Authorization": f"Bearer {auth['token']}"}, name="exec").json()  # fmt: skip
+            self.client.post(
+                gateway_url(auth),
+                json=exec_body(sandbox_id),
+                headers={"Authorization": f"Bearer {auth['token']}"},
+                name="exec",
+            ).json()
             self.client.delete(f"/api/v1/sandbox/{sandbox_id}", headers=self.api_headers, name="terminate")
             ENDS.append(time.time())
         except Exception:

@@ -39,14 +39,20 @@ def spread_note(peak_in_flight: int | None, workers: int, open_files: int | None
     if by_files > 1 and workers >= by_files:
         limit = open_files if open_files is not None else reachable_open_files()
         crowded = workers > max(1, (os.cpu_count() or 1) // 2)
-        return (f"{peak_in_flight} in flight needs a connection each, more than one process may open ({limit} files): "
-                f"a master and {workers} local workers, each with its own engine"
-                + ("; they share fewer cores than they would like: watch the 'harness err' column" if crowded else ""))  # fmt: skip
+        return (
+            f"{peak_in_flight} in flight needs a connection each, more than one process may open ({limit} files): "
+            f"a master and {workers} local workers, each with its own engine"
+            + ("; they share fewer cores than they would like: watch the 'harness err' column" if crowded else "")
+        )
     if peak_in_flight <= PER_ENGINE_IN_FLIGHT:
         return None
     if workers:
-        return (f"{peak_in_flight} in flight is more than one engine holds ({PER_ENGINE_IN_FLIGHT}): a master and "
-                f"{workers} local workers, each with its own engine (--workers 0 keeps one process)")  # fmt: skip
-    return (f"{peak_in_flight} in flight is more than one engine holds ({PER_ENGINE_IN_FLIGHT}), and this machine's "
-            f"{os.cpu_count()} cores run one engine best: watch the 'harness err' column, the harness may be "
-            "the bottleneck (--workers N spreads it anyway, or use more machines: --master/--worker)")  # fmt: skip
+        return (
+            f"{peak_in_flight} in flight is more than one engine holds ({PER_ENGINE_IN_FLIGHT}): a master and "
+            f"{workers} local workers, each with its own engine (--workers 0 keeps one process)"
+        )
+    return (
+        f"{peak_in_flight} in flight is more than one engine holds ({PER_ENGINE_IN_FLIGHT}), and this machine's "
+        f"{os.cpu_count()} cores run one engine best: watch the 'harness err' column, the harness may be "
+        "the bottleneck (--workers N spreads it anyway, or use more machines: --master/--worker)"
+    )

@@ -50,37 +50,76 @@ def _resamples(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("baseline", metavar="BASELINE", help="the run folder to compare against (results/<run_id>)")
     parser.add_argument("candidates", nargs="+", metavar="CANDIDATE", help="one or more run folders to compare with it")
-    parser.add_argument("-o", "--out", default=None,
-                        help="output folder for compare.html, compare.json and the PNGs (default: ./stampede-compare)")  # fmt: skip
-    parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
-                        help="durations in vendor seconds (default) or wall seconds")  # fmt: skip
-    parser.add_argument("--gate", default=None, metavar="FIGURES",
-                        help="figures whose being worse exits 98, comma-separated: <phase>.<quantile> (tti.p99, "
-                             "ready.p50 ...), failure_rate, init_failure_rate, failures.<kind>; or none "
-                             "(default: tti.p50,tti.p99,failure_rate)")  # fmt: skip
-    parser.add_argument("--min-effect", type=_fraction, default=0.05, metavar="FRACTION",
-                        help="smallest change, relative to the baseline, that can be worse/better (0.05 or 5 = 5%%; "
-                             "default 5%%)")  # fmt: skip
-    parser.add_argument("--min-seconds", type=_non_negative, default=0.01, metavar="SECONDS",
-                        help="smallest duration change that can be worse/better (default 0.01)")  # fmt: skip
-    parser.add_argument("--min-rate", type=_fraction, default=0.005, metavar="FRACTION",
-                        help="smallest failure-rate change that can be worse/better (0.005 = half a percentage "
-                             "point; default)")  # fmt: skip
-    parser.add_argument("--confidence", type=_fraction, default=0.95, metavar="LEVEL",
-                        help="confidence level of the intervals (default 0.95)")  # fmt: skip
+    parser.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        help="output folder for compare.html, compare.json and the PNGs (default: ./stampede-compare)",
+    )
+    parser.add_argument(
+        "--seconds",
+        choices=("vendor", "wall"),
+        default="vendor",
+        help="durations in vendor seconds (default) or wall seconds",
+    )
+    parser.add_argument(
+        "--gate",
+        default=None,
+        metavar="FIGURES",
+        help="figures whose being worse exits 98, comma-separated: <phase>.<quantile> (tti.p99, "
+        "ready.p50 ...), failure_rate, init_failure_rate, failures.<kind>; or none "
+        "(default: tti.p50,tti.p99,failure_rate)",
+    )
+    parser.add_argument(
+        "--min-effect",
+        type=_fraction,
+        default=0.05,
+        metavar="FRACTION",
+        help="smallest change, relative to the baseline, that can be worse/better (0.05 or 5 = 5%%; default 5%%)",
+    )
+    parser.add_argument(
+        "--min-seconds",
+        type=_non_negative,
+        default=0.01,
+        metavar="SECONDS",
+        help="smallest duration change that can be worse/better (default 0.01)",
+    )
+    parser.add_argument(
+        "--min-rate",
+        type=_fraction,
+        default=0.005,
+        metavar="FRACTION",
+        help="smallest failure-rate change that can be worse/better (0.005 = half a percentage point; default)",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=_fraction,
+        default=0.95,
+        metavar="LEVEL",
+        help="confidence level of the intervals (default 0.95)",
+    )
     parser.add_argument(
         "--resamples", type=_resamples, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="bootstrap seed: the same seed, the same intervals (default 0)"
     )
-    parser.add_argument("--tolerance", type=_fraction, default=None, metavar="FRACTION",
-                        help="stages match when their measured concurrency is within this of the baseline's "
-                             "(default 0.15)")  # fmt: skip
+    parser.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=None,
+        metavar="FRACTION",
+        help="stages match when their measured concurrency is within this of the baseline's (default 0.15)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="no PNG (compare.html holds the tables only)")
-    parser.add_argument("--threshold", action="append", default=None, metavar="EXPR",
-                        help="pass/fail on each candidate's own figures, vendor seconds, e.g. 'tti.p99<30' "
-                             "(repeatable; exit 99 when one is crossed; grammar: harness/results/thresholds.py)")  # fmt: skip
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=None,
+        metavar="EXPR",
+        help="pass/fail on each candidate's own figures, vendor seconds, e.g. 'tti.p99<30' "
+        "(repeatable; exit 99 when one is crossed; grammar: harness/results/thresholds.py)",
+    )
 
 
 @one_line_errors

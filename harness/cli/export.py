@@ -18,8 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--out", default="latency_model.json", help="where to write (default: latency_model.json)"
     )
     parser.add_argument("--no-fits", action="store_true", help="quantile grids only, no parametric fits (faster)")
-    parser.add_argument("--max-fit-samples", type=int, default=20_000, metavar="N",
-                        help="values per fit (a seeded random subset; quantiles always use every row)")  # fmt: skip
+    parser.add_argument(
+        "--max-fit-samples",
+        type=int,
+        default=20_000,
+        metavar="N",
+        help="values per fit (a seeded random subset; quantiles always use every row)",
+    )
 
 
 @one_line_errors
@@ -51,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
         limits = model.get("limits")
         if limits:
             cap, rate = limits["concurrency_cap"], limits["create_rate_per_s"]
-            print(f"  concurrency cap {cap['value'] if cap['value'] is not None else '-'} ({cap['source']}),"
-                  f" create rate {rate['value'] if rate['value'] is not None else '-'}/s ({rate['source']})")  # fmt: skip
+            print(
+                f"  concurrency cap {cap['value'] if cap['value'] is not None else '-'} ({cap['source']}),"
+                f" create rate {rate['value'] if rate['value'] is not None else '-'}/s ({rate['source']})"
+            )
     print(f"latency model (schema v1, validated): {args.out}")
     return 0
 

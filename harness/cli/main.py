@@ -106,7 +106,11 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
         ("report", report_command, "tables, figures and report.html for one or more runs (side by side)"),
         ("export", export_command, "write the latency model (latency_model.json, v1) of one or more runs"),
         ("model", model_command, "generator throughput and trainer idle from a latency model and an RL config"),
-        ("compare", compare_command, "a candidate run against a baseline: deltas, intervals, a verdict (exit 98: worse)"),
+        (
+            "compare",
+            compare_command,
+            "a candidate run against a baseline: deltas, intervals, a verdict (exit 98: worse)",
+        ),
     ):
         module.add_arguments(sub.add_parser(name, help=text, description=text))
 
@@ -115,8 +119,10 @@ def _add_rehearse(sub: argparse._SubParsersAction) -> None:
     from harness.cli.rehearse import add_arguments
 
     text = "an emulated RL loop through the harness, measured and compared with `stampede model`"
-    epilog = ("a simulated vendor runs at the time scale throughout (rehearse sets STAMPEDE_SIM_BURST_PACING=0: no "
-              "1:1 pacing of create bursts, which would stretch the loop's clock)")  # fmt: skip
+    epilog = (
+        "a simulated vendor runs at the time scale throughout (rehearse sets STAMPEDE_SIM_BURST_PACING=0: no "
+        "1:1 pacing of create bursts, which would stretch the loop's clock)"
+    )
     add_arguments(sub.add_parser("rehearse", help=text, description=text, epilog=epilog))
 
 
@@ -253,8 +259,9 @@ def _cmd_analysis(args: argparse.Namespace) -> int:
     from harness.cli import model as model_command
     from harness.cli import report as report_command
 
-    module = {"report": report_command, "export": export_command, "model": model_command,
-              "compare": compare_command}[args.command]  # fmt: skip
+    module = {"report": report_command, "export": export_command, "model": model_command, "compare": compare_command}[
+        args.command
+    ]
     return int(module.run(args))
 
 

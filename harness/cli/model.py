@@ -14,18 +14,35 @@ from harness.errors import UsageError, one_line_errors
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", required=True, metavar="JSON", help="a latency model from `stampede export`")
     parser.add_argument("--config", required=True, metavar="TOML", help="the RL configuration (see examples/rl-*.toml)")
-    parser.add_argument("--vendor", default=None, metavar="PROVIDER/PROFILE",
-                        help="which vendor of the latency model (default: [sandbox] vendor, or the only one)")  # fmt: skip
-    parser.add_argument("--sweep", choices=("concurrency", "oversampling", "staleness_threshold"), default=None,
-                        help="run the model over a range and recommend a setting (staleness_threshold: verl mode)")  # fmt: skip
+    parser.add_argument(
+        "--vendor",
+        default=None,
+        metavar="PROVIDER/PROFILE",
+        help="which vendor of the latency model (default: [sandbox] vendor, or the only one)",
+    )
+    parser.add_argument(
+        "--sweep",
+        choices=("concurrency", "oversampling", "staleness_threshold"),
+        default=None,
+        help="run the model over a range and recommend a setting (staleness_threshold: verl mode)",
+    )
     parser.add_argument(
         "--values", default=None, metavar="A,B,...", help="sweep values (default: a range around the config's)"
     )
-    parser.add_argument("--engine", choices=("both", "closed", "simulation"), default="both",
-                        help="closed forms, the SimPy simulation, or both side by side (default)")  # fmt: skip
+    parser.add_argument(
+        "--engine",
+        choices=("both", "closed", "simulation"),
+        default="both",
+        help="closed forms, the SimPy simulation, or both side by side (default)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="simulated trainer steps (default: [simulation] steps)")
-    parser.add_argument("-o", "--out", default=None, metavar="DIR",
-                        help="write model.json (and sweep.png) here (default: ./stampede-model when sweeping)")  # fmt: skip
+    parser.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="write model.json (and sweep.png) here (default: ./stampede-model when sweeping)",
+    )
 
 
 def _values(text: str | None, kind: str | None) -> list[float] | None:
@@ -56,8 +73,13 @@ def comparison_text(closed: Any, simulated: Any) -> str:
     from harness.rlmodel.result import HEADLINE
 
     results = [r for r in (closed, simulated) if r is not None]
-    header = ["quantity", *("closed form" + ("" if r.holds else " (approx.)") if r.engine == "closed form"
-                            else "simulation" for r in results)]  # fmt: skip
+    header = [
+        "quantity",
+        *(
+            "closed form" + ("" if r.holds else " (approx.)") if r.engine == "closed form" else "simulation"
+            for r in results
+        ),
+    ]
     if len(results) == 2:
         header.append("diff")
     rows = []
@@ -118,20 +140,31 @@ def run(args: argparse.Namespace) -> int:
     vendor = load_latency_model(args.latency).choose(args.vendor or config.vendor)
     plan = build_plan(config, vendor)
     out = Path(args.out) if args.out else (Path("stampede-model") if args.sweep else None)
-    print(f"config {args.config}: B={config.prompts} × G={config.group_size} = {plan.samples_per_step} samples per step, "
-          f"{config.mode}, trainer {plan.trainer_rate:.4g} samples/s")  # fmt: skip
+    print(
+        f"config {args.config}: B={config.prompts} × G={config.group_size} = {plan.samples_per_step} samples per step, "
+        f"{config.mode}, trainer {plan.trainer_rate:.4g} samples/s"
+    )
     print(f"vendor {vendor.name}: {plan.sandbox.describe()}")
     for limit in plan.limits:
         print(f"vendor limit: {limit.describe()}")
     pricing_ = pricing(config, vendor.provider, vendor.profile)
     for line in pricing_.lines():
         print(line)
-    print(f"effective concurrency {plan.concurrency} (limited by {plan.concurrency_limited_by})"
-          + (f"; {plan.dispatched_per_step} dispatched per step, generation ends at {plan.finish_target} successes"
-             if config.mode == "sync" else "")
-          + (f"; prime-rl: {plan.concurrency_target // config.group_size} groups of {config.group_size} in flight, "
-             f"max_async_level {config.max_async_level}{' (strict)' if config.strict_async_level else ''}, "
-             f"max_off_policy_steps {config.max_off_policy_steps}" if config.mode == "prime-rl" else ""))  # fmt: skip
+    print(
+        f"effective concurrency {plan.concurrency} (limited by {plan.concurrency_limited_by})"
+        + (
+            f"; {plan.dispatched_per_step} dispatched per step, generation ends at {plan.finish_target} successes"
+            if config.mode == "sync"
+            else ""
+        )
+        + (
+            f"; prime-rl: {plan.concurrency_target // config.group_size} groups of {config.group_size} in flight, "
+            f"max_async_level {config.max_async_level}{' (strict)' if config.strict_async_level else ''}, "
+            f"max_off_policy_steps {config.max_off_policy_steps}"
+            if config.mode == "prime-rl"
+            else ""
+        )
+    )
     document: dict[str, Any] = {
         "config": args.config,
         "latency_model": args.latency,

@@ -85,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"stampede rehearse: the trainer finished {measured.get('steps_done', 0)} step(s), none measured")
         return 1
     print()
-    print(f"rehearsal {run_args.run_id}: {measured['measured_steps']} measured steps (after warm-up), "
-          f"rates in samples per vendor second (time scale {measured['time_scale']:g})")  # fmt: skip
+    print(
+        f"rehearsal {run_args.run_id}: {measured['measured_steps']} measured steps (after warm-up), "
+        f"rates in samples per vendor second (time scale {measured['time_scale']:g})"
+    )
     prediction = None if args.no_compare else predict(run_dir, config)
     predicted = prediction.results if prediction else []
     print(comparison_text(measured, predicted))

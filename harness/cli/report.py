@@ -43,21 +43,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="output folder (default: RUN_DIR/report, or ./stampede-report for several runs)",
     )
-    parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
-                        help="the seconds of every duration: vendor (default; a simulated vendor's own seconds, a real "
-                             "vendor's are wall seconds) or wall; every table header and figure axis names it")  # fmt: skip
-    parser.add_argument("--knee-max-failure", type=_fraction, default=DEFAULT_MAX_FAILURE_RATE, metavar="RATE",
-                        help="knee: highest failure rate a stage may have (0.05 or 5 = 5%%; "
-                             f"default {100 * DEFAULT_MAX_FAILURE_RATE:g}%%, as the live knee search)")  # fmt: skip
-    parser.add_argument("--knee-p99-ratio", type=_positive, default=DEFAULT_P99_FACTOR, metavar="X",
-                        help="knee: TTI p99 at most X times the lowest stage's "
-                             f"(default {DEFAULT_P99_FACTOR:g}, as the live knee search)")  # fmt: skip
-    parser.add_argument("--knee-max-p99", type=_positive, default=None, metavar="SECONDS",
-                        help="knee: TTI p99 at most this many seconds, instead of the ratio (default: the ratio)")  # fmt: skip
+    parser.add_argument(
+        "--seconds",
+        choices=("vendor", "wall"),
+        default="vendor",
+        help="the seconds of every duration: vendor (default; a simulated vendor's own seconds, a real "
+        "vendor's are wall seconds) or wall; every table header and figure axis names it",
+    )
+    parser.add_argument(
+        "--knee-max-failure",
+        type=_fraction,
+        default=DEFAULT_MAX_FAILURE_RATE,
+        metavar="RATE",
+        help="knee: highest failure rate a stage may have (0.05 or 5 = 5%%; "
+        f"default {100 * DEFAULT_MAX_FAILURE_RATE:g}%%, as the live knee search)",
+    )
+    parser.add_argument(
+        "--knee-p99-ratio",
+        type=_positive,
+        default=DEFAULT_P99_FACTOR,
+        metavar="X",
+        help="knee: TTI p99 at most X times the lowest stage's "
+        f"(default {DEFAULT_P99_FACTOR:g}, as the live knee search)",
+    )
+    parser.add_argument(
+        "--knee-max-p99",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="knee: TTI p99 at most this many seconds, instead of the ratio (default: the ratio)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="tables only (no PNG; report.html without figures)")
-    parser.add_argument("--threshold", action="append", default=None, metavar="EXPR",
-                        help="pass/fail on each run's figures, vendor seconds, e.g. 'tti.p99<30' (repeatable; "
-                             "exit 99 when one is crossed; grammar: harness/results/thresholds.py)")  # fmt: skip
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=None,
+        metavar="EXPR",
+        help="pass/fail on each run's figures, vendor seconds, e.g. 'tti.p99<30' (repeatable; "
+        "exit 99 when one is crossed; grammar: harness/results/thresholds.py)",
+    )
 
 
 @one_line_errors

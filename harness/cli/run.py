@@ -103,8 +103,21 @@ def _locust_options(args: argparse.Namespace, scenario: Path) -> Any:
     argv = ["-f", str(scenario), "--headless", "--only-summary"]
     options = parser.parse_args(argv)
     for key, value in vars(args).items():
-        if key in ("command", "scenario", "users", "spawn_rate", "run_time", "stop_timeout", "workers", "master",
-                   "expect_workers", "master_bind_host", "worker", "master_host", "master_port"):  # fmt: skip
+        if key in (
+            "command",
+            "scenario",
+            "users",
+            "spawn_rate",
+            "run_time",
+            "stop_timeout",
+            "workers",
+            "master",
+            "expect_workers",
+            "master_bind_host",
+            "worker",
+            "master_host",
+            "master_port",
+        ):
             continue
         setattr(options, key, value)
     options.num_users = args.users
@@ -146,8 +159,19 @@ def _role(args: argparse.Namespace) -> str:
 
 def _spawn_local_workers(args: argparse.Namespace, scenario: Path, port: int) -> list[gevent.subprocess.Popen]:
     """N `stampede run --worker` processes of this machine, each a Locust worker with its own engine."""
-    argv = [sys.executable, "-m", "harness.cli", "run", "--worker", "--master-host", "127.0.0.1",
-            "--master-port", str(port), "--scenario", str(scenario)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--worker",
+        "--master-host",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--scenario",
+        str(scenario),
+    ]
     return [gevent.subprocess.Popen(argv, start_new_session=True) for _ in range(args.workers)]
 
 
@@ -198,10 +222,14 @@ def run(args: argparse.Namespace) -> int:
         role = "workers" if args.workers else role
         note = spread_note(peak, args.workers)
     if settings is not None:  # before Locust spawns a user: a count this machine cannot hold ends here
-        peak, what = asked_peak(shape.peak_users(settings) if isinstance(shape, StampedeShape) else args.users,
-                                settings, shaped=isinstance(shape, StampedeShape))  # fmt: skip
-        check_in_flight(peak, what, MachineRoom.measure(), engines=max(1, args.workers),
-                        allow=settings.allow_oversubscribe)  # fmt: skip
+        peak, what = asked_peak(
+            shape.peak_users(settings) if isinstance(shape, StampedeShape) else args.users,
+            settings,
+            shaped=isinstance(shape, StampedeShape),
+        )
+        check_in_flight(
+            peak, what, MachineRoom.measure(), engines=max(1, args.workers), allow=settings.allow_oversubscribe
+        )
     if note:
         print(f"stampede: {note}", file=sys.stderr, flush=True)
     if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
@@ -246,8 +274,10 @@ def run(args: argparse.Namespace) -> int:
         if not _wait_for_workers(runner, expected, WORKER_CONNECT_TIMEOUT_S):
             _quit(environment)
             _stop_workers(workers)
-            raise UsageError(f"only {len(runner.clients.ready)} of {expected} workers connected within "
-                             f"{WORKER_CONNECT_TIMEOUT_S:.0f}s")  # fmt: skip
+            raise UsageError(
+                f"only {len(runner.clients.ready)} of {expected} workers connected within "
+                f"{WORKER_CONNECT_TIMEOUT_S:.0f}s"
+            )
 
     interrupted: list[int | None] = []
 
@@ -257,14 +287,23 @@ def run(args: argparse.Namespace) -> int:
         A second one aborts: the engine gives rollouts no grace (sandboxes are still terminated)."""
         interrupted.append(signum)
         if len(interrupted) == 1:
-            print("\nstampede: stopping — terminating in-flight sandboxes… (again: abort, faster)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                "\nstampede: stopping — terminating in-flight sandboxes… (again: abort, faster)",
+                file=sys.stderr,
+                flush=True,
+            )
         elif len(interrupted) == 2:
-            print("stampede: aborting — no grace for rollouts; their sandboxes are still terminated",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                "stampede: aborting — no grace for rollouts; their sandboxes are still terminated",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
-            print("stampede: still terminating sandboxes (kill -9 would leave them to `stampede cleanup`)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                "stampede: still terminating sandboxes (kill -9 would leave them to `stampede cleanup`)",
+                file=sys.stderr,
+                flush=True,
+            )
         session.note_signal(len(interrupted))
         if len(interrupted) == 1:
             environment.stop_timeout = 0

@@ -20,12 +20,21 @@ EXITED = frozenset(ending.name for ending in ENDINGS if ending.exit_code is not 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a results/<run_id> folder (results/latest: the newest)")
-    parser.add_argument("--seconds", choices=("vendor", "wall"), default="vendor",
-                        help="the table in vendor seconds (wall / time scale; default) or wall seconds; "
-                             "summary.json and thresholds are always vendor seconds")  # fmt: skip
-    parser.add_argument("--threshold", action="append", default=None, metavar="EXPR",
-                        help="pass/fail on the run's figures, e.g. 'tti.p99<30' (repeatable; exit 99 when crossed; "
-                             "grammar: harness/results/thresholds.py); default: the run's own, not changing the exit")  # fmt: skip
+    parser.add_argument(
+        "--seconds",
+        choices=("vendor", "wall"),
+        default="vendor",
+        help="the table in vendor seconds (wall / time scale; default) or wall seconds; "
+        "summary.json and thresholds are always vendor seconds",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=None,
+        metavar="EXPR",
+        help="pass/fail on the run's figures, e.g. 'tti.p99<30' (repeatable; exit 99 when crossed; "
+        "grammar: harness/results/thresholds.py); default: the run's own, not changing the exit",
+    )
 
 
 def _recorded(manifest: dict[str, Any]) -> list[str]:

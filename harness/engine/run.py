@@ -54,10 +54,16 @@ class EngineRun:
         self.submits = SubmitLog(
             config.run_dir,
             safe_name(config.worker),
-            {"run_id": config.run_id, "worker": config.worker, "provider": config.provider,
-             "profile": config.profile, "scenario": config.scenario, "pid": os.getpid()},
+            {
+                "run_id": config.run_id,
+                "worker": config.worker,
+                "provider": config.provider,
+                "profile": config.profile,
+                "scenario": config.scenario,
+                "pid": os.getpid(),
+            },
             rotate_s=config.flush_interval_s,
-        )  # fmt: skip
+        )
         self.hurried = asyncio.Event()  # set by an abort: the drain gives rollouts no grace
         self.registry = SandboxRegistry(on_add=self._sandbox_acknowledged)
         self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
@@ -206,9 +212,14 @@ class EngineRun:
         self.submits.submitted(
             rollout_id,
             attempt,
-            {"stage": stage, "target_users": target_users, "inflight_at_submit": self.inflight,
-             "t_intended": t_intended, "sdk_version": self.sdk_version},
-        )  # fmt: skip
+            {
+                "stage": stage,
+                "target_users": target_users,
+                "inflight_at_submit": self.inflight,
+                "t_intended": t_intended,
+                "sdk_version": self.sdk_version,
+            },
+        )
 
     def _sandbox_acknowledged(self, ref: SandboxRef, rollout_id: str) -> None:
         self.submits.created(rollout_id, ref.sandbox_id)
@@ -344,7 +355,6 @@ class EngineRun:
         with contextlib.suppress(Exception):
             await self.provider.aclose()
         return summary
-
 
     async def _wait_for_rollouts(self, tasks: list[asyncio.Task[RolloutRecord]], deadline: float) -> float:
         """Until the cancelled rollouts ended (each terminates its own sandbox), or an abort cut the wait to

@@ -76,8 +76,16 @@ class TrainerEmulator(FrameworkPolicies):
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
         self.steps: list[dict[str, Any]] = []
-        self.counts = {"dispatched": 0, "ok": 0, "failed": 0, "cancelled": 0, "killed": 0, "filtered": 0,
-                       "stale": 0, "consumed": 0}  # fmt: skip
+        self.counts = {
+            "dispatched": 0,
+            "ok": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "killed": 0,
+            "filtered": 0,
+            "stale": 0,
+            "consumed": 0,
+        }
         self.ok_times: list[float] = []  # epoch seconds each successful rollout finished
         self.step_open = 0  # sync: the step whose rollouts may start
         self.step_dispatched: dict[int, int] = {}
@@ -340,9 +348,13 @@ class TrainerEmulator(FrameworkPolicies):
     def summary(self) -> dict[str, Any]:
         """Measured over the steps after warm-up; rates in samples per vendor second (wall / time scale)."""
         measured = [row for row in self.steps if row["measured"]]
-        result: dict[str, Any] = {"settings": self.s.to_dict(), "counts": dict(self.counts),
-                                  "steps_done": len(self.steps), "measured_steps": len(measured),
-                                  "inference_pauses": len(self.pauses)}  # fmt: skip
+        result: dict[str, Any] = {
+            "settings": self.s.to_dict(),
+            "counts": dict(self.counts),
+            "steps_done": len(self.steps),
+            "measured_steps": len(measured),
+            "inference_pauses": len(self.pauses),
+        }
         if not measured:
             return result
         t0, t1 = measured[0]["t_wait_start"], measured[-1]["t_end"]

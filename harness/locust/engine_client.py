@@ -70,8 +70,17 @@ class EngineClient:
             [str(Path(__file__).resolve().parents[2]), os.getcwd(), child_env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
         process = gevent.subprocess.Popen(
-            [sys.executable, "-m", "harness.engine", "--socket", socket_path, "--worker", worker, "--watch-stdin",
-             *(("--preload", preload) if preload else ())],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "harness.engine",
+                "--socket",
+                socket_path,
+                "--worker",
+                worker,
+                "--watch-stdin",
+                *(("--preload", preload) if preload else ()),
+            ],
             stdin=gevent.subprocess.PIPE,  # closing it (or our death) tells the engine to drain and exit
             stdout=gevent.subprocess.PIPE,
             env=child_env,

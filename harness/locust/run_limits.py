@@ -132,5 +132,7 @@ def cleartext_token_warning(base_url: str | None) -> str | None:
             return None
     except ValueError:
         pass  # a name: not known to be loopback
-    return (f"warning: --base-url {parts.scheme}://{parts.netloc} is plain http to a host that is not loopback: "
-            "the token is sent in clear (use https)")  # fmt: skip
+    return (
+        f"warning: --base-url {parts.scheme}://{parts.netloc} is plain http to a host that is not loopback: "
+        "the token is sent in clear (use https)"
+    )

@@ -373,8 +373,12 @@ class StampedeSession:
             raise UsageError(f"local vendor: {exc}") from None
         if shards > 1:
             note = account_wide_note(self.vendor)
-            print(f"stampede: the simulated vendor holds one connection per rollout in flight: {shards} vendor "
-                  f"processes, creates spread round-robin" + (f"; {note}" if note else ""), file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"stampede: the simulated vendor holds one connection per rollout in flight: {shards} vendor "
+                f"processes, creates spread round-robin" + (f"; {note}" if note else ""),
+                file=sys.stderr,
+                flush=True,
+            )
         self._vendor_for = self._vendor_key(self.settings)
         self._use_vendor()
 
@@ -600,8 +604,14 @@ class StampedeSession:
         )
         write_manifest(self.run_dir, self.manifest)
         # thresholds checked, summary.json written, exit status settled (harness.wire.run_endings: 99 when crossed)
-        conclusion = conclude_run(self.run_dir, self.manifest, rollouts, self.engine_summaries, self.settings.thresholds,
-                                  "wall" if self.settings.seconds == "wall" else "vendor")  # fmt: skip
+        conclusion = conclude_run(
+            self.run_dir,
+            self.manifest,
+            rollouts,
+            self.engine_summaries,
+            self.settings.thresholds,
+            "wall" if self.settings.seconds == "wall" else "vendor",
+        )
         write_manifest(self.run_dir, self.manifest)
         self.exit_code = conclusion.exit_code
         if conclusion.exit_code == EXIT_THRESHOLDS_CROSSED:

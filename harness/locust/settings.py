@@ -145,41 +145,134 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         include_in_web_ui=True,
         help="seconds to hold each stage once reached (ramp/knee 15, steady 60, soak 600, arrival 30)",
     )
-    add("--burst-steps", type=int, default=1, env_var="STAMPEDE_BURST_STEPS", include_in_web_ui=True,
-        help="burst: how many synchronous steps")  # fmt: skip
-    add("--batch", type=int, default=None, env_var="STAMPEDE_BATCH", include_in_web_ui=True,
-        help="burst: prompts per step B (with --group G, a step is B x G rollouts)")  # fmt: skip
-    add("--group", type=int, default=None, env_var="STAMPEDE_GROUP", include_in_web_ui=True,
-        help="burst: rollouts per prompt G")  # fmt: skip
-    add("--stagger-ms", type=float, default=200.0, env_var="STAMPEDE_STAGGER_MS", include_in_web_ui=True,
-        help="staggered: milliseconds between starts")  # fmt: skip
-    add("--rates", default="2", env_var="STAMPEDE_RATES", include_in_web_ui=True,
-        help="arrival: comma-separated start rates (per second), one stage each")  # fmt: skip
-    add("--poisson", action="store_true", default=False, env_var="STAMPEDE_POISSON", include_in_web_ui=True,
-        help="arrival: Poisson arrivals instead of a fixed interval")  # fmt: skip
-    add("--max-inflight", type=int, default=10000, env_var="STAMPEDE_MAX_INFLIGHT", include_in_web_ui=True,
-        help="open model: a start finding this many rollouts running is dropped (and counted)")  # fmt: skip
-    add("--knee-max-failure", type=float, default=DEFAULT_MAX_FAILURE_RATE, env_var="STAMPEDE_KNEE_MAX_FAILURE", include_in_web_ui=True,
-        help="knee: a stage with a higher failure rate is past the knee")  # fmt: skip
-    add("--knee-max-p99", type=float, default=None, env_var="STAMPEDE_KNEE_MAX_P99", include_in_web_ui=True,
-        help=f"knee: TTI p99 seconds past the knee (default: {DEFAULT_P99_FACTOR:g}x the first stage's p99)")  # fmt: skip
-    add("--turns", default="0", env_var="STAMPEDE_TURNS", include_in_web_ui=True,
-        help="agentic rollouts: tool-call turns after the commands, N or MIN..MAX")  # fmt: skip
-    add("--turn-command", default="sh -c 'echo turn {turn}'", env_var="STAMPEDE_TURN_COMMAND", include_in_web_ui=True,
-        help="the command each turn runs ({turn} is the turn number)")  # fmt: skip
-    add("--gen-time", default="const:0", env_var="STAMPEDE_GEN_TIME", include_in_web_ui=True,
-        help="emulated model generation time before each turn: const:S, uniform:A,B, lognormal:MEDIAN,SIGMA, exp:MEAN")  # fmt: skip
-    add("--reward-command", default=None, env_var="STAMPEDE_REWARD_COMMAND", include_in_web_ui=True,
-        help="a final command scoring the episode")  # fmt: skip
-    add("--rollout-timeout", type=float, default=None, env_var="STAMPEDE_ROLLOUT_TIMEOUT", include_in_web_ui=True,
-        help="one deadline in seconds for a whole rollout")  # fmt: skip
-    add("--retries", type=int, default=0, env_var="STAMPEDE_RETRIES", include_in_web_ui=True,
-        help="retry init failures (create/ready) this many times; each attempt is its own row")  # fmt: skip
+    add(
+        "--burst-steps",
+        type=int,
+        default=1,
+        env_var="STAMPEDE_BURST_STEPS",
+        include_in_web_ui=True,
+        help="burst: how many synchronous steps",
+    )
+    add(
+        "--batch",
+        type=int,
+        default=None,
+        env_var="STAMPEDE_BATCH",
+        include_in_web_ui=True,
+        help="burst: prompts per step B (with --group G, a step is B x G rollouts)",
+    )
+    add(
+        "--group",
+        type=int,
+        default=None,
+        env_var="STAMPEDE_GROUP",
+        include_in_web_ui=True,
+        help="burst: rollouts per prompt G",
+    )
+    add(
+        "--stagger-ms",
+        type=float,
+        default=200.0,
+        env_var="STAMPEDE_STAGGER_MS",
+        include_in_web_ui=True,
+        help="staggered: milliseconds between starts",
+    )
+    add(
+        "--rates",
+        default="2",
+        env_var="STAMPEDE_RATES",
+        include_in_web_ui=True,
+        help="arrival: comma-separated start rates (per second), one stage each",
+    )
+    add(
+        "--poisson",
+        action="store_true",
+        default=False,
+        env_var="STAMPEDE_POISSON",
+        include_in_web_ui=True,
+        help="arrival: Poisson arrivals instead of a fixed interval",
+    )
+    add(
+        "--max-inflight",
+        type=int,
+        default=10000,
+        env_var="STAMPEDE_MAX_INFLIGHT",
+        include_in_web_ui=True,
+        help="open model: a start finding this many rollouts running is dropped (and counted)",
+    )
+    add(
+        "--knee-max-failure",
+        type=float,
+        default=DEFAULT_MAX_FAILURE_RATE,
+        env_var="STAMPEDE_KNEE_MAX_FAILURE",
+        include_in_web_ui=True,
+        help="knee: a stage with a higher failure rate is past the knee",
+    )
+    add(
+        "--knee-max-p99",
+        type=float,
+        default=None,
+        env_var="STAMPEDE_KNEE_MAX_P99",
+        include_in_web_ui=True,
+        help=f"knee: TTI p99 seconds past the knee (default: {DEFAULT_P99_FACTOR:g}x the first stage's p99)",
+    )
+    add(
+        "--turns",
+        default="0",
+        env_var="STAMPEDE_TURNS",
+        include_in_web_ui=True,
+        help="agentic rollouts: tool-call turns after the commands, N or MIN..MAX",
+    )
+    add(
+        "--turn-command",
+        default="sh -c 'echo turn {turn}'",
+        env_var="STAMPEDE_TURN_COMMAND",
+        include_in_web_ui=True,
+        help="the command each turn runs ({turn} is the turn number)",
+    )
+    add(
+        "--gen-time",
+        default="const:0",
+        env_var="STAMPEDE_GEN_TIME",
+        include_in_web_ui=True,
+        help="emulated model generation time before each turn: const:S, uniform:A,B, lognormal:MEDIAN,SIGMA, exp:MEAN",
+    )
+    add(
+        "--reward-command",
+        default=None,
+        env_var="STAMPEDE_REWARD_COMMAND",
+        include_in_web_ui=True,
+        help="a final command scoring the episode",
+    )
+    add(
+        "--rollout-timeout",
+        type=float,
+        default=None,
+        env_var="STAMPEDE_ROLLOUT_TIMEOUT",
+        include_in_web_ui=True,
+        help="one deadline in seconds for a whole rollout",
+    )
+    add(
+        "--retries",
+        type=int,
+        default=0,
+        env_var="STAMPEDE_RETRIES",
+        include_in_web_ui=True,
+        help="retry init failures (create/ready) this many times; each attempt is its own row",
+    )
     add("--retry-backoff", type=float, default=1.0, env_var="STAMPEDE_RETRY_BACKOFF", help="seconds between attempts")
-    add("--tool-time", default=None, env_var="STAMPEDE_TOOL_TIME",
-        help="a distribution drawn for {tool_s} in --turn-command, e.g. lognormal:3,0.6")  # fmt: skip
-    add("--trainer", default=None, env_var="STAMPEDE_TRAINER",
-        help="rehearsal: the emulated trainer's settings as JSON (set by `stampede rehearse`)")  # fmt: skip
+    add(
+        "--tool-time",
+        default=None,
+        env_var="STAMPEDE_TOOL_TIME",
+        help="a distribution drawn for {tool_s} in --turn-command, e.g. lognormal:3,0.6",
+    )
+    add(
+        "--trainer",
+        default=None,
+        env_var="STAMPEDE_TRAINER",
+        help="rehearsal: the emulated trainer's settings as JSON (set by `stampede rehearse`)",
+    )
     add(
         "--commands",
         default=commands_to_text(DEFAULT_COMMANDS),
@@ -189,13 +282,30 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add("--create-timeout", type=float, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
     add("--ready-timeout", type=float, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
-    add("--exec-timeout", type=float, default=120.0, env_var="STAMPEDE_EXEC_TIMEOUT", include_in_web_ui=True,
-        help="seconds per command")  # fmt: skip
-    add("--image", default=None, env_var="STAMPEDE_IMAGE", include_in_web_ui=True,
-        help="sandbox image (default: the provider's)")  # fmt: skip
+    add(
+        "--exec-timeout",
+        type=float,
+        default=120.0,
+        env_var="STAMPEDE_EXEC_TIMEOUT",
+        include_in_web_ui=True,
+        help="seconds per command",
+    )
+    add(
+        "--image",
+        default=None,
+        env_var="STAMPEDE_IMAGE",
+        include_in_web_ui=True,
+        help="sandbox image (default: the provider's)",
+    )
     add("--cpu", type=float, default=1.0, env_var="STAMPEDE_CPU", include_in_web_ui=True, help="cores per sandbox")
-    add("--memory-mb", type=int, default=1024, env_var="STAMPEDE_MEMORY_MB", include_in_web_ui=True,
-        help="memory per sandbox")  # fmt: skip
+    add(
+        "--memory-mb",
+        type=int,
+        default=1024,
+        env_var="STAMPEDE_MEMORY_MB",
+        include_in_web_ui=True,
+        help="memory per sandbox",
+    )
     add(
         "--lifetime",
         type=float,

@@ -190,8 +190,12 @@ class RampShape(_HoldingShape):
         return "ramp"
 
     def describe(self) -> dict[str, Any]:
-        return {"shape": "ramp", "stages": list(self.levels()), "hold_s": self.hold(self.default_hold()),
-                "spawn_rate": self.spawn_rate()}  # fmt: skip
+        return {
+            "shape": "ramp",
+            "stages": list(self.levels()),
+            "hold_s": self.hold(self.default_hold()),
+            "spawn_rate": self.spawn_rate(),
+        }
 
 
 class SteadyShape(_HoldingShape):
@@ -259,10 +263,17 @@ class KneeShape(_HoldingShape):
         p99 = stats.tti_quantile(0.99)
         verdicts = stage_verdicts(stats.failure_rate, stats.finished, p99, first_p99, thresholds)
         clean = not verdicts
-        history = [*(self.outcome or {}).get("stages", []), {
-            "stage": stage.name, "level": stage.target_users, "finished": stats.finished,
-            "failure_rate": stats.failure_rate, "tti_p99_s": p99, "clean": clean,
-        }]  # fmt: skip
+        history = [
+            *(self.outcome or {}).get("stages", []),
+            {
+                "stage": stage.name,
+                "level": stage.target_users,
+                "finished": stats.finished,
+                "failure_rate": stats.failure_rate,
+                "tti_p99_s": p99,
+                "clean": clean,
+            },
+        ]
         clean_levels = [entry["level"] for entry in history if entry["clean"]]
         last = stage.index == len(self.levels())
         self.outcome = {
@@ -278,8 +289,13 @@ class KneeShape(_HoldingShape):
         return not clean
 
     def describe(self) -> dict[str, Any]:
-        return {"shape": "knee", "stages": list(self.levels()), "hold_s": self.hold(self.default_hold()),
-                "max_failure_rate": self.settings().knee_max_failure, "max_tti_p99_s": self.settings().knee_max_p99_s}  # fmt: skip
+        return {
+            "shape": "knee",
+            "stages": list(self.levels()),
+            "hold_s": self.hold(self.default_hold()),
+            "max_failure_rate": self.settings().knee_max_failure,
+            "max_tti_p99_s": self.settings().knee_max_p99_s,
+        }
 
 
 class BurstShape(StampedeShape):
@@ -311,8 +327,13 @@ class BurstShape(StampedeShape):
 
     def describe(self) -> dict[str, Any]:
         settings = self.settings()
-        return {"shape": "burst", "size": self.size(), "steps": settings.burst_steps,
-                "batch": settings.batch, "group": settings.group}  # fmt: skip
+        return {
+            "shape": "burst",
+            "size": self.size(),
+            "steps": settings.burst_steps,
+            "batch": settings.batch,
+            "group": settings.group,
+        }
 
     def tick(self) -> tuple[int, float] | None:
         if self.refused():
@@ -412,8 +433,13 @@ class ArrivalShape(_OpenShape):
 
     def describe(self) -> dict[str, Any]:
         settings = self.settings()
-        return {"shape": "arrival", "rates": list(settings.rates), "poisson": settings.poisson,
-                "hold_s": self.hold(30.0), "max_inflight": settings.max_inflight}  # fmt: skip
+        return {
+            "shape": "arrival",
+            "rates": list(settings.rates),
+            "poisson": settings.poisson,
+            "hold_s": self.hold(30.0),
+            "max_inflight": settings.max_inflight,
+        }
 
 
 class RehearseShape(StampedeShape):

@@ -58,8 +58,17 @@ class EmbeddedVendor:
     ) -> EmbeddedVendor:
         token = token or secrets.token_urlsafe(24)
         # `--opt=value` throughout: a token (or a path) may begin with "-" and must not read as an option.
-        argv = [sys.executable, "-m", module, f"--profile={profile}", f"--seed={seed}", "--host=127.0.0.1",
-                "--port=0", f"--token={token}", "--exit-on-stdin-eof"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            module,
+            f"--profile={profile}",
+            f"--seed={seed}",
+            "--host=127.0.0.1",
+            "--port=0",
+            f"--token={token}",
+            "--exit-on-stdin-eof",
+        ]
         if time_scale is not None:
             argv.append(f"--time-scale={time_scale!r}")
         for key, value in (overrides or {}).items():
@@ -224,8 +233,10 @@ def account_wide_note(vendor: ShardedVendor) -> str | None:
     shared = vendor.first.account_wide
     if len(vendor.shards) <= 1 or not shared:
         return None
-    return (f"the simulated vendor runs as {len(vendor.shards)} shards (open files), and this profile's "
-            f"account-wide {', '.join(shared)} apply to each shard's share, not to the whole run")  # fmt: skip
+    return (
+        f"the simulated vendor runs as {len(vendor.shards)} shards (open files), and this profile's "
+        f"account-wide {', '.join(shared)} apply to each shard's share, not to the whole run"
+    )
 
 
 def _drain(stream: Any) -> None:

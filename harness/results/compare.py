@@ -186,7 +186,7 @@ def stage_sample(run: RunStats, index: int) -> Sample:
     stage = run.stages[index]
     values = {phase: sample.group(index) for phase, sample in _phase_samples(run).items()}
     return Sample(stage.stage, stage.measured_concurrency, values, stage.ok, stage.failed,
-                  dict(stage.failures_by_kind), dict(stage.failures_by_phase))  # fmt: skip
+                  dict(stage.failures_by_kind), dict(stage.failures_by_phase))
 
 
 def whole_run_sample(run: RunStats) -> Sample:
@@ -311,7 +311,7 @@ def compare_samples(baseline: Sample, candidate: Sample, settings: Settings, uni
                     verdict = FEW
             figures.append(Figure(name, unit, b, c, c - b, _ratio(c, b), interval[0], interval[1], interval[2],
                                   interval[3], int(b_values.size), int(c_values.size), verdict,
-                                  gating and name in gate))  # fmt: skip
+                                  gating and name in gate))
     kinds = sorted(set(baseline.failures_by_kind) | set(candidate.failures_by_kind))
     for name in (*RATE_FIGURES, *(f"failures.{kind}" for kind in kinds)):
         n_b, n_c = baseline.finished, candidate.finished
@@ -319,13 +319,13 @@ def compare_samples(baseline: Sample, candidate: Sample, settings: Settings, uni
             b = baseline.rate(name) / n_b if n_b else float("nan")
             c = candidate.rate(name) / n_c if n_c else float("nan")
             figures.append(Figure(name, "rate", b, c, c - b, float("nan"), float("nan"), float("nan"), None, None,
-                                  n_b, n_c, NO_DATA, gating and name in gate))  # fmt: skip
+                                  n_b, n_c, NO_DATA, gating and name in gate))
             continue
         b, c = baseline.rate(name) / n_b, candidate.rate(name) / n_c
         low, high = rate_delta_interval(baseline.rate(name), n_b, candidate.rate(name), n_c, settings.confidence)
         verdict = verdict_for(c - b, low, high, b, settings.min_rate, settings.min_relative)
         figures.append(Figure(name, "rate", b, c, c - b, _ratio(c, b), low, high, None, None, n_b, n_c, verdict,
-                              gating and name in gate))  # fmt: skip
+                              gating and name in gate))
     return RowComparison(baseline, candidate, figures, gating)
 
 
@@ -381,7 +381,7 @@ def parse_gate(text: str) -> tuple[str, ...]:
         kind = name.removeprefix("failures.")
         if name not in known and not (name.startswith("failures.") and kind.replace("_", "").isalnum()):
             raise UsageError(f"--gate: unknown figure {name!r} (one of {', '.join(figure_names())}, "
-                             "failures.<kind>, or none)")  # fmt: skip
+                             "failures.<kind>, or none)")
     if not names:
         raise UsageError("--gate: give figure names separated by commas, or none")
     return names

@@ -60,7 +60,7 @@ def tti_survival(comparison: Comparison) -> bytes:
         for q in (0.5, 0.9, 0.99, 0.999):
             ax.axhline(1 - q, color="grey", linewidth=0.6, linestyle=":")
             ax.annotate(f"p{100 * q:g}", (1.0, 1 - q), xycoords=("axes fraction", "data"), fontsize=7,
-                        color="grey", va="bottom", ha="right")  # fmt: skip
+                        color="grey", va="bottom", ha="right")
         ax.set_xlabel(f"TTI ({unit})")
         ax.set_ylabel("fraction of interactive rollouts with TTI >= x")
         ax.set_title(title, fontsize=9)
@@ -136,7 +136,7 @@ def chart_prefixes(comparison: Comparison) -> list[str]:
 def figure_files(comparison: Comparison) -> Sequence[tuple[str, str, bytes]]:
     """(file name, caption, png) of every compare figure."""
     files = [("tti_survival.png", "TTI survival per matched stage, baseline (black) and candidates overlaid",
-              tti_survival(comparison))]  # fmt: skip
+              tti_survival(comparison))]
     for prefix in chart_prefixes(comparison):
         caption = "failure rates" if prefix == "rates" else f"{prefix} quantiles"
         files.append(

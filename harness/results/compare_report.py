@@ -95,7 +95,7 @@ def _verdict(figure: Figure) -> str:
 def duration_table(candidate: CandidateComparison, unit: str, confidence: float, every: bool) -> Table:
     level = f"{100 * confidence:g}%"
     header = ["stages (baseline ~ candidate, conc)", "figure", f"baseline ({unit})", f"candidate ({unit})",
-              f"delta ({unit})", f"{level} interval ({unit})", "ratio", "n base/cand", "verdict"]  # fmt: skip
+              f"delta ({unit})", f"{level} interval ({unit})", "ratio", "n base/cand", "verdict"]
     rows = []
     for row in candidate.rows:
         for f in row.figures:
@@ -103,7 +103,7 @@ def duration_table(candidate: CandidateComparison, unit: str, confidence: float,
                 continue
             interval = "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"
             rows.append([_row_label(row), f.name + (" *" if f.gated else ""), seconds(f.baseline), seconds(f.candidate),
-                         _signed(f.delta), interval, _ratio(f.ratio), f"{f.n_baseline}/{f.n_candidate}", _verdict(f)])  # fmt: skip
+                         _signed(f.delta), interval, _ratio(f.ratio), f"{f.n_baseline}/{f.n_candidate}", _verdict(f)])
     title = f"{candidate.run.info.label} vs baseline: durations [{unit}]"
     return Table(title, header, rows, left=frozenset({0, 1, 8}))
 
@@ -111,7 +111,7 @@ def duration_table(candidate: CandidateComparison, unit: str, confidence: float,
 def rate_table(candidate: CandidateComparison, confidence: float) -> Table:
     level = f"{100 * confidence:g}%"
     header = ["stages (baseline ~ candidate, conc)", "figure", "baseline (%)", "candidate (%)", "delta (points)",
-              f"{level} interval (points)", "ratio", "finished base/cand", "verdict"]  # fmt: skip
+              f"{level} interval (points)", "ratio", "finished base/cand", "verdict"]
     rows = []
     for row in candidate.rows:
         for f in row.figures:
@@ -120,7 +120,7 @@ def rate_table(candidate: CandidateComparison, confidence: float) -> Table:
             interval = "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]"
             rows.append([_row_label(row), f.name + (" *" if f.gated else ""), _percent(f.baseline), _percent(f.candidate),
                          _signed(100 * f.delta, 2), interval, _ratio(f.ratio), f"{f.n_baseline}/{f.n_candidate}",
-                         _verdict(f)])  # fmt: skip
+                         _verdict(f)])
     return Table(f"{candidate.run.info.label} vs baseline: failure rates [%]", header, rows, left=frozenset({0, 1, 8}))
 
 
@@ -136,7 +136,7 @@ def matching_table(comparison: Comparison, candidate: CandidateComparison) -> Ta
             continue
         gap = abs(row.candidate.concurrency - row.baseline.concurrency) / max(row.baseline.concurrency, 1.0)
         rows.append([row.baseline.label, f"{row.baseline.concurrency:.1f}", row.candidate.label,
-                     f"{row.candidate.concurrency:.1f}", f"{100 * gap:.0f}%"])  # fmt: skip
+                     f"{row.candidate.concurrency:.1f}", f"{100 * gap:.0f}%"])
     for s in candidate.unmatched_baseline:
         rows.append([s.stage, f"{s.measured_concurrency:.1f}", "(unmatched)", "-", "-"])
     for s in candidate.unmatched_candidate:
@@ -150,7 +150,7 @@ def headline_table(comparison: Comparison, unit: str) -> Table:
     """The gated figures of every candidate and row, one line each: what decided the exit status."""
     level = f"{100 * comparison.settings.confidence:g}%"
     header = ["candidate", "stages (baseline ~ candidate, conc)", "figure", f"baseline ({unit} | %)",
-              f"candidate ({unit} | %)", f"delta ({unit} | points)", f"{level} interval", "ratio", "verdict"]  # fmt: skip
+              f"candidate ({unit} | %)", f"delta ({unit} | points)", f"{level} interval", "ratio", "verdict"]
     rows = []
     for candidate in comparison.candidates:
         for row in candidate.rows:
@@ -159,10 +159,10 @@ def headline_table(comparison: Comparison, unit: str) -> Table:
                     continue
                 if f.unit == "rate":
                     cells = [_percent(f.baseline), _percent(f.candidate), _signed(100 * f.delta, 2),
-                             "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]"]  # fmt: skip
+                             "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]"]
                 else:
                     cells = [seconds(f.baseline), seconds(f.candidate), _signed(f.delta),
-                             "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"]  # fmt: skip
+                             "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"]
                 rows.append([candidate.run.info.label, _row_label(row), f.name, *cells, _ratio(f.ratio), _verdict(f)])
     return Table("gated figures (what decides the exit status)", header, rows, left=frozenset({0, 1, 2, 8}))
 
@@ -197,14 +197,14 @@ def _num(value: float | None) -> float | str | None:
 def _run_ref(run: RunStats) -> dict[str, Any]:
     info = run.info
     return {"run_id": info.run_id, "dir": str(info.run_dir), "provider": info.provider, "profile": info.profile,
-            "scenario": info.scenario, "status": info.status, "time_scale": info.time_scale}  # fmt: skip
+            "scenario": info.scenario, "status": info.status, "time_scale": info.time_scale}
 
 
 def _figure_json(f: Figure) -> dict[str, Any]:
     return {"name": f.name, "unit": f.unit, "baseline": _num(f.baseline), "candidate": _num(f.candidate),
             "delta": _num(f.delta), "ratio": _num(f.ratio), "ci": [_num(f.ci_low), _num(f.ci_high)],
             "ratio_ci": None if f.ratio_low is None else [_num(f.ratio_low), _num(f.ratio_high)],
-            "n_baseline": f.n_baseline, "n_candidate": f.n_candidate, "verdict": f.verdict, "gated": f.gated}  # fmt: skip
+            "n_baseline": f.n_baseline, "n_candidate": f.n_candidate, "verdict": f.verdict, "gated": f.gated}
 
 
 def comparison_json(comparison: Comparison, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -214,14 +214,14 @@ def comparison_json(comparison: Comparison, extra: dict[str, Any] | None = None)
     for c in comparison.candidates:
         rows = [{"baseline": {"stage": r.baseline.label, "measured_concurrency": _num(r.baseline.concurrency)},
                  "candidate": {"stage": r.candidate.label, "measured_concurrency": _num(r.candidate.concurrency)},
-                 "gating": r.gating, "figures": [_figure_json(f) for f in r.figures]} for r in c.rows]  # fmt: skip
+                 "gating": r.gating, "figures": [_figure_json(f) for f in r.figures]} for r in c.rows]
         candidates.append({
             "run": _run_ref(c.run),
             "rows": rows,
             "unmatched_baseline": [{"stage": x.stage, "measured_concurrency": x.measured_concurrency} for x in c.unmatched_baseline],
             "unmatched_candidate": [{"stage": x.stage, "measured_concurrency": x.measured_concurrency} for x in c.unmatched_candidate],
             "regressions": [{"row": r.label, "figure": f.name} for r, f in c.regressions],
-        })  # fmt: skip
+        })
     basis = comparison.baseline.basis
     return {
         "compare_version": COMPARE_VERSION,
@@ -291,7 +291,7 @@ def build_compare(
         matching = matching_table(comparison, candidate)
         rates = rate_table(candidate, settings.confidence)
         text += ["", matching.to_text(), "", duration_table(candidate, unit, settings.confidence, every=False).to_text(),
-                 "", rates.to_text()]  # fmt: skip
+                 "", rates.to_text()]
         every = duration_table(candidate, unit, settings.confidence, every=True)
         sections.append((f"{candidate.run.info.label} vs {runs[0].info.label}", [matching, every, rates], []))
     verdicts = verdict_lines(comparison)
@@ -307,7 +307,7 @@ def build_compare(
     headline = headline_table(comparison, unit)
     sections.insert(0, ("Gated figures", [headline], []))
     text += ["", headline.to_text(), "", "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
-             "compare.html and compare.json hold every figure)", *verdicts]  # fmt: skip
+             "compare.html and compare.json hold every figure)", *verdicts]
 
     written: list[Path] = []
     if figures:

@@ -142,7 +142,7 @@ ROLLOUT_REPORT_COLUMNS: tuple[str, ...] = (
     "provider", "profile", "stage", "target_users", "inflight_at_submit", "t_submit", "create_s", "ready_s",
     "tti_s", "exec_count", "exec_s", "terminate_s", "total_s", "outcome", "failure_kind", "failure_phase", "attempt",
     "loop_lag_s", "ready_poll_s",
-)  # fmt: skip
+)
 """Everything the report, the export and the model read; the wide strings (error, ids) stay on disk."""
 
 _CATEGORICAL = ("provider", "profile", "stage", "outcome", "failure_kind", "failure_phase")

@@ -17,7 +17,7 @@ import numpy as np
 
 REPORT_QUANTILES: tuple[tuple[str, float], ...] = (
     ("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999),
-)  # fmt: skip
+)
 QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")  # the columns tables print
 MIN_TAIL_SAMPLES = 10
 """A quantile q of n samples is estimated from the n·(1-q) samples beyond it; below this many it is mostly noise."""

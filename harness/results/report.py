@@ -43,7 +43,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
                                     "every figure)."),
     ("timeline.png", "In flight, usable, and failures so far by kind over the run; dotted lines mark where each "
                      "stage began."),
-)  # fmt: skip
+)
 """(file name, caption): the caption is printed under the figure in report.html."""
 
 FOOTNOTES = (
@@ -175,7 +175,7 @@ def build_report(
 
 
 def _tables(per_run: Sequence[tuple[RunStats, Table, Table]], comparison: Table | None,
-            censored: Table | None) -> list[Table]:  # fmt: skip
+            censored: Table | None) -> list[Table]:
     tables = [t for _, stages_t, phases_t in per_run for t in (stages_t, phases_t)]
     return tables + [t for t in (comparison, censored) if t is not None]
 
@@ -203,7 +203,7 @@ class WithheldKnee(Knee):
 def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
     header = ["run_id", "provider", "profile", "stage", "concurrency", "measured_concurrency", "target_concurrency", "rollouts", "ok",
               "failed", "cancelled", "cancelled_before_tti", "retries", "gave_up", "success_rate", "failure_rate", "start_rate",
-              "time_scale", "basis", "failures_by_kind", "failures_by_phase"]  # fmt: skip
+              "time_scale", "basis", "failures_by_kind", "failures_by_phase"]
     phases = [name for name, _ in PHASES]
     header += [f"{phase}_{q}" for phase in phases for q in (*QUANTILE_NAMES, "mean", "n")]
     # the small-sample rule per quantile (quantiles.supported): False = fewer than 10 samples beyond it
@@ -218,7 +218,7 @@ def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
                        s.rollouts, s.ok, s.failed, s.cancelled, s.cancelled_before_tti, s.retries, s.gave_up, f"{s.success_rate:.6g}",
                        f"{s.failure_rate:.6g}", f"{s.start_rate:.6g}", s.time_scale, s.basis,
                        ";".join(f"{k}={v}" for k, v in s.failures_by_kind.items()),
-                       ";".join(f"{k}={v}" for k, v in s.failures_by_phase.items())]  # fmt: skip
+                       ";".join(f"{k}={v}" for k, v in s.failures_by_phase.items())]
                 row += [repr(float(s.phases[p][q])) for p in phases for q in (*QUANTILE_NAMES, "mean", "n")]
                 row += [supported(level, int(s.phases[p]["n"])) for p in phases for _, level in REPORT_QUANTILES]
                 row += [f"{s.tti_share.get(part, float('nan')):.6g}" for part in TTI_PARTS]

@@ -84,7 +84,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     seconds_unit = unit(run.basis)
     retried = any(s.retries for s in run.stages)
     header = ["stage", "conc", "target", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]} ({seconds_unit})",
-              *QUANTILE_NAMES[1:], f"starts per {seconds_unit}", "harness err", "engine", "failures by kind", "by phase"]  # fmt: skip
+              *QUANTILE_NAMES[1:], f"starts per {seconds_unit}", "harness err", "engine", "failures by kind", "by phase"]
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[3:4] = ["attempts", "retries", "gave up"]
     rows = []
@@ -141,7 +141,7 @@ def phase_table(run: RunStats) -> Table:
             else:
                 label, share = PHASE_LABELS[phase], "after TTI"
             rows.append([s.stage if phase == "tti" else "", label, str(q["n"]), quantile_cell(q, "p50"), quantile_cell(q, "p99"),
-                         seconds(q["max"]), seconds(q["mean"]), share])  # fmt: skip
+                         seconds(q["max"]), seconds(q["mean"]), share])
     title = f"{run.info.label}: where TTI goes (TTI = create + ready + first command)  [{seconds_unit}]"
     return Table(title, header, rows, left=frozenset({0, 1}))
 
@@ -160,12 +160,12 @@ def censoring_table(runs: Sequence[RunStats]) -> Table | None:
                 if upper not in ("-", "inf") and not supported(0.99, int(tti["n"]) + s.cancelled_before_tti):
                     upper += SMALL_SAMPLE_MARK
                 rows.append([run.info.label, s.stage, str(s.cancelled), str(s.cancelled_before_tti),
-                             quantile_cell(tti, "p99"), upper])  # fmt: skip
+                             quantile_cell(tti, "p99"), upper])
     if not rows:
         return None
     seconds_unit = unit(runs[0].basis)
     header = ["run", "stage", "cancelled", "before TTI", f"TTI p99, interactive only ({seconds_unit})",
-              f"p99 if those were slowest ({seconds_unit})"]  # fmt: skip
+              f"p99 if those were slowest ({seconds_unit})"]
     return Table("cancelled rollouts (censored, not failures)", header, rows, left=frozenset({0, 1}))
 
 

@@ -36,7 +36,7 @@ TimeBasis = Literal["vendor", "wall"]
 PHASES: tuple[tuple[str, str], ...] = (
     ("tti", "tti_s"), ("create", "create_s"), ("ready", "ready_s"), ("first_command", "first_command_s"),
     ("later_commands", "later_commands_s"), ("teardown", "terminate_s"),
-)  # fmt: skip
+)
 """(phase name, its per-row column): the names are the keys of `StageStats.phases`, in the order tables print them.
 `first_command_s` and `later_commands_s` are derived (`phase_durations`), the rest are the parquet's columns."""
 TTI_PARTS: tuple[str, ...] = ("create", "ready", "first_command")
@@ -44,7 +44,7 @@ TTI_PARTS: tuple[str, ...] = ("create", "ready", "first_command")
 PHASE_LABELS: dict[str, str] = {
     "tti": "TTI", "create": "create", "ready": "ready", "first_command": "first command",
     "later_commands": "later commands", "teardown": "teardown",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ def format_stage_table(
 ) -> str:
     """The per-stage table; `engine` (harness.results.engine_load) adds the engines' CPU and loop lag."""
     header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", f"TTI p50 ({basis} s)", "p90", "p99",
-              "p99.9", "max", "conc", "starts/s", "harness err", "failures by kind"]  # fmt: skip
+              "p99.9", "max", "conc", "starts/s", "harness err", "failures by kind"]
     if engine:
         header.insert(-1, "engine")
     counts = {stage.stage: unfinished(stage) for stage in stages}

@@ -72,7 +72,7 @@ def scope_block(stats: StageStats) -> dict[str, Any]:
 def build_summary(
     aggregate: RunAggregate, manifest: Mapping[str, Any], verdicts: Sequence[Verdict], status: str,
     exit_code: int | None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     if aggregate.basis != "vendor":
         raise ValueError("summary.json is in vendor seconds: aggregate with basis='vendor'")
     info = aggregate.stats.info

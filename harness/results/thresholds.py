@@ -46,7 +46,7 @@ INIT_PHASES: tuple[str, ...] = ("create", "ready")  # a failure here: the sandbo
 Comparison = Literal["<", "<=", ">", ">="]
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-}  # fmt: skip
+}
 _EXPRESSION = re.compile(
     r"^\s*(?:stage\[(?P<stage>[^\]]*)\]\s*\.)?\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.]*?)\s*"
     r"(?P<op><=|>=|==|!=|=|<|>)\s*(?P<number>[^\s%a-zA-Z]*)\s*(?P<unit>[a-zA-Z%]*)\s*$"
@@ -197,7 +197,7 @@ def _metric_kind(raw: str, metric: str) -> str:
 
 def _apply_unit(raw: str, kind: str, bound: float, unit: str) -> float:
     allowed = {"duration": {"": 1.0, "s": 1.0, "ms": 0.001}, "rate": {"": 1.0, "%": 0.01}, "count": {"": 1.0},
-               START_RATE: {"": 1.0}}[kind]  # fmt: skip
+               START_RATE: {"": 1.0}}[kind]
     if unit not in allowed:
         units = ", ".join(u for u in allowed if u) or "none"
         raise UsageError(f"--threshold {raw!r}: unit {unit!r} does not fit a {kind.replace('_', ' ')} (units: {units})")

@@ -174,8 +174,16 @@ def _solve_sync(plan: Plan, laws: RolloutLaws) -> ModelResult:
         sandbox = n * mean_min(lattice, sandbox_cdf, generation) + n * teardown * (ps * ended + killed)
     generation, single_wave = one_wave(plan, laws, n, generation, notes)
     return stepped_result(
-        plan, "sync", generation, successes, accept * successes, sandbox, lost_init=lost_init,
+        plan,
+        "sync",
+        generation,
+        successes,
+        accept * successes,
+        sandbox,
+        lost_init=lost_init,
         lost_exec=ps * p_exec if k >= n else ps * p_exec * cdf_at(lattice, laws.delivery_cdf, generation),
-        killed=killed, creates=n * laws.mean_attempts if k >= n else n * laws.mean_attempts * (1.0 - killed),
-        holds=holds and single_wave, notes=notes,
-    )  # fmt: skip
+        killed=killed,
+        creates=n * laws.mean_attempts if k >= n else n * laws.mean_attempts * (1.0 - killed),
+        holds=holds and single_wave,
+        notes=notes,
+    )

@@ -155,8 +155,10 @@ def solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
             bubble = max(period - period_steps * train_time, 0.0)
             if bubble > 0.01 * period:
                 holds = False
-                notes.append(f"verl's staleness budget binds ({ahead:.3g} groups may be ahead at a sync, {groups} run "
-                             f"at once): each sync period waits ~{bubble:.3g} s for fresh groups (approximate)")  # fmt: skip
+                notes.append(
+                    f"verl's staleness budget binds ({ahead:.3g} groups may be ahead at a sync, {groups} run "
+                    f"at once): each sync period waits ~{bubble:.3g} s for fresh groups (approximate)"
+                )
             lag = (period_steps - 1) / 2 + period_steps * min(cfg.staleness_threshold, 1.0)
         else:
             step = prompts / rate
@@ -185,8 +187,10 @@ def solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
             if cfg.max_lag is None:
                 dropped = max(0.0, 1.0 - trainer / (supply * per_group))
                 holds = False
-                notes.append(f"trainer-bound without max_lag: the ring buffer drops {100 * dropped:.1f}% of ready "
-                             "samples, oldest first (staleness approximate)")  # fmt: skip
+                notes.append(
+                    f"trainer-bound without max_lag: the ring buffer drops {100 * dropped:.1f}% of ready "
+                    "samples, oldest first (staleness approximate)"
+                )
                 lag = flight / step + cfg.ring_buffer_size / (2 * samples)
             else:
                 dispatch_groups = trainer_groups
@@ -201,9 +205,11 @@ def solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
             if short < -1e-9:
                 holds = False
                 steps_left = math.ceil(cfg.max_lag / size) / -short
-                notes.append(f"max_lag's budget grows by B = {prompts} groups per update but a step needs "
-                             f"{samples / per_group:.3g} (lost and filtered groups): the actor runs out after "
-                             f"~{steps_left:.0f} steps and the trainer stalls")  # fmt: skip
+                notes.append(
+                    f"max_lag's budget grows by B = {prompts} groups per update but a step needs "
+                    f"{samples / per_group:.3g} (lost and filtered groups): the actor runs out after "
+                    f"~{steps_left:.0f} steps and the trainer stalls"
+                )
                 trainer, idle, step, lag = 0.0, 1.0, math.inf, math.nan
                 dispatch_groups = 0.0
         trained_per_step = samples
@@ -232,8 +238,9 @@ def solve_group_pool(plan: Plan, laws: RolloutLaws) -> ModelResult:
     )
 
 
-def _verl_period(plan: Plan, laws: RolloutLaws, group_cdf: np.ndarray, ahead: float, groups: int,
-                 cycle: float) -> float:  # fmt: skip
+def _verl_period(
+    plan: Plan, laws: RolloutLaws, group_cdf: np.ndarray, ahead: float, groups: int, cycle: float
+) -> float:
     """Seconds of one verl sync period when its budget binds: batch j starts once the `ahead` groups and j·B − ahead
     of the period's fresh ones are done (expected order statistics among those dispatched at the sync, later waves
     at the pool's rate, each group's creates queued behind the earlier ones' at the create rate), after batch j − 1."""
@@ -298,15 +305,26 @@ def solve_slime(plan: Plan, laws: RolloutLaws) -> ModelResult:
         sandbox = n * laws.mean_sandbox(teardown) * (1.0 - killed) + carried * size * busy
         successes, killed = n * ps * (1 - p_exec) * (1.0 - killed), 0.0
         holds = False
-        notes.append(f"partial rollout: ~{carried:.3g} groups a step resume in the next (a policy behind, holding "
-                     "their sandboxes); their head start is not modelled here (approximate)")  # fmt: skip
+        notes.append(
+            f"partial rollout: ~{carried:.3g} groups a step resume in the next (a policy behind, holding "
+            "their sandboxes); their head start is not modelled here (approximate)"
+        )
     result = stepped_result(
-        plan, "slime", generation, successes, trained, sandbox,
+        plan,
+        "slime",
+        generation,
+        successes,
+        trained,
+        sandbox,
         lost_init=(1 - ps) * cdf_at(lattice, laws.lost_cdf, generation),
         lost_exec=ps * p_exec * cdf_at(lattice, laws.delivery_cdf, generation),
-        killed=killed, creates=n * laws.mean_attempts * (1.0 - killed), holds=holds and single_wave, notes=notes,
-    )  # fmt: skip
+        killed=killed,
+        creates=n * laws.mean_attempts * (1.0 - killed),
+        holds=holds and single_wave,
+        notes=notes,
+    )
     if staleness:
-        result = dataclasses.replace(result, mean_staleness_steps=staleness,
-                                     staleness_distribution={0: 1.0 - staleness, 1: staleness})  # fmt: skip
+        result = dataclasses.replace(
+            result, mean_staleness_steps=staleness, staleness_distribution={0: 1.0 - staleness, 1: staleness}
+        )
     return result

@@ -106,8 +106,9 @@ def rollout_laws(plan: Plan) -> RolloutLaws:
         mixture = mixture + (weight / p_success) * power
         power = power * fail_and_wait
     delivery = lattice.inverse(start * work * mixture)
-    lost = lattice.inverse(lattice.spectrum(plan.init_failure_time) ** (retries + 1)
-                           * lattice.spectrum(ConstantDist(backoff)) ** retries)  # fmt: skip
+    lost = lattice.inverse(
+        lattice.spectrum(plan.init_failure_time) ** (retries + 1) * lattice.spectrum(ConstantDist(backoff)) ** retries
+    )
     failed_before = float(np.sum(np.arange(retries + 1) * weights) / p_success)
     mean_delivery = plan.startup.mean() + plan.mean_work() + failed_before * (plan.init_failure_time.mean() + backoff)
     mean_lost = (retries + 1) * plan.init_failure_time.mean() + retries * backoff

@@ -31,9 +31,20 @@ def one_wave(plan: Plan, laws: RolloutLaws, n: int, generation: float, notes: li
 
 
 def stepped_result(
-    plan: Plan, mode: str, generation: float, successes: float, trained: float, sandbox: float, *,
-    lost_init: float, lost_exec: float, killed: float, creates: float, holds: bool, notes: list[str],
-) -> ModelResult:  # fmt: skip
+    plan: Plan,
+    mode: str,
+    generation: float,
+    successes: float,
+    trained: float,
+    sandbox: float,
+    *,
+    lost_init: float,
+    lost_exec: float,
+    killed: float,
+    creates: float,
+    holds: bool,
+    notes: list[str],
+) -> ModelResult:
     """A step of generation (the trainer idle), then training on `trained` samples; nothing is stale."""
     busy = trained / plan.trainer_rate + plan.config.weight_sync_s
     step = generation + busy
@@ -67,10 +78,24 @@ def stepped_result(
 
 
 def continuous_result(
-    plan: Plan, laws: RolloutLaws, *, generator: float, gen_cap: float, trainer: float, capacity: float, idle: float,
-    step: float, generation: float, lost_to_staleness: float, staleness: float, dispatch: float, sandbox_s: float,
-    slot_s: float, holds: bool, notes: list[str],
-) -> ModelResult:  # fmt: skip
+    plan: Plan,
+    laws: RolloutLaws,
+    *,
+    generator: float,
+    gen_cap: float,
+    trainer: float,
+    capacity: float,
+    idle: float,
+    step: float,
+    generation: float,
+    lost_to_staleness: float,
+    staleness: float,
+    dispatch: float,
+    sandbox_s: float,
+    slot_s: float,
+    holds: bool,
+    notes: list[str],
+) -> ModelResult:
     """A steady stream of rollouts dispatched at `dispatch` per second, each billing `sandbox_s` and holding its
     slot `slot_s`: what that costs per step and per trained sample (infinite when nothing trains)."""
     ps, p_exec = laws.p_success, plan.p_exec

@@ -164,8 +164,15 @@ class _Reader:
             raise self.fail(table, key, f"must be at least {minimum}")
         return value
 
-    def number(self, table: str, key: str, default: float | None, minimum: float = 0.0, positive: bool = False,
-               maximum: float | None = None) -> float | None:  # fmt: skip
+    def number(
+        self,
+        table: str,
+        key: str,
+        default: float | None,
+        minimum: float = 0.0,
+        positive: bool = False,
+        maximum: float | None = None,
+    ) -> float | None:
         value = self.get(table, key, default)
         if value is None:
             return None

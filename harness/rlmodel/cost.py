@@ -125,9 +125,7 @@ def ideal_sandbox(plan: Plan) -> Plan:
     return dataclasses.replace(plan, startup=zero, init_failure_time=zero, teardown=zero, p_init=0.0)
 
 
-def dollars(
-    result: ModelResult, pricing_: Pricing, ideal: ModelResult | None = None
-) -> Dollars:  # fmt: skip
+def dollars(result: ModelResult, pricing_: Pricing, ideal: ModelResult | None = None) -> Dollars:
     accepted = result.trainer_samples_per_s * result.step_time_s if math.isfinite(result.step_time_s) else 0.0
     sandbox = None
     per_1000 = None
@@ -147,8 +145,9 @@ def dollars(
         if pricing_.gpu_per_s is not None:
             caused_usd = caused * pricing_.gpu_per_s
             caused_1000 = 1000.0 * caused_usd / accepted if accepted > 0 else math.inf
-    return Dollars(result.engine, accepted, sandbox, per_1000, trainer_1000, idle_s, ideal_idle, caused, caused_usd,
-                   caused_1000)  # fmt: skip
+    return Dollars(
+        result.engine, accepted, sandbox, per_1000, trainer_1000, idle_s, ideal_idle, caused, caused_usd, caused_1000
+    )
 
 
 def priced(plan: Plan, result: ModelResult, pricing_: Pricing, engine: Callable[[Plan], ModelResult] | None) -> Dollars:

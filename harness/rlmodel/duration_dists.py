@@ -201,8 +201,14 @@ def from_spec(spec: Any, where: str) -> Dist:
             f'{where}: expected a number of seconds or a table like {{ dist = "lognormal", median = 30, sigma = 0.8 }}'
         )
     kind = spec["dist"]
-    known = {"constant": {"value"}, "lognormal": {"median", "sigma"}, "gamma": {"mean", "cv"},
-             "exponential": {"mean"}, "uniform": {"low", "high"}, "weibull": {"shape", "scale"}}  # fmt: skip
+    known = {
+        "constant": {"value"},
+        "lognormal": {"median", "sigma"},
+        "gamma": {"mean", "cv"},
+        "exponential": {"mean"},
+        "uniform": {"low", "high"},
+        "weibull": {"shape", "scale"},
+    }
     if kind not in known:
         raise ValueError(f"{where}: unknown dist {kind!r} (one of {', '.join(known)})")
     params = {k: v for k, v in spec.items() if k != "dist"}

@@ -47,8 +47,9 @@ def resolve_limits(config: RLConfig, vendor: VendorModel) -> tuple[AppliedLimit,
             return AppliedLimit(name, None, "none", "neither the config nor the latency model gives one")
         if entry.get("value") is None:
             return AppliedLimit(name, None, f"latency model ({entry.get('source')})", str(entry.get("detail", "")))
-        return AppliedLimit(name, float(entry["value"]), f"latency model ({entry.get('source')})",
-                            str(entry.get("detail", "")))  # fmt: skip
+        return AppliedLimit(
+            name, float(entry["value"]), f"latency model ({entry.get('source')})", str(entry.get("detail", ""))
+        )
 
     return (
         pick("concurrency cap", config.concurrency_cap, "concurrency_cap"),

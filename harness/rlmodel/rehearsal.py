@@ -144,16 +144,20 @@ def predict(run_dir: Path, config: RLConfig) -> Prediction:
     rows = load_rollout_frame(run_dir, columns)
     ended = rows["t_submit"] + rows["total_s"]
     done = rows[(rows["outcome"] == "ok") & (rows["turns"] > 0) & (ended >= window[0]) & (ended < window[1])]
-    inputs = (f"the latency model of the rollouts that ended in the measured steps, on the loop's clock (every "
-              f"duration wall / time scale {1 / scale:g})")  # fmt: skip
+    inputs = (
+        f"the latency model of the rollouts that ended in the measured steps, on the loop's clock (every "
+        f"duration wall / time scale {1 / scale:g})"
+    )
     if len(done):
         # what a rollout held its slot for beyond its phases and its drawn generation: the loop's oversleep
         phases = done[["create_s", "ready_s", "exec_s", "terminate_s"]].fillna(0.0).sum(axis=1)
         late = float((done["total_s"] - phases - done["gen_s"].fillna(0.0)).sum()) * scale / float(done["turns"].sum())
         configured = config.generation.mean()
         config = dataclasses.replace(config, generation=ShiftedDist(config.generation, late, "as the loop slept it"))
-        inputs += (f", and the generation as the loop slept it: {late * 1000:+.0f} ms per turn beyond its draws "
-                   f"({late / configured:+.1%} of the configured {configured:.3g} s; a busy engine wakes late)")  # fmt: skip
+        inputs += (
+            f", and the generation as the loop slept it: {late * 1000:+.0f} ms per turn beyond its draws "
+            f"({late / configured:+.1%} of the configured {configured:.3g} s; a busy engine wakes late)"
+        )
     plan = build_plan(config, loop_model.choose(None))
     return Prediction([solve(plan), simulate(plan)], inputs)
 

@@ -91,8 +91,9 @@ class Simulation(FrameworkModes):
         self.trained_sum = 0
         # verl, pipelinerl: weight updates pause in-flight generation; groups in flight; verl's dispatch budget
         self.pauses: list[tuple[float, float]] = []  # (start, end) of each pause, in time order
-        self.pausing = (cfg.weight_sync_s > 0 and (cfg.mode == "pipelinerl" or (cfg.mode == "verl" and cfg.partial_rollout))
-                        ) or (cfg.mode == "slime" and cfg.partial_rollout)  # fmt: skip
+        self.pausing = (
+            cfg.weight_sync_s > 0 and (cfg.mode == "pipelinerl" or (cfg.mode == "verl" and cfg.partial_rollout))
+        ) or (cfg.mode == "slime" and cfg.partial_rollout)
         self.pause_ends: simpy.Event = self.env.event()  # slime: a pause whose end is not known yet ends
         self.groups_inflight = 0
         self.syncing = False
@@ -424,8 +425,10 @@ class Simulation(FrameworkModes):
         notes = [] if complete else ["the simulation hit its time limit before finishing its steps"]
         budget = cfg.pipelinerl_budget_groups(self.version)
         if not complete and plan.mode == "pipelinerl" and self.submitted_groups >= budget:
-            notes.append(f"PipelineRL's max_lag budget ran out ({self.submitted_groups} groups submitted after "
-                         f"{self.version} updates): the trainer stalled")  # fmt: skip
+            notes.append(
+                f"PipelineRL's max_lag budget ran out ({self.submitted_groups} groups submitted after "
+                f"{self.version} updates): the trainer stalled"
+            )
         if not self.counting:
             self._start_window()
         window = max(env.now - self.window_start, 1e-12)

@@ -108,8 +108,12 @@ class FrameworkModes:
         budget = cfg.verl_budget_groups
         cap = max(self.plan.concurrency // cfg.group_size, 1)
         while True:
-            while (not self.syncing and self.groups_inflight < cap and self.verl_spent < budget
-                   and len(self.finished_groups) < budget):  # fmt: skip
+            while (
+                not self.syncing
+                and self.groups_inflight < cap
+                and self.verl_spent < budget
+                and len(self.finished_groups) < budget
+            ):
                 self._start_group()
                 self.verl_spent += 1
             self.wake_dispatcher = self.env.event()

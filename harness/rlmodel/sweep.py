@@ -152,8 +152,21 @@ def recommend(
 
 
 def sweep_table(sweep: Sweep) -> Table:
-    header = [sweep.kind, "C eff", "gen/s", "trainer/s", "idle", "step s", "lost init", "stale", "killed",
-              "sandbox-s/step", "sandbox-s/sample", "$/1k accepted", "engine"]  # fmt: skip
+    header = [
+        sweep.kind,
+        "C eff",
+        "gen/s",
+        "trainer/s",
+        "idle",
+        "step s",
+        "lost init",
+        "stale",
+        "killed",
+        "sandbox-s/step",
+        "sandbox-s/sample",
+        "$/1k accepted",
+        "engine",
+    ]
     rows = []
     for point in sweep.points:
         for result in (point.closed, point.simulated):

@@ -88,9 +88,23 @@ class OpRecord:
 _ROLLOUT_FIELDS = tuple(f.name for f in fields(RolloutRecord))
 
 LIVE_FIELDS: tuple[str, ...] = (
-    "rollout_id", "stage", "target_users", "inflight_at_submit", "attempt", "outcome", "failure_kind",
-    "failure_phase", "error", "create_s", "ready_s", "tti_s", "exec_count", "exec_s", "terminate_s", "total_s",
-)  # fmt: skip
+    "rollout_id",
+    "stage",
+    "target_users",
+    "inflight_at_submit",
+    "attempt",
+    "outcome",
+    "failure_kind",
+    "failure_phase",
+    "error",
+    "create_s",
+    "ready_s",
+    "tti_s",
+    "exec_count",
+    "exec_s",
+    "terminate_s",
+    "total_s",
+)
 """What a Locust user needs of a finished rollout to report it (the parquet row stays the record)."""
 
 
@@ -242,10 +256,27 @@ def epoch_seconds(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Ar
 
 
 SCHEMA_V1_ROLLOUT_COLUMNS: tuple[str, ...] = (
-    "run_id", "worker", "rollout_id", "provider", "scenario", "stage", "target_users", "inflight_at_submit",
-    "t_submit", "create_s", "ready_s", "exec_count", "exec_s", "terminate_s", "total_s", "outcome",
-    "failure_kind", "failure_phase", "error", "sandbox_id",
-)  # fmt: skip
+    "run_id",
+    "worker",
+    "rollout_id",
+    "provider",
+    "scenario",
+    "stage",
+    "target_users",
+    "inflight_at_submit",
+    "t_submit",
+    "create_s",
+    "ready_s",
+    "exec_count",
+    "exec_s",
+    "terminate_s",
+    "total_s",
+    "outcome",
+    "failure_kind",
+    "failure_phase",
+    "error",
+    "sandbox_id",
+)
 """The columns ARCHITECTURE.md promises (contract); the schema above adds tti_s, profile and a few more."""
 
 SCHEMA_V1_OP_COLUMNS: tuple[str, ...] = ("run_id", "rollout_id", "op", "t_start", "dur_s", "ok", "failure_kind")

@@ -21,8 +21,18 @@ from typing import Any
 MAX_ERROR_CHARS = 300
 MASK = "***"
 MIN_SECRET_CHARS = 4  # shorter values would mask ordinary words
-SECRET_OPTION_WORDS = ("token", "secret", "password", "passwd", "api_key", "apikey", "access_key", "private_key",
-                       "credential", "authorization")  # fmt: skip
+SECRET_OPTION_WORDS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "api_key",
+    "apikey",
+    "access_key",
+    "private_key",
+    "credential",
+    "authorization",
+)
 """A provider option whose name contains one of these holds a secret (`token_secret`, `api_key`, `token`)."""
 
 _SECRET_PATTERNS = (

@@ -53,10 +53,17 @@ class Ending:
 
 ENDINGS: tuple[Ending, ...] = (
     Ending(COMPLETED, EXIT_COMPLETED, "ran to the end of its shape"),
-    Ending(INTERRUPTED, EXIT_INTERRUPTED, "stopped by Ctrl-C, SIGTERM or the web UI's Stop: rollouts cancelled, sandboxes terminated"),
+    Ending(
+        INTERRUPTED,
+        EXIT_INTERRUPTED,
+        "stopped by Ctrl-C, SIGTERM or the web UI's Stop: rollouts cancelled, sandboxes terminated",
+    ),
     Ending(ABORTED, EXIT_ABORTED, "stopped by a second Ctrl-C or SIGTERM: no grace for rollouts, sandboxes terminated"),
-    Ending(STOPPED_BY_THRESHOLD, EXIT_THRESHOLDS_CROSSED,
-           "stopped by --abort-on-threshold: a threshold was crossed for good; rollouts cancelled, sandboxes terminated"),
+    Ending(
+        STOPPED_BY_THRESHOLD,
+        EXIT_THRESHOLDS_CROSSED,
+        "stopped by --abort-on-threshold: a threshold was crossed for good; rollouts cancelled, sandboxes terminated",
+    ),
     Ending(CRASHED, None, "its processes died without recording an ending (kill -9, OOM): sandboxes may be left"),
 )
 _BY_NAME = {ending.name: ending for ending in ENDINGS}

@@ -307,9 +307,15 @@ def simulate_burst(
     sim = VendorSimulator(prof, seed=seed, clock=clock)
     req = request or CreateRequest(image=image, labels=("stampede-sim-burst",), lifetime_s=3600.0)
     work = _ProbeWorkload(
-        sim, req, probe, probe_timeout_s,
-        retries=retries, ready_timeout_s=ready_timeout_s, retry_backoff_s=retry_backoff_s, hold_s=hold_s,
-    )  # fmt: skip
+        sim,
+        req,
+        probe,
+        probe_timeout_s,
+        retries=retries,
+        ready_timeout_s=ready_timeout_s,
+        retry_backoff_s=retry_backoff_s,
+        hold_s=hold_s,
+    )
     with _gc_paused():
         for i in range(n):
             if arrivals_s is not None:

@@ -83,13 +83,26 @@ def add_simulator_arguments(parser: argparse.ArgumentParser, default_profile: st
         help=f"built-in profile ({', '.join(profile_names())}) or a path to a .toml file (default {default_profile})",
     )
     parser.add_argument("--seed", type=integer, default=0, help="simulator seed (default 0)")
-    parser.add_argument("--time-scale", type=positive_float, default=None,
-                        help="real seconds per vendor second (default: the profile's default_time_scale)")  # fmt: skip
+    parser.add_argument(
+        "--time-scale",
+        type=positive_float,
+        default=None,
+        help="real seconds per vendor second (default: the profile's default_time_scale)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one profile value, e.g. --set quota.max_active=100 (repeatable)")  # fmt: skip
-    parser.add_argument("--exit-on-stdin-eof", action="store_true",
-                        help="exit when stdin closes (for a child process owned by a harness)")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one profile value, e.g. --set quota.max_active=100 (repeatable)",
+    )
+    parser.add_argument(
+        "--exit-on-stdin-eof",
+        action="store_true",
+        help="exit when stdin closes (for a child process owned by a harness)",
+    )
 
 
 def parse_overrides(items: list[str]) -> tuple[tuple[str, Any], ...]:

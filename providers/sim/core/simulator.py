@@ -95,9 +95,7 @@ ended sandboxes."""
 class VendorSimulator:
     """One vendor account's control plane. Not thread-safe: call it from the clock's thread/loop."""
 
-    def __init__(
-        self, profile: Profile, *, seed: int, clock: SimClock, retention_s: float | None = None
-    ) -> None:
+    def __init__(self, profile: Profile, *, seed: int, clock: SimClock, retention_s: float | None = None) -> None:
         """`retention_s`: real seconds an ended sandbox stays known; None: RETENTION_S on a live clock (a
         served vendor), never pruned on a virtual one (offline experiments read every sandbox at the end)."""
         self.profile = profile

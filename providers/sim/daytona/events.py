@@ -34,8 +34,9 @@ class EventGateway:
     def __init__(self, token: str) -> None:
         self.token = token
         self.front: Front | None = None
-        self.server = socketio.AsyncServer(async_mode="aiohttp", cors_allowed_origins=[], logger=False,
-                                           engineio_logger=False)  # fmt: skip
+        self.server = socketio.AsyncServer(
+            async_mode="aiohttp", cors_allowed_origins=[], logger=False, engineio_logger=False
+        )
         self.clients = 0
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None

@@ -83,9 +83,14 @@ def front_of(request: web.Request) -> Front:
 
 
 def error(
-    request: web.Request, status: int, message: str, *, code: str | None = None, source: str = SOURCE_API,
+    request: web.Request,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    source: str = SOURCE_API,
     headers: dict[str, str] | None = None,
-) -> web.Response:  # fmt: skip
+) -> web.Response:
     """An error in the envelope of the Daytona service named by `source`."""
     body = error_body(status, message, path=request.path_qs, method=request.method, code=code, source=source)
     return web.json_response(body, status=status, headers=headers)

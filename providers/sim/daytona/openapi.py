@@ -146,12 +146,17 @@ def openapi_document() -> dict[str, Any]:
             "delete": _op("deleteSandbox", "Delete a sandbox", {"200": sandbox, "404": not_found}, parameters=one),
         },
         f"{p}/sandbox/{{id}}/start": {
-            "post": _op("startSandbox", "Start (a no-op once started)", {"200": sandbox, "400": bad, "404": not_found},
-                        parameters=one)  # fmt: skip
+            "post": _op(
+                "startSandbox",
+                "Start (a no-op once started)",
+                {"200": sandbox, "400": bad, "404": not_found},
+                parameters=one,
+            )
         },
         f"{p}/sandbox/{{id}}/stop": {
-            "post": _op("stopSandbox", "Stop a started sandbox", {"200": sandbox, "400": bad, "404": not_found},
-                        parameters=one)  # fmt: skip
+            "post": _op(
+                "stopSandbox", "Stop a started sandbox", {"200": sandbox, "400": bad, "404": not_found}, parameters=one
+            )
         },
         f"{p}/sandbox/{{id}}/toolbox-proxy-url": {
             "get": _op(
@@ -162,9 +167,7 @@ def openapi_document() -> dict[str, Any]:
             )
         },
         f"{p}/config": {"get": _op("config", "The API's configuration", {"200": _json({"type": "object"}, "it")})},
-        f"{p}/shared-regions": {
-            "get": _op("sharedRegions", "The regions", {"200": _json({"type": "array"}, "them")})
-        },
+        f"{p}/shared-regions": {"get": _op("sharedRegions", "The regions", {"200": _json({"type": "array"}, "them")})},
         f"{p}/v1/_stampede/truth": {
             "get": _op("stampedeTruth", "Stub-only: the simulator's record", {"200": _json({"type": "object"}, "it")})
         },

@@ -47,8 +47,9 @@ def rejection(request: web.Request, front: Front, exc: Rejected) -> web.Response
     """A simulator rejection in the API's words (the module doc lists them)."""
     if exc.reason is RejectReason.RATE_LIMITED:
         wait = max(1, math.ceil((exc.retry_after or 0.0) * front.time_scale))
-        return error(request, 429, "ThrottlerException: Too Many Requests",
-                     headers={f"Retry-After-{THROTTLER}": str(wait)})  # fmt: skip
+        return error(
+            request, 429, "ThrottlerException: Too Many Requests", headers={f"Retry-After-{THROTTLER}": str(wait)}
+        )
     if exc.reason is RejectReason.QUOTA_EXHAUSTED:
         what, unit = _UNITS.get(exc.resource or "cpu", _UNITS["cpu"])
         limit = exc.limit if exc.limit is not None else front.sim.profile.quota.max_active
@@ -65,8 +66,10 @@ def _per_sandbox_problem(front: Front, cpu: float, memory_mb: int) -> str | None
     if cpu > limits.max_cpu:
         return f"CPU request {cpu:g} exceeds maximum allowed per sandbox ({limits.max_cpu:g}).\n{PER_SANDBOX_LIMIT}"
     if memory_mb > limits.max_memory_mb:
-        return (f"Memory request {memory_mb // 1024}GB exceeds maximum allowed per sandbox "
-                f"({limits.max_memory_mb / 1024:g}GB).\n{PER_SANDBOX_LIMIT}")  # fmt: skip
+        return (
+            f"Memory request {memory_mb // 1024}GB exceeds maximum allowed per sandbox "
+            f"({limits.max_memory_mb / 1024:g}GB).\n{PER_SANDBOX_LIMIT}"
+        )
     return None
 
 
@@ -141,8 +144,9 @@ async def list_sandboxes(request: web.Request) -> web.Response:
     found = _listed(front, labels, states, everything == "true")
     page = found[start : start + limit]
     more = start + limit < len(found)
-    return web.json_response({"items": [front.body(sb, full=False) for sb in page],
-                              "nextCursor": str(start + limit) if more else None})  # fmt: skip
+    return web.json_response(
+        {"items": [front.body(sb, full=False) for sb in page], "nextCursor": str(start + limit) if more else None}
+    )
 
 
 async def delete_sandbox(request: web.Request) -> web.Response:
@@ -198,18 +202,37 @@ async def toolbox_proxy_url(request: web.Request) -> web.Response:
 
 async def config(request: web.Request) -> web.Response:
     front = front_of(request)
-    return web.json_response({
-        "version": "stampede-sim", "oidc": {"issuer": "", "clientId": "", "audience": "", "provider": "none"},
-        "linkedAccountsEnabled": False, "announcements": {}, "proxyTemplateUrl": front.base_url + "/preview/{{PORT}}",
-        "proxyToolboxUrl": front.toolbox_url, "defaultSnapshot": DEFAULT_SNAPSHOT, "dashboardUrl": front.base_url,
-        "maxAutoArchiveInterval": 43200, "maintananceMode": False, "environment": "stampede-local",
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "version": "stampede-sim",
+            "oidc": {"issuer": "", "clientId": "", "audience": "", "provider": "none"},
+            "linkedAccountsEnabled": False,
+            "announcements": {},
+            "proxyTemplateUrl": front.base_url + "/preview/{{PORT}}",
+            "proxyToolboxUrl": front.toolbox_url,
+            "defaultSnapshot": DEFAULT_SNAPSHOT,
+            "dashboardUrl": front.base_url,
+            "maxAutoArchiveInterval": 43200,
+            "maintananceMode": False,
+            "environment": "stampede-local",
+        }
+    )
 
 
 async def shared_regions(request: web.Request) -> web.Response:
     created = "1970-01-01T00:00:00.000Z"
-    return web.json_response([{"id": REGION, "name": REGION, "regionType": "shared", "createdAt": created,
-                               "updatedAt": created, "proxyUrl": front_of(request).toolbox_url}])  # fmt: skip
+    return web.json_response(
+        [
+            {
+                "id": REGION,
+                "name": REGION,
+                "regionType": "shared",
+                "createdAt": created,
+                "updatedAt": created,
+                "proxyUrl": front_of(request).toolbox_url,
+            }
+        ]
+    )
 
 
 INFO = web.AppKey("stampede_daytona_info", dict)
@@ -241,4 +264,3 @@ def add_routes(app: web.Application, prefix: str) -> None:
     r.add_get(f"{prefix}/v1/_stampede/truth", stampede_truth)
     r.add_get(f"{prefix}/v1/_stampede/stats", stampede_stats)
     r.add_get("/openapi.json", openapi)
-

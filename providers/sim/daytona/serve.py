@@ -43,8 +43,15 @@ def settings_from_args(args: argparse.Namespace) -> DaytonaSettings:
     kwargs: dict[str, Any] = {}
     if args.token:
         kwargs["token"] = args.token
-    return DaytonaSettings(profile=args.profile, seed=args.seed, time_scale=args.time_scale, host=args.host,
-                           port=args.port, overrides=parse_overrides(args.overrides), **kwargs)  # fmt: skip
+    return DaytonaSettings(
+        profile=args.profile,
+        seed=args.seed,
+        time_scale=args.time_scale,
+        host=args.host,
+        port=args.port,
+        overrides=parse_overrides(args.overrides),
+        **kwargs,
+    )
 
 
 def ready_line(daytona: RunningDaytona) -> dict[str, Any]:
@@ -68,9 +75,12 @@ async def _start(settings: DaytonaSettings) -> RunningDaytona:
 
 def _announce(daytona: RunningDaytona) -> None:
     line = ready_line(daytona)
-    announce(line, f"stampede local Daytona: {line['profile']} (seed {line['seed']}, time scale "
-                   f"{line['time_scale']:g}) API {daytona.api_url} (DAYTONA_API_URL), toolbox "
-                   f"{daytona.toolbox_url}; Ctrl-C to stop")  # fmt: skip
+    announce(
+        line,
+        f"stampede local Daytona: {line['profile']} (seed {line['seed']}, time scale "
+        f"{line['time_scale']:g}) API {daytona.api_url} (DAYTONA_API_URL), toolbox "
+        f"{daytona.toolbox_url}; Ctrl-C to stop",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

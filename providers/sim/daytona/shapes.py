@@ -34,8 +34,15 @@ OS_USER = "daytona"
 SOURCE_API = "DAYTONA_API"
 SOURCE_DAEMON = "DAYTONA_DAEMON"
 SOURCE_PROXY = "DAYTONA_PROXY"
-_STATUS_CODES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND", 409: "CONFLICT",
-                 429: "RATE_LIMIT_EXCEEDED", 500: "INTERNAL_SERVER_ERROR"}  # fmt: skip
+_STATUS_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    409: "CONFLICT",
+    429: "RATE_LIMIT_EXCEEDED",
+    500: "INTERNAL_SERVER_ERROR",
+}
 UPGRADE_TIER = "To increase concurrency limits, upgrade your organization's Tier (here: --profile-set resource_pool.*)."
 PER_SANDBOX_LIMIT = "Need higher resource limits per-sandbox? (the simulator: --profile-set limits.*)"
 
@@ -248,14 +255,24 @@ def parse_create(body: Any, lifetime_cap_s: float) -> tuple[CreateRequest | None
     if math.isfinite(lifetime_cap_s):
         lifetime = min(lifetime, lifetime_cap_s)
     want = Requested(
-        name=name, snapshot=None if dockerfile else (snapshot or DEFAULT_SNAPSHOT), dockerfile=dockerfile,
-        labels=labels, env=env, user=user, target=target, cpu=cpu, memory=memory, disk=disk, public=public,
+        name=name,
+        snapshot=None if dockerfile else (snapshot or DEFAULT_SNAPSHOT),
+        dockerfile=dockerfile,
+        labels=labels,
+        env=env,
+        user=user,
+        target=target,
+        cpu=cpu,
+        memory=memory,
+        disk=disk,
+        public=public,
         network_block_all=block_all,
         auto_stop=DEFAULT_AUTO_STOP_MIN if auto_stop is None else auto_stop,
         auto_archive=DEFAULT_AUTO_ARCHIVE_MIN if auto_archive is None else auto_archive,
         auto_delete=DEFAULT_AUTO_DELETE_MIN if auto_delete is None else auto_delete,
-        ttl_minutes=ttl or None, queue_timeout=queue_timeout,
-    )  # fmt: skip
+        ttl_minutes=ttl or None,
+        queue_timeout=queue_timeout,
+    )
     request = CreateRequest(
         image=image,
         labels=label_strings(labels),

@@ -50,8 +50,11 @@ class SessionCommand:
     outcome: ExecOutcome | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "command": self.command,
-                "exitCode": None if self.outcome is None else self.outcome.exit_code}  # fmt: skip
+        return {
+            "id": self.id,
+            "command": self.command,
+            "exitCode": None if self.outcome is None else self.outcome.exit_code,
+        }
 
 
 @dataclass(slots=True)
@@ -88,22 +91,31 @@ def _running(request: web.Request) -> tuple[Front, SimSandbox | None, web.Respon
     if state == "destroyed":
         return front, None, error(request, 404, "Sandbox not found", source=SOURCE_PROXY)
     reason = f": {sb.error_message}" if state == "error" and sb.error_message else ""
-    return front, None, error(request, 409, f"Sandbox {sb.id} is not started (state: {state}){reason}",
-                              source=SOURCE_PROXY)  # fmt: skip
+    return (
+        front,
+        None,
+        error(request, 409, f"Sandbox {sb.id} is not started (state: {state}){reason}", source=SOURCE_PROXY),
+    )
 
 
 def _failure(request: web.Request, exc: BaseException, timeout_s: float | None) -> web.Response:
     """A command that did not complete, in the daemon's or the proxy's words."""
     if isinstance(exc, ExecTimedOut):
         seconds = f"{timeout_s:g}" if timeout_s is not None else "?"
-        return error(request, 408, f"Command execution timed out after {seconds} seconds. The timeout can be "
-                     "increased by adjusting the timeout parameter in the request.",
-                     code="PROCESS_EXECUTION_TIMEOUT", source=SOURCE_DAEMON)  # fmt: skip
+        return error(
+            request,
+            408,
+            f"Command execution timed out after {seconds} seconds. The timeout can be "
+            "increased by adjusting the timeout parameter in the request.",
+            code="PROCESS_EXECUTION_TIMEOUT",
+            source=SOURCE_DAEMON,
+        )
     if isinstance(exc, SandboxDied):
         if exc.error_type == ErrorType.OOM_KILLED:
             return error(request, 502, f"Sandbox {exc.sandbox_id} was OOM killed: {exc.message}", source=SOURCE_PROXY)
-        return error(request, 502, f"Sandbox {exc.sandbox_id} stopped during the command: {exc.message}",
-                     source=SOURCE_PROXY)  # fmt: skip
+        return error(
+            request, 502, f"Sandbox {exc.sandbox_id} stopped during the command: {exc.message}", source=SOURCE_PROXY
+        )
     if isinstance(exc, ExecError):
         return error(request, 502, f"Command failed: {exc.message}", source=SOURCE_PROXY)
     if isinstance(exc, NotRunning):
@@ -194,7 +206,7 @@ async def get_session(request: web.Request) -> web.Response:
 
 
 async def delete_session(request: web.Request) -> web.Response:
-    commands, missing = _session(request)
+    _commands, missing = _session(request)
     if missing is not None:
         return missing
     request.app[SESSIONS].of(request.match_info["sandbox_id"]).pop(request.match_info["session_id"], None)
@@ -233,9 +245,15 @@ async def session_exec(request: web.Request) -> web.Response:
     except (ExecTimedOut, SandboxDied, ExecError, NotRunning, NotFound) as exc:
         return _failure(request, exc, None)
     record.outcome = outcome
-    return web.json_response({"cmdId": record.id, "output": outcome.stdout + outcome.stderr,
-                              "stdout": outcome.stdout, "stderr": outcome.stderr,
-                              "exitCode": outcome.exit_code})  # fmt: skip
+    return web.json_response(
+        {
+            "cmdId": record.id,
+            "output": outcome.stdout + outcome.stderr,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "exitCode": outcome.exit_code,
+        }
+    )
 
 
 def _command(request: web.Request) -> tuple[SessionCommand | None, web.Response | None]:

@@ -18,7 +18,6 @@ from providers.sim.core.openapi_parts import schema_ref as _ref
 from providers.sim.core.profile import Limits
 from providers.sim.e2b.shapes import MAX_TIMEOUT_S
 
-
 _ERROR = _json(_ref("Error"), "error")
 _ID = {"name": "sandbox_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _EMPTY = {
@@ -175,7 +174,9 @@ def openapi_document(max_timeout: int = MAX_TIMEOUT_S) -> dict[str, Any]:
         },
         "/sandboxes/{sandbox_id}": {
             "get": _op(
-                "getSandbox", "One running sandbox", {"200": _json(_ref("SandboxDetail"), "it"), "404": not_found},
+                "getSandbox",
+                "One running sandbox",
+                {"200": _json(_ref("SandboxDetail"), "it"), "404": not_found},
                 parameters=[_ID],
             ),
             "delete": _op(

@@ -66,8 +66,11 @@ async def _start(settings: E2BSettings) -> RunningE2B:
 def _announce(e2b: RunningE2B) -> None:
     line = ready_line(e2b)
     exports = " ".join(f"{key}={value}" for key, value in line["env"].items())
-    announce(line, f"stampede local E2B: {line['profile']} (seed {line['seed']}, time scale {line['time_scale']:g}) "
-                   f"on {e2b.url}; point the e2b SDK here with: {exports}; Ctrl-C to stop")  # fmt: skip
+    announce(
+        line,
+        f"stampede local E2B: {line['profile']} (seed {line['seed']}, time scale {line['time_scale']:g}) "
+        f"on {e2b.url}; point the e2b SDK here with: {exports}; Ctrl-C to stop",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

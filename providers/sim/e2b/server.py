@@ -62,8 +62,10 @@ async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request]
     path = request.path
     if not path.startswith(_OPEN_PATHS):
         stampede = path.startswith(STAMPEDE_PREFIX)
-        presented = _presented(request.headers.get("Authorization"), "bearer") if stampede else _presented(
-            request.headers.get("X-API-KEY")
+        presented = (
+            _presented(request.headers.get("Authorization"), "bearer")
+            if stampede
+            else _presented(request.headers.get("X-API-KEY"))
         )
         if not tokens_equal(presented, request.app[API_KEY]):
             return _error(401, "Invalid API key")

@@ -88,9 +88,12 @@ async def _start(settings: ModalSettings) -> RunningModal:
 
 def _announce(modal: RunningModal) -> None:
     line = ready_line(modal)
-    announce(line, f"stampede local Modal: {line['profile']} (seed {line['seed']}, time scale "
-                   f"{line['time_scale']:g}) control plane {modal.url} (MODAL_SERVER_URL), router "
-                   f"{modal.router_url}; Ctrl-C to stop")  # fmt: skip
+    announce(
+        line,
+        f"stampede local Modal: {line['profile']} (seed {line['seed']}, time scale "
+        f"{line['time_scale']:g}) control plane {modal.url} (MODAL_SERVER_URL), router "
+        f"{modal.router_url}; Ctrl-C to stop",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

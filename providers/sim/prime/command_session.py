@@ -45,6 +45,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.connect import CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
@@ -55,7 +56,6 @@ from providers.sim.core.simulator import (
     SandboxStatus,
     VendorSimulator,
 )
-from providers.sim.core.connect import CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.prime.gateway import GatewayTokens
 from providers.sim.prime.wire_faults import GATEWAY_DEATH, reset
 

@@ -16,13 +16,11 @@ from providers.sim.core.openapi_parts import schema_ref as _ref
 from providers.sim.prime.gateway import MAX_EXEC_TIMEOUT_S
 from providers.sim.prime.shapes import LIMITS
 
-
 _ERR = _json(_ref("Error"), "error")
 _VALIDATION = _json(_ref("ValidationError"), "invalid request (FastAPI style)")
 _UNAUTH = _json(_ref("Error"), "missing or invalid API token")
 _NOT_FOUND = _json(_ref("Error"), "Sandbox not found")
 _ID = {"name": "sandbox_id", "in": "path", "required": True, "schema": {"type": "string"}}
-
 
 
 def _op(
@@ -503,9 +501,7 @@ def _connect_paths() -> dict[str, Any]:
                     },
                 ],
                 "responses": {
-                    "404": _json(
-                        {"anyOf": [_CONNECT_ERROR, _ref("Error")]}, "unimplemented (or no such path at all)"
-                    ),
+                    "404": _json({"anyOf": [_CONNECT_ERROR, _ref("Error")]}, "unimplemented (or no such path at all)"),
                     "401": _json(_CONNECT_ERROR, "a served procedure's name: its own path above answers"),
                     "501": _json(_CONNECT_ERROR, "the stub runs without prime-sandboxes' messages"),
                 },

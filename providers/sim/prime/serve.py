@@ -53,10 +53,20 @@ def _settings(args: argparse.Namespace) -> StubSettings:
 def _announce(stub: RunningStub) -> None:
     sim = stub.simulator
     scale = float(getattr(sim.clock, "time_scale", 1.0))
-    line = {"url": stub.url, "token": stub.token, "profile": sim.profile.name, "time_scale": scale,
-            "seed": sim.seed, "pid": os.getpid(), "account_wide": sim.profile.account_wide_limits()}  # fmt: skip
-    announce(line, f"stampede stub: {sim.profile.name} (seed {sim.seed}, time scale {scale:g}) "
-                   f"listening on {stub.url}/api/v1; Ctrl-C to stop")  # fmt: skip
+    line = {
+        "url": stub.url,
+        "token": stub.token,
+        "profile": sim.profile.name,
+        "time_scale": scale,
+        "seed": sim.seed,
+        "pid": os.getpid(),
+        "account_wide": sim.profile.account_wide_limits(),
+    }
+    announce(
+        line,
+        f"stampede stub: {sim.profile.name} (seed {sim.seed}, time scale {scale:g}) "
+        f"listening on {stub.url}/api/v1; Ctrl-C to stop",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
