@@ -36,6 +36,7 @@ import psutil  # type: ignore[import-untyped]
 from aiodocker.exceptions import DockerError
 from aiodocker.execs import Exec
 
+from foundation.open_files import raise_open_files_limit
 from providers.base import (
     ROLLOUT_LABEL,
     RUN_LABEL,
@@ -51,7 +52,6 @@ from providers.base import (
     owner_labels,
 )
 from providers.docker_image import DEFAULT_IMAGE, SCRATCH_DIR, default_host, ensure_image, image_id
-from providers.open_files import raise_open_files_limit
 from providers.options import Option, like, parse_options, text
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ import aiodocker
 from aiodocker.exceptions import DockerError
 from yarl import URL
 
+from foundation.cli_help import DefaultsHelpFormatter
 from providers.base import FailureKind, ProviderError
-from providers.cli_help import DefaultsHelpFormatter
 
 DEFAULT_IMAGE = "stampede/busybox:2"
 SANDBOX_UID = 1000  # the image's USER: not root, no capabilities once the provider drops them

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from foundation.cli_help import ENV_ATTRIBUTE
 from harness.cli.main import build_parser
-from providers.cli_help import ENV_ATTRIBUTE
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,8 @@ import os
 import signal
 import weakref
 
+from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from harness.engine.paced_cancel import CancelPacer
-from providers.gc_freezing import freeze_survivors, tune_for_latency
 
 
 class IterationCounter:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness", "providers", "scenarios")
+PACKAGES = ("foundation", "harness", "providers", "scenarios")
 
 # (module prefix, room): the longest matching prefix decides.
 ROOMS: tuple[tuple[str, str], ...] = (
+    ("foundation", "foundation"),
     ("harness", "harness"),
     ("harness.errors", "errors"),
     ("harness.wire", "wire"),
@@ -36,13 +37,10 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.base", "contract"),
     ("providers.options", "provider-support"),
     ("providers.prime_statuses", "provider-support"),
-    ("providers.open_files", "provider-support"),
     ("providers.docker_image", "provider-support"),
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
     ("providers.http1_client", "provider-support"),
-    ("providers.gc_freezing", "provider-support"),
-    ("providers.cli_help", "help"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
@@ -57,28 +55,34 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.sim.daytona", "sim-fronts"),
 )
 
-# room -> the rooms it may import (besides itself).
-ALLOWED: dict[str, frozenset[str]] = {
+# The ground floor (quantiles, the --help formatter, open-file and collector tuning): every room may import it,
+# and it imports nothing of ours.
+FOUNDATION = "foundation"
+
+# room -> the rooms it may import (besides itself and the foundation).
+_ABOVE_THE_FOUNDATION: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "harness": frozenset(),
     "contract": frozenset(),
-    "help": frozenset(),  # the one --help formatter: a leaf every command-line room may use
-    "provider-support": frozenset({"contract", "help"}),
+    "provider-support": frozenset({"contract"}),
     "adapters": frozenset({"contract", "provider-support"}),
     "registry": frozenset({"contract"}),  # adapters are looked up by name (importlib), never imported
-    "sim-core": frozenset({"contract", "provider-support", "help"}),
-    "sim-fronts": frozenset({"sim-core", "provider-support"}),
+    "sim-core": frozenset({"contract"}),
+    "sim-fronts": frozenset({"sim-core"}),
     "wire": frozenset({"errors", "contract"}),
     "results": frozenset({"wire", "errors"}),
     "rlmodel": frozenset({"results", "wire", "errors"}),
-    "engine": frozenset({"wire", "errors", "registry", "contract", "provider-support"}),
-    # provider-support: the open-file figures (what a process can hold, how many processes a peak needs)
-    "locust": frozenset({"wire", "errors", "results", "registry", "contract", "help", "provider-support"}),
+    "engine": frozenset({"wire", "errors", "registry", "contract"}),
+    "locust": frozenset({"wire", "errors", "results", "registry", "contract"}),
     "cli": frozenset(
-        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support", "help"}
+        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support"}
         | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`, `daytona-local serve`
     ),
     "scenarios": frozenset({"locust"}),
+}
+ALLOWED: dict[str, frozenset[str]] = {
+    FOUNDATION: frozenset(),
+    **{room: rooms | {FOUNDATION} for room, rooms in _ABOVE_THE_FOUNDATION.items()},
 }
 
 # Rooms that must not import a runtime they are not part of.
@@ -90,6 +94,7 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "rlmodel": ("gevent", "locust", "asyncio"),
     "contract": ("gevent", "locust"),
     "adapters": ("gevent", "locust"),
+    FOUNDATION: ("gevent", "locust"),
 }
 
 # Within these rooms, sibling modules of different families must not import each other.

@@ -12,7 +12,7 @@ def test_soft_limit_rises_to_what_is_wanted_then_the_hard_limit_and_never_falls(
     script = textwrap.dedent(
         """
         import resource
-        from providers.open_files import raise_open_files_limit
+        from foundation.open_files import raise_open_files_limit
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
         raise_open_files_limit(300)
@@ -38,7 +38,7 @@ def test_the_reachable_limit_is_what_a_process_may_really_lift_itself_to() -> No
     script = textwrap.dedent(
         """
         import resource
-        from providers.open_files import _kernel_cap, reachable_open_files
+        from foundation.open_files import _kernel_cap, reachable_open_files
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         reachable = reachable_open_files()
         try:
@@ -54,7 +54,7 @@ def test_the_reachable_limit_is_what_a_process_may_really_lift_itself_to() -> No
 
 
 def test_a_peak_is_spread_over_as_many_processes_as_its_connections_need() -> None:
-    from providers.open_files import FD_RESERVE, processes_for_open_files
+    from foundation.open_files import FD_RESERVE, processes_for_open_files
 
     assert processes_for_open_files(None) == 1 and processes_for_open_files(0, open_files=1_000) == 1
     assert processes_for_open_files(20_000, open_files=20_000) == 2  # this machine: root held at 20,000

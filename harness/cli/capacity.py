@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from providers.open_files import processes_for_open_files, reachable_open_files
+from foundation.open_files import processes_for_open_files, reachable_open_files
 
 PER_ENGINE_IN_FLIGHT = 5000
 """Rollouts one engine holds with its loop lag p99 under 50 ms on a 2-core machine (bench/bench_scale.py);

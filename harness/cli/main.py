@@ -12,13 +12,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from foundation.cli_help import DefaultsHelpFormatter, set_env_var
 from harness.errors import EXIT_USAGE, UsageError, print_usage_error
-from providers.cli_help import DefaultsHelpFormatter, set_env_var
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (`stampede: error: ...`), not a usage block, and every option's
-    help states its default and environment variable (providers.cli_help)."""
+    help states its default and environment variable (foundation.cli_help)."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from foundation.gc_freezing import freeze_survivors, tune_for_latency
+from foundation.open_files import raise_open_files_limit
 from harness.engine.health import LoopHealth
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
@@ -32,8 +34,6 @@ from harness.wire.records import RolloutRecord, live_row
 from harness.wire.redact import RedactingFormatter, redact, secret_values
 from providers import create_provider
 from providers.base import ProviderConfigError, ProviderError
-from providers.gc_freezing import freeze_survivors, tune_for_latency
-from providers.open_files import raise_open_files_limit
 
 DRAIN_TIMEOUT_S = 120.0
 

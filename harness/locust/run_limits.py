@@ -5,7 +5,7 @@ spawned. So before Locust starts, the peak in flight the shape asks for (users o
 the open model's `--max-inflight`) is held against three budgets of this machine, and a larger one ends in
 one line naming the tightest limit and `--allow-oversubscribe`:
 - open files: every rollout in flight holds a vendor connection in its engine (1.0 fd per rollout measured
-  with the stub client), out of the open-file limit an engine can raise itself to (`providers.open_files`:
+  with the stub client), out of the open-file limit an engine can raise itself to (`foundation.open_files`:
   the hard limit, or the kernel's nr_open for root), less a reserve;
 - memory: what a rollout in flight costs in the Locust process (its user), its engine and a local vendor,
   out of the memory available now (the cgroup's limit when lower), less a margin for the OS and the
@@ -22,9 +22,9 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from foundation.open_files import FD_RESERVE, FDS_PER_ROLLOUT, reachable_open_files
 from harness.errors import UsageError
 from harness.locust.settings import RunSettings
-from providers.open_files import FD_RESERVE, FDS_PER_ROLLOUT, reachable_open_files
 
 OVERRIDE_FLAG = "--allow-oversubscribe"
 BYTES_PER_ROLLOUT = (16 + 80 + 24) * 1024  # Locust user + engine + local vendor (measured 14, 26, 20 KB)

@@ -27,6 +27,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from foundation.open_files import processes_for_open_files
 from harness.errors import UsageError
 from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.engine_client import EngineClient, EngineError
@@ -58,7 +59,6 @@ from harness.wire.run_endings import (
     exit_code_for,
 )
 from providers import LOCAL_VENDORS
-from providers.open_files import processes_for_open_files
 
 log = logging.getLogger("stampede")
 LOCAL_POLL_INTERVAL_S = 0.5

@@ -14,7 +14,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from foundation.cli_help import set_env_var
 from harness.errors import UsageError
+from harness.results.cli_options import seconds_option, threshold_option
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 from harness.results.thresholds import Threshold, parse_all
 from harness.wire.plan import (
@@ -26,7 +28,6 @@ from harness.wire.plan import (
 )
 from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
 from providers.base import DEFAULT_LIFETIME_S
-from providers.cli_help import set_env_var
 
 DEFAULT_PROVIDER = "stub"
 DEFAULT_PROFILE = "prime-like"
@@ -327,23 +328,11 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         env_var="STAMPEDE_ALLOW_OVERSUBSCRIBE",
         help="run even when the users or in-flight cap exceed what this machine holds (files, memory, SIGTERM)",
     )
-    add(
-        "--threshold",
-        action="append",
-        default=None,
-        metavar="EXPR",
-        env_var="STAMPEDE_THRESHOLD",
-        help="pass/fail on the run's figures, vendor seconds (repeatable; exit 99 when crossed), e.g. 'tti.p99<30',"
-        " 'init_failure_rate<2%%', 'failures.rate_limited<5', 'stage[02-ramp40].create.p50<=2', 'stage[*].tti.p99<30'"
-        " (grammar: harness/results/thresholds.py)",
-    )
+    add("--threshold", env_var="STAMPEDE_THRESHOLD", **threshold_option("the run's figures"))
     add(
         "--seconds",
-        choices=("vendor", "wall"),
-        default="vendor",
         env_var="STAMPEDE_SECONDS",
-        help="the end-of-run table in vendor seconds (wall / time scale) or wall seconds; summary.json and"
-        " thresholds are always vendor seconds",
+        **seconds_option("the end-of-run table (summary.json and thresholds: always vendor)"),
     )
     add(
         "--abort-on-threshold",

@@ -18,9 +18,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from providers.cli_help import DefaultsHelpFormatter
-from providers.gc_freezing import freeze_survivors, tune_for_latency
-from providers.open_files import raise_open_files_limit
+from foundation.cli_help import DefaultsHelpFormatter
+from foundation.gc_freezing import freeze_survivors, tune_for_latency
+from foundation.open_files import raise_open_files_limit
 from providers.sim.core.profile import ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
 
@@ -38,7 +38,7 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """A usage error is one line; every option's help states its default (providers.cli_help)."""
+    """A usage error is one line; every option's help states its default (foundation.cli_help)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
