@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from harness.errors import UsageError, one_line_errors
+from harness.results.cli_options import seconds_option, threshold_option
 
 
 def _fraction(text: str) -> float:
@@ -56,12 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="output folder for compare.html, compare.json and the PNGs (default: ./stampede-compare)",
     )
-    parser.add_argument(
-        "--seconds",
-        choices=("vendor", "wall"),
-        default="vendor",
-        help="durations in vendor seconds (default) or wall seconds",
-    )
+    parser.add_argument("--seconds", **seconds_option("durations"))
     parser.add_argument(
         "--gate",
         default=None,
@@ -112,14 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stages match when their measured concurrency is within this of the baseline's (default 0.15)",
     )
     parser.add_argument("--no-figures", action="store_true", help="no PNG (compare.html holds the tables only)")
-    parser.add_argument(
-        "--threshold",
-        action="append",
-        default=None,
-        metavar="EXPR",
-        help="pass/fail on each candidate's own figures, vendor seconds, e.g. 'tti.p99<30' "
-        "(repeatable; exit 99 when one is crossed; grammar: harness/results/thresholds.py)",
-    )
+    parser.add_argument("--threshold", **threshold_option("each candidate's own figures"))
 
 
 @one_line_errors

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.errors import UsageError, one_line_errors
+from harness.results.cli_options import seconds_option, threshold_option
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 
 
@@ -43,13 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="output folder (default: RUN_DIR/report, or ./stampede-report for several runs)",
     )
-    parser.add_argument(
-        "--seconds",
-        choices=("vendor", "wall"),
-        default="vendor",
-        help="the seconds of every duration: vendor (default; a simulated vendor's own seconds, a real "
-        "vendor's are wall seconds) or wall; every table header and figure axis names it",
-    )
+    parser.add_argument("--seconds", **seconds_option("every duration (each table header and figure axis names it)"))
     parser.add_argument(
         "--knee-max-failure",
         type=_fraction,
@@ -74,14 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="knee: TTI p99 at most this many seconds, instead of the ratio (default: the ratio)",
     )
     parser.add_argument("--no-figures", action="store_true", help="tables only (no PNG; report.html without figures)")
-    parser.add_argument(
-        "--threshold",
-        action="append",
-        default=None,
-        metavar="EXPR",
-        help="pass/fail on each run's figures, vendor seconds, e.g. 'tti.p99<30' (repeatable; "
-        "exit 99 when one is crossed; grammar: harness/results/thresholds.py)",
-    )
+    parser.add_argument("--threshold", **threshold_option("each run's figures"))
 
 
 @one_line_errors

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.results.cli_options import seconds_option, threshold_option
 from harness.wire.run_endings import ENDINGS, EXIT_COMPLETED, EXIT_THRESHOLDS_CROSSED
 
 EXITED = frozenset(ending.name for ending in ENDINGS if ending.exit_code is not None)
@@ -20,20 +21,9 @@ EXITED = frozenset(ending.name for ending in ENDINGS if ending.exit_code is not 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a results/<run_id> folder (results/latest: the newest)")
+    parser.add_argument("--seconds", **seconds_option("the table (summary.json and thresholds: always vendor)"))
     parser.add_argument(
-        "--seconds",
-        choices=("vendor", "wall"),
-        default="vendor",
-        help="the table in vendor seconds (wall / time scale; default) or wall seconds; "
-        "summary.json and thresholds are always vendor seconds",
-    )
-    parser.add_argument(
-        "--threshold",
-        action="append",
-        default=None,
-        metavar="EXPR",
-        help="pass/fail on the run's figures, e.g. 'tti.p99<30' (repeatable; exit 99 when crossed; "
-        "grammar: harness/results/thresholds.py); default: the run's own, not changing the exit",
+        "--threshold", **threshold_option("the run's figures", "default: the run's own, not changing the exit")
     )
 
 
