@@ -25,7 +25,10 @@ class TimerHandle(Protocol):
 
 
 class SimClock(Protocol):
-    """Vendor time. `now()` counts vendor seconds since the simulator started."""
+    """Vendor time. `now()` counts vendor seconds since the simulator started; one vendor second lasts
+    `time_scale` real seconds (1.0 on a virtual clock, where nothing really waits)."""
+
+    time_scale: float
 
     def now(self) -> float: ...
 

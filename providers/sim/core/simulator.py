@@ -104,7 +104,7 @@ class VendorSimulator:
         if retention_s is None:
             retention_s = RETENTION_S if isinstance(clock, LoopClock) else math.inf
         # in vendor seconds on this clock (one vendor second lasts `time_scale` real seconds)
-        self.retention_s = float(retention_s) / float(getattr(clock, "time_scale", 1.0) or 1.0)
+        self.retention_s = float(retention_s) / clock.time_scale
         self._sandboxes: dict[str, SimSandbox] = {}  # known sandboxes, in acceptance order
         self._accepted = 0
         self._ended_fifo: deque[SimSandbox] = deque()  # ended, known sandboxes in the order they ended

@@ -40,7 +40,7 @@ class Front:
 
     @property
     def time_scale(self) -> float:
-        return float(getattr(self.sim.clock, "time_scale", 1.0))
+        return self.sim.clock.time_scale
 
     def lifecycle(self, sb: SimSandbox) -> Lifecycle:
         life = self.life.get(sb.id)

@@ -40,7 +40,7 @@ from providers.sim.core.simulator import (
     SimSandbox,
     VendorSimulator,
 )
-from providers.sim.e2b.app_state import INFO, SIM, simulator, time_scale
+from providers.sim.e2b.app_state import INFO, SIM, simulator
 from providers.sim.e2b.openapi import max_timeout_s, openapi_document
 from providers.sim.e2b.shapes import (
     META_ENVD_TOKEN,
@@ -109,7 +109,7 @@ def not_found(sandbox_id: str) -> web.Response:
 def rejection_response(exc: Rejected, sim: VendorSimulator) -> web.Response:
     """A refused create in E2B's words (the module doc lists them)."""
     if exc.reason is RejectReason.RATE_LIMITED:
-        real = max(0.0, (exc.retry_after or 0.0) * time_scale(sim.clock))
+        real = max(0.0, (exc.retry_after or 0.0) * sim.clock.time_scale)
         rate = sim.profile.create_rate.per_s
         message = f"Sandbox creation rate limit exceeded ({rate:g}/s), please slow down"
         return error(429, message, **{"Retry-After": str(max(1, math.ceil(real)))})

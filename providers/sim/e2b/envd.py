@@ -49,7 +49,7 @@ from providers.sim.core.simulator import (
     SimSandbox,
     VendorSimulator,
 )
-from providers.sim.e2b.app_state import SIM, simulator, time_scale
+from providers.sim.e2b.app_state import SIM, simulator
 from providers.sim.e2b.shapes import META_ENVD_TOKEN, error_body
 
 SERVICE = "process.Process"
@@ -216,7 +216,7 @@ def build_service(processes: ProcessTable) -> ConnectService:
         request = ctx.request
         sim: VendorSimulator = request.app[SIM]
         sandbox_id = request.headers[SANDBOX_HEADER]
-        timeout_s = ctx.timeout_s / time_scale(sim.clock) if ctx.timeout_s is not None else math.inf
+        timeout_s = ctx.timeout_s / sim.clock.time_scale if ctx.timeout_s is not None else math.inf
         process = processes.open(sandbox_id, config, req.get("tag") if isinstance(req.get("tag"), str) else None)
 
         def done(result: ExecOutcome | BaseException) -> None:

@@ -26,7 +26,7 @@ from providers.sim.core.clock import LoopClock
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.e2b import control_plane, envd
-from providers.sim.e2b.app_state import API_KEY, INFO, SIM, time_scale
+from providers.sim.e2b.app_state import API_KEY, INFO, SIM
 from providers.sim.e2b.shapes import error_body
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def create_app(settings: E2BSettings) -> web.Application:
         clock.start()
         sim = VendorSimulator(profile, seed=settings.seed, clock=clock)
         app[SIM] = sim
-        app[INFO] = {"profile": profile.name, "seed": sim.seed, "time_scale": time_scale(clock)}
+        app[INFO] = {"profile": profile.name, "seed": sim.seed, "time_scale": clock.time_scale}
 
     async def on_cleanup(app: web.Application) -> None:
         if SIM in app:
@@ -129,7 +129,7 @@ class RunningE2B:
 
     @property
     def time_scale(self) -> float:
-        return time_scale(self.simulator.clock)
+        return self.simulator.clock.time_scale
 
     def sdk_environment(self) -> dict[str, str]:
         """The environment a user's own script sets so the unmodified e2b SDK talks to this server."""

@@ -60,7 +60,7 @@ class ModalControlPlane(with_unimplemented(api_grpc.ModalClientBase)):  # type: 
         self.credentials = credentials
         self.signer = signer
         self.router_url = router_url
-        self.time_scale = float(getattr(self.sim.clock, "time_scale", 1.0))
+        self.time_scale = self.sim.clock.time_scale
 
     # --- auth -----------------------------------------------------------------------------------------
 

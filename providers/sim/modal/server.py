@@ -63,7 +63,7 @@ class RunningModal:
 
     @property
     def time_scale(self) -> float:
-        return float(getattr(self.simulator.clock, "time_scale", 1.0))
+        return self.simulator.clock.time_scale
 
     def truth(self) -> list[dict[str, Any]]:
         """The simulator's records with Modal's sandbox ids (`sim_id` keeps the simulator's own)."""

@@ -98,10 +98,6 @@ def _base_url(request: web.Request) -> str:
     return f"{request.scheme}://{request.host}"
 
 
-def _time_scale(clock: SimClock) -> float:
-    return float(getattr(clock, "time_scale", 1.0))
-
-
 # --- errors -------------------------------------------------------------------------------------------
 
 
@@ -127,7 +123,7 @@ _TRANSIENT = (
 def rejection_response(exc: Rejected, clock: SimClock) -> web.Response:
     """A simulator rejection in Prime's words (the module doc lists the exact shapes)."""
     if exc.reason is RejectReason.RATE_LIMITED:
-        real = max(0.0, (exc.retry_after or 0.0) * _time_scale(clock))
+        real = max(0.0, (exc.retry_after or 0.0) * clock.time_scale)
         return web.json_response(
             {"detail": exc.message, "errorCode": "RATE_LIMITED", "retryAfter": round(real, 6)},
             status=429,
@@ -433,7 +429,7 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
         maker, owned = source, True
 
     def describe(sim: VendorSimulator) -> dict[str, Any]:
-        return {"profile": sim.profile.name, "seed": sim.seed, "time_scale": _time_scale(sim.clock)}
+        return {"profile": sim.profile.name, "seed": sim.seed, "time_scale": sim.clock.time_scale}
 
     async def on_startup(app: web.Application) -> None:
         if maker is not None:

@@ -175,7 +175,7 @@ def build_service(
         job_id = ctx.request.match_info["job_id"]
         sim = get_sim(ctx.request)
         command = shell_command(req.command)
-        scale = float(getattr(sim.clock, "time_scale", 1.0))
+        scale = sim.clock.time_scale
         timeout_s = ctx.timeout_s / scale if ctx.timeout_s is not None else DEFAULT_TIMEOUT_S
         if not timeout_s > 0:
             raise RpcError(Code.DEADLINE_EXCEEDED, "the call's deadline expired")

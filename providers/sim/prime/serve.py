@@ -52,7 +52,7 @@ def _settings(args: argparse.Namespace) -> StubSettings:
 
 def _announce(stub: RunningStub) -> None:
     sim = stub.simulator
-    scale = float(getattr(sim.clock, "time_scale", 1.0))
+    scale = sim.clock.time_scale
     line = {
         "url": stub.url,
         "token": stub.token,
