@@ -27,10 +27,10 @@ from locust import events
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from foundation.open_files import processes_for_open_files
 from harness.errors import UsageError
 from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.engine_client import EngineClient, EngineError
+from harness.locust.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
 from harness.locust.progress import ProgressPrinter
 from harness.locust.reports import LocustReports
 from harness.locust.run_folder import (
@@ -40,14 +40,13 @@ from harness.locust.run_folder import (
     new_run_id,
     point_latest_at,
     write_manifest,
-    write_vendor_truth,
 )
 from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.start_spacing import StartSpacer
 from harness.locust.threshold_watch import ThresholdWatch
-from harness.locust.vendor_process import ShardedVendor, account_wide_note
+from harness.locust.vendor_lifecycle import VendorFacts, VendorLifecycle
 from harness.locust.web_form import as_form_text, typed
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
@@ -58,7 +57,6 @@ from harness.wire.run_endings import (
     ending_for_signals,
     exit_code_for,
 )
-from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
 LOCAL_POLL_INTERVAL_S = 0.5
@@ -77,16 +75,14 @@ class StampedeSession:
         self.state.attach(environment)
         self.state.test_preparers.append(self.prepare_test)
         self.command_line = settings  # what the command line said; a web form's blank users field keeps its -u
-        self._vendor_for: tuple[Any, ...] | None = None  # the settings the embedded vendor was started with
         self.engine: EngineClient | None = None
-        self.vendor: ShardedVendor | None = None
+        self.embedded = VendorLifecycle()  # the simulated vendor this process runs, if any
         self.manifest: dict[str, Any] | None = None
         self.engine_summaries: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
         self.progress: ProgressPrinter | None = None
         self.reports: LocustReports | None = None
-        self.time_scale: float | None = settings.time_scale
-        self.profile_label = settings.profile if settings.embedded_vendor else ""
+        self.vendor = VendorFacts.of(settings)  # the time scale and profile the run's rows record
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
         self.runs = 0
@@ -230,10 +226,11 @@ class StampedeSession:
         processes = {"owner": record(os.getpid())}
         if self.engine is not None:
             processes["engine"] = record(self.engine.process.pid)
-        if self.vendor is not None:
-            processes["vendor"] = record(self.vendor.process.pid)
-            if len(self.vendor.shards) > 1:
-                processes["vendor_shards"] = [record(shard.process.pid) for shard in self.vendor.shards]
+        vendor_pid, shard_pids = self.embedded.pids()
+        if vendor_pid is not None:
+            processes["vendor"] = record(vendor_pid)
+            if shard_pids:
+                processes["vendor_shards"] = [record(pid) for pid in shard_pids]
         return processes
 
     def _offer_cleanup_of_crashed_runs(self) -> None:
@@ -318,11 +315,11 @@ class StampedeSession:
         if self.environment.parsed_options is None:
             return
         options = typed(self.environment.parsed_options)
-        vendor = self.vendor
-        if vendor is not None:  # the vendor's own address is not a user's --base-url
-            if options.base_url == vendor.url:
+        endpoint = self.embedded.endpoint()
+        if endpoint is not None:  # the vendor's own address is not a user's --base-url
+            if options.base_url == endpoint[0]:
                 options.base_url = None
-            if options.token == vendor.token:
+            if options.token == endpoint[1]:
                 options.token = None
         posted = RunSettings.from_options(options)
         settings = dataclasses.replace(
@@ -334,83 +331,28 @@ class StampedeSession:
         self.settings = settings
         if not settings.embedded_vendor:
             self._stop_vendor()
-            self.time_scale, self.profile_label = settings.time_scale, ""
-        elif self.vendor is None or self._vendor_for != self._vendor_key(settings):
+            self.vendor = VendorFacts(settings.time_scale, "")
+        elif not self.embedded.serves(settings):
             self._stop_vendor()
             self._start_vendor()
         else:
             self._use_vendor()
 
-    @staticmethod
-    def _vendor_key(settings: RunSettings) -> tuple[Any, ...]:
-        overrides = tuple(sorted(settings.profile_overrides.items()))
-        return settings.provider, settings.profile, settings.seed, settings.time_scale, overrides
-
     def _stop_vendor(self) -> None:
-        if self.vendor is not None:
-            self.vendor.stop()
-            self.vendor = None
-            self._vendor_for = None
-        options = self.environment.parsed_options
-        if options is not None:
-            options.vendor_time_scale = None
+        self.embedded.stop()
+        forget_vendor(self.environment.parsed_options)
 
     def _start_vendor(self) -> None:
-        module = LOCAL_VENDORS.get(self.settings.provider)
-        if module is None:
-            raise UsageError(f"provider {self.settings.provider!r} has no simulated vendor for --local")
-        shards = self._vendor_shards()
-        try:
-            self.vendor = ShardedVendor.start(
-                module,
-                self.settings.profile,
-                shards=shards,
-                seed=self.settings.seed,
-                time_scale=self.settings.time_scale,
-                overrides=self.settings.profile_overrides,
-            )
-        except UsageError as exc:
-            raise UsageError(f"local vendor: {exc}") from None
-        if shards > 1:
-            note = account_wide_note(self.vendor)
-            print(
-                f"stampede: the simulated vendor holds one connection per rollout in flight: {shards} vendor "
-                f"processes, creates spread round-robin" + (f"; {note}" if note else ""),
-                file=sys.stderr,
-                flush=True,
-            )
-        self._vendor_for = self._vendor_key(self.settings)
+        shape = self.shape
+        self.embedded.start(
+            self.settings, shape.peak_users(self.settings) if shape is not None else self.settings.users
+        )
         self._use_vendor()
-
-    def _vendor_shards(self) -> int:
-        """Vendor processes this run's peak needs (one connection per rollout in flight, each process held to its
-        open-file limit). Only the stub client routes each sandbox to its shard; other providers get one."""
-        if self.settings.provider != "stub":
-            return 1
-        peak_of = getattr(self.shape, "peak_users", None)
-        peak = peak_of(self.settings) if peak_of is not None else self.settings.users
-        return processes_for_open_files(peak if peak is not None else self.settings.max_inflight)
 
     def _use_vendor(self) -> None:
         """This run talks to the embedded vendor: its address, token and options, here and on workers."""
-        assert self.vendor is not None
-        extra = {key: str(value) for key, value in self.vendor.provider_options.items()}
-        self.settings = dataclasses.replace(
-            self.settings,
-            base_url=self.vendor.url,
-            token=self.vendor.token,
-            provider_options={**extra, **self.settings.provider_options},
-        )
-        self.time_scale = self.vendor.time_scale
-        self.profile_label = self.vendor.profile
-        options = self.environment.parsed_options
-        if options is not None:  # workers receive these with the master's spawn message
-            options.base_url, options.token = self.vendor.url, self.vendor.token
-            # Not options.time_scale: the web form posts that field as typed ("" when blank), and Locust
-            # converts a posted value with the type of the one it replaces (float("") fails).
-            options.vendor_time_scale = self.vendor.time_scale
-            options.profile_label = self.profile_label  # a custom attribute: workers receive it too
-            options.provider_option = [f"{k}={v}" for k, v in self.settings.provider_options.items()]
+        self.settings, self.vendor = self.embedded.bind(self.settings)
+        publish_vendor(self.environment.parsed_options, self.settings, self.vendor)
 
     def begin_run(self) -> None:
         """At `test_start`: a run id and folder (local/master), the engine configured (local/worker)."""
@@ -425,19 +367,14 @@ class StampedeSession:
         # before test_start. They are reset when a run ends.
         options = self.environment.parsed_options
         if self.is_worker:
-            self.settings = RunSettings.from_options(typed(options))  # a web UI master sends numbers as text
-            self.time_scale = getattr(options, "vendor_time_scale", None) or self.settings.time_scale
-            self.profile_label = getattr(options, "profile_label", "") or ""
-            self.state.run_id = getattr(options, "run_id", None)
-            if not self.run_id:
-                raise UsageError("worker got no run id from the master")
+            handed = received(options)
+            self.settings, self.vendor, self.state.run_id = handed.settings, handed.vendor, handed.run_id
         else:
             first_run = self.runs == 1
             self.state.run_id = (self.settings.run_id if first_run else None) or new_run_id(
                 self.scenario, self.settings.provider
             )
-            if options is not None:
-                options.run_id = self.run_id
+            publish_run_id(options, self.state.run_id)
         self.state.run_dir = Path(self.settings.out) / str(self.run_id)
         if self.owns_run_folder:
             if self.runs == 1:
@@ -464,7 +401,9 @@ class StampedeSession:
         if not self.is_master and not self.is_worker:
             self._poller = gevent.spawn(self._poll_engine)
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
-            self.progress = ProgressPrinter(self.runner, self.state, self.settings.progress_interval_s, self.time_scale)
+            self.progress = ProgressPrinter(
+                self.runner, self.state, self.settings.progress_interval_s, self.vendor.time_scale
+            )
             self.progress.start()
         self.stopped_by = []  # each run of a web UI session starts unstopped
         self.stopped_from_web_ui = False
@@ -491,18 +430,18 @@ class StampedeSession:
         if settings.token:
             provider_options.setdefault("token", settings.token)
         out_dir = self.worker_link.spool if self.worker_link is not None else Path(settings.out)
-        plan = dataclasses.replace(settings.plan, time_scale=self.time_scale or 1.0).to_dict()
+        plan = dataclasses.replace(settings.plan, time_scale=self.vendor.time_scale or 1.0).to_dict()
         return EngineConfig(
             run_id=str(self.run_id),
             worker=self.worker_name(),
             out_dir=str(Path(out_dir).resolve()),
             provider=settings.provider,
             provider_options=provider_options,
-            profile=self.profile_label,
+            profile=self.vendor.profile,
             scenario=self.scenario,
             plan=plan,
             secrets=[secret for secret in (settings.token,) if secret],
-            trainer={**settings.trainer, "time_scale": self.time_scale or 1.0} if settings.trainer else None,
+            trainer={**settings.trainer, "time_scale": self.vendor.time_scale or 1.0} if settings.trainer else None,
         )
 
     def _initial_manifest(self) -> dict[str, Any]:
@@ -511,11 +450,11 @@ class StampedeSession:
         manifest.update(
             {
                 "provider": self.settings.provider,
-                "profile": self.profile_label or None,
-                "time_scale": self.time_scale,
+                "profile": self.vendor.profile or None,
+                "time_scale": self.vendor.time_scale,
                 "seed": self.settings.seed,
                 "base_url": self.settings.base_url,
-                "local_vendor": self.vendor is not None,
+                "local_vendor": self.embedded.vendor is not None,
                 "parameters": self.settings.public_dict(),
                 "shape": self.shape.describe() if self.shape else None,
                 "stop_timeout_s": self.environment.stop_timeout,
@@ -576,8 +515,7 @@ class StampedeSession:
         if self.reports is not None:
             self.reports.finish()
             self.reports = None
-        if self.vendor is not None:
-            self._save_truth()
+        self.embedded.save_truth(self.run_dir, str(self.run_id))
         compact_tables(self.run_dir)  # every engine and worker has delivered by now
         now = time.time()
         # pandas and pyarrow: imported here, at the end, not on the way to the first rollout
@@ -629,15 +567,6 @@ class StampedeSession:
         if self.worker_link is not None:
             self.worker_link.finish_run(summary)
 
-    def _save_truth(self) -> None:
-        assert self.vendor is not None and self.run_dir is not None
-        try:
-            sandboxes = self.vendor.truth()
-        except Exception as exc:  # the run's own data matters more than this cross-check
-            log.warning("could not read the simulated vendor's own records: %s", exc)
-            return
-        write_vendor_truth(self.run_dir, str(self.run_id), sandboxes)
-
     def close(self) -> None:
         """At `quitting`: stop the engine and the local vendor."""
         self.wait_for_last_run()
@@ -648,9 +577,7 @@ class StampedeSession:
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
-        if self.vendor is not None:
-            self.vendor.stop()
-            self.vendor = None
+        self.embedded.stop()
         if self.worker_link is not None:
             self.worker_link.close()
 
