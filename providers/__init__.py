@@ -65,9 +65,4 @@ def provider_class(name: str) -> type[Provider]:
 
 def create_provider(name: str, options: Mapping[str, Any]) -> Provider:
     """Build an adapter from plain options (they travel as JSON to the engine process)."""
-    cls = provider_class(name)
-    factory = getattr(cls, "from_options", None)
-    if factory is None:
-        return cls()
-    provider: Provider = factory(options)
-    return provider
+    return provider_class(name).from_options(options)

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 4  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
-# 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run)
+CONTRACT_VERSION = 5  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+# 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run); 5: from_options is a
+# classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options)
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
@@ -174,6 +175,15 @@ class Provider(abc.ABC):
     """
 
     name: ClassVar[str]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Provider:
+        """Build the adapter from plain options (`--provider-option K=V`, or JSON to the engine process).
+
+        Adapters with options override this and parse them with `providers.options.parse_options`, which refuses
+        an unknown key; this default, for a vendor that takes none, builds one with no arguments.
+        """
+        return cls()
 
     @abc.abstractmethod
     async def create(self, spec: SandboxSpec) -> SandboxRef:

@@ -108,3 +108,18 @@ def test_every_adapter_accepts_what_the_harness_passes_and_refuses_a_typo(
 def test_docker_refuses_a_base_url_it_could_not_use() -> None:
     with pytest.raises(ProviderConfigError, match=r"docker provider: unknown option\(s\) base_url"):
         create_provider("docker", {"base_url": "http://127.0.0.1:1"})
+
+
+def test_a_users_own_provider_without_options_is_built_by_the_contracts_default(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`from_options` is part of `Provider`: a vendor that declares no options is built with no arguments."""
+    (tmp_path / "my_vendor.py").write_text(
+        "from providers.base import Provider\n"
+        "class Mine(Provider):\n"
+        "    name = 'mine'\n"
+        "    create = wait_ready = exec = terminate = list_owned = None\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert create_provider("my_vendor:Mine", {}).name == "mine"
