@@ -1,18 +1,23 @@
-"""`stampede`: the command line. Errors a user can cause end in one line on stderr and exit status 2.
+"""`stampede`: the command line, as a table of commands. Errors a user can cause end in one line, exit status 2.
 
-Imports are deferred per command: `stampede run` must import Locust (which monkey-patches the interpreter
-with gevent) before anything imports asyncio or ssl.
+Each command is a module with `add_arguments(parser)` and `run(args) -> int`; the table below names it. Only the
+command being run has its module imported and its options added (startup stays cheap, and `stampede run` must
+import Locust, which monkey-patches the interpreter with gevent, before anything imports asyncio or ssl).
+The simulated vendors' `serve` commands and `docker image` own their parsers (they also run as
+`python -m providers.sim.<vendor>.serve`); they are handed their arguments whole.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
-from foundation.cli_help import DefaultsHelpFormatter, set_env_var
+from foundation.cli_help import DefaultsHelpFormatter
 from harness.errors import EXIT_USAGE, UsageError, print_usage_error
 
 
@@ -28,121 +33,116 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"stampede: error: {message} (see {self.prog} --help)\n")
 
 
-def _add_run(sub: argparse._SubParsersAction) -> None:
-    from harness.locust.settings import add_arguments
+@dataclass(frozen=True)
+class Command:
+    """One `stampede NAME`: its module (add_arguments, run) and the line `stampede --help` shows for it."""
 
-    run = sub.add_parser(
+    name: str
+    module: str
+    help: str
+    description: str | None = None
+    epilog: str | None = None
+    gevent_first: bool = False  # imports Locust before anything else (it patches the interpreter)
+    options_module: str | None = None  # where add_arguments lives, when `module` is too heavy to import for it
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """`stampede GROUP SUB ...` handed whole to a module's `main(argv, prog=...)` (it owns its parser)."""
+
+    group: str
+    group_help: str
+    sub: str
+    help: str
+    main: str  # "module:function"
+    takes_prog: bool = True
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
         "run",
-        help="run a scenario headless and write results/<run_id>/",
-        description="Ramp rollouts against a sandbox provider (default: the embedded Prime-like stub).",
-    )
-    run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
-    dist = run.add_argument_group("distributed (Locust master and workers, each worker with its own engine)")
-    dist.add_argument(
-        "--workers",
-        default="auto",
-        help="run a master here and N local worker processes, each with its own engine (default auto: one "
-        "process, or as many engines as the peak in flight needs)",
-    )
-    dist.add_argument("--master", action="store_true", help="be the master for workers on other machines")
-    dist.add_argument("--expect-workers", type=int, default=1, help="--master: wait for this many workers")
-    dist.add_argument("--master-bind-host", default="*", help="--master: interface to listen on (default: all)")
-    dist.add_argument("--worker", action="store_true", help="be a worker of the master at --master-host")
-    dist.add_argument("--master-host", default="127.0.0.1", help="--worker: the master's address")
-    dist.add_argument("--master-port", type=int, default=5557, help="the master's port (default 5557)")
-    run.add_argument(
-        "-u",
-        "--users",
-        type=int,
-        default=None,
-        help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)",
-    )
-    run.add_argument("-r", "--spawn-rate", type=float, default=None, help="users started per second between stages")
-    run.add_argument(
-        "-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)"
-    )
-    run.add_argument(
-        "--stop-timeout",
-        type=float,
-        default=None,
-        help="seconds in-flight rollouts get to finish when the run ends (default: 60)",
-    )
-    add_arguments(run, locust=False)
-
-
-def _add_stub(sub: argparse._SubParsersAction) -> None:
-    stub = sub.add_parser("stub", help="the Prime-like HTTP API stub over the vendor simulator")
-    stub_sub = stub.add_subparsers(dest="stub_command", metavar="COMMAND", parser_class=OneLineParser)
-    stub_sub.required = True
-    # `stampede stub serve ...` is handed whole to providers.sim.prime.serve (see main), which owns its options.
-    stub_sub.add_parser("serve", help="run the stub standalone (options: stampede stub serve --help)")
-
-
-def _add_cleanup(sub: argparse._SubParsersAction) -> None:
-    cleanup = sub.add_parser(
+        "harness.cli.run",
+        "run a scenario headless and write results/<run_id>/",
+        "Ramp rollouts against a sandbox provider (default: the embedded Prime-like stub).",
+        gevent_first=True,
+        options_module="harness.cli.run_options",
+    ),
+    Command("profiles", "harness.cli.profiles", "list the simulated vendor profiles"),
+    Command(
+        "summary",
+        "harness.cli.summary",
+        "how a run ended, its per-stage table and thresholds; writes RUN_DIR/summary.json",
+    ),
+    Command(
         "cleanup",
-        help="terminate every sandbox a run left behind (found by its run label), or every one stampede tagged",
-    )
-    cleanup.add_argument("--provider", default="stub", help="the vendor the sandboxes are on")
-    cleanup.add_argument("--base-url", default=None, help="its API endpoint (default: the vendor's own)")
-    set_env_var(cleanup.add_argument("--token", default=None, help="the vendor's API token"), "STAMPEDE_TOKEN")
-    cleanup.add_argument("--provider-option", action="append", default=None, help="KEY=VALUE (repeatable)")
-    which = cleanup.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run-id", help="the run whose sandboxes to reap")
-    which.add_argument(
-        "--all-owned",
-        action="store_true",
-        help="every live sandbox stampede ever tagged on this vendor, whatever the run (crashed runs' leftovers)",
-    )
+        "harness.cli.cleanup",
+        "terminate every sandbox a run left behind (found by its run label), or every one stampede tagged",
+    ),
+    Command("report", "harness.cli.report", "tables, figures and report.html for one or more runs (side by side)"),
+    Command("export", "harness.cli.export", "write the latency model (latency_model.json, v1) of one or more runs"),
+    Command(
+        "model",
+        "harness.cli.model",
+        "generator throughput and trainer idle from a latency model and an RL config",
+    ),
+    Command(
+        "compare",
+        "harness.cli.compare",
+        "a candidate run against a baseline: deltas, intervals, a verdict (exit 98: worse)",
+    ),
+    Command(
+        "rehearse",
+        "harness.cli.rehearse",
+        "an emulated RL loop through the harness, measured and compared with `stampede model`",
+        epilog="a simulated vendor runs at the time scale throughout (rehearse sets STAMPEDE_SIM_BURST_PACING=0: no "
+        "1:1 pacing of create bursts, which would stretch the loop's clock)",
+        gevent_first=True,
+    ),
+    Command(
+        "calibrate",
+        "harness.cli.calibrate",
+        "run the public benchmarks' protocols against simulated vendor profiles; simulated vs public",
+    ),
+)
 
-
-def _add_analysis(sub: argparse._SubParsersAction) -> None:
-    from harness.cli import compare as compare_command
-    from harness.cli import export as export_command
-    from harness.cli import model as model_command
-    from harness.cli import report as report_command
-
-    for name, module, text in (
-        ("report", report_command, "tables, figures and report.html for one or more runs (side by side)"),
-        ("export", export_command, "write the latency model (latency_model.json, v1) of one or more runs"),
-        ("model", model_command, "generator throughput and trainer idle from a latency model and an RL config"),
-        (
-            "compare",
-            compare_command,
-            "a candidate run against a baseline: deltas, intervals, a verdict (exit 98: worse)",
-        ),
-    ):
-        module.add_arguments(sub.add_parser(name, help=text, description=text))
-
-
-def _add_rehearse(sub: argparse._SubParsersAction) -> None:
-    from harness.cli.rehearse import add_arguments
-
-    text = "an emulated RL loop through the harness, measured and compared with `stampede model`"
-    epilog = (
-        "a simulated vendor runs at the time scale throughout (rehearse sets STAMPEDE_SIM_BURST_PACING=0: no "
-        "1:1 pacing of create bursts, which would stretch the loop's clock)"
-    )
-    add_arguments(sub.add_parser("rehearse", help=text, description=text, epilog=epilog))
-
-
-def _cmd_rehearse(args: argparse.Namespace) -> int:
-    from harness.cli.rehearse import run
-
-    return run(args)
-
-
-def _add_calibrate(sub: argparse._SubParsersAction) -> None:
-    from harness.cli.calibrate import add_arguments
-
-    text = "run the public benchmarks' protocols against simulated vendor profiles; simulated vs public"
-    add_arguments(sub.add_parser("calibrate", help=text, description=text))
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from harness.cli.calibrate import run
-
-    return run(args)
+HANDED_OVER: tuple[HandedOver, ...] = (
+    HandedOver(
+        "stub",
+        "the Prime-like HTTP API stub over the vendor simulator",
+        "serve",
+        "run the stub standalone (options: stampede stub serve --help)",
+        "providers.sim.prime.serve:main",
+    ),
+    HandedOver(
+        "modal-local",
+        "the local Modal control plane over the vendor simulator",
+        "serve",
+        "run it standalone (options: stampede modal-local serve --help)",
+        "providers.sim.modal.serve:main",
+    ),
+    HandedOver(
+        "e2b-local",
+        "the local E2B (REST control plane + envd) over the vendor simulator",
+        "serve",
+        "run it standalone (options: stampede e2b-local serve --help)",
+        "providers.sim.e2b.serve:main",
+    ),
+    HandedOver(
+        "daytona-local",
+        "the local Daytona API over the vendor simulator",
+        "serve",
+        "run it standalone (options: stampede daytona-local serve --help)",
+        "providers.sim.daytona.serve:main",
+    ),
+    HandedOver(
+        "docker",
+        "the local Docker provider's helpers",
+        "image",
+        "build the offline busybox sandbox image (options: stampede docker image --help)",
+        "providers.docker_image:main",
+        takes_prog=False,
+    ),
+)
 
 
 def _installed_version() -> str:
@@ -154,163 +154,57 @@ def _installed_version() -> str:
         return "(not installed: run pip install -e .)"
 
 
-def build_parser() -> OneLineParser:
+def build_parser(only: str | None = None) -> OneLineParser:
+    """Every command's parser; with `only`, just that command's options are added (the others keep their line)."""
     parser = OneLineParser(prog="stampede", description="Load-test a fleet of code-execution sandboxes.")
     parser.add_argument("--version", action="version", version=f"stampede {_installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    _add_run(sub)
-    _add_stub(sub)
-    sub.add_parser("profiles", help="list the simulated vendor profiles")
-    _add_summary(sub)
-    _add_cleanup(sub)
-    _add_analysis(sub)
-    _add_rehearse(sub)
-    _add_calibrate(sub)
-    modal_local = sub.add_parser("modal-local", help="the local Modal control plane over the vendor simulator")
-    modal_sub = modal_local.add_subparsers(dest="modal_command", metavar="COMMAND", parser_class=OneLineParser)
-    modal_sub.required = True
-    modal_sub.add_parser("serve", help="run it standalone (options: stampede modal-local serve --help)")
-    e2b_local = sub.add_parser("e2b-local", help="the local E2B (REST control plane + envd) over the vendor simulator")
-    e2b_sub = e2b_local.add_subparsers(dest="e2b_command", metavar="COMMAND", parser_class=OneLineParser)
-    e2b_sub.required = True
-    e2b_sub.add_parser("serve", help="run it standalone (options: stampede e2b-local serve --help)")
-    daytona_local = sub.add_parser("daytona-local", help="the local Daytona API over the vendor simulator")
-    daytona_sub = daytona_local.add_subparsers(dest="daytona_command", metavar="COMMAND", parser_class=OneLineParser)
-    daytona_sub.required = True
-    daytona_sub.add_parser("serve", help="run it standalone (options: stampede daytona-local serve --help)")
-    docker = sub.add_parser("docker", help="the local Docker provider's helpers")
-    docker_sub = docker.add_subparsers(dest="docker_command", metavar="COMMAND", parser_class=OneLineParser)
-    docker_sub.required = True
-    docker_sub.add_parser(
-        "image", help="build the offline busybox sandbox image (options: stampede docker image --help)"
-    )
+    for command in COMMANDS:
+        command_parser = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description or command.help,
+            epilog=command.epilog,
+        )
+        if only is None or only == command.name:
+            importlib.import_module(command.options_module or command.module).add_arguments(command_parser)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for handed in HANDED_OVER:
+        if handed.group not in groups:
+            group = sub.add_parser(handed.group, help=handed.group_help)
+            groups[handed.group] = group.add_subparsers(
+                dest=f"{handed.group}_command", metavar="COMMAND", parser_class=OneLineParser
+            )
+            groups[handed.group].required = True
+        groups[handed.group].add_parser(handed.sub, help=handed.help)
     return parser
 
 
-def _cmd_profiles(_: argparse.Namespace) -> int:
-    from providers.sim.core.profile import load_profile, profile_names
-
-    for name in profile_names():
-        profile = load_profile(name)
-        print(f"{name:<12} time scale {profile.default_time_scale:<5g} {profile.description}")
-    return 0
-
-
-def _add_summary(sub: argparse._SubParsersAction) -> None:
-    from harness.cli.summary import add_arguments
-
-    text = "how a run ended, its per-stage table and thresholds; writes RUN_DIR/summary.json"
-    add_arguments(sub.add_parser("summary", help=text, description=text))
-
-
-def _cmd_summary(args: argparse.Namespace) -> int:
-    from harness.cli.summary import run
-    from harness.results.run_pointer import resolve_run_dir
-
-    return run(args, resolve_run_dir(args.run_dir))  # results/latest: the run it names
-
-
-def _cmd_stub_serve(argv: list[str]) -> int:
-    from providers.sim.prime.serve import main as serve_main
-
-    return int(serve_main(argv, prog="stampede stub serve"))
-
-
-def _cmd_cleanup(args: argparse.Namespace) -> int:
-    import asyncio
-    import os
-
-    from harness.locust.settings import parse_key_values
-    from providers import create_provider
-    from providers.base import ProviderConfigError, ProviderError
-
-    options: dict[str, object] = dict(parse_key_values(args.provider_option, "provider-option"))
-    if args.base_url:
-        options["base_url"] = args.base_url
-    token = args.token or os.environ.get("STAMPEDE_TOKEN")
-    if token:
-        options["token"] = token
-
-    async def reap() -> int:
-        provider = create_provider(args.provider, options)
-        try:
-            await provider.preflight()
-            if args.all_owned:
-                return await provider.cleanup_all_owned()
-            return await provider.cleanup(args.run_id)
-        finally:
-            await provider.aclose()
-
-    try:
-        count = asyncio.run(reap())
-    except (ProviderConfigError, ProviderError) as exc:
-        raise UsageError(str(exc)) from None
-    if args.all_owned:
-        print(f"reaped {count} sandboxes stampede had tagged on {args.provider} (every run)")
-    else:
-        print(f"reaped {count} sandboxes of run {args.run_id}")
-    return 0
-
-
-def _cmd_analysis(args: argparse.Namespace) -> int:
-    from harness.cli import compare as compare_command
-    from harness.cli import export as export_command
-    from harness.cli import model as model_command
-    from harness.cli import report as report_command
-
-    module = {"report": report_command, "export": export_command, "model": model_command, "compare": compare_command}[
-        args.command
-    ]
-    return int(module.run(args))
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from harness.cli.run import run
-
-    return run(args)
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": _cmd_run,
-    "profiles": _cmd_profiles,
-    "summary": _cmd_summary,
-    "cleanup": _cmd_cleanup,
-    "report": _cmd_analysis,
-    "export": _cmd_analysis,
-    "model": _cmd_analysis,
-    "compare": _cmd_analysis,
-    "rehearse": _cmd_rehearse,
-    "calibrate": _cmd_calibrate,
-}
+def _run_handed_over(argv: list[str]) -> int | None:
+    """The exit status of a handed-over command, or None when argv names none."""
+    for handed in HANDED_OVER:
+        if argv[:2] == [handed.group, handed.sub]:
+            module_name, function = handed.main.split(":")
+            entry = getattr(importlib.import_module(module_name), function)
+            if handed.takes_prog:
+                return int(entry(argv[2:], prog=f"stampede {handed.group} {handed.sub}"))
+            return int(entry(argv[2:]))
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["run"], ["rehearse"]):
+    chosen = next((command for command in COMMANDS if argv[:1] == [command.name]), None)
+    if chosen is not None and chosen.gevent_first:
         import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
-    if argv[:2] == ["stub", "serve"]:
-        return _cmd_stub_serve(argv[2:])
-    if argv[:2] == ["modal-local", "serve"]:
-        from providers.sim.modal.serve import main as modal_serve_main
-
-        return int(modal_serve_main(argv[2:], prog="stampede modal-local serve"))
-    if argv[:2] == ["e2b-local", "serve"]:
-        from providers.sim.e2b.serve import main as e2b_serve_main
-
-        return int(e2b_serve_main(argv[2:], prog="stampede e2b-local serve"))
-    if argv[:2] == ["daytona-local", "serve"]:
-        from providers.sim.daytona.serve import main as daytona_serve_main
-
-        return int(daytona_serve_main(argv[2:], prog="stampede daytona-local serve"))
-    if argv[:2] == ["docker", "image"]:
-        from providers.docker_image import main as docker_image_main
-
-        return int(docker_image_main(argv[2:]))
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    handed_over_status = _run_handed_over(argv)
+    if handed_over_status is not None:
+        return handed_over_status
+    args = build_parser(only=chosen.name if chosen else "").parse_args(argv)
     try:
-        code = COMMANDS[args.command](args)
+        module = importlib.import_module(next(c.module for c in COMMANDS if c.name == args.command))
+        code = int(module.run(args))
         sys.stdout.flush()  # inside the try: a reader that left is met here, not in a traceback at exit
         return code
     except UsageError as exc:

@@ -37,13 +37,14 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
     from harness.results.dataset import is_run_folder, load_rollout_frame, read_run_info
     from harness.results.run_ending import run_ending
     from harness.results.run_figures import aggregate_run, run_figures
+    from harness.results.run_pointer import resolve_run_dir
     from harness.results.summary import format_stage_table
     from harness.results.summary_json import FILENAME, build_summary, write_summary
     from harness.results.thresholds import any_crossed, evaluate, format_verdicts, parse_all
     from harness.wire.run_endings import exit_code_for
 
     given = parse_all(args.threshold)  # bad expressions end here, before any reading
-    run_dir = Path(args.run_dir) if run_dir is None else run_dir
+    run_dir = resolve_run_dir(args.run_dir) if run_dir is None else run_dir  # results/latest: the run it names
     if not run_dir.is_dir() or not is_run_folder(run_dir):
         raise UsageError(f"{run_dir} is not a stampede run folder (no run.json and no rollouts or ops parquet files)")
     info = read_run_info(run_dir)

@@ -1,0 +1,61 @@
+"""`stampede cleanup`: terminate the sandboxes a run left behind, found by the labels every sandbox carries.
+
+A crashed or killed run leaves its sandboxes running (and billed); they carry the run's label, so they can be
+found and reaped later from any machine with the vendor's credentials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from foundation.cli_help import set_env_var
+from harness.errors import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--provider", default="stub", help="the vendor the sandboxes are on")
+    parser.add_argument("--base-url", default=None, help="its API endpoint (default: the vendor's own)")
+    set_env_var(parser.add_argument("--token", default=None, help="the vendor's API token"), "STAMPEDE_TOKEN")
+    parser.add_argument("--provider-option", action="append", default=None, help="KEY=VALUE (repeatable)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run-id", help="the run whose sandboxes to reap")
+    which.add_argument(
+        "--all-owned",
+        action="store_true",
+        help="every live sandbox stampede ever tagged on this vendor, whatever the run (crashed runs' leftovers)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.locust.settings import parse_key_values
+    from providers import create_provider
+    from providers.base import ProviderConfigError, ProviderError
+
+    options: dict[str, object] = dict(parse_key_values(args.provider_option, "provider-option"))
+    if args.base_url:
+        options["base_url"] = args.base_url
+    token = args.token or os.environ.get("STAMPEDE_TOKEN")
+    if token:
+        options["token"] = token
+
+    async def reap() -> int:
+        provider = create_provider(args.provider, options)
+        try:
+            await provider.preflight()
+            if args.all_owned:
+                return await provider.cleanup_all_owned()
+            return await provider.cleanup(args.run_id)
+        finally:
+            await provider.aclose()
+
+    try:
+        count = asyncio.run(reap())
+    except (ProviderConfigError, ProviderError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.all_owned:
+        print(f"reaped {count} sandboxes stampede had tagged on {args.provider} (every run)")
+    else:
+        print(f"reaped {count} sandboxes of run {args.run_id}")
+    return 0

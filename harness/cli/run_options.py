@@ -1,0 +1,43 @@
+"""`stampede run`'s command line, apart from harness/cli/run.py: that module imports Locust (which patches the
+interpreter with gevent), and building the parser must not."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(run: argparse.ArgumentParser) -> None:
+    from harness.locust.settings import add_arguments as add_stampede_arguments
+
+    run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
+    dist = run.add_argument_group("distributed (Locust master and workers, each worker with its own engine)")
+    dist.add_argument(
+        "--workers",
+        default="auto",
+        help="run a master here and N local worker processes, each with its own engine (default auto: one "
+        "process, or as many engines as the peak in flight needs)",
+    )
+    dist.add_argument("--master", action="store_true", help="be the master for workers on other machines")
+    dist.add_argument("--expect-workers", type=int, default=1, help="--master: wait for this many workers")
+    dist.add_argument("--master-bind-host", default="*", help="--master: interface to listen on (default: all)")
+    dist.add_argument("--worker", action="store_true", help="be a worker of the master at --master-host")
+    dist.add_argument("--master-host", default="127.0.0.1", help="--worker: the master's address")
+    dist.add_argument("--master-port", type=int, default=5557, help="the master's port (default 5557)")
+    run.add_argument(
+        "-u",
+        "--users",
+        type=int,
+        default=None,
+        help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)",
+    )
+    run.add_argument("-r", "--spawn-rate", type=float, default=None, help="users started per second between stages")
+    run.add_argument(
+        "-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)"
+    )
+    run.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=None,
+        help="seconds in-flight rollouts get to finish when the run ends (default: 60)",
+    )
+    add_stampede_arguments(run, locust=False)
