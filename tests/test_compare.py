@@ -380,3 +380,33 @@ def test_compare_json_matches_its_schema_and_a_broken_one_does_not(folders, tmp_
     broken["candidates"][0]["rows"][0]["figures"][0] = {**figure, "verdict": "slower"}
     with pytest.raises(UsageError, match="candidates/0/rows/0/figures/0/verdict"):
         validate_comparison(broken)
+
+
+def test_a_zero_baseline_gives_null_ratios_with_a_reason_and_the_tables_print(tmp_path):
+    """A baseline with no failures against a failing candidate: the ratio has a zero denominator. compare.json
+    holds null and says why; the tables print and the run is judged (exit 98), not refused by the schema."""
+    root = tmp_path / "runs"
+    base = synthetic(root, "clean", 3.0, seed=11, levels=(60,), n=400, init_failure_p=0.0)
+    failing = synthetic(root, "failing", 3.0, seed=12, levels=(60,), n=400, init_failure_p=0.3)
+    out = tmp_path / "out"
+    result = stampede("compare", str(base), str(failing), "-o", str(out), "--no-figures")
+    assert result.returncode == EXIT_REGRESSION, result.stdout + result.stderr
+    assert "baseline (%)" in result.stdout and "- (base 0)" in result.stdout
+    saved = json.loads((out / "compare.json").read_text())
+    rate = next(f for f in saved["candidates"][0]["rows"][0]["figures"] if f["name"] == "init_failure_rate")
+    assert rate["baseline"] == 0 and rate["candidate"] > 0.2
+    assert rate["ratio"] is None and rate["ratio_note"] == "baseline is 0: no ratio"
+    assert rate["verdict"] == "worse"
+
+
+def test_a_document_that_breaks_its_own_schema_is_its_own_exit_status(folders, tmp_path, monkeypatch):
+    """compare.json failing its schema is stampede's bug: the tables still come, the exit status says so."""
+    from harness.results import compare_report
+    from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH
+
+    real = compare_report.comparison_json
+    monkeypatch.setattr(compare_report, "comparison_json", lambda *a, **k: {**real(*a, **k), "exit_code": "x"})
+    result = build_compare([folders["base"], folders["same"]], tmp_path / "out", figures=False)
+    assert result.exit_code == EXIT_SCHEMA_MISMATCH
+    assert "baseline (vendor s)" in result.text and "compare.json not written" in result.text
+    assert not (tmp_path / "out" / "compare.json").exists()

@@ -26,12 +26,12 @@ from harness.results.compare import (
     Settings,
     compare_runs,
 )
-from harness.results.json_schemas import check_against
+from harness.results.json_schemas import SchemaMismatch, check_against
 from harness.results.report import load_runs
 from harness.results.report_tables import Table, basis_note, seconds
 from harness.results.stage_aggregate import RunStats, TimeBasis
 from harness.results.thresholds import Threshold, any_crossed, evaluate, format_verdicts
-from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
+from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH, EXIT_THRESHOLDS_CROSSED
 
 COMPARE_VERSION = 1
 """compare.json's layout version: bump on any change a reader would notice."""
@@ -72,7 +72,7 @@ def _signed(value: float, digits: int | None = None) -> str:
 def _ratio(value: float) -> str:
     if value != value:
         return "-"
-    return "inf" if value == float("inf") else f"{value:.2f}x"
+    return "- (base 0)" if math.isinf(value) else f"{value:.2f}x"
 
 
 def _row_label(row: RowComparison) -> str:
@@ -94,33 +94,72 @@ def _verdict(figure: Figure) -> str:
 
 def duration_table(candidate: CandidateComparison, unit: str, confidence: float, every: bool) -> Table:
     level = f"{100 * confidence:g}%"
-    header = ["stages (baseline ~ candidate, conc)", "figure", f"baseline ({unit})", f"candidate ({unit})",
-              f"delta ({unit})", f"{level} interval ({unit})", "ratio", "n base/cand", "verdict"]
+    header = [
+        "stages (baseline ~ candidate, conc)",
+        "figure",
+        f"baseline ({unit})",
+        f"candidate ({unit})",
+        f"delta ({unit})",
+        f"{level} interval ({unit})",
+        "ratio",
+        "n base/cand",
+        "verdict",
+    ]
     rows = []
     for row in candidate.rows:
         for f in row.figures:
             if f.unit == "rate" or not (every or _shown_in_text(f)):
                 continue
             interval = "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"
-            rows.append([_row_label(row), f.name + (" *" if f.gated else ""), seconds(f.baseline), seconds(f.candidate),
-                         _signed(f.delta), interval, _ratio(f.ratio), f"{f.n_baseline}/{f.n_candidate}", _verdict(f)])
+            rows.append(
+                [
+                    _row_label(row),
+                    f.name + (" *" if f.gated else ""),
+                    seconds(f.baseline),
+                    seconds(f.candidate),
+                    _signed(f.delta),
+                    interval,
+                    _ratio(f.ratio),
+                    f"{f.n_baseline}/{f.n_candidate}",
+                    _verdict(f),
+                ]
+            )
     title = f"{candidate.run.info.label} vs baseline: durations [{unit}]"
     return Table(title, header, rows, left=frozenset({0, 1, 8}))
 
 
 def rate_table(candidate: CandidateComparison, confidence: float) -> Table:
     level = f"{100 * confidence:g}%"
-    header = ["stages (baseline ~ candidate, conc)", "figure", "baseline (%)", "candidate (%)", "delta (points)",
-              f"{level} interval (points)", "ratio", "finished base/cand", "verdict"]
+    header = [
+        "stages (baseline ~ candidate, conc)",
+        "figure",
+        "baseline (%)",
+        "candidate (%)",
+        "delta (points)",
+        f"{level} interval (points)",
+        "ratio",
+        "finished base/cand",
+        "verdict",
+    ]
     rows = []
     for row in candidate.rows:
         for f in row.figures:
             if f.unit != "rate":
                 continue
             interval = "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]"
-            rows.append([_row_label(row), f.name + (" *" if f.gated else ""), _percent(f.baseline), _percent(f.candidate),
-                         _signed(100 * f.delta, 2), interval, _ratio(f.ratio), f"{f.n_baseline}/{f.n_candidate}",
-                         _verdict(f)])
+            rows.append(
+                [
+                    _row_label(row),
+                    f.name + (" *" if f.gated else ""),
+                    _percent(f.baseline),
+                    _percent(f.candidate),
+                    _signed(100 * f.delta, 2),
+                    interval,
+                    _ratio(f.ratio),
+                    f"{f.n_baseline}/{f.n_candidate}",
+                    _verdict(f),
+                ]
+            )
     return Table(f"{candidate.run.info.label} vs baseline: failure rates [%]", header, rows, left=frozenset({0, 1, 8}))
 
 
@@ -135,8 +174,15 @@ def matching_table(comparison: Comparison, candidate: CandidateComparison) -> Ta
         if row.baseline.label == WHOLE_RUN:
             continue
         gap = abs(row.candidate.concurrency - row.baseline.concurrency) / max(row.baseline.concurrency, 1.0)
-        rows.append([row.baseline.label, f"{row.baseline.concurrency:.1f}", row.candidate.label,
-                     f"{row.candidate.concurrency:.1f}", f"{100 * gap:.0f}%"])
+        rows.append(
+            [
+                row.baseline.label,
+                f"{row.baseline.concurrency:.1f}",
+                row.candidate.label,
+                f"{row.candidate.concurrency:.1f}",
+                f"{100 * gap:.0f}%",
+            ]
+        )
     for s in candidate.unmatched_baseline:
         rows.append([s.stage, f"{s.measured_concurrency:.1f}", "(unmatched)", "-", "-"])
     for s in candidate.unmatched_candidate:
@@ -149,8 +195,17 @@ def matching_table(comparison: Comparison, candidate: CandidateComparison) -> Ta
 def headline_table(comparison: Comparison, unit: str) -> Table:
     """The gated figures of every candidate and row, one line each: what decided the exit status."""
     level = f"{100 * comparison.settings.confidence:g}%"
-    header = ["candidate", "stages (baseline ~ candidate, conc)", "figure", f"baseline ({unit} | %)",
-              f"candidate ({unit} | %)", f"delta ({unit} | points)", f"{level} interval", "ratio", "verdict"]
+    header = [
+        "candidate",
+        "stages (baseline ~ candidate, conc)",
+        "figure",
+        f"baseline ({unit} | %)",
+        f"candidate ({unit} | %)",
+        f"delta ({unit} | points)",
+        f"{level} interval",
+        "ratio",
+        "verdict",
+    ]
     rows = []
     for candidate in comparison.candidates:
         for row in candidate.rows:
@@ -158,11 +213,19 @@ def headline_table(comparison: Comparison, unit: str) -> Table:
                 if f.name not in comparison.settings.gate:
                     continue
                 if f.unit == "rate":
-                    cells = [_percent(f.baseline), _percent(f.candidate), _signed(100 * f.delta, 2),
-                             "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]"]
+                    cells = [
+                        _percent(f.baseline),
+                        _percent(f.candidate),
+                        _signed(100 * f.delta, 2),
+                        "-" if f.ci_low != f.ci_low else f"[{100 * f.ci_low:+.2f}, {100 * f.ci_high:+.2f}]",
+                    ]
                 else:
-                    cells = [seconds(f.baseline), seconds(f.candidate), _signed(f.delta),
-                             "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"]
+                    cells = [
+                        seconds(f.baseline),
+                        seconds(f.candidate),
+                        _signed(f.delta),
+                        "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]",
+                    ]
                 rows.append([candidate.run.info.label, _row_label(row), f.name, *cells, _ratio(f.ratio), _verdict(f)])
     return Table("gated figures (what decides the exit status)", header, rows, left=frozenset({0, 1, 2, 8}))
 
@@ -186,25 +249,51 @@ def verdict_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def _num(value: float | None) -> float | str | None:
-    if value is None or value != value:
+def _num(value: float | None) -> float | None:
+    """A JSON number, or null for a figure that has no finite value (JSON has no NaN or infinity)."""
+    if value is None or value != value or math.isinf(value):
         return None
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
     return value
+
+
+def ratio_note(f: Figure) -> str | None:
+    """Why a figure's ratio (or its interval) is null: a zero denominator, said rather than written as inf."""
+    if f.baseline == 0 and f.candidate == f.candidate:
+        return "baseline is 0 and candidate is 0" if f.candidate == 0 else "baseline is 0: no ratio"
+    if f.ratio_high is not None and math.isinf(f.ratio_high):
+        return "the baseline's quantile was 0 in some resamples: the ratio's interval has no upper end"
+    return None
 
 
 def _run_ref(run: RunStats) -> dict[str, Any]:
     info = run.info
-    return {"run_id": info.run_id, "dir": str(info.run_dir), "provider": info.provider, "profile": info.profile,
-            "scenario": info.scenario, "status": info.status, "time_scale": info.time_scale}
+    return {
+        "run_id": info.run_id,
+        "dir": str(info.run_dir),
+        "provider": info.provider,
+        "profile": info.profile,
+        "scenario": info.scenario,
+        "status": info.status,
+        "time_scale": info.time_scale,
+    }
 
 
 def _figure_json(f: Figure) -> dict[str, Any]:
-    return {"name": f.name, "unit": f.unit, "baseline": _num(f.baseline), "candidate": _num(f.candidate),
-            "delta": _num(f.delta), "ratio": _num(f.ratio), "ci": [_num(f.ci_low), _num(f.ci_high)],
-            "ratio_ci": None if f.ratio_low is None else [_num(f.ratio_low), _num(f.ratio_high)],
-            "n_baseline": f.n_baseline, "n_candidate": f.n_candidate, "verdict": f.verdict, "gated": f.gated}
+    return {
+        "name": f.name,
+        "unit": f.unit,
+        "baseline": _num(f.baseline),
+        "candidate": _num(f.candidate),
+        "delta": _num(f.delta),
+        "ratio": _num(f.ratio),
+        "ci": [_num(f.ci_low), _num(f.ci_high)],
+        "ratio_ci": None if f.ratio_low is None else [_num(f.ratio_low), _num(f.ratio_high)],
+        "ratio_note": ratio_note(f),
+        "n_baseline": f.n_baseline,
+        "n_candidate": f.n_candidate,
+        "verdict": f.verdict,
+        "gated": f.gated,
+    }
 
 
 def comparison_json(comparison: Comparison, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -212,16 +301,28 @@ def comparison_json(comparison: Comparison, extra: dict[str, Any] | None = None)
     s = comparison.settings
     candidates = []
     for c in comparison.candidates:
-        rows = [{"baseline": {"stage": r.baseline.label, "measured_concurrency": _num(r.baseline.concurrency)},
-                 "candidate": {"stage": r.candidate.label, "measured_concurrency": _num(r.candidate.concurrency)},
-                 "gating": r.gating, "figures": [_figure_json(f) for f in r.figures]} for r in c.rows]
-        candidates.append({
-            "run": _run_ref(c.run),
-            "rows": rows,
-            "unmatched_baseline": [{"stage": x.stage, "measured_concurrency": x.measured_concurrency} for x in c.unmatched_baseline],
-            "unmatched_candidate": [{"stage": x.stage, "measured_concurrency": x.measured_concurrency} for x in c.unmatched_candidate],
-            "regressions": [{"row": r.label, "figure": f.name} for r, f in c.regressions],
-        })
+        rows = [
+            {
+                "baseline": {"stage": r.baseline.label, "measured_concurrency": _num(r.baseline.concurrency)},
+                "candidate": {"stage": r.candidate.label, "measured_concurrency": _num(r.candidate.concurrency)},
+                "gating": r.gating,
+                "figures": [_figure_json(f) for f in r.figures],
+            }
+            for r in c.rows
+        ]
+        candidates.append(
+            {
+                "run": _run_ref(c.run),
+                "rows": rows,
+                "unmatched_baseline": [
+                    {"stage": x.stage, "measured_concurrency": x.measured_concurrency} for x in c.unmatched_baseline
+                ],
+                "unmatched_candidate": [
+                    {"stage": x.stage, "measured_concurrency": x.measured_concurrency} for x in c.unmatched_candidate
+                ],
+                "regressions": [{"row": r.label, "figure": f.name} for r, f in c.regressions],
+            }
+        )
     basis = comparison.baseline.basis
     return {
         "compare_version": COMPARE_VERSION,
@@ -290,8 +391,14 @@ def build_compare(
     for candidate in comparison.candidates:
         matching = matching_table(comparison, candidate)
         rates = rate_table(candidate, settings.confidence)
-        text += ["", matching.to_text(), "", duration_table(candidate, unit, settings.confidence, every=False).to_text(),
-                 "", rates.to_text()]
+        text += [
+            "",
+            matching.to_text(),
+            "",
+            duration_table(candidate, unit, settings.confidence, every=False).to_text(),
+            "",
+            rates.to_text(),
+        ]
         every = duration_table(candidate, unit, settings.confidence, every=True)
         sections.append((f"{candidate.run.info.label} vs {runs[0].info.label}", [matching, every, rates], []))
     verdicts = verdict_lines(comparison)
@@ -306,8 +413,14 @@ def build_compare(
     )
     headline = headline_table(comparison, unit)
     sections.insert(0, ("Gated figures", [headline], []))
-    text += ["", headline.to_text(), "", "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
-             "compare.html and compare.json hold every figure)", *verdicts]
+    text += [
+        "",
+        headline.to_text(),
+        "",
+        "(* gates the exit status; the tables above show TTI, rates and every figure with a verdict; "
+        "compare.html and compare.json hold every figure)",
+        *verdicts,
+    ]
 
     written: list[Path] = []
     if figures:
@@ -322,8 +435,14 @@ def build_compare(
         sections.append(("Figures", [], images))
     json_path = out / "compare.json"
     saved = comparison_json(comparison, {"thresholds": threshold_json, "exit_code": exit_code})
-    validate_comparison(saved)
-    json_path.write_text(json.dumps(saved, indent=1, allow_nan=False) + "\n")
+    try:
+        validate_comparison(saved)
+    except SchemaMismatch as mismatch:  # stampede's own bug: the tables above still stand, the file is not written
+        exit_code = EXIT_SCHEMA_MISMATCH
+        verdicts.append(f"exit {EXIT_SCHEMA_MISMATCH}: {mismatch} (a stampede bug: compare.json not written)")
+        text.append(verdicts[-1])
+    else:
+        json_path.write_text(json.dumps(saved, indent=1, allow_nan=False) + "\n")
     html_path = out / "compare.html"
     title = f"stampede compare: {runs[0].info.run_id} (baseline) vs " + ", ".join(r.info.run_id for r in runs[1:])
     alarming = ("REGRESSION", "CROSSED", "is worse", "is crossed")

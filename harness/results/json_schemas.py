@@ -22,15 +22,20 @@ def load_schema(resource: str) -> dict[str, Any]:
     return schema
 
 
+class SchemaMismatch(UsageError):
+    """A document departs from its schema: one line naming the JSON path. Bad input when the user gave the
+    document; stampede's own bug when stampede built it (a writer may tell the two apart by catching this)."""
+
+
 def check_against(document: Any, resource: str, what: str, source: str) -> None:
-    """Raise UsageError `{source} does not match {what} at {path}: {message}` for the best-matching error."""
+    """Raise SchemaMismatch `{source} does not match {what} at {path}: {message}` for the best-matching error."""
     import jsonschema  # deferred: a run that writes no document never pays for it
 
     validator = jsonschema.Draft202012Validator(load_schema(resource))
     error = jsonschema.exceptions.best_match(validator.iter_errors(document))
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path) or "(top)"
-        raise UsageError(f"{source} does not match {what} at {where}: {error.message[:200]}")
+        raise SchemaMismatch(f"{source} does not match {what} at {where}: {error.message[:200]}")
 
 
-__all__ = ["check_against", "load_schema"]
+__all__ = ["SchemaMismatch", "check_against", "load_schema"]

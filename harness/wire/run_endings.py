@@ -39,6 +39,9 @@ EXIT_THRESHOLDS_CROSSED = 99
 """A `--threshold` was crossed (`run`, `report`, `compare`): k6's code, so CI scripts written for k6 read it alike."""
 EXIT_REGRESSION = 98
 """`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
+EXIT_SCHEMA_MISMATCH = 3
+"""A document stampede wrote (compare.json) does not match its own schema: stampede's bug, not the user's input.
+The tables are still printed; the document is not written."""
 
 CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, CRASHED})
 """Endings whose last stage did not run its course: no knee verdict speaks over them."""
