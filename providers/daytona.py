@@ -89,6 +89,7 @@ from providers.base import (
     vendor_error_kind,
 )
 from providers.options import Option, choice, flag, integer, number, parse_options, text
+from providers.preflight import preflight_errors
 
 if TYPE_CHECKING:
     from daytona import AsyncDaytona, AsyncSandbox
@@ -273,19 +274,11 @@ class DaytonaProvider(Provider):
     # --- the contract ----------------------------------------------------------------------------------
 
     async def preflight(self) -> None:
-        try:
-            async with asyncio.timeout(self.options.preflight_timeout_s):
-                async for _ in self.sdk.list(ListSandboxesQuery(limit=1)):
-                    break
-        except TimeoutError:
-            raise ProviderError(
-                FailureKind.TRANSPORT, f"{self.where} did not answer within {self.options.preflight_timeout_s:g}s"
-            ) from None
-        except DaytonaError as exc:
-            kind = self.classify(exc, Phase.CREATE)
-            if kind is FailureKind.TRANSPORT:
-                raise ProviderError(kind, f"{self.where} is unreachable: {exc}") from None
-            raise ProviderError(kind, f"{self.where}: {exc}") from None
+        async with preflight_errors(
+            self.where, self.classify, timeout_s=self.options.preflight_timeout_s, vendor_errors=(DaytonaError,)
+        ):
+            async for _ in self.sdk.list(ListSandboxesQuery(limit=1)):
+                break
 
     def create_params(self, spec: SandboxSpec) -> CreateSandboxFromSnapshotParams | CreateSandboxFromImageParams:
         """The SDK's create parameters for a spec (resources only apply to an image: a snapshot has its own)."""

@@ -92,6 +92,7 @@ from providers.base import (
 )
 from providers.cancellation import cancellable
 from providers.options import Option, flag, integer, number, parse_options, text
+from providers.preflight import preflight_errors
 
 PINNED_SDK = "2.56.0"
 DEFAULT_TEMPLATE = "base"
@@ -221,21 +222,13 @@ class E2BProvider(Provider):
     # --- the contract ----------------------------------------------------------------------------------
 
     async def preflight(self) -> None:
-        where = self.options.where
-        try:
-            async with asyncio.timeout(self.options.preflight_timeout_s):
-                await AsyncSandbox.list(limit=1, **self._params()).next_items()
-        except AuthenticationException:
-            raise ProviderError(FailureKind.AUTH, f"{where} refused the API key (HTTP 401)") from None
-        except TimeoutError:
-            raise ProviderError(
-                FailureKind.TRANSPORT, f"{where} did not answer within {self.options.preflight_timeout_s:g}s"
-            ) from None
-        except Exception as exc:
-            kind = self.classify(exc, Phase.CREATE)
-            if kind is FailureKind.TRANSPORT:
-                raise ProviderError(kind, f"{where} is unreachable: {exc}") from None
-            raise ProviderError(kind, f"{where}: {exc}") from None
+        async with preflight_errors(
+            self.options.where,
+            self.classify,
+            timeout_s=self.options.preflight_timeout_s,
+            refused=lambda exc: "HTTP 401" if isinstance(exc, AuthenticationException) else None,
+        ):
+            await AsyncSandbox.list(limit=1, **self._params()).next_items()
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
         sandbox = await cancellable(

@@ -66,6 +66,7 @@ from providers.base import (
     tagged_by_stampede,
 )
 from providers.options import Option, choice, flag, number, parse_options, text
+from providers.preflight import preflight_errors
 
 T = TypeVar("T")
 
@@ -252,26 +253,18 @@ class ModalProvider(Provider):
     # --- contract ---------------------------------------------------------------------------------------
 
     async def preflight(self) -> None:
-        where = "the local Modal" if self.options.local else self.options.server_url
-        budget = asyncio.timeout(self.options.preflight_timeout_s)
-        try:
-            async with budget:
-                client = await self.client()
-                await client.hello.aio()
-                await self.image(None)
-        except TimeoutError:
-            if not budget.expired():
-                raise
-            raise ProviderError(
-                FailureKind.TRANSPORT,
-                f"{where} did not answer within {self.options.preflight_timeout_s:g}s "
-                "(connect, authenticate, resolve the default image)",
-            ) from None
-        except (mexc.AuthError, mexc.PermissionDeniedError) as exc:
-            raise ProviderError(FailureKind.AUTH, f"{where} refused the Modal token ({_short(exc)})") from None
-        except Exception as exc:
-            kind = self.classify(exc, Phase.CREATE)
-            raise ProviderError(kind, f"{where} is not usable: {type(exc).__name__}: {_short(exc)}") from None
+        async with preflight_errors(
+            "the local Modal" if self.options.local else self.options.server_url,
+            self.classify,
+            timeout_s=self.options.preflight_timeout_s,
+            timeout_note=" (connect, authenticate, resolve the default image)",
+            refused=lambda exc: _short(exc) if isinstance(exc, (mexc.AuthError, mexc.PermissionDeniedError)) else None,
+            credential="the Modal token",
+            unusable=lambda exc: f"{type(exc).__name__}: {_short(exc)}",
+        ):
+            client = await self.client()
+            await client.hello.aio()
+            await self.image(None)
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
         client = await self.client()

@@ -95,6 +95,7 @@ from providers.base import (
 )
 from providers.cancellation import cancellable
 from providers.options import Option, choice, flag, integer, number, parse_options, text
+from providers.preflight import preflight_errors
 from providers.prime_statuses import error_from_response, retry_after_of, status_kind
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 
@@ -337,22 +338,22 @@ class PrimeProvider(Provider):
     # --- the contract ----------------------------------------------------------------------------------
 
     async def preflight(self) -> None:
-        try:
-            async with asyncio.timeout(self.options.preflight_timeout_s):
-                await self.sdk.list(per_page=1, team_id=self.options.team_id)
-        except UnauthorizedError:
-            raise ProviderError(FailureKind.AUTH, f"{self.where} refused the API key (HTTP 401)") from None
-        except PaymentRequiredError:
-            raise ProviderError(FailureKind.QUOTA_EXHAUSTED, f"{self.where}: payment required (HTTP 402)") from None
-        except TimeoutError:
-            raise ProviderError(
-                FailureKind.TRANSPORT, f"{self.where} did not answer within {self.options.preflight_timeout_s:g}s"
-            ) from None
-        except APIError as exc:
-            kind = self.classify(exc, Phase.CREATE)
-            if kind is FailureKind.TRANSPORT:
-                raise ProviderError(kind, f"{self.where} is unreachable: {exc}") from None
-            raise ProviderError(kind, f"{self.where}: {exc}") from None
+        where = self.where
+
+        def payment_required(exc: BaseException) -> ProviderError | None:
+            if isinstance(exc, PaymentRequiredError):
+                return ProviderError(FailureKind.QUOTA_EXHAUSTED, f"{where}: payment required (HTTP 402)")
+            return None
+
+        async with preflight_errors(
+            where,
+            self.classify,
+            timeout_s=self.options.preflight_timeout_s,
+            refused=lambda exc: "HTTP 401" if isinstance(exc, UnauthorizedError) else None,
+            vendor_errors=(APIError,),
+            special=payment_required,
+        ):
+            await self.sdk.list(per_page=1, team_id=self.options.team_id)
 
     def create_request(self, spec: SandboxSpec) -> CreateSandboxRequest:
         """The SDK request for a spec; a spec the SDK refuses is `invalid_request`."""

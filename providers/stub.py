@@ -42,6 +42,7 @@ from providers.base import (
 )
 from providers.http1_client import Http1Client
 from providers.options import Option, integer, number, parse_options, text
+from providers.preflight import preflight_errors
 from providers.prime_statuses import error_from_response, retry_after_of
 from providers.throttle_gate import ThrottleGate
 
@@ -121,6 +122,11 @@ STUB_OPTIONS: dict[str, Option] = {
     "team_id": text(),
 }
 """The stub provider's options (`--provider-option K=V`): `parse_options` rejects any other key."""
+
+
+def _refused_token(exc: BaseException) -> str | None:
+    """The API's own words when it refused the token (the request already classified the 401 or 403)."""
+    return str(exc.args[0]) if isinstance(exc, ProviderError) and exc.kind is FailureKind.AUTH else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,14 +467,10 @@ class StubProvider(Provider):
 
     async def preflight(self) -> None:
         for base in self.vendor_urls:
-            try:
+            async with preflight_errors(
+                base, self.classify, refused=_refused_token, credential="the token", vendor_errors=(OSError,)
+            ):
                 await self.request("GET", "/sandbox", Phase.CREATE, params={"page": 1, "per_page": 1}, base=base)
-            except ProviderError as exc:
-                if exc.kind is FailureKind.AUTH:
-                    raise ProviderError(FailureKind.AUTH, f"{base} refused the token ({exc.args[0]})") from None
-                raise
-            except (TimeoutError, OSError) as exc:
-                raise ProviderError(FailureKind.TRANSPORT, f"{base} is unreachable: {exc}") from None
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
         payload: dict[str, Any] = {

@@ -41,6 +41,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
     ("providers.http1_client", "provider-support"),
+    ("providers.preflight", "provider-support"),
     ("providers.stub", "adapters"),
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
