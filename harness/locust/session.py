@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +25,18 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from harness.errors import UsageError
-from harness.locust.crashed_runs import find_crashed_runs
+from harness.locust.end_of_run import RunEnd, conclude
 from harness.locust.engine_client import EngineClient, EngineError
+from harness.locust.engine_link import EngineLink, RunIdentity, engine_config
 from harness.locust.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
 from harness.locust.progress import ProgressPrinter
-from harness.locust.reports import LocustReports
-from harness.locust.run_folder import (
-    base_manifest,
-    compact_tables,
-    iso,
-    new_run_id,
-    point_latest_at,
-    write_manifest,
+from harness.locust.run_folder import new_run_id
+from harness.locust.run_record import (
+    RunDescription,
+    RunRecord,
+    Writers,
+    initial_manifest,
+    offer_cleanup_of_crashed_runs,
 )
 from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings, add_arguments
@@ -47,19 +44,17 @@ from harness.locust.shapes import StampedeShape
 from harness.locust.start_spacing import StartSpacer
 from harness.locust.threshold_watch import ThresholdWatch
 from harness.locust.vendor_lifecycle import VendorFacts, VendorLifecycle
-from harness.locust.web_form import as_form_text, typed
+from harness.locust.web_form import WebGuard, as_form_text, bind_web_ui_to_loopback, typed
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
-from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
+from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
     EXIT_THRESHOLDS_CROSSED,
     INTERRUPTED,
     STOPPED_BY_THRESHOLD,
     ending_for_signals,
-    exit_code_for,
 )
 
 log = logging.getLogger("stampede")
-LOCAL_POLL_INTERVAL_S = 0.5
 
 
 class StampedeSession:
@@ -69,19 +64,20 @@ class StampedeSession:
     session with `session_of(environment)`.
     """
 
+    web_guard: WebGuard | None = None  # with a web UI: its login, and where its form may send credentials
+
     def __init__(self, environment: Environment, settings: RunSettings) -> None:
         self.environment = environment
         self.state = RunState(settings)
         self.state.attach(environment)
         self.state.test_preparers.append(self.prepare_test)
         self.command_line = settings  # what the command line said; a web form's blank users field keeps its -u
-        self.engine: EngineClient | None = None
+        self.engine_link = EngineLink()  # where this process's users run (none on a master)
         self.embedded = VendorLifecycle()  # the simulated vendor this process runs, if any
-        self.manifest: dict[str, Any] | None = None
+        self.record: RunRecord | None = None  # the run folder and run.json (local runner or master)
         self.engine_summaries: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
         self.progress: ProgressPrinter | None = None
-        self.reports: LocustReports | None = None
         self.vendor = VendorFacts.of(settings)  # the time scale and profile the run's rows record
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
@@ -89,7 +85,6 @@ class StampedeSession:
         self.start_spacer = StartSpacer()  # leased users' first rollouts, evenly at the stage's start rate
         self.master_link: MasterLink | None = None
         self.worker_link: WorkerLink | None = None
-        self._poller: gevent.Greenlet | None = None
         self._finishing: gevent.Greenlet | None = None
         self.signals = 0  # Ctrl-C / SIGTERM received: 1 interrupted, 2 or more aborted (harness.wire.run_endings)
         self.threshold_watch: ThresholdWatch | None = None  # --abort-on-threshold
@@ -193,50 +188,16 @@ class StampedeSession:
         self.signals = max(self.signals, count)
         if self.master_link is not None:
             self.master_link.interrupt(count)
-        if count >= 2 and self.engine is not None and self.engine.alive:
-            try:
-                self.engine.process.send_signal(signal.SIGUSR2)
-            except OSError:
-                pass
-        recorded = self.manifest.get("status") if self.manifest is not None else None
-        if count >= 2 and recorded not in (None, "running", self.ending) and self.run_dir is not None:
+        if count >= 2:
+            self.engine_link.abort()
+        if count >= 2 and self.record is not None:
             # the drain had already finished: the run.json the process exits with still says what was asked
-            assert self.manifest is not None
-            self.manifest.update({"status": self.ending, "exit_code": exit_code_for(self.ending)})
-            write_manifest(self.run_dir, self.manifest)
+            self.record.amend_ending(self.ending)
 
     def note_master_signal(self, count: int) -> None:
         """A worker hears its master's Ctrl-C/SIGTERM: its users stop at once, its engine aborts from the second."""
         self.environment.stop_timeout = 0
         self.note_signal(count)
-
-    def _processes(self) -> dict[str, Any]:
-        """Who writes this run (pid and start time, for telling a crash from a run in progress later)."""
-        import psutil
-
-        host = socket.gethostname()
-
-        def record(pid: int) -> dict[str, Any]:
-            try:
-                started: float | None = psutil.Process(pid).create_time()
-            except psutil.Error:
-                started = None
-            return {"pid": pid, "started": started, "hostname": host}
-
-        processes = {"owner": record(os.getpid())}
-        if self.engine is not None:
-            processes["engine"] = record(self.engine.process.pid)
-        vendor_pid, shard_pids = self.embedded.pids()
-        if vendor_pid is not None:
-            processes["vendor"] = record(vendor_pid)
-            if shard_pids:
-                processes["vendor_shards"] = [record(pid) for pid in shard_pids]
-        return processes
-
-    def _offer_cleanup_of_crashed_runs(self) -> None:
-        """Before the first run: earlier runs found crashed are recorded so, each offered for cleanup in one line."""
-        for crashed in find_crashed_runs(Path(self.settings.out)):
-            print(crashed.notice(), file=sys.stderr, flush=True)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start_services(self) -> None:
@@ -247,11 +208,9 @@ class StampedeSession:
         """
         # The engine and the local vendor are separate interpreters: start both at once (each takes most of a
         # second to import its world), not one after the other.
-        engine_start = (
-            gevent.spawn(EngineClient.spawn, self.worker_name(), preload=self.settings.provider)
-            if self.runs_users
-            else None
-        )
+        if self.runs_users:
+            self.engine_link.spawn(self.worker_name(), self.settings.provider)
+        engine_failed: BaseException | None = None
         try:
             if self.is_master:
                 self.master_link = MasterLink(self.runner, self.state)
@@ -262,18 +221,15 @@ class StampedeSession:
             if self.settings.embedded_vendor and not self.is_worker:
                 self._start_vendor()
         finally:
-            if engine_start is not None:
-                engine_start.join()
-                if engine_start.successful():
-                    self.engine = engine_start.value  # a vendor that failed still leaves it to close()
-                    self.state.stage_listeners.append(self._tell_engine_stage)
+            engine_failed = self.engine_link.wait_started(self.state)  # a vendor that failed leaves it to close()
             self.services_ready.set()
-        if engine_start is not None and not engine_start.successful():
-            raise engine_start.exception or EngineError("engine did not start")
+        if engine_failed is not None:
+            raise engine_failed
 
-    def _tell_engine_stage(self, stage: Stage) -> None:
-        if self.engine is not None and self.engine.alive:
-            self.engine.stage(StageUpdate(stage.name, stage.target_users))
+    @property
+    def engine(self) -> EngineClient | None:
+        """The engine's client, for users (None on a master, or before it started)."""
+        return self.engine_link.client
 
     def lease_request(self) -> RolloutRequest:
         """A closed-model user's lease: it records the stage in force now (the engine hears of later ones)."""
@@ -290,8 +246,13 @@ class StampedeSession:
         """With the web UI, the form hides Locust's users and ramp-up fields: stampede's shape sets the user
         count stage by stage (`-u` on the command line still caps it), and the form shows stampede's settings."""
         web_ui = getattr(self.environment, "web_ui", None)
+        if web_ui is None:
+            return
+        self.web_guard, warning = WebGuard.install(web_ui, self.environment.parsed_options)  # UsageError: not served
+        if warning:
+            print(f"stampede: {warning}", file=sys.stderr, flush=True)
         shape = self.shape
-        if web_ui is None or shape is None:
+        if shape is None:
             return
         shape.use_common_options = False  # this instance only: headless `-u`/`-r` read as before
         if self.environment.parsed_options is not None:
@@ -322,11 +283,12 @@ class StampedeSession:
             if options.token == endpoint[1]:
                 options.token = None
         posted = RunSettings.from_options(options)
+        if self.web_guard is not None:  # the command line's credentials never follow a new endpoint
+            posted = self.web_guard.settings_for_test(self.command_line, posted)
         settings = dataclasses.replace(
             posted,
             users=posted.users or self.command_line.users,  # the hidden users field posts 0
             spawn_rate=posted.spawn_rate or self.command_line.spawn_rate,
-            provider_options=self.command_line.provider_options,  # not in the form; no stale vendor options
         )
         self.settings = settings
         if not settings.embedded_vendor:
@@ -378,28 +340,20 @@ class StampedeSession:
         self.state.run_dir = Path(self.settings.out) / str(self.run_id)
         if self.owns_run_folder:
             if self.runs == 1:
-                self._offer_cleanup_of_crashed_runs()
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.manifest = self._initial_manifest()
-            write_manifest(self.run_dir, self.manifest)
-            point_latest_at(self.run_dir)
-            self.reports = LocustReports(self.environment, self.run_dir)
-            self.reports.start()
+                offer_cleanup_of_crashed_runs(Path(self.settings.out))
+            self.record = RunRecord.open(self.state.run_dir, self._initial_manifest(), self.environment)
         if self.engine is not None:
-            try:
-                reply = self.engine.configure(self._engine_config())
-            except EngineError as exc:
-                raise UsageError(str(exc)) from None
-            self.versions = dict(reply.get("versions", {}))
-            if self.manifest is not None and self.run_dir is not None:
-                self.manifest["provider_versions"] = self.versions
-                write_manifest(self.run_dir, self.manifest)
+            out_dir = self.worker_link.spool if self.worker_link is not None else Path(self.settings.out)
+            identity = RunIdentity(str(self.run_id), self.worker_name(), self.scenario, Path(out_dir))
+            self.versions = self.engine_link.configure(engine_config(self.settings, self.vendor, identity))
+            if self.owns_run_folder and self.record is not None:
+                self.record.add_versions(self.versions)
         if self.master_link is not None:
             self.master_link.start_run()
         if self.worker_link is not None:
             self.worker_link.start_run()
         if not self.is_master and not self.is_worker:
-            self._poller = gevent.spawn(self._poll_engine)
+            self.engine_link.start_polling(self.state)
         if self.owns_run_folder and self.settings.progress_interval_s > 0:
             self.progress = ProgressPrinter(
                 self.runner, self.state, self.settings.progress_interval_s, self.vendor.time_scale
@@ -412,58 +366,22 @@ class StampedeSession:
             self.threshold_watch.start()
         self.run_ready.set()
 
-    def _poll_engine(self) -> None:
-        """Local runs: the live view straight from the engine (a master hears from its workers instead)."""
-        while True:
-            if self.engine is not None and self.engine.alive:
-                try:
-                    self.state.live.update("local", self.engine.stats(timeout=5), dict(self.state.dropped))
-                except EngineError:
-                    pass
-            gevent.sleep(LOCAL_POLL_INTERVAL_S)
-
-    def _engine_config(self) -> EngineConfig:
-        settings = self.settings
-        provider_options: dict[str, Any] = dict(settings.provider_options)
-        if settings.base_url:
-            provider_options.setdefault("base_url", settings.base_url)
-        if settings.token:
-            provider_options.setdefault("token", settings.token)
-        out_dir = self.worker_link.spool if self.worker_link is not None else Path(settings.out)
-        plan = dataclasses.replace(settings.plan, time_scale=self.vendor.time_scale or 1.0).to_dict()
-        return EngineConfig(
-            run_id=str(self.run_id),
-            worker=self.worker_name(),
-            out_dir=str(Path(out_dir).resolve()),
-            provider=settings.provider,
-            provider_options=provider_options,
-            profile=self.vendor.profile,
-            scenario=self.scenario,
-            plan=plan,
-            secrets=[secret for secret in (settings.token,) if secret],
-            trainer={**settings.trainer, "time_scale": self.vendor.time_scale or 1.0} if settings.trainer else None,
-        )
-
     def _initial_manifest(self) -> dict[str, Any]:
         assert self.run_id is not None
-        manifest = base_manifest(self.run_id, self.scenario, self.environment.locustfile)
-        manifest.update(
-            {
-                "provider": self.settings.provider,
-                "profile": self.vendor.profile or None,
-                "time_scale": self.vendor.time_scale,
-                "seed": self.settings.seed,
-                "base_url": self.settings.base_url,
-                "local_vendor": self.embedded.vendor is not None,
-                "parameters": self.settings.public_dict(),
-                "shape": self.shape.describe() if self.shape else None,
-                "stop_timeout_s": self.environment.stop_timeout,
-                "role": "master" if self.is_master else "local",
-                "workers": getattr(self.runner, "worker_count", None) if self.is_master else None,
-                "processes": self._processes(),
-            }
+        vendor_pid, shard_pids = self.embedded.pids()
+        description = RunDescription(
+            run_id=self.run_id,
+            scenario=self.scenario,
+            locustfile=self.environment.locustfile,
+            settings=self.settings,
+            vendor=self.vendor,
+            local_vendor=self.embedded.vendor is not None,
+            shape=self.shape.describe() if self.shape else None,
+            stop_timeout_s=self.environment.stop_timeout,
+            master_of=getattr(self.runner, "worker_count", None) if self.is_master else None,
+            is_master=self.is_master,
         )
-        return manifest
+        return initial_manifest(description, Writers(self.engine_link.pid, vendor_pid, shard_pids))
 
     def end_run(self) -> None:
         """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary.
@@ -496,61 +414,31 @@ class StampedeSession:
         if self.threshold_watch is not None:
             self.threshold_watch.stop()
             self.threshold_watch = None
-        if self._poller is not None:
-            self._poller.kill(block=False)
-            self._poller = None
+        self.engine_link.stop_polling()
         if self.worker_link is not None:
             # Off Locust's message loop: a long drain must not starve the master's heartbeats.
             self._finishing = gevent.spawn(self._finish_worker)
             return
-        if self.engine is not None and self.engine.alive:
-            try:
-                self.engine_summaries = [{**self.engine.drain(), "locust_process": process_usage()}]
-            except EngineError as exc:
-                log.error("engine drain failed: %s", exc)
+        summary = self.engine_link.drain()
+        if summary is not None:
+            self.engine_summaries = [{**summary, "locust_process": process_usage()}]
         if self.master_link is not None:
             self.engine_summaries = self.master_link.wait_for_workers()
-        if not self.owns_run_folder or self.run_dir is None or self.manifest is None:
+        if not self.owns_run_folder or self.record is None:
             return
-        if self.reports is not None:
-            self.reports.finish()
-            self.reports = None
-        self.embedded.save_truth(self.run_dir, str(self.run_id))
-        compact_tables(self.run_dir)  # every engine and worker has delivered by now
-        now = time.time()
-        # pandas and pyarrow: imported here, at the end, not on the way to the first rollout
-        from harness.results.dataset import load_rollouts
-        from harness.results.run_summary import conclude_run
-
-        rollouts = load_rollouts(self.run_dir)
+        self.record.finish_reports()
+        self.embedded.save_truth(self.record.run_dir, str(self.run_id))
         shape = self.shape
-        self.manifest.update(
-            {
-                "ended_at": iso(now),
-                "t_end": now,
-                "wall_s": round(now - float(self.manifest["t_start"]), 3),
-                "status": self.ending,
-                "exit_code": exit_code_for(self.ending),
-                "rows": {"rollouts": len(rollouts)},
-                "engines": self.engine_summaries,
-                "dropped_starts": dict(self.state.live.dropped),
-                "master_process": process_usage() if self.is_master else None,
-                "shape_outcome": shape.outcome if shape is not None else None,
-                "final_stage": final_stage.name,
-                "stopped_by_thresholds": [verdict.to_dict() for verdict in self.stopped_by] or None,
-            }
+        end = RunEnd(
+            ending=self.ending,
+            engines=self.engine_summaries,
+            dropped_starts=dict(self.state.live.dropped),
+            is_master=self.is_master,
+            shape_outcome=shape.outcome if shape is not None else None,
+            final_stage=final_stage.name,
+            stopped_by=self.stopped_by,
         )
-        write_manifest(self.run_dir, self.manifest)
-        # thresholds checked, summary.json written, exit status settled (harness.wire.run_endings: 99 when crossed)
-        conclusion = conclude_run(
-            self.run_dir,
-            self.manifest,
-            rollouts,
-            self.engine_summaries,
-            self.settings.thresholds,
-            "wall" if self.settings.seconds == "wall" else "vendor",
-        )
-        write_manifest(self.run_dir, self.manifest)
+        conclusion = conclude(self.record, end, self.settings.thresholds, self.settings.seconds)
         self.exit_code = conclusion.exit_code
         if conclusion.exit_code == EXIT_THRESHOLDS_CROSSED:
             self.environment.process_exit_code = EXIT_THRESHOLDS_CROSSED
@@ -558,12 +446,7 @@ class StampedeSession:
         print(self.summary_text, flush=True)
 
     def _finish_worker(self) -> None:
-        summary: dict[str, Any] | None = None
-        if self.engine is not None and self.engine.alive:
-            try:
-                summary = self.engine.drain()
-            except EngineError as exc:
-                log.error("engine drain failed: %s", exc)
+        summary = self.engine_link.drain()
         if self.worker_link is not None:
             self.worker_link.finish_run(summary)
 
@@ -574,9 +457,7 @@ class StampedeSession:
             self.end_run()
         if self._finishing is not None:
             self._finishing.join(timeout=300)
-        if self.engine is not None:
-            self.engine.shutdown()
-            self.engine = None
+        self.engine_link.shutdown()
         self.embedded.stop()
         if self.worker_link is not None:
             self.worker_link.close()
@@ -605,6 +486,7 @@ def _fail(environment: Environment, message: str) -> None:
 @events.init_command_line_parser.add_listener
 def _on_parser(parser: Any, **_: Any) -> None:
     add_arguments(parser)
+    bind_web_ui_to_loopback(parser)
 
 
 @events.init.add_listener
@@ -618,7 +500,11 @@ def _on_init(environment: Environment, **_: Any) -> None:
         return
     session = StampedeSession(environment, settings)
     setattr(environment, _ATTRIBUTE, session)
-    session.offer_web_form()
+    try:
+        session.offer_web_form()
+    except UsageError as exc:  # before the web UI serves a page or any vendor starts
+        print(f"stampede: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     try:
         session.start_services()
     except (UsageError, EngineError) as exc:

@@ -1,0 +1,74 @@
+"""The end of a run on the run folder's owner, once every engine and worker has delivered its records.
+
+The tables are compacted, run.json records how the run ended, and the run is concluded: thresholds checked,
+summary.json written, the exit status settled (`harness.wire.run_endings`: 99 when one is crossed) and the
+summary table rendered for the terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from harness.locust.run_folder import compact_tables, iso
+from harness.locust.run_record import RunRecord
+from harness.locust.worker_link import process_usage
+from harness.results.thresholds import Threshold, Verdict
+from harness.wire.run_endings import exit_code_for
+
+if TYPE_CHECKING:
+    from harness.results.run_summary import RunConclusion
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How the run ended, as this process saw it: what run.json's closing fields record."""
+
+    ending: str  # harness.wire.run_endings: completed, stopped_by_threshold, interrupted, aborted
+    engines: list[dict[str, Any]]  # each engine's drain summary
+    dropped_starts: dict[str, int]
+    is_master: bool  # run.json gets the master process's own usage, measured at the end
+    shape_outcome: dict[str, Any] | None
+    final_stage: str
+    stopped_by: Sequence[Verdict]  # the thresholds that stopped it (--abort-on-threshold)
+
+
+def conclude(record: RunRecord, end: RunEnd, thresholds: Sequence[Threshold], seconds: str) -> RunConclusion:
+    """Compact, record the ending, check the thresholds, write summary.json; the table is in `seconds`."""
+    compact_tables(record.run_dir)  # every engine and worker has delivered by now
+    now = time.time()
+    # pandas and pyarrow: imported here, at the end, not on the way to the first rollout
+    from harness.results.dataset import load_rollouts
+    from harness.results.run_summary import conclude_run
+
+    rollouts = load_rollouts(record.run_dir)
+    manifest = record.manifest
+    manifest.update(
+        {
+            "ended_at": iso(now),
+            "t_end": now,
+            "wall_s": round(now - float(manifest["t_start"]), 3),
+            "status": end.ending,
+            "exit_code": exit_code_for(end.ending),
+            "rows": {"rollouts": len(rollouts)},
+            "engines": end.engines,
+            "dropped_starts": end.dropped_starts,
+            "master_process": process_usage() if end.is_master else None,
+            "shape_outcome": end.shape_outcome,
+            "final_stage": end.final_stage,
+            "stopped_by_thresholds": [verdict.to_dict() for verdict in end.stopped_by] or None,
+        }
+    )
+    record.write()
+    conclusion = conclude_run(
+        record.run_dir,
+        manifest,
+        rollouts,
+        end.engines,
+        thresholds,
+        "wall" if seconds == "wall" else "vendor",
+    )
+    record.write()
+    return conclusion
