@@ -7,6 +7,9 @@ The simulator's truth says when the vendor held each sandbox (accepted -> RUNNIN
 duration in vendor seconds is its wall duration with only those spans stretched:
 `vendor = wall - held_wall + held_vendor`, with `held_vendor` from the vendor's own clock (truth `*_s`; older truth:
 `held_wall / time_scale`). Runs without truth (real vendors, old runs) keep `wall / time_scale`.
+
+The same per-row seconds reach the compacted rollouts file as `*_vendor_s` columns (harness.results.compaction), so
+a plain reader's quantiles are summary.json's.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import numpy as np
 import pandas as pd
 
 from harness.results.dataset import RunInfo, load_rollout_frame, load_truth
+from harness.wire.records import VENDOR_SECONDS_COLUMNS
 
-DURATIONS: tuple[str, ...] = ("create_s", "ready_s", "tti_s", "exec_s", "terminate_s", "total_s")
+DURATIONS: tuple[str, ...] = tuple(VENDOR_SECONDS_COLUMNS)
+"""The rollouts' duration columns (wall seconds), each with a vendor-seconds twin in the compacted file."""
 _TRUTH_COLUMNS = ("created_wall", "ready_wall", "ended_wall", "first_exec_start_wall", "first_exec_done_wall")
 _TRUTH_VENDOR_COLUMNS = ("created_s", "ready_s", "ended_s", "first_exec_start_s", "first_exec_done_s")
 
@@ -40,8 +45,11 @@ def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
     return frame[name].to_numpy(dtype=float) if name in frame.columns else np.full(len(frame), np.nan)
 
 
-def vendor_held(info: RunInfo, frame: pd.DataFrame) -> VendorHeld | None:
+def vendor_held(info: RunInfo, frame: pd.DataFrame, truth: pd.DataFrame | None = None) -> VendorHeld | None:
     """The wall and vendor seconds the simulated vendor held each row's durations; None without usable truth.
+
+    `truth` is the run's `truth/` table when the caller has it loaded already; the rows' sandbox ids come from
+    `frame` when it has them (its rows then need not be the whole run's), else from the run folder.
 
     The vendor's share in vendor seconds comes from its own clock (the truth's `*_s` columns) where the truth has
     them: a live simulated vendor plays a burst's sending 1:1 with real time (providers.sim.core.clock.LoopClock),
@@ -50,10 +58,12 @@ def vendor_held(info: RunInfo, frame: pd.DataFrame) -> VendorHeld | None:
     """
     if info.time_scale == 1.0:
         return None
-    truth = load_truth(Path(info.run_dir))
+    if truth is None:
+        truth = load_truth(Path(info.run_dir))
     if truth.empty or not set(_TRUTH_COLUMNS) | {"exec_busy_s"} <= set(truth.columns):
         return None
-    ids = load_rollout_frame(Path(info.run_dir), ("sandbox_id",))["sandbox_id"].astype(object)
+    with_ids = frame if "sandbox_id" in frame.columns else load_rollout_frame(Path(info.run_dir), ("sandbox_id",))
+    ids = with_ids["sandbox_id"].astype(object)
     if len(ids) != len(frame):
         return None
     joined = pd.DataFrame({"id": ids.to_numpy()}).merge(truth.drop_duplicates("id"), on="id", how="left")
@@ -111,13 +121,14 @@ class VendorSeconds:
 
     durations: dict[str, np.ndarray]
     harness_factor: float  # 1 where the vendor's share was separated out (truth); else 1 / time scale, like all
+    source: str = "scaled"  # how: `wall` (time scale 1: the same seconds), `truth` (joined), `scaled` (wall / scale)
 
 
-def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame) -> VendorSeconds:
+def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame, truth: pd.DataFrame | None = None) -> VendorSeconds:
     """Every duration column in vendor seconds: harness time kept as measured, the vendor's share in its own
-    seconds."""
+    seconds. Row by row: a row's seconds do not depend on the other rows of `frame` (see `vendor_held`)."""
     factor = info.to_vendor_seconds()
-    held = vendor_held(info, frame)
+    held = vendor_held(info, frame, truth)
     out: dict[str, np.ndarray] = {}
     for name in DURATIONS:
         wall = frame[name].to_numpy(dtype=float)
@@ -130,4 +141,5 @@ def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame) -> VendorSeconds:
         with np.errstate(divide="ignore", invalid="ignore"):
             kept = np.where(held_wall > 0, share / held_wall, 0.0)
         out[name] = wall - share + held.vendor[name] * kept
-    return VendorSeconds(durations=out, harness_factor=factor if held is None else 1.0)
+    source = "truth" if held is not None else "wall" if info.time_scale == 1.0 else "scaled"
+    return VendorSeconds(durations=out, harness_factor=factor if held is None else 1.0, source=source)

@@ -121,7 +121,22 @@ LOW_CARDINALITY = pa.dictionary(pa.int32(), pa.string())
 """Repeated strings (provider, stage, outcome, ...): dictionary-encoded in the files, categories in pandas."""
 
 _SECONDS = {b"unit": b"s"}
+_VENDOR_SECONDS = {b"unit": b"s", b"clock": b"vendor"}
 _COUNT = {b"unit": b"count"}
+
+VENDOR_SECONDS_COLUMNS: dict[str, str] = {
+    "create_s": "create_vendor_s",
+    "ready_s": "ready_vendor_s",
+    "tti_s": "tti_vendor_s",
+    "exec_s": "exec_vendor_s",
+    "terminate_s": "terminate_vendor_s",
+    "total_s": "total_vendor_s",
+}
+"""Each wall-seconds duration -> its twin in vendor seconds, the seconds every table and summary.json print.
+
+The engine cannot write them: at a time scale only the simulated vendor's own record (`truth/`) says which part of
+a duration was the vendor's (harness.results.vendor_time). The owner of the run folder adds them when it compacts
+the rollouts table at the run's end (harness.results.compaction); shards (a run going, or crashed) lack them."""
 
 
 def _table_metadata(table: str, version: int = SCHEMA_VERSION) -> dict[bytes, bytes]:
@@ -180,6 +195,16 @@ def _op_fields(clock: pa.DataType, repeated: pa.DataType) -> list[pa.Field]:
 ROLLOUT_SCHEMA = pa.schema(_rollout_fields(WALL_CLOCK, LOW_CARDINALITY), metadata=_table_metadata(ROLLOUTS_TABLE))
 """The rollouts table as written (v2): timestamps in UTC, repeated strings dictionary-encoded, units per field."""
 
+COMPACTED_ROLLOUT_SCHEMA = pa.schema(
+    [
+        *ROLLOUT_SCHEMA,
+        *(pa.field(name, pa.float64(), metadata=_VENDOR_SECONDS) for name in VENDOR_SECONDS_COLUMNS.values()),
+    ],
+    metadata=_table_metadata(ROLLOUTS_TABLE),
+)
+"""The compacted rollouts file (`rollouts/rollouts.parquet`, still schema v2: columns were only added): the shards'
+columns, then each duration in vendor seconds (`VENDOR_SECONDS_COLUMNS`, field metadata `unit: s`, `clock: vendor`)."""
+
 OP_SCHEMA = pa.schema(_op_fields(WALL_CLOCK, LOW_CARDINALITY), metadata=_table_metadata(OPS_TABLE))
 
 ROLLOUT_READ_SCHEMA = pa.schema(
@@ -198,7 +223,7 @@ def truth_schema() -> pa.Schema:
     simulated vendor plays a burst's sending 1:1, so wall spans times 1 / time scale are not always vendor spans
     (harness.results.vendor_time).
     """
-    vendor_clock = {b"unit": b"s", b"clock": b"vendor"}
+    vendor_clock = _VENDOR_SECONDS
     return pa.schema(
         [
             pa.field("id", pa.string()),
