@@ -12,6 +12,7 @@ import time
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from foundation.quantiles import hdr_quantile
 from harness.engine.stage_health import StageHealth
 from harness.wire.messages import HealthSnapshot
 
@@ -82,10 +83,10 @@ class LoopHealth:
             recent.add(histogram)
         has_recent = recent.get_total_count() > 0
         return HealthSnapshot(
-            recent_lag_p99_ms=recent.get_value_at_percentile(99) / 1000 if has_recent else 0.0,
+            recent_lag_p99_ms=(hdr_quantile(recent, 0.99) or 0) / 1000,
             recent_lag_max_ms=recent.get_max_value() / 1000 if has_recent else 0.0,
-            loop_lag_p50_ms=self.histogram.get_value_at_percentile(50) / 1000 if count else 0.0,
-            loop_lag_p99_ms=self.histogram.get_value_at_percentile(99) / 1000 if count else 0.0,
+            loop_lag_p50_ms=(hdr_quantile(self.histogram, 0.5) or 0) / 1000,
+            loop_lag_p99_ms=(hdr_quantile(self.histogram, 0.99) or 0) / 1000,
             loop_lag_max_ms=self.histogram.get_max_value() / 1000 if count else 0.0,
             loop_lag_samples=count,
             cpu_percent=self._process.cpu_percent(None),

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from foundation.quantiles import nearest_rank
 from harness.engine.health import LoopHealth
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
@@ -259,9 +260,7 @@ class EngineRun:
         ttis = sorted(tti for _, tti, _ in self.recent if tti is not None)
 
         def quantile(q: float) -> float | None:
-            if not ttis:
-                return None
-            return ttis[min(len(ttis) - 1, int(q * len(ttis)))]
+            return nearest_rank(ttis, q) if ttis else None
 
         trainer = self.trainer
         return EngineStats(

@@ -15,6 +15,8 @@ from typing import Any
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from foundation.quantiles import hdr_quantile
+
 _LAG_MAX_US = 3_600_000_000
 
 
@@ -30,8 +32,9 @@ class StageLoad:
 
     def to_wire(self) -> dict[str, Any]:
         count = self.lag.get_total_count()
+        lag_p99 = hdr_quantile(self.lag, 0.99)
         return {
-            "lag_p99_ms": self.lag.get_value_at_percentile(99) / 1000 if count else None,
+            "lag_p99_ms": lag_p99 / 1000 if lag_p99 is not None else None,
             "lag_max_ms": self.lag.get_max_value() / 1000 if count else None,
             "lag_samples": count,
             "cpu_s": round(self.cpu_s, 3),

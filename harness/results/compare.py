@@ -37,6 +37,7 @@ from typing import Literal
 
 import numpy as np
 
+from foundation.quantiles import nearest_rank, nearest_rank_index
 from harness.errors import UsageError
 from harness.results.concurrency import LEVEL_TOLERANCE
 from harness.results.quantiles import REPORT_QUANTILES, GroupedSample, supported
@@ -185,8 +186,15 @@ def _phase_samples(run: RunStats) -> dict[str, GroupedSample]:
 def stage_sample(run: RunStats, index: int) -> Sample:
     stage = run.stages[index]
     values = {phase: sample.group(index) for phase, sample in _phase_samples(run).items()}
-    return Sample(stage.stage, stage.measured_concurrency, values, stage.ok, stage.failed,
-                  dict(stage.failures_by_kind), dict(stage.failures_by_phase))
+    return Sample(
+        stage.stage,
+        stage.measured_concurrency,
+        values,
+        stage.ok,
+        stage.failed,
+        dict(stage.failures_by_kind),
+        dict(stage.failures_by_phase),
+    )
 
 
 def whole_run_sample(run: RunStats) -> Sample:
@@ -207,18 +215,10 @@ def whole_run_sample(run: RunStats) -> Sample:
 # ---- the statistics --------------------------------------------------------------------------------------------
 
 
-def nearest_rank(sorted_values: np.ndarray, q: float) -> float:
-    """The quantile as every table prints it (numpy's inverted_cdf on sorted values); NaN for no values."""
-    n = sorted_values.size
-    if n == 0:
-        return float("nan")
-    return float(sorted_values[min(max(math.ceil(n * q) - 1, 0), n - 1)])
-
-
 def bootstrap_quantile(sorted_values: np.ndarray, q: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """`resamples` draws of the nearest-rank q-quantile of a with-replacement resample of the sorted values."""
     n = sorted_values.size
-    k = min(max(math.ceil(n * q), 1), n)  # the 1-based rank nearest_rank picks
+    k = nearest_rank_index(n, q) + 1  # the 1-based rank every table prints
     u = rng.beta(k, n + 1 - k, size=resamples)  # the k-th smallest of n uniforms
     index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
     return sorted_values[index]
@@ -309,23 +309,70 @@ def compare_samples(baseline: Sample, candidate: Sample, settings: Settings, uni
                     )
                 else:
                     verdict = FEW
-            figures.append(Figure(name, unit, b, c, c - b, _ratio(c, b), interval[0], interval[1], interval[2],
-                                  interval[3], int(b_values.size), int(c_values.size), verdict,
-                                  gating and name in gate))
+            figures.append(
+                Figure(
+                    name,
+                    unit,
+                    b,
+                    c,
+                    c - b,
+                    _ratio(c, b),
+                    interval[0],
+                    interval[1],
+                    interval[2],
+                    interval[3],
+                    int(b_values.size),
+                    int(c_values.size),
+                    verdict,
+                    gating and name in gate,
+                )
+            )
     kinds = sorted(set(baseline.failures_by_kind) | set(candidate.failures_by_kind))
     for name in (*RATE_FIGURES, *(f"failures.{kind}" for kind in kinds)):
         n_b, n_c = baseline.finished, candidate.finished
         if n_b == 0 or n_c == 0:
             b = baseline.rate(name) / n_b if n_b else float("nan")
             c = candidate.rate(name) / n_c if n_c else float("nan")
-            figures.append(Figure(name, "rate", b, c, c - b, float("nan"), float("nan"), float("nan"), None, None,
-                                  n_b, n_c, NO_DATA, gating and name in gate))
+            figures.append(
+                Figure(
+                    name,
+                    "rate",
+                    b,
+                    c,
+                    c - b,
+                    float("nan"),
+                    float("nan"),
+                    float("nan"),
+                    None,
+                    None,
+                    n_b,
+                    n_c,
+                    NO_DATA,
+                    gating and name in gate,
+                )
+            )
             continue
         b, c = baseline.rate(name) / n_b, candidate.rate(name) / n_c
         low, high = rate_delta_interval(baseline.rate(name), n_b, candidate.rate(name), n_c, settings.confidence)
         verdict = verdict_for(c - b, low, high, b, settings.min_rate, settings.min_relative)
-        figures.append(Figure(name, "rate", b, c, c - b, _ratio(c, b), low, high, None, None, n_b, n_c, verdict,
-                              gating and name in gate))
+        figures.append(
+            Figure(
+                name,
+                "rate",
+                b,
+                c,
+                c - b,
+                _ratio(c, b),
+                low,
+                high,
+                None,
+                None,
+                n_b,
+                n_c,
+                verdict,
+                gating and name in gate,
+            )
+        )
     return RowComparison(baseline, candidate, figures, gating)
 
 
@@ -380,8 +427,9 @@ def parse_gate(text: str) -> tuple[str, ...]:
     for name in names:
         kind = name.removeprefix("failures.")
         if name not in known and not (name.startswith("failures.") and kind.replace("_", "").isalnum()):
-            raise UsageError(f"--gate: unknown figure {name!r} (one of {', '.join(figure_names())}, "
-                             "failures.<kind>, or none)")
+            raise UsageError(
+                f"--gate: unknown figure {name!r} (one of {', '.join(figure_names())}, failures.<kind>, or none)"
+            )
     if not names:
         raise UsageError("--gate: give figure names separated by commas, or none")
     return names

@@ -1,8 +1,9 @@
 """Grouped, untrimmed, nearest-rank quantiles without a Python loop over rows.
 
 One sort per metric (by group, then value) serves every group and every quantile: the value at rank
-ceil(q·n) within a group is picked by index arithmetic, exactly as numpy's `inverted_cdf` picks it (so the
-numbers equal `quantiles` of one sample to the bit), and the sorted runs are kept for the CDF plots.
+ceil(q·n) within a group is picked by index arithmetic (the one rule, `foundation.quantiles`, numpy's
+`inverted_cdf` to the bit, so the numbers equal `quantiles` of one sample), and the sorted runs are kept for
+the CDF plots.
 
 `REPORT_QUANTILES` / `QUANTILE_NAMES` are the one list of levels every table, CSV and summary prints.
 """
@@ -15,8 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from foundation.quantiles import nearest_rank, nearest_rank_index
+
 REPORT_QUANTILES: tuple[tuple[str, float], ...] = (
-    ("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999),
+    ("p50", 0.5),
+    ("p90", 0.9),
+    ("p95", 0.95),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
 )
 QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")  # the columns tables print
 MIN_TAIL_SAMPLES = 10
@@ -39,8 +46,9 @@ def quantiles(values: Any, qs: tuple[tuple[str, float], ...] = REPORT_QUANTILES)
     array = array[~np.isnan(array)]
     if array.size == 0:
         return {name: float("nan") for name, _ in qs} | {"max": float("nan")}
-    result = {name: float(np.quantile(array, q, method="inverted_cdf")) for name, q in qs}
-    result["max"] = float(array.max())
+    array.sort()
+    result = {name: nearest_rank(array, q) for name, q in qs}
+    result["max"] = float(array[-1])
     return result
 
 
@@ -58,11 +66,11 @@ class GroupedSample:
 
     def quantiles(self, levels: np.ndarray | Sequence[float]) -> np.ndarray:
         """(groups x levels) nearest-rank quantiles; NaN for empty groups."""
-        qs = np.asarray(levels, dtype=float)
-        counts = self.counts.astype(float)
-        # numpy's inverted_cdf: virtual index n·q − 1, rounded up; clipped into the group.
-        rank = np.ceil(counts[:, None] * qs[None, :] - 1.0)
-        rank = np.clip(rank, 0, np.maximum(counts[:, None] - 1, 0)).astype(np.int64)
+        qs = [float(q) for q in levels]
+        # one index per (group, level): a handful of stages times five levels, never a loop over rows
+        rank = np.array(
+            [[nearest_rank_index(n, q) if n else 0 for q in qs] for n in self.counts.tolist()], dtype=np.int64
+        ).reshape(len(self.counts), len(qs))
         index = self.starts[:, None] + rank
         out = np.full(index.shape, np.nan)
         nonempty = self.counts > 0

@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from foundation.quantiles import nearest_rank_index
 from harness.results.concurrency import concurrency_during, stage_concurrency
 from harness.results.dataset import RunInfo
 from harness.results.engine_load import EngineLoad, stage_engine_load
@@ -34,16 +35,24 @@ from harness.results.vendor_time import DURATIONS, to_vendor_seconds
 
 TimeBasis = Literal["vendor", "wall"]
 PHASES: tuple[tuple[str, str], ...] = (
-    ("tti", "tti_s"), ("create", "create_s"), ("ready", "ready_s"), ("first_command", "first_command_s"),
-    ("later_commands", "later_commands_s"), ("teardown", "terminate_s"),
+    ("tti", "tti_s"),
+    ("create", "create_s"),
+    ("ready", "ready_s"),
+    ("first_command", "first_command_s"),
+    ("later_commands", "later_commands_s"),
+    ("teardown", "terminate_s"),
 )
 """(phase name, its per-row column): the names are the keys of `StageStats.phases`, in the order tables print them.
 `first_command_s` and `later_commands_s` are derived (`phase_durations`), the rest are the parquet's columns."""
 TTI_PARTS: tuple[str, ...] = ("create", "ready", "first_command")
 """The phases that add up to TTI, per rollout."""
 PHASE_LABELS: dict[str, str] = {
-    "tti": "TTI", "create": "create", "ready": "ready", "first_command": "first command",
-    "later_commands": "later commands", "teardown": "teardown",
+    "tti": "TTI",
+    "create": "create",
+    "ready": "ready",
+    "first_command": "first command",
+    "later_commands": "later commands",
+    "teardown": "teardown",
 }
 
 
@@ -287,6 +296,6 @@ def _censored_upper(sorted_ok: np.ndarray, censored: int, levels: np.ndarray) ->
         return [float("nan")] * len(levels)
     out = []
     for q in levels:
-        rank = int(min(max(np.ceil(n * q - 1.0), 0), n - 1))
+        rank = nearest_rank_index(n, float(q))
         out.append(float(sorted_ok[rank]) if rank < sorted_ok.size else float("inf"))
     return out

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from foundation.quantiles import nearest_rank
 from harness.results.engine_load import EngineLoad
 from harness.results.quantiles import REPORT_QUANTILES, quantiles, supported
 from harness.results.run_figures import unfinished
@@ -57,8 +58,24 @@ def format_stage_table(
     stages: Sequence[StageStats], engine: dict[str, EngineLoad] | None = None, basis: TimeBasis = "vendor"
 ) -> str:
     """The per-stage table; `engine` (harness.results.engine_load) adds the engines' CPU and loop lag."""
-    header = ["stage", "users", "rollouts", "ok", "failed", "cxl", "fail%", f"TTI p50 ({basis} s)", "p90", "p99",
-              "p99.9", "max", "conc", "starts/s", "harness err", "failures by kind"]
+    header = [
+        "stage",
+        "users",
+        "rollouts",
+        "ok",
+        "failed",
+        "cxl",
+        "fail%",
+        f"TTI p50 ({basis} s)",
+        "p90",
+        "p99",
+        "p99.9",
+        "max",
+        "conc",
+        "starts/s",
+        "harness err",
+        "failures by kind",
+    ]
     if engine:
         header.insert(-1, "engine")
     counts = {stage.stage: unfinished(stage) for stage in stages}
@@ -132,8 +149,8 @@ def measurement_error(rollouts: pd.DataFrame, truth: pd.DataFrame) -> dict[str, 
     result: dict[str, Any] = {
         "samples": len(joined),
         "vs_usable_ms": quantiles((joined["tti_s"] - vendor_s) * 1000.0),
-        "vendor_ready_p50_s": float(np.quantile(vendor_s, 0.5, method="inverted_cdf")),
-        "harness_tti_p50_s": float(np.quantile(joined["tti_s"], 0.5, method="inverted_cdf")),
+        "vendor_ready_p50_s": nearest_rank(np.sort(vendor_s.to_numpy(dtype=float)), 0.5),
+        "harness_tti_p50_s": nearest_rank(np.sort(joined["tti_s"].to_numpy(dtype=float)), 0.5),
     }
     if "first_exec_done_wall" in joined:
         vendor_tti = joined["first_exec_done_wall"] - joined["created_wall"]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from foundation.quantiles import nearest_rank
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import CreateRequest, ExecOutcome, Rejected, SandboxDied, SandboxStatus, SimSandbox
@@ -69,7 +70,7 @@ class BurstResult:
 
     def quantile(self, q: float) -> float:
         """Nearest-rank quantile of the successful TTIs (untrimmed)."""
-        return _nearest_rank(self.ttis(), q)
+        return nearest_rank(self.ttis(), q)
 
     def pendings(self) -> list[float]:
         """PENDING times (vendor seconds, acceptance -> placed on a node) of the sandboxes that left PENDING,
@@ -85,7 +86,7 @@ class BurstResult:
     @property
     def pending_p99(self) -> float:
         """Nearest-rank p99 of the PENDING times (untrimmed)."""
-        return _nearest_rank(self.pendings(), 0.99)
+        return nearest_rank(self.pendings(), 0.99)
 
     def pending_share_over(self, threshold_s: float) -> float:
         """Share of all `n` rollouts whose sandbox stayed PENDING longer than `threshold_s` before being placed."""
@@ -122,13 +123,6 @@ class BurstResult:
             "pending_max": self.pending_max,
             "pending_p99": self.pending_p99,
         }
-
-
-def _nearest_rank(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    rank = max(1, math.ceil(q * len(values)))
-    return values[rank - 1]
 
 
 def _pending_s(sb: SimSandbox) -> float | None:
