@@ -39,19 +39,16 @@ from harness.locust.run_record import (
     offer_cleanup_of_crashed_runs,
 )
 from harness.locust.run_state import RunState, Stage
+from harness.locust.run_stopping import RunStopping
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.start_spacing import StartSpacer
-from harness.locust.threshold_watch import ThresholdWatch
 from harness.locust.vendor_lifecycle import VendorFacts, VendorLifecycle
 from harness.locust.web_form import WebGuard, as_form_text, bind_web_ui_to_loopback, typed
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
     EXIT_THRESHOLDS_CROSSED,
-    INTERRUPTED,
-    STOPPED_BY_THRESHOLD,
-    ending_for_signals,
 )
 
 log = logging.getLogger("stampede")
@@ -86,11 +83,8 @@ class StampedeSession:
         self.master_link: MasterLink | None = None
         self.worker_link: WorkerLink | None = None
         self._finishing: gevent.Greenlet | None = None
-        self.signals = 0  # Ctrl-C / SIGTERM received: 1 interrupted, 2 or more aborted (harness.wire.run_endings)
-        self.threshold_watch: ThresholdWatch | None = None  # --abort-on-threshold
-        self.stopped_by: list[Any] = []  # the thresholds' verdicts that stopped the run (--abort-on-threshold)
+        self.stopping = RunStopping(self._stop_now, lambda: self.ended)  # signals, thresholds, the web UI's Stop
         self.exit_code: int | None = None  # the last run's exit status (harness.wire.run_endings), once concluded
-        self.stopped_from_web_ui = False  # the web UI's Stop: the shape did not run its course
         self._ending: gevent.Greenlet | None = None  # a run being finished off Locust's shape greenlet
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
@@ -164,28 +158,18 @@ class StampedeSession:
 
     @property
     def ending(self) -> str:
-        """How this run is ending: `completed`, `stopped_by_threshold`, or `interrupted` / `aborted` after one / two
-        signals (a signal wins: the user stopped it)."""
-        if self.stopped_by and not self.signals:
-            return STOPPED_BY_THRESHOLD
-        if self.stopped_from_web_ui and not self.signals:
-            return INTERRUPTED  # the user stopped it, as a Ctrl-C would: no knee verdict speaks over it
-        return ending_for_signals(self.signals)
+        """How this run is ending (`harness.locust.run_stopping`)."""
+        return self.stopping.ending
 
-    def stop_on_threshold(self, verdicts: list[Any]) -> None:
-        """--abort-on-threshold: a threshold is crossed for good; drain as the first Ctrl-C does."""
-        if self.stopped_by or self.signals or self.ended:
-            return
-        self.stopped_by = verdicts
-        crossed = "; ".join(verdict.describe() for verdict in verdicts)
-        print(f"\nstampede: stopping — {crossed}; terminating in-flight sandboxes…", file=sys.stderr, flush=True)
+    def _stop_now(self) -> None:
+        """End the run in order, without waiting out the stop timeout (a threshold crossed for good)."""
         self.environment.stop_timeout = 0
         gevent.spawn(self.runner.quit)
 
     def note_signal(self, count: int) -> None:
         """The command line got its `count`-th Ctrl-C/SIGTERM. From the second on the run is aborted: the engine
         (SIGUSR2) stops waiting for cancelled rollouts and bounds its drain, still terminating every sandbox."""
-        self.signals = max(self.signals, count)
+        self.stopping.note_signal(count)
         if self.master_link is not None:
             self.master_link.interrupt(count)
         if count >= 2:
@@ -260,7 +244,7 @@ class StampedeSession:
 
         def note_stop() -> None:
             if flask.request.path == "/stop" and self.run_id is not None and not self.ended:
-                self.stopped_from_web_ui = True
+                self.stopping.note_web_stop()
 
         web_ui.app.before_request(note_stop)
 
@@ -359,11 +343,9 @@ class StampedeSession:
                 self.runner, self.state, self.settings.progress_interval_s, self.vendor.time_scale
             )
             self.progress.start()
-        self.stopped_by = []  # each run of a web UI session starts unstopped
-        self.stopped_from_web_ui = False
-        if self.owns_run_folder and self.settings.abort_on_threshold:
-            self.threshold_watch = ThresholdWatch(self.state.live, self.settings.thresholds, self.stop_on_threshold)
-            self.threshold_watch.start()
+        # each run of a web UI session starts unstopped; the run folder's owner watches the thresholds
+        abort_on_threshold = self.owns_run_folder and self.settings.abort_on_threshold
+        self.stopping.new_run(self.state.live, self.settings.thresholds, abort_on_threshold)
         self.run_ready.set()
 
     def _initial_manifest(self) -> dict[str, Any]:
@@ -411,9 +393,7 @@ class StampedeSession:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
-        if self.threshold_watch is not None:
-            self.threshold_watch.stop()
-            self.threshold_watch = None
+        self.stopping.end_run()
         self.engine_link.stop_polling()
         if self.worker_link is not None:
             # Off Locust's message loop: a long drain must not starve the master's heartbeats.
@@ -436,7 +416,7 @@ class StampedeSession:
             is_master=self.is_master,
             shape_outcome=shape.outcome if shape is not None else None,
             final_stage=final_stage.name,
-            stopped_by=self.stopped_by,
+            stopped_by=self.stopping.stopped_by,
         )
         conclusion = conclude(self.record, end, self.settings.thresholds, self.settings.seconds)
         self.exit_code = conclusion.exit_code

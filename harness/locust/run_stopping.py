@@ -1,0 +1,67 @@
+"""Why a run stops before its shape's end, and so how it ended (`harness.wire.run_endings` holds the table).
+
+Three things stop a run early: the user's Ctrl-C / SIGTERM (one interrupts, two abort), a threshold crossed for
+good (`--abort-on-threshold`, watched live by `harness.locust.threshold_watch`), and the web UI's Stop button. A
+signal wins: the user stopped it, whatever else happened.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from harness.locust.live_view import LiveView
+from harness.locust.threshold_watch import ThresholdWatch
+from harness.results.thresholds import Threshold, Verdict
+from harness.wire.run_endings import INTERRUPTED, STOPPED_BY_THRESHOLD, ending_for_signals
+
+
+class RunStopping:
+    """One Locust process's stop requests; `stop` ends the run in order (drain, as the first Ctrl-C does)."""
+
+    def __init__(self, stop: Callable[[], None], ended: Callable[[], bool]) -> None:
+        self._stop = stop
+        self._ended = ended  # the run already ended: nothing left to stop
+        self.signals = 0  # Ctrl-C / SIGTERM received: 1 interrupted, 2 or more aborted
+        self.stopped_by: list[Verdict] = []  # the thresholds' verdicts that stopped the run (--abort-on-threshold)
+        self.from_web_ui = False  # the web UI's Stop: the shape did not run its course
+        self._watch: ThresholdWatch | None = None
+
+    @property
+    def ending(self) -> str:
+        """How this run is ending: `completed`, `stopped_by_threshold`, or `interrupted` / `aborted` after one / two
+        signals (a signal wins: the user stopped it)."""
+        if self.stopped_by and not self.signals:
+            return STOPPED_BY_THRESHOLD
+        if self.from_web_ui and not self.signals:
+            return INTERRUPTED  # the user stopped it, as a Ctrl-C would: no knee verdict speaks over it
+        return ending_for_signals(self.signals)
+
+    def new_run(self, live: LiveView, thresholds: Sequence[Threshold], abort_on_threshold: bool) -> None:
+        """A run begins unstopped (each test of a web UI session); with --abort-on-threshold, watched."""
+        self.stopped_by = []
+        self.from_web_ui = False
+        if abort_on_threshold:
+            self._watch = ThresholdWatch(live, thresholds, self._crossed)
+            self._watch.start()
+
+    def end_run(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+
+    def note_signal(self, count: int) -> None:
+        """The `count`-th Ctrl-C/SIGTERM (here, or the master's on a worker)."""
+        self.signals = max(self.signals, count)
+
+    def note_web_stop(self) -> None:
+        self.from_web_ui = True
+
+    def _crossed(self, verdicts: list[Verdict]) -> None:
+        """--abort-on-threshold: a threshold is crossed for good; drain as the first Ctrl-C does."""
+        if self.stopped_by or self.signals or self._ended():
+            return
+        self.stopped_by = verdicts
+        crossed = "; ".join(verdict.describe() for verdict in verdicts)
+        print(f"\nstampede: stopping — {crossed}; terminating in-flight sandboxes…", file=sys.stderr, flush=True)
+        self._stop()
