@@ -10,14 +10,12 @@ Wired to Locust's events, so the same code serves `locust -f scenarios/ramp.py` 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-import flask
 import gevent
 import gevent.event
 from locust import events
@@ -44,7 +42,8 @@ from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.start_spacing import StartSpacer
 from harness.locust.vendor_lifecycle import VendorFacts, VendorLifecycle
-from harness.locust.web_form import WebGuard, as_form_text, bind_web_ui_to_loopback, typed
+from harness.locust.web_form import bind_web_ui_to_loopback
+from harness.locust.web_form_reset import WebFormReset
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
@@ -61,14 +60,12 @@ class StampedeSession:
     session with `session_of(environment)`.
     """
 
-    web_guard: WebGuard | None = None  # with a web UI: its login, and where its form may send credentials
-
     def __init__(self, environment: Environment, settings: RunSettings) -> None:
         self.environment = environment
         self.state = RunState(settings)
         self.state.attach(environment)
         self.state.test_preparers.append(self.prepare_test)
-        self.command_line = settings  # what the command line said; a web form's blank users field keeps its -u
+        self.web_form = WebFormReset(settings)  # with a web UI: each test's settings from what its form posted
         self.engine_link = EngineLink()  # where this process's users run (none on a master)
         self.embedded = VendorLifecycle()  # the simulated vendor this process runs, if any
         self.record: RunRecord | None = None  # the run folder and run.json (local runner or master)
@@ -227,26 +224,12 @@ class StampedeSession:
         return self.run_ready.is_set() and self.engine is not None and not self.failed_to_start
 
     def offer_web_form(self) -> None:
-        """With the web UI, the form hides Locust's users and ramp-up fields: stampede's shape sets the user
-        count stage by stage (`-u` on the command line still caps it), and the form shows stampede's settings."""
-        web_ui = getattr(self.environment, "web_ui", None)
-        if web_ui is None:
-            return
-        self.web_guard, warning = WebGuard.install(web_ui, self.environment.parsed_options)  # UsageError: not served
-        if warning:
-            print(f"stampede: {warning}", file=sys.stderr, flush=True)
-        shape = self.shape
-        if shape is None:
-            return
-        shape.use_common_options = False  # this instance only: headless `-u`/`-r` read as before
-        if self.environment.parsed_options is not None:
-            as_form_text(self.environment.parsed_options)
+        """With the web UI: the form shows stampede's settings (the shape sets the user count stage by stage)."""
+        self.web_form.offer(self.environment, self.shape, self._note_web_stop)
 
-        def note_stop() -> None:
-            if flask.request.path == "/stop" and self.run_id is not None and not self.ended:
-                self.stopping.note_web_stop()
-
-        web_ui.app.before_request(note_stop)
+    def _note_web_stop(self) -> None:
+        if self.run_id is not None and not self.ended:
+            self.stopping.note_web_stop()
 
     def prepare_test(self) -> None:
         """Before each test started from the web UI (local runner or master): what the form posted takes effect.
@@ -259,22 +242,7 @@ class StampedeSession:
         self.wait_for_last_run()
         if self.environment.parsed_options is None:
             return
-        options = typed(self.environment.parsed_options)
-        endpoint = self.embedded.endpoint()
-        if endpoint is not None:  # the vendor's own address is not a user's --base-url
-            if options.base_url == endpoint[0]:
-                options.base_url = None
-            if options.token == endpoint[1]:
-                options.token = None
-        posted = RunSettings.from_options(options)
-        if self.web_guard is not None:  # the command line's credentials never follow a new endpoint
-            posted = self.web_guard.settings_for_test(self.command_line, posted)
-        settings = dataclasses.replace(
-            posted,
-            users=posted.users or self.command_line.users,  # the hidden users field posts 0
-            spawn_rate=posted.spawn_rate or self.command_line.spawn_rate,
-        )
-        self.settings = settings
+        self.settings = settings = self.web_form.posted(self.environment.parsed_options, self.embedded.endpoint())
         if not settings.embedded_vendor:
             self._stop_vendor()
             self.vendor = VendorFacts(settings.time_scale, "")
