@@ -13,7 +13,7 @@ SDK's create returned. `wait_ready` reports what it saw: how many status looks t
 last look (not an event) found the sandbox started, the gap since the look before, the most the SDK could
 have noticed late; an event (or a create answered `started`) has no poll term (0).
 
-Commands (`exec_api`): `exec` (default) is `sandbox.process.exec`, one call per command with the daemon's own
+Commands (`exec_api`): `exec` is `sandbox.process.exec`, one call per command with the daemon's own
 timeout; the daemon answers stdout and stderr as one stream (`result`), so stdout holds both and stderr is
 empty, as the SDK reports it. `session` runs each command in a session (`execute_session_command`, created on
 the first command: one extra call in the first command's time), which reports stdout and stderr apart;
@@ -24,13 +24,12 @@ Where it talks, as whom: without `base_url`, the SDK's own configuration (`DAYTO
 `DAYTONA_API_URL`, `DAYTONA_TARGET`); with `base_url` (`--base-url`, or `--local` for the local Daytona)
 that API URL and `token`. Both go into this provider's `DaytonaConfig`, never into the process environment.
 
-Options (`--provider-option K=V`): `api_key`, `target`, `snapshot` (the organization's default), `image` (a
+Options (`--provider-option K=V`; defaults in `DaytonaOptions`): `api_key`, `target`, `snapshot`, `image` (a
 registry image the API builds a snapshot from, sized by the spec: cpu, memory, disk), `exec_api` (exec or
-session), `auto_stop` (minutes idle before the vendor stops it, default 15), `auto_delete` (minutes stopped
-before it is deleted, default 0: at once), `events` (1: the SDK's event stream; 0: its deprecated polling),
-`max_connections` (the SDK's HTTP pool, default 1000; the SDK's own default is 250), `preflight_timeout`
-(30 s), `check_sdk` (1: refuse any daytona but the pinned one, whose internals and error texts this adapter
-was checked against).
+session), `auto_stop` (minutes idle before the vendor stops it), `auto_delete` (minutes stopped before it is
+deleted), `events` (on: the SDK's event stream; off: its deprecated polling), `max_connections` (the SDK's HTTP
+pool, wider than the SDK's own), `trust_env`, `preflight_timeout`, `check_sdk` (on: refuse any daytona but the
+pinned one, whose internals and error texts this adapter was checked against).
 """
 
 from __future__ import annotations
@@ -88,7 +87,18 @@ from providers.base import (
     tagged_by_stampede,
     vendor_error_kind,
 )
-from providers.options import Option, choice, flag, integer, number, parse_options, text
+from providers.options import (
+    Option,
+    choice,
+    declare,
+    declared_options,
+    declared_values,
+    flag,
+    integer,
+    number,
+    parse_options,
+    text,
+)
 from providers.preflight import preflight_errors
 
 if TYPE_CHECKING:
@@ -107,41 +117,24 @@ def sdk_version() -> str:
         return "unknown"
 
 
-DAYTONA_OPTIONS: dict[str, Option] = {
-    "base_url": text(),  # --base-url / --local: the API URL (…/api); none: the SDK's own configuration
-    "token": text(),  # the key for base_url (--token, STAMPEDE_TOKEN)
-    "api_key": text(),
-    "target": text(),
-    "snapshot": text(),
-    "image": text(),
-    "exec_api": choice("exec", "exec", "session"),
-    "auto_stop": integer(15, minimum=0),
-    "auto_delete": integer(0, minimum=-1),
-    "events": flag(True),
-    "max_connections": integer(1000, minimum=1),
-    "trust_env": flag(False),
-    "preflight_timeout": number(30.0, positive=True),
-    "check_sdk": flag(True),
-}
-"""The daytona provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
-
-
 @dataclass(frozen=True, slots=True)
 class DaytonaOptions:
-    """Where the SDK connects, as whom, what it creates and how commands run; built from option strings."""
+    """Where the SDK connects, as whom, what it creates and how commands run; built from option strings.
+
+    Each tunable field is declared as its option (`providers.options.declare`): its default here is the one."""
 
     api_key: str | None  # None: a JWT from the environment (DAYTONA_JWT_TOKEN + DAYTONA_ORGANIZATION_ID)
     api_url: str = SDK_DEFAULT_API_URL  # base_url, else DAYTONA_API_URL, else the SDK's default
-    target: str | None = None
-    snapshot: str | None = None
-    image: str | None = None
-    exec_api: str = "exec"
-    auto_stop_min: int = 15
-    auto_delete_min: int = 0
-    events: bool = True
-    max_connections: int = 1000
-    trust_env: bool = False
-    preflight_timeout_s: float = 30.0
+    target: str | None = declare(None, text)
+    snapshot: str | None = declare(None, text)  # None: the organization's default
+    image: str | None = declare(None, text)
+    exec_api: str = declare("exec", choice, "exec", "session")
+    auto_stop_min: int = declare(15, integer, key="auto_stop", minimum=0)
+    auto_delete_min: int = declare(0, integer, key="auto_delete", minimum=-1)  # 0: at once
+    events: bool = declare(True, flag)
+    max_connections: int = declare(1000, integer, minimum=1)  # the SDK's own: 250
+    trust_env: bool = declare(False, flag)
+    preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> DaytonaOptions:
@@ -175,20 +168,17 @@ class DaytonaOptions:
                     "daytona provider: no API key; set DAYTONA_API_KEY (and DAYTONA_API_URL for a self-hosted "
                     "API), or use --local for the local Daytona"
                 )
-        return cls(
-            api_key=api_key,
-            api_url=api_url,
-            target=values["target"],
-            snapshot=values["snapshot"],
-            image=values["image"],
-            exec_api=values["exec_api"],
-            auto_stop_min=values["auto_stop"],
-            auto_delete_min=values["auto_delete"],
-            events=values["events"],
-            max_connections=values["max_connections"],
-            trust_env=values["trust_env"],
-            preflight_timeout_s=values["preflight_timeout"],
-        )
+        return cls(api_key=api_key, api_url=api_url, **declared_values(cls, values))
+
+
+DAYTONA_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # --base-url / --local: the API URL (…/api); none: the SDK's own configuration
+    "token": text(),  # the key for base_url (--token, STAMPEDE_TOKEN)
+    "api_key": text(),
+    "check_sdk": flag(True),
+    **declared_options(DaytonaOptions),
+}
+"""The daytona provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
 
 @dataclass(eq=False)

@@ -27,7 +27,7 @@ import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import aiodocker
@@ -52,7 +52,7 @@ from providers.base import (
     owner_labels,
 )
 from providers.docker_image import DEFAULT_IMAGE, SCRATCH_DIR, default_host, ensure_image, image_id
-from providers.options import Option, like, parse_options, text
+from providers.options import Option, declare, declared_options, declared_values, parse_options, text
 
 log = logging.getLogger(__name__)
 
@@ -72,29 +72,27 @@ _NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]+")
 class DockerOptions:
     """The provider's options (`--provider-option key=value`, or JSON to the engine)."""
 
-    host: str = ""  # docker host URL; "" = DOCKER_HOST, else unix:///var/run/docker.sock
-    image: str = DEFAULT_IMAGE  # default image; the stampede busybox one is built when missing
-    max_connections: int = 4096  # connection pool limit (aiohttp's default, 100, would queue silently)
-    api_timeout_s: float = 120.0  # bound on create / terminate / list calls to the daemon
-    command: tuple[str, ...] = ()  # the container's process; () = sleep <lifetime>; "{lifetime}" expands
-    init: bool = True  # docker-init as PID 1: reaps orphans of tool calls, dies on SIGTERM
-    network_mode: str = "bridge"  # used only when the spec asks for network
-    cap_drop: tuple[str, ...] = DEFAULT_CAP_DROP  # () keeps Docker's default set
-    read_only: bool = True  # the root filesystem; `scratch` is the one writable place
-    scratch: str = SCRATCH_DIR  # a tmpfs of `scratch_mb` (writes past it fail: "No space left on device")
-    scratch_mb: int = DEFAULT_SCRATCH_MB
-    user: str = ""  # uid[:gid] the sandbox runs as; "" = the image's USER (stampede's image: 1000)
-    runtime: str = ""  # OCI runtime (e.g. "crun"); "" = the daemon's default
-    pull: bool = False  # pull a missing non-stampede image (needs registry access)
-    name_containers: bool = True  # name containers stampede-<run>-<rollout> (readable `docker ps`)
-    kill_on_exec_timeout: bool = True  # kill a timed-out command's processes (local daemon only)
+    host: str = declare("")  # docker host URL; "" = DOCKER_HOST, else unix:///var/run/docker.sock
+    image: str = declare(DEFAULT_IMAGE)  # default image; the stampede busybox one is built when missing
+    max_connections: int = declare(4096)  # connection pool limit (aiohttp's default, 100, would queue silently)
+    api_timeout_s: float = declare(120.0)  # bound on create / terminate / list calls to the daemon
+    command: tuple[str, ...] = declare(())  # the container's process; () = sleep <lifetime>; "{lifetime}" expands
+    init: bool = declare(True)  # docker-init as PID 1: reaps orphans of tool calls, dies on SIGTERM
+    network_mode: str = declare("bridge")  # used only when the spec asks for network
+    cap_drop: tuple[str, ...] = declare(DEFAULT_CAP_DROP)  # () keeps Docker's default set
+    read_only: bool = declare(True)  # the root filesystem; `scratch` is the one writable place
+    scratch: str = declare(SCRATCH_DIR)  # a tmpfs of `scratch_mb` (writes past it fail: "No space left on device")
+    scratch_mb: int = declare(DEFAULT_SCRATCH_MB)
+    user: str = declare("")  # uid[:gid] the sandbox runs as; "" = the image's USER (stampede's image: 1000)
+    runtime: str = declare("")  # OCI runtime (e.g. "crun"); "" = the daemon's default
+    pull: bool = declare(False)  # pull a missing non-stampede image (needs registry access)
+    name_containers: bool = declare(True)  # name containers stampede-<run>-<rollout> (readable `docker ps`)
+    kill_on_exec_timeout: bool = declare(True)  # kill a timed-out command's processes (local daemon only)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> DockerOptions:
         """Typed options from plain JSON-ish values; one clear `ProviderConfigError` line on bad input."""
-        values = parse_options("docker", options, DOCKER_OPTIONS)
-        values.pop("token")
-        parsed = cls(**values)
+        parsed = cls(**declared_values(cls, parse_options("docker", options, DOCKER_OPTIONS)))
         if parsed.max_connections < 1 or parsed.api_timeout_s <= 0 or parsed.scratch_mb < 1:
             raise ProviderConfigError("docker provider: max_connections, api_timeout_s and scratch_mb must be positive")
         if not parsed.scratch.startswith("/"):
@@ -103,7 +101,7 @@ class DockerOptions:
 
 
 DOCKER_OPTIONS: dict[str, Option] = {
-    **{f.name: like(f.default) for f in fields(DockerOptions)},
+    **declared_options(DockerOptions),
     # The harness passes the run's token (--token, STAMPEDE_TOKEN) to every provider; the daemon takes none.
     "token": text(),
 }

@@ -18,24 +18,25 @@ Without `base_url`, the SDK's own configuration (`E2B_API_KEY`, `E2B_DOMAIN`, `E
 API key, and `sandbox_url` the sandbox proxy (the local E2B announces it). `E2B_DEBUG=true` is refused: the
 SDK then skips the API altogether and every create answers the same fake id.
 
-SDK behaviour the adapter changes, per call, so that the vendor shows through (options restore it):
-- `create_retries` (default 0): the SDK retries a create answered 503, or 429 with Retry-After, up to 3 times,
+SDK behaviour the adapter changes, per call, so that the vendor shows through (options restore it; every
+option's default is its field's in `E2BOptions`, written once there):
+- `create_retries`: the SDK retries a create answered 503, or 429 with Retry-After, up to 3 times,
   so throttling would hide inside create latency. A throttled create fails at once as `rate_limited` (or
   `quota_exhausted` for the concurrent-sandbox cap, `capacity` for a 503). 3 is the SDK as shipped.
-- `create_timeout` (default 300 s, the harness's create budget): E2B's create waits for the boot, and the SDK's
+- `create_timeout` (the harness's create budget): E2B's create waits for the boot, and the SDK's
   60 s request timeout would turn the vendor's own slow starts into client timeouts. Other calls keep
-  `request_timeout` (60 s, the SDK's).
-- `max_connections` (default 1000, unless `E2B_MAX_CONNECTIONS` is set): the SDK caps its connections per
-  address at 200. Against E2B (TLS) HTTP/2 carries 100 requests on each; over plain http (the local E2B) every
-  request holds a connection of its own, a create holds it until the sandbox runs, and at 200 the rest of a
-  960-wide burst would queue in the client (measured: TTI p50 41 s instead of 2-3 s, the vendor unchanged).
-  Process-wide, as the SDK's own setting is; it applies to the connection pool the SDK builds next.
+  `request_timeout` (the SDK's).
+- `max_connections` (`DEFAULT_MAX_CONNECTIONS`, unless `E2B_MAX_CONNECTIONS` is set): the SDK caps its
+  connections per address at 200. Against E2B (TLS) HTTP/2 carries 100 requests on each; over plain http (the
+  local E2B) every request holds a connection of its own, a create holds it until the sandbox runs, and at 200
+  the rest of a 960-wide burst would queue in the client (measured: TTI p50 41 s instead of 2-3 s, the vendor
+  unchanged). Process-wide, as the SDK's own setting is; it applies to the connection pool the SDK builds next.
 
-Options (`--provider-option K=V`): `api_key`, `domain`, `sandbox_url`, `template` (`base`; a rollout's image,
-when set, names the template), `create_retries`, `create_timeout`, `request_timeout`, `max_connections`,
-`preflight_timeout` (30 s),
-`check_sdk` (1: refuse any e2b but the pinned one, whose wire protocol and exceptions this adapter and the local
-E2B were checked against). E2B sizes a sandbox by its template: the spec's cpu, memory and disk are not sent.
+Options (`--provider-option K=V`; defaults in `E2BOptions`): `api_key`, `domain`, `sandbox_url`, `template` (a
+rollout's image, when set, names the template), `create_retries`, `create_timeout`, `request_timeout`,
+`max_connections`, `preflight_timeout`, `check_sdk` (on: refuse any e2b but the pinned one, whose wire protocol and
+exceptions this adapter and the local E2B were checked against). E2B sizes a sandbox by its template: the spec's
+cpu, memory and disk are not sent.
 """
 
 from __future__ import annotations
@@ -91,7 +92,17 @@ from providers.base import (
     vendor_error_kind,
 )
 from providers.cancellation import cancellable
-from providers.options import Option, flag, integer, number, parse_options, text
+from providers.options import (
+    Option,
+    declare,
+    declared_options,
+    declared_values,
+    flag,
+    integer,
+    number,
+    parse_options,
+    text,
+)
 from providers.preflight import preflight_errors
 
 PINNED_SDK = "2.56.0"
@@ -118,12 +129,13 @@ class E2BOptions:
     """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings."""
 
     connection: Mapping[str, Any]  # ApiParams for every SDK call (api_key, api_url, sandbox_url, domain, debug)
-    template: str = DEFAULT_TEMPLATE
-    create_retries: int = 0
-    create_timeout_s: float = 300.0
-    request_timeout_s: float = 60.0
-    max_connections: int | None = DEFAULT_MAX_CONNECTIONS  # None: the SDK's own (E2B_MAX_CONNECTIONS)
-    preflight_timeout_s: float = 30.0
+    template: str = declare(DEFAULT_TEMPLATE, text)
+    create_retries: int = declare(0, integer, minimum=0)  # the SDK's own: 3
+    create_timeout_s: float = declare(300.0, number, key="create_timeout", positive=True)  # the harness's budget
+    request_timeout_s: float = declare(60.0, number, key="request_timeout", positive=True)  # the SDK's own
+    # the option's absence is the adapter's choice (`_default_connections`), hence no `declare`; None: the SDK's own
+    max_connections: int | None = DEFAULT_MAX_CONNECTIONS
+    preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
 
     @property
     def where(self) -> str:
@@ -164,12 +176,8 @@ class E2BOptions:
             )
         return cls(
             connection=connection,
-            template=values["template"],
-            create_retries=values["create_retries"],
-            create_timeout_s=values["create_timeout"],
-            request_timeout_s=values["request_timeout"],
             max_connections=values["max_connections"] or _default_connections(),
-            preflight_timeout_s=values["preflight_timeout"],
+            **declared_values(cls, values),
         )
 
 
@@ -179,13 +187,9 @@ E2B_OPTIONS: dict[str, Option] = {
     "api_key": text(),
     "domain": text(),
     "sandbox_url": text(),
-    "template": text(DEFAULT_TEMPLATE),
-    "create_retries": integer(0, minimum=0),
-    "create_timeout": number(300.0, positive=True),
-    "request_timeout": number(60.0, positive=True),
-    "max_connections": integer(None, minimum=1),
-    "preflight_timeout": number(30.0, positive=True),
+    "max_connections": integer(None, minimum=1),  # none: DEFAULT_MAX_CONNECTIONS unless E2B_MAX_CONNECTIONS is set
     "check_sdk": flag(True),
+    **declared_options(E2BOptions),
 }
 """The e2b provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 

@@ -10,22 +10,22 @@ can run"), `exec` with both streams read and the exit code waited for, `terminat
 
 Two SDK settings are process-global (read by the SDK from the environment on every call), so the provider
 sets them for its process (the engine runs one provider per process) and restores them on `aclose`:
-`MODAL_SANDBOX_V2` (option `sandbox_v2`, default 1: the 1.6 default backend) and `MODAL_MAX_THROTTLE_WAIT`
-(option `max_throttle_wait`, default 0), so that throttling surfaces as `rate_limited` instead of being
+`MODAL_SANDBOX_V2` (option `sandbox_v2`; V2 is the 1.6 SDK's own backend) and `MODAL_MAX_THROTTLE_WAIT`
+(option `max_throttle_wait`), so that throttling surfaces as `rate_limited` instead of being
 absorbed into TTI by the SDK's server-directed retries.
 
 Timing notes (why TTI, not create latency, is the comparable metric): on V1, `Sandbox.create` blocks until
 the sandbox is scheduled (polling `SandboxGetTaskId` every 0.5 s); on V2 it returns at once with a task
 id and the container boots while `wait_until_ready` waits.
 
-Options (`--provider-option K=V`): `token_id`, `token_secret` (default: `token` when `base_url` is set,
-else the user's Modal config), `sandbox_v2` (1/0), `max_throttle_wait` (seconds, `none` for the SDK's
-default of unlimited), `app_name` (stampede), `environment`, `readiness` (`probe`, or `none`: the first
-command absorbs the boot), `region`, `preflight_timeout` (seconds to connect, authenticate and resolve
-the default image: 30 with `base_url`, else 180; the SDK itself retries an unreachable server for a minute),
-`rpc_timeout` (seconds, default 60: the most a call that should answer at once may take: a V2 create, a
-command's start, a terminate, a list; the SDK waits on such calls without a deadline, so a hung vendor
-would otherwise hold a rollout until the engine's watchdog).
+Options (`--provider-option K=V`; defaults in `ModalOptions`): `token_id`, `token_secret` (`token` when
+`base_url` is set, else the user's Modal config), `sandbox_v2` (1/0), `max_throttle_wait` (seconds, `none` for the
+SDK's default of unlimited), `app_name`, `environment`, `readiness` (`probe`, or `none`: the first command absorbs
+the boot), `region`, `preflight_timeout` (seconds to connect, authenticate and resolve the default image:
+`LOCAL_PREFLIGHT_S` with `base_url`, else `MODAL_PREFLIGHT_S`; the SDK itself retries an unreachable server for a
+minute), `rpc_timeout` (seconds: the most a call that should answer at once may take: a V2 create, a command's
+start, a terminate, a list; the SDK waits on such calls without a deadline, so a hung vendor would otherwise hold a
+rollout until the engine's watchdog).
 
 Hostile transport: the SDK retries resets, UNAVAILABLE/INTERNAL/UNKNOWN and timeouts itself (3 times on the
 control plane; the command router until the call's deadline). What it gives up on is classified here: a
@@ -65,7 +65,17 @@ from providers.base import (
     owner_labels,
     tagged_by_stampede,
 )
-from providers.options import Option, choice, flag, number, parse_options, text
+from providers.options import (
+    Option,
+    choice,
+    declare,
+    declared_options,
+    declared_values,
+    flag,
+    number,
+    parse_options,
+    text,
+)
 from providers.preflight import preflight_errors
 
 T = TypeVar("T")
@@ -76,7 +86,8 @@ DEFAULT_APP = "stampede"
 _ENV_V2 = "MODAL_SANDBOX_V2"
 _ENV_THROTTLE = "MODAL_MAX_THROTTLE_WAIT"
 _READY_GRACE_S = 5.0
-_DEFAULT_RPC_TIMEOUT_S = 60.0
+LOCAL_PREFLIGHT_S = 30.0  # the preflight's budget against a Modal at base_url (ours, with --local)
+MODAL_PREFLIGHT_S = 180.0  # against the real Modal: a first image build may be slow
 _POLL_AFTER_OVERRUN_S = 5.0
 _CONTROL_ATTEMPTS = 4  # terminate / list: the first try and 3 retries of a transient failure
 _CONTROL_BACKOFF_S = 0.25
@@ -104,39 +115,29 @@ def _throttle_wait(raw: Any) -> int | None:
     return seconds
 
 
-MODAL_OPTIONS: dict[str, Option] = {
-    "base_url": text(),  # a Modal-compatible control plane (--base-url; --local: ours); none: the user's Modal
-    "token": text(),  # the token secret for base_url (--token, STAMPEDE_TOKEN)
-    "token_id": text(),  # announced by the local Modal (providers.sim.modal.serve)
-    "token_secret": text(),
-    "sandbox_v2": flag(True, true=("v2",), false=("v1",)),
-    "max_throttle_wait": Option(0, _throttle_wait, "whole seconds or none"),
-    "app_name": text(DEFAULT_APP),
-    "environment": text(),
-    "readiness": choice("probe", "probe", "none"),
-    "region": text(),
-    "preflight_timeout": number(None, positive=True),  # None: 30 s with base_url, else 180 s
-    "rpc_timeout": number(_DEFAULT_RPC_TIMEOUT_S, positive=True),
-}
-"""The modal provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
+def _throttle_wait_option(default: int | None) -> Option:
+    return Option(default, _throttle_wait, "whole seconds or none")
 
 
 @dataclass(frozen=True, slots=True)
 class ModalOptions:
-    """Where the SDK connects, as whom, and how it behaves; built from `--provider-option` strings."""
+    """Where the SDK connects, as whom, and how it behaves; built from `--provider-option` strings.
+
+    Each tunable field is declared as its option (`providers.options.declare`): its default here is the one."""
 
     server_url: str
     token_id: str
     token_secret: str
     local: bool = False
-    sandbox_v2: bool = True
-    max_throttle_wait: int | None = 0
-    app_name: str = DEFAULT_APP
-    environment: str | None = None
-    readiness: str = "probe"
-    region: str | None = None
-    preflight_timeout_s: float = 30.0  # 180 s against the real Modal: a first image build may be slow
-    rpc_timeout_s: float = _DEFAULT_RPC_TIMEOUT_S
+    sandbox_v2: bool = declare(True, flag, true=("v2",), false=("v1",))
+    max_throttle_wait: int | None = declare(0, _throttle_wait_option)
+    app_name: str = declare(DEFAULT_APP, text)
+    environment: str | None = declare(None, text)
+    readiness: str = declare("probe", choice, "probe", "none")
+    region: str | None = declare(None, text)
+    # the option's absence depends on where the SDK connects, hence no `declare`
+    preflight_timeout_s: float = LOCAL_PREFLIGHT_S
+    rpc_timeout_s: float = declare(60.0, number, key="rpc_timeout", positive=True)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> ModalOptions:
@@ -163,25 +164,30 @@ class ModalOptions:
                 )
         preflight_timeout = values["preflight_timeout"]
         if preflight_timeout is None:
-            preflight_timeout = 30.0 if base_url else 180.0
+            preflight_timeout = LOCAL_PREFLIGHT_S if base_url else MODAL_PREFLIGHT_S
         return cls(
             server_url=server_url,
             token_id=token_id,
             token_secret=token_secret,
             local=bool(base_url),
-            sandbox_v2=values["sandbox_v2"],
-            max_throttle_wait=values["max_throttle_wait"],
-            app_name=values["app_name"],
-            environment=values["environment"],
-            readiness=values["readiness"],
-            region=values["region"],
             preflight_timeout_s=preflight_timeout,
-            rpc_timeout_s=float(values["rpc_timeout"]),
+            **declared_values(cls, values),
         )
 
     @property
     def backend(self) -> str:
         return "v2" if self.sandbox_v2 else "v1"
+
+
+MODAL_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # a Modal-compatible control plane (--base-url; --local: ours); none: the user's Modal
+    "token": text(),  # the token secret for base_url (--token, STAMPEDE_TOKEN)
+    "token_id": text(),  # announced by the local Modal (providers.sim.modal.serve)
+    "token_secret": text(),
+    "preflight_timeout": number(None, positive=True),  # None: LOCAL_PREFLIGHT_S with base_url, else MODAL_PREFLIGHT_S
+    **declared_options(ModalOptions),
+}
+"""The modal provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
 
 class ModalProvider(Provider):

@@ -6,12 +6,17 @@ for a key nobody declared (a typo must not silently do nothing) or a value its c
 adapter declares `base_url` and `token` when it uses them: the harness passes them to the provider it runs
 (and, with `--local`, whatever keys the simulated vendor announces, e.g. modal's `token_id`).
 
+An option that is a field of the adapter's options dataclass is declared on the field (`declare`): the field's
+default is the option's default, written once, and `declared_options` / `declared_values` read the specs and the
+parsed values back off the dataclass, so the spec, the dataclass and what a parse returns cannot disagree.
+
 Values arrive as strings from the command line and as JSON values from the engine's config; the
 converters take both. A missing key or a `None` value is the default. Imports only `providers.base`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ from providers.base import ProviderConfigError
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+_DECLARED = "stampede_option"  # a dataclass field's metadata key: (option key, Option)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +159,34 @@ def like(default: Any) -> Option:
     if isinstance(default, tuple):
         return words(default)
     return text(default)
+
+
+# --- options declared on an adapter's options dataclass -----------------------------------------------------
+
+
+def declare(default: Any, kind: Callable[..., Option] = like, *args: Any, key: str | None = None, **limits: Any) -> Any:
+    """A dataclass field that is also an option: `kind(default, *args, **limits)` is its spec (`like`: typed by
+    the default), so the default is written here once. `key` is the option's name where it is not the field's
+    (`preflight_timeout` fills `preflight_timeout_s`)."""
+    return dataclasses.field(default=default, metadata={_DECLARED: (key, kind(default, *args, **limits))})
+
+
+def _declared_fields(record: type) -> list[tuple[str, str, Option]]:
+    """(option key, field name, spec) of every field of `record` made with `declare`."""
+    found = []
+    for spec_field in dataclasses.fields(record):
+        declared = spec_field.metadata.get(_DECLARED)
+        if declared is not None:
+            key, option = declared
+            found.append((key or spec_field.name, spec_field.name, option))
+    return found
+
+
+def declared_options(record: type) -> dict[str, Option]:
+    """The options `record`'s fields declare, by option key (merge the keys that are no field, e.g. `token`)."""
+    return {key: option for key, _, option in _declared_fields(record)}
+
+
+def declared_values(record: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The parsed values of `record`'s declared fields, by field name: keyword arguments for its constructor."""
+    return {name: values[key] for key, name, _ in _declared_fields(record)}

@@ -14,36 +14,37 @@ Where it talks, as whom: without `base_url`, the SDK's own configuration (`PRIME
 `base_url` (`--base-url`, or `--local` for the embedded Prime-like stub), that URL and `token`. Both are
 set on this provider's SDK client object, never in the process environment.
 
-SDK behaviour the adapter changes, per instance, so that the vendor shows through (options restore it):
-- `retry_429` (default 0): the SDK retries a 429 on create twice, after 10 s and 30 s, so throttling
-  would hide inside create latency. A create answered 429 fails at once as `rate_limited`
+SDK behaviour the adapter changes, per instance, so that the vendor shows through (options restore it; every
+option's default is its field's in `PrimeOptions`, written once there):
+- `retry_429`: the SDK retries a 429 on create twice, after 10 s and 30 s, so throttling
+  would hide inside create latency. Without it, a create answered 429 fails at once as `rate_limited`
   (`quota_exhausted` when the body says the sandbox limit was reached), with the server's Retry-After.
-  With 1 the SDK retries as shipped; `ref.meta["throttled_429"]` counts the 429s a create absorbed.
+  On, the SDK retries as shipped; `ref.meta["throttled_429"]` counts the 429s a create absorbed.
   A 429 on a status look or a delete is raised past the SDK's retries too (they wait 10 s, then 30 s, whatever
   Retry-After says, and one throttled status batch would hold every sandbox in it). A create's 429 holds every
-  create client-wide for its Retry-After (`max_backoff_s`, 30 s, at most), then one probe at a time.
-- `api_timeout` (default 30 s): the SDK builds its control-plane client with a 30 s timeout but passes
+  create client-wide for its Retry-After (`max_backoff_s` at most), then one probe at a time.
+- `api_timeout`: the SDK builds its control-plane client with a 30 s timeout but passes
   `timeout=None` on every call, which httpx reads as no timeout at all: a hung answer held a rollout (or a
   whole status batch) forever. Here None means the client's own timeout.
 - readiness: a status look lost on the way (timeout, reset, 5xx, 429, an unreadable answer) fails the SDK's
   wait for every sandbox of its batch; the adapter asks again (after Retry-After) until the ready deadline.
-- `terminate_attempts` (default 4): a delete the API did not confirm (5xx, reset, timeout, 429, an answer
+- `terminate_attempts`: a delete the API did not confirm (5xx, reset, timeout, 429, an answer
   that is not JSON) is asked again, so one blip does not leave the sandbox alive until the end-of-run sweep.
-- `auth_cache` (default `memory`): the SDK persists gateway tokens to `~/.prime/sandbox_auth_cache.json`,
+- `auth_cache` (`memory` or `file`): the SDK persists gateway tokens to `~/.prime/sandbox_auth_cache.json`,
   re-serialising the whole cache (it never shrinks) on every create. `memory` keeps them in this
   process and drops a sandbox's token when it is deleted; `file` is the SDK as shipped.
-- `api_max_connections` (default 1000): the SDK's control-plane httpx client has httpx's default pool of
+- `api_max_connections`: the SDK's control-plane httpx client has httpx's default pool of
   100 connections (30 s pool timeout); a wider pool keeps client-side queueing out of vendor latency.
-  `api_keepalive` (default 20, httpx's) bounds the idle connections kept: httpcore scans every pooled
+  `api_keepalive` (httpx's own) bounds the idle connections kept: httpcore scans every pooled
   connection on each request, so a large keep-alive pool costs CPU quadratic in concurrency (measured:
   1000 kept alive doubles the engine's CPU per rollout at 480 in flight).
 
-Options (`--provider-option K=V`): `api_key`, `team_id`, `image` (python:3.11-slim), `retry_429`,
-`auth_cache`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own, 1000),
-`preflight_timeout` (30 s), `api_timeout` (30 s), `terminate_attempts` (4), `max_backoff_s` (30 s), `check_sdk`
-(1: refuse any prime-sandboxes but the pinned one, whose wire
-protocol, internals and error texts this adapter and the stub were checked against), `readiness_probe` (0: 1 runs
-a direct probe beside the SDK's readiness wait, so a run shows how much of that wait is the SDK's polling).
+Options (`--provider-option K=V`; defaults in `PrimeOptions`): `api_key`, `team_id`, `image`, `retry_429`,
+`auth_cache`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own),
+`preflight_timeout`, `api_timeout`, `terminate_attempts`, `max_backoff_s`, `check_sdk` (on: refuse any
+prime-sandboxes but the pinned one, whose wire protocol, internals and error texts this adapter and the stub were
+checked against), `readiness_probe` (on: a direct probe beside the SDK's readiness wait, so a run shows how much of
+that wait is the SDK's polling).
 """
 
 from __future__ import annotations
@@ -94,7 +95,18 @@ from providers.base import (
     tagged_by_stampede,
 )
 from providers.cancellation import cancellable
-from providers.options import Option, choice, flag, integer, number, parse_options, text
+from providers.options import (
+    Option,
+    choice,
+    declare,
+    declared_options,
+    declared_values,
+    flag,
+    integer,
+    number,
+    parse_options,
+    text,
+)
 from providers.preflight import preflight_errors
 from providers.prime_statuses import error_from_response, retry_after_of, status_kind
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
@@ -134,22 +146,28 @@ def label_strings(tags: Mapping[str, str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class PrimeOptions:
-    """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings."""
+    """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings.
+
+    Each tunable field is declared as its option (`providers.options.declare`): its default here is the one."""
 
     api_key: str
     base_url: str | None = None  # None: the SDK's own (PRIME_API_BASE_URL, ~/.prime, the real API)
-    team_id: str | None = None
-    image: str = DEFAULT_IMAGE
-    retry_429: bool = False
-    auth_cache: str = "memory"
-    api_max_connections: int = 1000
-    api_keepalive: int = 20
-    gateway_max_connections: int = 1000
-    preflight_timeout_s: float = 30.0
-    readiness_probe: bool = False
-    api_timeout_s: float = 30.0
-    terminate_attempts: int = 4
-    max_backoff_s: float = 30.0
+    team_id: str | None = declare(None, text)
+    image: str = declare(DEFAULT_IMAGE, text)
+    retry_429: bool = declare(False, flag)
+    auth_cache: str = declare("memory", choice, "memory", "file")
+    api_max_connections: int = declare(1000, integer, minimum=1)
+    api_keepalive: int = declare(20, integer, minimum=0)  # httpx's own
+    gateway_max_connections: int = declare(1000, integer, minimum=1)  # the SDK's own
+    preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
+    # beside the SDK's wait, a direct `true` probe: SDK-observed vs probed readiness, side by side in the summary
+    # (off by default: the probe's command is then the first the vendor sees, which the truth cross-check reads)
+    readiness_probe: bool = declare(False, flag)
+    # one control-plane request (the SDK configures 30 s but passes timeout=None, i.e. none): a hung answer fails
+    # that call, classified, and holds up no other
+    api_timeout_s: float = declare(30.0, number, key="api_timeout", positive=True)
+    terminate_attempts: int = declare(4, integer, minimum=1)  # a delete the API did not confirm is asked again
+    max_backoff_s: float = declare(30.0, number, positive=True)  # the longest a create's Retry-After holds the rest
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:
@@ -176,45 +194,15 @@ class PrimeOptions:
                     "prime provider: no API key; set PRIME_API_KEY (a key with the sandbox scope), "
                     "run `prime login`, or use --local for the embedded stub"
                 )
-        return cls(
-            api_key=api_key,
-            base_url=base_url,
-            team_id=values["team_id"],
-            image=values["image"],
-            retry_429=values["retry_429"],
-            auth_cache=values["auth_cache"],
-            api_max_connections=values["api_max_connections"],
-            api_keepalive=values["api_keepalive"],
-            gateway_max_connections=values["gateway_max_connections"],
-            preflight_timeout_s=values["preflight_timeout"],
-            readiness_probe=values["readiness_probe"],
-            api_timeout_s=values["api_timeout"],
-            terminate_attempts=values["terminate_attempts"],
-            max_backoff_s=values["max_backoff_s"],
-        )
+        return cls(api_key=api_key, base_url=base_url, **declared_values(cls, values))
 
 
 PRIME_OPTIONS: dict[str, Option] = {
     "base_url": text(),  # --base-url / --local; none: the SDK's own configuration
     "token": text(),  # the key for base_url (--token, STAMPEDE_TOKEN)
     "api_key": text(),
-    "team_id": text(),
-    "image": text(DEFAULT_IMAGE),
-    "retry_429": flag(False),
-    "auth_cache": choice("memory", "memory", "file"),
-    "api_max_connections": integer(1000, minimum=1),
-    "api_keepalive": integer(20, minimum=0),
-    "gateway_max_connections": integer(1000, minimum=1),
-    "preflight_timeout": number(30.0, positive=True),
     "check_sdk": flag(True),
-    # beside the SDK's wait, a direct `true` probe: SDK-observed vs probed readiness, side by side in the summary
-    # (off by default: the probe's command is then the first the vendor sees, which the truth cross-check reads)
-    "readiness_probe": flag(False),
-    # one control-plane request (the SDK configures 30 s but passes timeout=None, i.e. none): a hung answer fails
-    # that call, classified, and holds up no other
-    "api_timeout": number(30.0, positive=True),
-    "terminate_attempts": integer(4, minimum=1),  # a delete the API did not confirm is asked again
-    "max_backoff_s": number(30.0, positive=True),  # the longest a create's Retry-After holds the other creates
+    **declared_options(PrimeOptions),
 }
 """The prime provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 

@@ -41,7 +41,7 @@ from providers.base import (
     tagged_by_stampede,
 )
 from providers.http1_client import Http1Client
-from providers.options import Option, integer, number, parse_options, text
+from providers.options import Option, declare, declared_options, declared_values, integer, number, parse_options, text
 from providers.preflight import preflight_errors
 from providers.prime_statuses import error_from_response, retry_after_of
 from providers.throttle_gate import ThrottleGate
@@ -67,17 +67,22 @@ def label_strings(tags: Mapping[str, str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class StubOptions:
+    """Where the Prime-like API is and how the client paces itself; each tunable field is its option's one default."""
+
     base_url: str
     token: str
     shard_urls: tuple[str, ...] = ()
-    poll_interval_s: float = 0.05
-    poll_share: float = 0.01
-    poll_max_s: float = 2.0
-    request_timeout_s: float = 60.0
-    status_timeout_s: float = 10.0
-    terminate_attempts: int = 4
-    max_backoff_s: float = 30.0
-    team_id: str | None = None
+    poll_interval_s: float = declare(0.05, number, positive=True)  # the longest wait between two looks, short waits
+    # a long wait is looked at every `poll_share` of its length (capped at poll_max_s): the poll window stays
+    # that small a share of the TTI without a 960-wide backlog of 299 s starts being asked about 20 times a second
+    poll_share: float = declare(0.01, number, positive=True)
+    poll_max_s: float = declare(2.0, number, positive=True)
+    request_timeout_s: float = declare(60.0, number, positive=True)
+    # one status:batchGet look; a lost look is asked again and holds up only the sandboxes it asked about
+    status_timeout_s: float = declare(10.0, number, positive=True)
+    terminate_attempts: int = declare(4, integer, minimum=1)  # a terminate the vendor did not confirm is asked again
+    max_backoff_s: float = declare(30.0, number, positive=True)  # the longest a Retry-After (or bare 429) holds one
+    team_id: str | None = declare(None, text)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> StubOptions:
@@ -86,22 +91,12 @@ class StubOptions:
         for url in urls:
             if not url.startswith(("http://", "https://")):
                 raise ProviderConfigError(f"stub provider needs --base-url http(s)://host:port (got {url!r})")
-        base_url = urls[0]
         if not values["token"]:
             raise ProviderConfigError("stub provider needs a token (--token or STAMPEDE_TOKEN)")
-        return cls(
-            base_url=base_url,
-            token=values["token"],
-            shard_urls=tuple(urls) if len(urls) > 1 else (),
-            poll_interval_s=values["poll_interval_s"],
-            poll_share=values["poll_share"],
-            poll_max_s=max(values["poll_max_s"], values["poll_interval_s"]),
-            request_timeout_s=values["request_timeout_s"],
-            status_timeout_s=values["status_timeout_s"],
-            terminate_attempts=values["terminate_attempts"],
-            max_backoff_s=values["max_backoff_s"],
-            team_id=values["team_id"],
-        )
+        tuned = declared_values(cls, values)
+        tuned["poll_max_s"] = max(tuned["poll_max_s"], tuned["poll_interval_s"])
+        shard_urls = tuple(urls) if len(urls) > 1 else ()
+        return cls(base_url=urls[0], token=values["token"], shard_urls=shard_urls, **tuned)
 
 
 STUB_OPTIONS: dict[str, Option] = {
@@ -109,17 +104,7 @@ STUB_OPTIONS: dict[str, Option] = {
     # processes (each its own sandboxes), creates spread round-robin and every later call sent to the sandbox's own
     "base_url": text(),
     "token": text(),  # its bearer token (--token, STAMPEDE_TOKEN)
-    "poll_interval_s": number(0.05, positive=True),  # the longest wait between two looks while a wait is short
-    # a long wait is looked at every `poll_share` of its length (capped at poll_max_s): the poll window stays
-    # that small a share of the TTI without a 960-wide backlog of 299 s starts being asked about 20 times a second
-    "poll_share": number(0.01, positive=True),
-    "poll_max_s": number(2.0, positive=True),
-    "request_timeout_s": number(60.0, positive=True),
-    # one status:batchGet look; a lost look is asked again and holds up only the sandboxes it asked about
-    "status_timeout_s": number(10.0, positive=True),
-    "terminate_attempts": integer(4, minimum=1),  # a terminate the vendor did not confirm is asked again
-    "max_backoff_s": number(30.0, positive=True),  # the longest a Retry-After (or a bare 429) holds an operation
-    "team_id": text(),
+    **declared_options(StubOptions),
 }
 """The stub provider's options (`--provider-option K=V`): `parse_options` rejects any other key."""
 
@@ -143,7 +128,6 @@ the same small share of its TTI (the timing-error budget is relative too) while 
 not twenty a second."""
 COALESCE_S = 0.005  # sandboxes due this soon ride in the same batch request
 MIN_ROUND_GAP_S = 0.005  # at most 200 batch rounds a second, however many sandboxes wait
-LOOK_TIMEOUT_S = 10.0  # one status request (status_timeout_s); a lost one is asked again, nobody else waits for it
 TERMINATE_ATTEMPT_S = 10.0  # one terminate request (at most request_timeout_s); an unconfirmed one is asked again
 RETRY_FIRST_S = 0.1  # the first pause before asking again after a transient failure; doubled each time
 RETRY_MAX_S = 2.0
@@ -183,7 +167,7 @@ class StatusPoller:
     `max_s`).
 
     Requests are fire-and-forget tasks with their own timeout: one slow or hung answer delays only the
-    sandboxes it asked about, and only until LOOK_TIMEOUT_S, never the rest of the fleet.
+    sandboxes it asked about, and only until `status_timeout_s`, never the rest of the fleet.
     """
 
     def __init__(self, provider: StubProvider, interval_s: float, share: float = 0.01, max_s: float = 2.0) -> None:

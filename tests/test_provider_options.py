@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from typing import Any
 
 import pytest
 
 from providers import create_provider
 from providers.base import ProviderConfigError
-from providers.options import Option, choice, flag, integer, like, number, parse_options, text, words
+from providers.options import (
+    Option,
+    choice,
+    declare,
+    declared_options,
+    declared_values,
+    flag,
+    integer,
+    like,
+    number,
+    parse_options,
+    text,
+    words,
+)
 
 DECLARED: dict[str, Option] = {
     "name": text("x"),
@@ -123,3 +138,52 @@ def test_a_users_own_provider_without_options_is_built_by_the_contracts_default(
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert create_provider("my_vendor:Mine", {}).name == "mine"
+
+
+def _record_with_wait(default: float) -> type:
+    @dataclasses.dataclass(frozen=True)
+    class Record:
+        name: str
+        wait_s: float = declare(default, number, key="wait", positive=True)
+        mode: str = declare("a", choice, "a", "b")
+
+    return Record
+
+
+@pytest.mark.parametrize("default", [1.5, 7.0])
+def test_a_default_written_on_the_field_is_the_options_default_everywhere(default: float) -> None:
+    record = _record_with_wait(default)
+    declared = declared_options(record)
+    assert set(declared) == {"wait", "mode"}  # the option's own key where it differs from the field's
+    assert declared["wait"].default == default
+    parsed = record(name="x", **declared_values(record, parse_options("p", {}, declared)))
+    assert parsed == record(name="x")
+    assert parsed.wait_s == default
+    assert record(name="x", **declared_values(record, parse_options("p", {"wait": "3"}, declared))).wait_s == 3.0
+    with pytest.raises(ProviderConfigError, match=r"^p provider: wait must be a positive number \(got '0'\)$"):
+        parse_options("p", {"wait": "0"}, declared)
+
+
+ADAPTER_OPTIONS = [
+    ("providers.stub", "StubOptions", "STUB_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.prime", "PrimeOptions", "PRIME_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.modal", "ModalOptions", "MODAL_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.e2b", "E2BOptions", "E2B_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.daytona", "DaytonaOptions", "DAYTONA_OPTIONS", {"base_url": "http://127.0.0.1:1/api", "token": "t"}),
+    ("providers.docker", "DockerOptions", "DOCKER_OPTIONS", {}),
+]
+
+
+@pytest.mark.parametrize(("module", "record", "table", "given"), ADAPTER_OPTIONS)
+def test_every_adapters_untuned_options_are_its_dataclass_defaults(
+    module: str, record: str, table: str, given: dict[str, str]
+) -> None:
+    """An adapter's option table, its dataclass and what an untuned parse builds agree on every default."""
+    loaded = importlib.import_module(module)
+    options_class, declared = getattr(loaded, record), getattr(loaded, table)
+    assert declared_options(options_class).items() <= declared.items()
+    build = getattr(options_class, "from_mapping", None) or options_class.parse
+    built = build(given)
+    for spec_field in dataclasses.fields(options_class):
+        if spec_field.metadata:  # a declared option
+            assert getattr(built, spec_field.name) == spec_field.default, spec_field.name

@@ -224,7 +224,7 @@ async def test_a_hung_status_answer_delays_only_the_sandboxes_it_asked_about():
             await asyncio.sleep(0.005)
         await asyncio.wait_for(provider.wait_ready(SandboxRef("fine", "stub", "run-1"), timeout=30), timeout=10)
         assert not hung.done()  # the other sandbox became ready while this one's answer is still missing
-        while asked["hung"] < 2:  # past LOOK_TIMEOUT_S the hung sandbox is asked again, in a request of its own
+        while asked["hung"] < 2:  # past status_timeout_s the hung sandbox is asked again, in a request of its own
             await asyncio.sleep(0.01)
         release.set()
         observation = await asyncio.wait_for(hung, timeout=10)
