@@ -10,7 +10,7 @@ rates can still come back while a run goes, so they are only checked at its end.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from harness.locust.live_view import LiveView
 from harness.locust.periodic import Periodic
@@ -21,7 +21,7 @@ CHECK_INTERVAL_S = 1.0
 
 def live_figures(live: LiveView) -> RunFigures:
     """The counts the live view holds, per stage and summed over the run, as threshold figures."""
-    stages: dict[str, dict[str, float]] = {}
+    stages: dict[str, Mapping[str, float]] = {}
     run: dict[str, float] = {COUNT_METRIC: 0.0}
     for name, stats in live.stages().items():
         figures = {COUNT_METRIC: float(stats.failed)}

@@ -103,8 +103,10 @@ class RolloutUser(User):
         if stage is None:
             raise StopUser()  # the shape is done with this user
         target = stage.target_users or int(getattr(self.environment.runner, "target_user_count", 0) or 0)
+        engine = session.engine
+        assert engine is not None  # wait_until_ready: configured
         try:
-            record = session.engine.run_rollout(
+            record = engine.run_rollout(
                 RolloutRequest(stage.name, target, t_intended=time.time()), on_cancelled=self._report_cancelled
             )
         except EngineError as exc:
@@ -187,8 +189,10 @@ class OpenModelUser(User):
             t_next += rng.expovariate(rate / dispatchers) if stage.poisson else dispatchers / rate
 
     def _one(self, session: StampedeSession, stage: Stage, t_intended: float) -> None:
+        engine = session.engine
+        assert engine is not None  # the dispatcher waited until ready
         try:
-            record = session.engine.run_rollout(
+            record = engine.run_rollout(
                 RolloutRequest(stage.name, stage.target_users, t_intended=t_intended),
                 on_cancelled=lambda cancelled: report(self, cancelled),
             )
