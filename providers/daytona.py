@@ -306,7 +306,8 @@ class DaytonaProvider(Provider):
         task.add_done_callback(self._starts.discard)
         task.add_done_callback(_retrieve)
         try:
-            await asyncio.wait({start.acked, task}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {start.acked, task}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
             raise

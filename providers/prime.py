@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import math
 import re
 import shlex
@@ -503,7 +504,8 @@ class PrimeProvider(Provider):
         page = 1
         while True:
             listed = await self._asked_again(
-                lambda page=page: self.sdk.list(
+                functools.partial(
+                    self.sdk.list,
                     labels=[f"{k}={v}" for k, v in owner_labels(run_id, engine).items()],
                     exclude_terminated=True,
                     page=page,
@@ -521,8 +523,8 @@ class PrimeProvider(Provider):
         refs: list[SandboxRef] = []
         for page in range(1, ALL_OWNED_MAX_PAGES + 1):
             listed = await self._asked_again(
-                lambda page=page: self.sdk.list(
-                    exclude_terminated=True, page=page, per_page=LIST_PAGE, team_id=self.options.team_id
+                functools.partial(
+                    self.sdk.list, exclude_terminated=True, page=page, per_page=LIST_PAGE, team_id=self.options.team_id
                 )
             )
             for sandbox in listed.sandboxes:

@@ -239,7 +239,8 @@ INFO = web.AppKey("stampede_daytona_info", dict)
 
 
 async def stampede_truth(request: web.Request) -> web.Response:
-    return web.json_response({**request.app[INFO], "sandboxes": front_of(request).sim.truth()})
+    info = request.app[INFO]
+    return web.json_response({**info, "sandboxes": front_of(request).sim.truth()})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -247,7 +248,8 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def stampede_stats(request: web.Request) -> web.Response:
-    return web.json_response({**request.app[INFO], "stats": front_of(request).sim.stats()})
+    info = request.app[INFO]
+    return web.json_response({**info, "stats": front_of(request).sim.stats()})
 
 
 def add_routes(app: web.Application, prefix: str) -> None:

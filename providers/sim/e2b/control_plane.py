@@ -256,7 +256,8 @@ async def connect_sandbox(request: web.Request) -> web.Response:
 
 
 async def stampede_truth(request: web.Request) -> web.Response:
-    return web.json_response({**request.app[INFO], "sandboxes": simulator(request).truth()})
+    info = request.app[INFO]
+    return web.json_response({**info, "sandboxes": simulator(request).truth()})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -264,7 +265,8 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def stampede_stats(request: web.Request) -> web.Response:
-    return web.json_response({**request.app[INFO], "stats": simulator(request).stats()})
+    info = request.app[INFO]
+    return web.json_response({**info, "stats": simulator(request).stats()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -30,7 +30,7 @@ def _schemas(max_timeout: int) -> dict[str, Any]:
     timeout = {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S, "description": "seconds (vendor)"}
     # a create is held to the profile's lifetime limit; a later timeout or connect is not (as the front serves it)
     create_timeout = {**timeout, "maximum": max_timeout}
-    listed = {
+    listed: dict[str, Any] = {
         "type": "object",
         "required": ["templateID", "sandboxID", "clientID", "startedAt", "endAt", "state"],
         "properties": {

@@ -697,7 +697,7 @@ def openapi_document(maxima: dict[str, int | float] | None = None) -> dict[str, 
         },
         "paths": paths,
         "components": {
-            "schemas": _with_maxima(copy.deepcopy(_SCHEMAS), maxima or LIMITS),
+            "schemas": _with_maxima(copy.deepcopy(_SCHEMAS), maxima or dict(LIMITS)),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "the stub's API token"},
                 "gatewayToken": {
