@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -21,6 +22,11 @@ CONTRACT_VERSION = 5  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
 ENGINE_LABEL = "stampede-engine"
+INVOCATION_LABEL = "stampede-invocation"
+INVOCATION = secrets.token_hex(6)
+"""This process's invocation key, beside the user's run id on every sandbox it creates: two runs given one --run-id
+(or a run restarted with it) never sweep each other's sandboxes. An engine's sweep (`cleanup(run, engine)`) reaps
+its own invocation's only; `cleanup(run)` (`stampede cleanup --run-id`) reaps every invocation of the run id."""
 
 DEFAULT_LIFETIME_S = 3600.0
 """How long a sandbox may live unless the run says otherwise (the vendor reaps it after this, even if we die).
@@ -71,6 +77,11 @@ class Phase(enum.StrEnum):
     TERMINATE = "terminate"
 
 
+INIT_PHASES: tuple[str, ...] = (Phase.CREATE.value, Phase.READY.value)
+"""A failure in these phases came before the sandbox was interactive: an init failure, as RL users count them
+(the engine's retries, the simulator, every init_failure_rate and the latency export read this one list)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxSpec:
     """What a rollout asks the vendor for. Limits are enforced by the vendor, not trusted to the image."""
@@ -87,12 +98,14 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     engine: str = ""  # the engine (one per Locust process) that owns it; several share a distributed run
+    invocation: str = INVOCATION  # the process that created it (see INVOCATION)
 
     def tags(self) -> dict[str, str]:
         """Labels every sandbox carries so that leaks can be found and reaped by run (and by engine)."""
         tags = {**self.labels, RUN_LABEL: self.run_id, ROLLOUT_LABEL: self.rollout_id}
         if self.engine:
             tags[ENGINE_LABEL] = self.engine
+            tags[INVOCATION_LABEL] = self.invocation
         return tags
 
 
@@ -109,10 +122,12 @@ def tagged_by_stampede(labels: Mapping[str, Any] | Sequence[str] | None) -> str 
 
 
 def owner_labels(run_id: str, engine: str | None = None) -> dict[str, str]:
-    """The labels `list_owned` / `cleanup` filter on: the run, and within it one engine when given."""
+    """The labels `list_owned` / `cleanup` filter on: the run, and within it one engine of this invocation when
+    given (an engine is a process: another invocation's engine of the same name is not it)."""
     labels = {RUN_LABEL: run_id}
     if engine:
         labels[ENGINE_LABEL] = engine
+        labels[INVOCATION_LABEL] = INVOCATION
     return labels
 
 

@@ -14,10 +14,9 @@ from hdrh.histogram import HdrHistogram
 
 from foundation.quantiles import hdr_quantile
 from harness.engine.stage_health import StageHealth
-from harness.wire.messages import HealthSnapshot
+from harness.wire.messages import RECENT_WINDOW_S, HealthSnapshot
 
 LAG_PROBE_INTERVAL_S = 0.1
-RECENT_WINDOW_S = 10.0
 _LAG_MAX_US = 3_600_000_000  # one hour, in microseconds
 
 

@@ -25,14 +25,13 @@ from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegi
 from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.submit_log import SubmitLog
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
-from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
+from harness.wire.messages import RECENT_WINDOW_S, EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
 from harness.wire.redact import secret_values, short_error
 from harness.wire.stage_counters import StageStats
-from providers.base import INIT_FAILURE_KINDS, Provider, SandboxRef
+from providers.base import INIT_FAILURE_KINDS, INIT_PHASES, Provider, SandboxRef
 
-RECENT_WINDOW_S = 10.0
 ABORT_GRACE_S = 1.0  # aborted (a second Ctrl-C): how long cancelled rollouts get to end on their own
 ABORT_DEADLINE_S = 10.0  # aborted: the whole drain (terminating leftovers, the label sweep) within this
 
@@ -240,7 +239,7 @@ class EngineRun:
     def _retryable(record: RolloutRecord) -> bool:
         return (
             record.outcome == OUTCOME_FAILED
-            and record.failure_phase in ("create", "ready")
+            and record.failure_phase in INIT_PHASES
             and record.failure_kind in INIT_FAILURE_KINDS
         )
 

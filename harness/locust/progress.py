@@ -9,6 +9,7 @@ from typing import Any
 from harness.locust.live_view import LiveView
 from harness.locust.periodic import Periodic
 from harness.locust.run_state import RunState
+from harness.wire.messages import RECENT_WINDOW_S
 
 
 def format_progress(
@@ -35,7 +36,7 @@ def format_progress(
     return (
         f"{head} | in flight {totals.inflight}{engines} | ok {totals.ok} failed {totals.failed}"
         + (f" ({kinds})" if kinds else "")
-        + f"{dropped} | {tti} | loop lag p99 {totals.loop_lag_p99_ms:.0f}ms (last 10-20s) cpu {'/'.join(map(str, totals.cpu_percent))}%"
+        + f"{dropped} | {tti} | loop lag p99 {totals.loop_lag_p99_ms:.0f}ms (last {RECENT_WINDOW_S:g}-{2 * RECENT_WINDOW_S:g}s) cpu {'/'.join(map(str, totals.cpu_percent))}%"
     )
 
 

@@ -43,6 +43,7 @@ from harness.results.concurrency import LEVEL_TOLERANCE
 from harness.results.quantiles import REPORT_QUANTILES, GroupedSample, supported
 from harness.results.stage_aggregate import PHASES, RunStats, StageStats
 from harness.results.stage_matching import match_stages
+from harness.wire.records import INIT_PHASES
 from harness.wire.run_endings import EXIT_REGRESSION
 
 Verdict = Literal["worse", "better", "within noise", "few samples", "no data"]
@@ -55,8 +56,6 @@ NO_DATA: Verdict = "no data"
 DEFAULT_GATE: tuple[str, ...] = ("tti.p50", "tti.p99", "failure_rate")
 """What fails a comparison unless --gate says otherwise: typical and tail time to interactive, and failures."""
 RATE_FIGURES: tuple[str, ...] = ("failure_rate", "init_failure_rate")
-INIT_PHASES: tuple[str, ...] = ("create", "ready")
-"""A failure in these phases happened before the sandbox was interactive: an init failure."""
 WHOLE_RUN = "whole run"
 
 

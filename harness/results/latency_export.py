@@ -42,16 +42,45 @@ from harness.results.stage_aggregate import stage_order
 from harness.results.timing_error import per_rollout_error_s, stage_timing_error
 from harness.results.vendor_limits import ProfileResolver, limits_block
 from harness.results.vendor_time import DURATIONS, VendorSeconds, to_vendor_seconds
+from harness.wire.records import INIT_PHASES
 
 QUANTILE_LEVELS: tuple[float, ...] = (
-    0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
-    0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99, 0.995, 0.999, 0.9999, 1.0,
+    0.0,
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.15,
+    0.2,
+    0.25,
+    0.3,
+    0.35,
+    0.4,
+    0.45,
+    0.5,
+    0.55,
+    0.6,
+    0.65,
+    0.7,
+    0.75,
+    0.8,
+    0.85,
+    0.9,
+    0.925,
+    0.95,
+    0.975,
+    0.99,
+    0.995,
+    0.999,
+    0.9999,
+    1.0,
 )
 
 TIME_BASES: tuple[str, ...] = ("vendor", "loop")
 METRICS: tuple[str, ...] = ("tti", "startup", "exec", "teardown", "init_failure_time")
 FITTED_METRICS: frozenset[str] = frozenset({"tti", "startup", "exec", "teardown", "init_failure_time"})
-INIT_PHASES = ("create", "ready")
 CONCURRENCY_BASIS = (
     "measured: per stage, the median over its rollouts of the most rollouts in flight fleet-wide while each ran "
     "(from the rollout intervals), rounded; a closed-model stage's target is in target_concurrency"
@@ -108,8 +137,10 @@ def _prepare(info: RunInfo, clock: str = "vendor", ended_within: tuple[float, fl
     out["target"] = pd.Series(stage_codes).map(targets).to_numpy()
     out["run_id"] = info.run_id
     span = frame.groupby(stage_codes, observed=True)["t_submit"].agg(["min", "max", "size"])
-    rates = {code: (row["size"] / ((row["max"] - row["min"]) * factor) if row["max"] > row["min"] else np.nan)
-             for code, row in span.iterrows()}
+    rates = {
+        code: (row["size"] / ((row["max"] - row["min"]) * factor) if row["max"] > row["min"] else np.nan)
+        for code, row in span.iterrows()
+    }
     out["stage_start_rate"] = pd.Series(stage_codes).map(rates).to_numpy()
     if ended_within is not None:
         ended = frame["t_submit"].to_numpy(dtype=float) + frame["total_s"].to_numpy(dtype=float)

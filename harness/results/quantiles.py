@@ -28,6 +28,13 @@ REPORT_QUANTILES: tuple[tuple[str, float], ...] = (
 QUANTILE_NAMES: tuple[str, ...] = (*(name for name, _ in REPORT_QUANTILES), "max")  # the columns tables print
 MIN_TAIL_SAMPLES = 10
 """A quantile q of n samples is estimated from the n·(1-q) samples beyond it; below this many it is mostly noise."""
+SMALL_SAMPLE_MARK = "~"
+SMALL_SAMPLE_NOTE = (
+    f"{SMALL_SAMPLE_MARK} fewer than {MIN_TAIL_SAMPLES} samples lie beyond this quantile "
+    f"(n·(1-q) < {MIN_TAIL_SAMPLES}: p90 needs {10 * MIN_TAIL_SAMPLES:,} rollouts, p99 {100 * MIN_TAIL_SAMPLES:,}, "
+    f"p99.9 {1000 * MIN_TAIL_SAMPLES:,}): mostly noise"
+)
+"""The one explanation of the mark, under every table that shows one (summary, report, compare)."""
 
 
 def supported(q: float, n: int) -> bool:

@@ -15,9 +15,9 @@ from harness.errors import UsageError
 from harness.results import html_report, plots
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.knee import Knee, KneeThresholds, find_knee
-from harness.results.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, supported
+from harness.results.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, SMALL_SAMPLE_MARK, supported
 from harness.results.report_tables import (
-    SMALL_SAMPLE_NOTE,
+    REPORT_SMALL_SAMPLE_NOTE,
     Table,
     basis_note,
     censoring_table,
@@ -31,18 +31,30 @@ from harness.results.run_pointer import resolve_run_dir
 from harness.results.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
 
 FIGURES: tuple[tuple[str, str], ...] = (
-    ("tti_breakdown.png", "Where TTI goes: mean TTI per stage split into create, ready and first command (the same "
-                          "shares as the phase table: each part's mean over the rollouts that became interactive)."),
-    ("tti_cdf.png", "TTI survival per stage: the share of rollouts not yet interactive at each TTI (log-log, so "
-                    "p99 and p99.9 are the crossings of the 1% and 0.1% lines). Failed and cut-off rollouts never "
-                    "became interactive: they are the floor the curve levels off at (a cut-off one might have "
-                    "become interactive later, so the floor is an upper bound)."),
-    ("latency_vs_concurrency.png", "TTI p50 and p99 against measured concurrency (hollow p99: fewer than 1,000 "
-                                   "samples, a rough figure)."),
-    ("failures_vs_concurrency.png", "Failure rate by kind against measured concurrency (one colour per kind in "
-                                    "every figure)."),
-    ("timeline.png", "In flight, usable, and failures so far by kind over the run; dotted lines mark where each "
-                     "stage began."),
+    (
+        "tti_breakdown.png",
+        "Where TTI goes: mean TTI per stage split into create, ready and first command (the same "
+        "shares as the phase table: each part's mean over the rollouts that became interactive).",
+    ),
+    (
+        "tti_cdf.png",
+        "TTI survival per stage: the share of rollouts not yet interactive at each TTI (log-log, so "
+        "p99 and p99.9 are the crossings of the 1% and 0.1% lines). Failed and cut-off rollouts never "
+        "became interactive: they are the floor the curve levels off at (a cut-off one might have "
+        "become interactive later, so the floor is an upper bound).",
+    ),
+    (
+        "latency_vs_concurrency.png",
+        "TTI p50 and p99 against measured concurrency (hollow p99: fewer than 1,000 samples, a rough figure).",
+    ),
+    (
+        "failures_vs_concurrency.png",
+        "Failure rate by kind against measured concurrency (one colour per kind in every figure).",
+    ),
+    (
+        "timeline.png",
+        "In flight, usable, and failures so far by kind over the run; dotted lines mark where each stage began.",
+    ),
 )
 """(file name, caption): the caption is printed under the figure in report.html."""
 
@@ -53,7 +65,7 @@ FOOTNOTES = (
     "rollout in which it completed (TTI: every rollout that got its first command back, whatever came after); a "
     "part's share of TTI is its mean / mean TTI over the rollouts that became interactive, so the three sum to "
     "100%. After TTI: later commands (every command after the first, summed per rollout) and teardown.",
-    SMALL_SAMPLE_NOTE,
+    REPORT_SMALL_SAMPLE_NOTE,
     "Failure rate = failed / (ok + failed). Cancelled rollouts were cut off by the end of the run: censored "
     "observations, counted apart (cxl), never failures; when some were cut off before becoming interactive, "
     "the censoring table gives TTI p99 as if they had been the slowest (an upper bound).",
@@ -133,8 +145,13 @@ def build_report(
     if censored is not None:
         text_parts += ["", censored.to_text()]
     text_parts += ["", knees_t.to_text(), f"knee thresholds: {thresholds.describe()} (* marks the knee stage)"]
-    if any("~" in cell for table in _tables(per_run, comparison, censored) for row in table.rows for cell in row):
-        text_parts += [SMALL_SAMPLE_NOTE]
+    if any(
+        SMALL_SAMPLE_MARK in cell
+        for table in _tables(per_run, comparison, censored)
+        for row in table.rows
+        for cell in row
+    ):
+        text_parts += [REPORT_SMALL_SAMPLE_NOTE]
 
     written: list[Path] = []
     images: list[tuple[str, bytes]] = []
@@ -174,8 +191,9 @@ def build_report(
     return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees, tables)
 
 
-def _tables(per_run: Sequence[tuple[RunStats, Table, Table]], comparison: Table | None,
-            censored: Table | None) -> list[Table]:
+def _tables(
+    per_run: Sequence[tuple[RunStats, Table, Table]], comparison: Table | None, censored: Table | None
+) -> list[Table]:
     tables = [t for _, stages_t, phases_t in per_run for t in (stages_t, phases_t)]
     return tables + [t for t in (comparison, censored) if t is not None]
 
@@ -201,9 +219,29 @@ class WithheldKnee(Knee):
 
 
 def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
-    header = ["run_id", "provider", "profile", "stage", "concurrency", "measured_concurrency", "target_concurrency", "rollouts", "ok",
-              "failed", "cancelled", "cancelled_before_tti", "retries", "gave_up", "success_rate", "failure_rate", "start_rate",
-              "time_scale", "basis", "failures_by_kind", "failures_by_phase"]
+    header = [
+        "run_id",
+        "provider",
+        "profile",
+        "stage",
+        "concurrency",
+        "measured_concurrency",
+        "target_concurrency",
+        "rollouts",
+        "ok",
+        "failed",
+        "cancelled",
+        "cancelled_before_tti",
+        "retries",
+        "gave_up",
+        "success_rate",
+        "failure_rate",
+        "start_rate",
+        "time_scale",
+        "basis",
+        "failures_by_kind",
+        "failures_by_phase",
+    ]
     phases = [name for name, _ in PHASES]
     header += [f"{phase}_{q}" for phase in phases for q in (*QUANTILE_NAMES, "mean", "n")]
     # the small-sample rule per quantile (quantiles.supported): False = fewer than 10 samples beyond it
@@ -214,11 +252,29 @@ def _write_csv(path: Path, runs: Sequence[RunStats]) -> None:
         writer.writerow(header)
         for run in runs:
             for s in run.stages:
-                row = [s.run_id, s.provider, s.profile, s.stage, s.concurrency, f"{s.measured_concurrency:g}", "" if s.target is None else s.target,
-                       s.rollouts, s.ok, s.failed, s.cancelled, s.cancelled_before_tti, s.retries, s.gave_up, f"{s.success_rate:.6g}",
-                       f"{s.failure_rate:.6g}", f"{s.start_rate:.6g}", s.time_scale, s.basis,
-                       ";".join(f"{k}={v}" for k, v in s.failures_by_kind.items()),
-                       ";".join(f"{k}={v}" for k, v in s.failures_by_phase.items())]
+                row = [
+                    s.run_id,
+                    s.provider,
+                    s.profile,
+                    s.stage,
+                    s.concurrency,
+                    f"{s.measured_concurrency:g}",
+                    "" if s.target is None else s.target,
+                    s.rollouts,
+                    s.ok,
+                    s.failed,
+                    s.cancelled,
+                    s.cancelled_before_tti,
+                    s.retries,
+                    s.gave_up,
+                    f"{s.success_rate:.6g}",
+                    f"{s.failure_rate:.6g}",
+                    f"{s.start_rate:.6g}",
+                    s.time_scale,
+                    s.basis,
+                    ";".join(f"{k}={v}" for k, v in s.failures_by_kind.items()),
+                    ";".join(f"{k}={v}" for k, v in s.failures_by_phase.items()),
+                ]
                 row += [repr(float(s.phases[p][q])) for p in phases for q in (*QUANTILE_NAMES, "mean", "n")]
                 row += [supported(level, int(s.phases[p]["n"])) for p in phases for _, level in REPORT_QUANTILES]
                 row += [f"{s.tti_share.get(part, float('nan')):.6g}" for part in TTI_PARTS]

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.results.knee import Knee
-from harness.results.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, supported
+from harness.results.quantiles import (
+    QUANTILE_NAMES,
+    REPORT_QUANTILES,
+    SMALL_SAMPLE_MARK,
+    SMALL_SAMPLE_NOTE,
+    supported,
+)
 from harness.results.stage_aggregate import PHASE_LABELS, TTI_PARTS, RunStats, StageStats, TimeBasis
 from harness.results.stage_matching import match_runs
 from harness.results.timing_error import FLAG_NOTE
@@ -43,12 +49,7 @@ def seconds(value: float) -> str:
     return f"{value:.1f}"
 
 
-SMALL_SAMPLE_MARK = "~"
-SMALL_SAMPLE_NOTE = (
-    "~ after a quantile (greyed in report.html; *_supported = False in stages.csv): fewer than 10 samples lie "
-    "beyond it (n·(1−q) < 10: p90 needs 100 samples, p99 1,000, p99.9 10,000), so it is mostly the few slowest "
-    "values; read it as a rough figure."
-)
+REPORT_SMALL_SAMPLE_NOTE = f"{SMALL_SAMPLE_NOTE} (greyed in report.html; *_supported = False in stages.csv)"
 _LEVELS = dict(REPORT_QUANTILES)
 
 
@@ -83,8 +84,23 @@ def basis_note(run: RunStats) -> str:
 def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     seconds_unit = unit(run.basis)
     retried = any(s.retries for s in run.stages)
-    header = ["stage", "conc", "target", "rollouts", "ok", "failed", "cxl", "ok%", f"TTI {QUANTILE_NAMES[0]} ({seconds_unit})",
-              *QUANTILE_NAMES[1:], f"starts per {seconds_unit}", "harness err", "engine", "failures by kind", "by phase"]
+    header = [
+        "stage",
+        "conc",
+        "target",
+        "rollouts",
+        "ok",
+        "failed",
+        "cxl",
+        "ok%",
+        f"TTI {QUANTILE_NAMES[0]} ({seconds_unit})",
+        *QUANTILE_NAMES[1:],
+        f"starts per {seconds_unit}",
+        "harness err",
+        "engine",
+        "failures by kind",
+        "by phase",
+    ]
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[3:4] = ["attempts", "retries", "gave up"]
     rows = []
@@ -140,8 +156,18 @@ def phase_table(run: RunStats) -> Table:
                 label, share = "  " + PHASE_LABELS[phase], _percent(s.tti_share.get(phase, float("nan")))
             else:
                 label, share = PHASE_LABELS[phase], "after TTI"
-            rows.append([s.stage if phase == "tti" else "", label, str(q["n"]), quantile_cell(q, "p50"), quantile_cell(q, "p99"),
-                         seconds(q["max"]), seconds(q["mean"]), share])
+            rows.append(
+                [
+                    s.stage if phase == "tti" else "",
+                    label,
+                    str(q["n"]),
+                    quantile_cell(q, "p50"),
+                    quantile_cell(q, "p99"),
+                    seconds(q["max"]),
+                    seconds(q["mean"]),
+                    share,
+                ]
+            )
     title = f"{run.info.label}: where TTI goes (TTI = create + ready + first command)  [{seconds_unit}]"
     return Table(title, header, rows, left=frozenset({0, 1}))
 
@@ -159,13 +185,27 @@ def censoring_table(runs: Sequence[RunStats]) -> Table | None:
                 upper = seconds(s.tti_p99_censored_upper)
                 if upper not in ("-", "inf") and not supported(0.99, int(tti["n"]) + s.cancelled_before_tti):
                     upper += SMALL_SAMPLE_MARK
-                rows.append([run.info.label, s.stage, str(s.cancelled), str(s.cancelled_before_tti),
-                             quantile_cell(tti, "p99"), upper])
+                rows.append(
+                    [
+                        run.info.label,
+                        s.stage,
+                        str(s.cancelled),
+                        str(s.cancelled_before_tti),
+                        quantile_cell(tti, "p99"),
+                        upper,
+                    ]
+                )
     if not rows:
         return None
     seconds_unit = unit(runs[0].basis)
-    header = ["run", "stage", "cancelled", "before TTI", f"TTI p99, interactive only ({seconds_unit})",
-              f"p99 if those were slowest ({seconds_unit})"]
+    header = [
+        "run",
+        "stage",
+        "cancelled",
+        "before TTI",
+        f"TTI p99, interactive only ({seconds_unit})",
+        f"p99 if those were slowest ({seconds_unit})",
+    ]
     return Table("cancelled rollouts (censored, not failures)", header, rows, left=frozenset({0, 1}))
 
 

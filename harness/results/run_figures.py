@@ -14,7 +14,8 @@ import pandas as pd
 
 from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.stage_aggregate import RunStats, StageStats, TimeBasis, compute_run_stats
-from harness.results.thresholds import COUNT_METRIC, INIT_PHASES, STATS, RunFigures
+from harness.results.thresholds import COUNT_METRIC, STATS, RunFigures
+from harness.wire.records import INIT_PHASES
 
 WHOLE_RUN = "(run)"
 

@@ -19,16 +19,17 @@ import pandas as pd
 
 from foundation.quantiles import nearest_rank
 from harness.results.engine_load import EngineLoad
-from harness.results.quantiles import REPORT_QUANTILES, quantiles, supported
+from harness.results.quantiles import (
+    REPORT_QUANTILES,
+    SMALL_SAMPLE_MARK,
+    SMALL_SAMPLE_NOTE,
+    quantiles,
+    supported,
+)
 from harness.results.run_figures import unfinished
 from harness.results.stage_aggregate import StageStats, TimeBasis
 from harness.results.timing_error import FLAG_NOTE
 
-SMALL_SAMPLE_MARK = "~"
-SMALL_SAMPLE_NOTE = (
-    "~ fewer than 10 samples lie beyond this quantile (n·(1-q) < 10: p99 needs 1,000 rollouts, p99.9 10,000): "
-    "mostly noise"
-)
 START_RATE_NOTE = (
     "starts/s: rollouts submitted in the stage / its submit span (first submit to last; a burst's is its release)"
 )

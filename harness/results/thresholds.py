@@ -41,11 +41,13 @@ STATS: tuple[str, ...] = (*QUANTILE_NAMES, "mean")
 RATE_METRICS: tuple[str, ...] = ("failure_rate", "init_failure_rate", "success_rate")
 COUNT_METRIC = "failures"
 START_RATE = "start_rate"
-INIT_PHASES: tuple[str, ...] = ("create", "ready")  # a failure here: the sandbox never became interactive
 
 Comparison = Literal["<", "<=", ">", ">="]
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 _EXPRESSION = re.compile(
     r"^\s*(?:stage\[(?P<stage>[^\]]*)\]\s*\.)?\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.]*?)\s*"
@@ -196,8 +198,12 @@ def _metric_kind(raw: str, metric: str) -> str:
 
 
 def _apply_unit(raw: str, kind: str, bound: float, unit: str) -> float:
-    allowed = {"duration": {"": 1.0, "s": 1.0, "ms": 0.001}, "rate": {"": 1.0, "%": 0.01}, "count": {"": 1.0},
-               START_RATE: {"": 1.0}}[kind]
+    allowed = {
+        "duration": {"": 1.0, "s": 1.0, "ms": 0.001},
+        "rate": {"": 1.0, "%": 0.01},
+        "count": {"": 1.0},
+        START_RATE: {"": 1.0},
+    }[kind]
     if unit not in allowed:
         units = ", ".join(u for u in allowed if u) or "none"
         raise UsageError(f"--threshold {raw!r}: unit {unit!r} does not fit a {kind.replace('_', ' ')} (units: {units})")

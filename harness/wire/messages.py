@@ -114,6 +114,11 @@ class StageUpdate:
         return cls(stage=str(data.get("stage", "")), target_users=int(data.get("target_users", 0)))
 
 
+RECENT_WINDOW_S = 10.0
+"""What the `recent_*` figures cover: the engine's last rollouts over this many seconds, and its loop lag over the
+last one to two of these windows (two rotating histograms)."""
+
+
 @dataclass(slots=True)
 class HealthSnapshot:
     """How late the engine's event loop ran and how busy its process was (`harness.engine.health`)."""
@@ -122,7 +127,7 @@ class HealthSnapshot:
     loop_lag_p99_ms: float = 0.0
     loop_lag_max_ms: float = 0.0
     loop_lag_samples: int = 0
-    recent_lag_p99_ms: float = 0.0  # over the last 10 to 20 seconds: what the load looks like now
+    recent_lag_p99_ms: float = 0.0  # over the last 1 to 2 RECENT_WINDOW_S: what the load looks like now
     recent_lag_max_ms: float = 0.0
     cpu_percent: float = 0.0  # of one core, since the previous snapshot
     cpu_seconds: float = 0.0  # user + system, whole life of the process
@@ -153,7 +158,7 @@ class EngineStats:
     peak_inflight: int = 0
     recent_tti_p50_s: float | None = None
     recent_tti_p99_s: float | None = None
-    recent_completed: int = 0
+    recent_completed: int = 0  # rollouts ended in the last RECENT_WINDOW_S
     health: HealthSnapshot = field(default_factory=HealthSnapshot)
     rows_written: int = 0
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -21,6 +21,7 @@ from harness.wire.schema_version import (  # noqa: F401  (re-exported: the table
     TRAINER_TABLE,
     TRUTH_TABLE,
 )
+from providers.base import INIT_PHASES as INIT_PHASES  # re-exported: the failure_phase values results read
 
 OUTCOME_OK = "ok"
 OUTCOME_FAILED = "failed"

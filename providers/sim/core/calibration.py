@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from providers.base import INIT_PHASES
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import Profile, ProfileError, load_profile
 
@@ -116,7 +117,7 @@ def statistic(result: BurstResult, stat: str) -> float:
 
 def first_attempt_init_failure_rate(result: BurstResult) -> float:
     """Share of rollouts whose first attempt never became usable (retried, or given up at once)."""
-    failed = sum(1 for s in result.samples if s.attempts > 1 or s.phase in ("create", "ready"))
+    failed = sum(1 for s in result.samples if s.attempts > 1 or s.phase in INIT_PHASES)
     return failed / max(1, result.n)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from foundation.quantiles import nearest_rank
+from providers.base import INIT_PHASES
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import CreateRequest, ExecOutcome, Rejected, SandboxDied, SandboxStatus, SimSandbox
@@ -105,7 +106,7 @@ class BurstResult:
 
     def init_failures(self) -> int:
         """Rollouts that never got a usable sandbox (what RL users call init failures)."""
-        return sum(1 for s in self.samples if s.phase in ("create", "ready"))
+        return sum(1 for s in self.samples if s.phase in INIT_PHASES)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -196,7 +197,7 @@ class _ProbeWorkload:
     ) -> None:
         self.attempt_failures[failure] += 1
         attempt = self._attempt[index]
-        if phase in ("create", "ready") and attempt <= self.retries:
+        if phase in INIT_PHASES and attempt <= self.retries:
             self.sim.clock.call_at(self.sim.clock.now() + self.retry_backoff_s, functools.partial(self.launch, index))
             return
         self._finish(BurstSample(index, created, sandbox_id, None, failure, phase, attempt, pending_s=pending_s))
