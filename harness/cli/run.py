@@ -31,7 +31,7 @@ from locust.util.load_locustfile import load_locustfile
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
 from harness.locust.run_limits import MachineRoom, asked_peak, check_in_flight, cleartext_token_warning
-from harness.locust.session import session_of
+from harness.locust.session import hand_over_settings, session_of
 from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape, StampedeShape
 from harness.locust.vendor_process import probe
@@ -259,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
         runner = environment.create_local_runner()
     if shape is not None:
         shape.runner = runner
+    if settings is not None:  # parsed and checked once, above (a worker takes its settings from its master)
+        hand_over_settings(environment, settings)
     environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
     session = session_of(environment)
     if session is None or session.failed_to_start:

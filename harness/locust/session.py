@@ -412,6 +412,12 @@ class StampedeSession:
 
 
 _ATTRIBUTE = "stampede"
+_PARSED = "stampede_settings"  # settings parsed before Locust's `init` (`stampede run`), taken as they are
+
+
+def hand_over_settings(environment: Environment, settings: RunSettings) -> None:
+    """`stampede run` parsed and checked the settings before Locust started: `init` takes them, not a re-parse."""
+    setattr(environment, _PARSED, settings)
 
 
 def session_of(environment: Any) -> StampedeSession | None:
@@ -441,11 +447,13 @@ def _on_parser(parser: Any, **_: Any) -> None:
 def _on_init(environment: Environment, **_: Any) -> None:
     if session_of(environment) is not None:
         return
-    try:
-        settings = RunSettings.from_options(environment.parsed_options)
-    except UsageError as exc:
-        _fail(environment, str(exc))
-        return
+    settings = getattr(environment, _PARSED, None)
+    if not isinstance(settings, RunSettings):
+        try:  # `locust -f`: the one parse of stampede's options (a web-form test, or a worker's run, reads its own)
+            settings = RunSettings.from_options(environment.parsed_options)
+        except UsageError as exc:
+            _fail(environment, str(exc))
+            return
     session = StampedeSession(environment, settings)
     setattr(environment, _ATTRIBUTE, session)
     try:

@@ -64,20 +64,20 @@ class StampedeShape(LoadTestShape):
         """Back to the shape's first stage; subclasses reset their own progress here."""
 
     def refused(self) -> bool:
-        """The settings posted for this test were refused: the shape ends before its first stage. Waits
-        while they are being prepared (Locust ticks the shape before `reset_time` has returned)."""
+        """The settings posted for this test were refused, or stampede could not start in this process (no run
+        state: its settings were refused at `init`): the shape ends before its first stage. Waits while they are
+        being prepared (Locust ticks the shape before `reset_time` has returned)."""
         state = self.state()
-        return state is not None and not state.ready_for_test()
+        return state is None or not state.ready_for_test()
 
     def state(self) -> RunState | None:
         return run_state_of(self.runner.environment) if self.runner else None
 
     def settings(self) -> RunSettings:
+        """The settings in force: parsed once at `init` (and for each test the web form starts), held by the run
+        state; the defaults where there is none (every tick is refused then)."""
         state = self.state()
-        if state is not None:
-            return state.settings
-        assert self.runner is not None
-        return RunSettings.from_options(self.runner.environment.parsed_options)
+        return state.settings if state is not None else RunSettings()
 
     def spawn_rate(self, default: float = DEFAULT_SPAWN_RATE) -> float:
         return self.settings().spawn_rate or default
