@@ -15,9 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 5  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+CONTRACT_VERSION = 6  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
 # 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run); 5: from_options is a
-# classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options)
+# classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options);
+# 6: an engine's sandboxes also carry its process's INVOCATION_LABEL, and `list_owned(run, engine)` means this
+# invocation's engine (two runs given one --run-id never sweep each other's sandboxes)
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"

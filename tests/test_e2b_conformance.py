@@ -46,7 +46,15 @@ from e2b import (
 from e2b.api import client_async as sdk_transports
 
 from harness.results.dataset import load_truth
-from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, ReadyObservation, SandboxSpec
+from providers.base import (
+    INVOCATION,
+    FailureKind,
+    Phase,
+    ProviderConfigError,
+    ProviderError,
+    ReadyObservation,
+    SandboxSpec,
+)
 from providers.e2b import E2BProvider, classify_e2b, sandbox_timeout
 from providers.sim.e2b.server import E2BSettings, RunningE2B, start_e2b
 from tests.support.live_lifecycle import check_live_lifecycle
@@ -369,6 +377,7 @@ async def test_the_provider_walks_the_contract_against_the_front(open_e2b: Open)
         "stampede-run": "r",
         "stampede-rollout": "x",
         "stampede-engine": "e1",
+        "stampede-invocation": INVOCATION,
     }
     assert await provider.cleanup("r") == 1 and await provider.list_owned("r") == []
 

@@ -17,8 +17,34 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UsageError
 from harness.results.run_pointer import POINTER_NAME
 from harness.wire.schema_version import SCHEMA_VERSION
+
+MAX_RUN_ID_CHARS = 64  # a folder name, and a label value on every vendor (Kubernetes-style labels stop at 63)
+_SAFE_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_run_id(run_id: str) -> str:
+    """A user's --run-id, refused unless it is one safe folder name and label value: letters, digits, `.`, `_`
+    and `-`, starting with a letter or digit (so never `..`, a path, a hidden name or shell syntax)."""
+    if len(run_id) > MAX_RUN_ID_CHARS:
+        raise UsageError(f"--run-id has {len(run_id)} characters, more than {MAX_RUN_ID_CHARS}")
+    if not _SAFE_RUN_ID.fullmatch(run_id):
+        raise UsageError(
+            f"--run-id {run_id!r} may hold only letters, digits, '.', '_' and '-', and starts with a letter or digit"
+        )
+    return run_id
+
+
+def create_run_folder(run_dir: Path) -> None:
+    """The run's own folder, made here or refused: one mkdir that fails if it exists, so two runs given one id
+    (even started at once) never share it."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir()
+    except FileExistsError:
+        raise UsageError(f"{run_dir} already exists: give another --run-id, or remove that folder") from None
 
 
 def new_run_id(scenario: str, provider: str) -> str:

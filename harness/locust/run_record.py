@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.reports import LocustReports
-from harness.locust.run_folder import base_manifest, point_latest_at, write_manifest
+from harness.locust.run_folder import base_manifest, create_run_folder, point_latest_at, write_manifest
 from harness.locust.settings import RunSettings
 from harness.locust.vendor_lifecycle import VendorFacts
 from harness.wire.run_endings import exit_code_for
@@ -109,7 +109,7 @@ class RunRecord:
     @classmethod
     def open(cls, run_dir: Path, manifest: dict[str, Any], environment: Any) -> RunRecord:
         """Create the folder, write run.json, point `results/latest` at it, start Locust's CSV reports."""
-        run_dir.mkdir(parents=True, exist_ok=True)
+        create_run_folder(run_dir)  # UsageError: another run has it
         write_manifest(run_dir, manifest)
         point_latest_at(run_dir)
         reports = LocustReports(environment, run_dir)

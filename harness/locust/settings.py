@@ -16,6 +16,7 @@ from typing import Any
 
 from foundation.cli_help import set_env_var
 from harness.errors import UsageError
+from harness.locust.run_folder import check_run_id
 from harness.results.cli_options import seconds_option, threshold_option
 from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 from harness.results.thresholds import Threshold, parse_all
@@ -548,7 +549,7 @@ class RunSettings:
             time_scale=get("time_scale"),
             seed=int(get("seed") or 0),
             out=str(get("out") or DEFAULT_OUT),
-            run_id=get("run_id") or None,
+            run_id=check_run_id(str(get("run_id"))) if get("run_id") else None,
             stages=parse_stages(get("stages") or ",".join(map(str, DEFAULT_STAGES))),
             hold_s=float(get("hold")) if get("hold") is not None else None,
             burst_steps=int(get("burst_steps", 1)),

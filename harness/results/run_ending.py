@@ -7,6 +7,7 @@ process that owned it is gone (its pid and start time are in run.json under `pro
 
 from __future__ import annotations
 
+import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,8 +92,8 @@ def cleanup_command(manifest: Mapping[str, Any]) -> str | None:
     if manifest.get("local_vendor"):
         return None  # its simulated vendor was started for the run and died with it: nothing outlives it
     base_url = manifest.get("base_url")
-    where = f" --base-url {base_url}" if base_url else ""
-    return f"stampede cleanup --provider {provider}{where} --run-id {run_id}"
+    where = f" --base-url {shlex.quote(str(base_url))}" if base_url else ""
+    return f"stampede cleanup --provider {shlex.quote(str(provider))}{where} --run-id {shlex.quote(str(run_id))}"
 
 
 def run_ending(manifest: Mapping[str, Any], outcomes: Any = None) -> RunEnding:
@@ -103,4 +104,3 @@ def run_ending(manifest: Mapping[str, Any], outcomes: Any = None) -> RunEnding:
     verdicts = manifest.get("thresholds") or []
     crossed = sum(1 for verdict in verdicts if isinstance(verdict, Mapping) and verdict.get("verdict") != "ok")
     return RunEnding(ending_of(manifest), unfinished, cleanup_command(manifest), crossed)
-

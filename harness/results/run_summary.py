@@ -4,6 +4,7 @@ gets no knee verdict: its last stage did not run its course."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,8 @@ def _engine_line(engine: Mapping[str, Any], provider: Any, run_id: Any) -> str:
         f"{reaped if reaped is not None else '?'} reaped by run label"
         + (
             f" (sweep failed: {engine.get('sweep_error')}; once the vendor answers again, "
-            f"`stampede cleanup --provider {provider} --run-id {run_id}` reaps what is left)"
+            f"`stampede cleanup --provider {shlex.quote(str(provider))} --run-id {shlex.quote(str(run_id))}` reaps"
+            " what is left)"
             if trouble
             else ""
         )
