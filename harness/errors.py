@@ -1,6 +1,7 @@
 """The one kind of error a user can cause: bad input, printed as one line on stderr with exit status 2.
 
-Every part of the harness raises `UsageError` for a mistake the user can fix (a bad setting, plan, duration,
+Every part of the harness raises `UsageError` (defined in `foundation.errors`, shared with the vendors' serve
+commands) for a mistake the user can fix (a bad setting, plan, duration,
 config, latency model or run folder, a vendor that cannot start); the command line prints it and exits 2.
 Errors that are not the user's (the engine went away, a vendor failed) have their own classes where they are
 raised; the provider contract's `ProviderConfigError` stays in `providers.base` (providers import no harness).
@@ -13,13 +14,9 @@ from collections.abc import Callable
 from functools import wraps
 from typing import TypeVar
 
-EXIT_USAGE = 2
+from foundation.errors import EXIT_USAGE, UsageError
 
 F = TypeVar("F", bound=Callable[..., int])
-
-
-class UsageError(ValueError):
-    """Input a user can get wrong; the message is the one line we print."""
 
 
 def print_usage_error(exc: BaseException) -> int:

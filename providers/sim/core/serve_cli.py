@@ -3,6 +3,9 @@
 A serve module runs standalone or as the child process the harness embeds: it prints one JSON line to stdout
 once listening (for the parent), a human line to stderr, and exits on SIGINT/SIGTERM or, with
 `--exit-on-stdin-eof`, when its stdin closes, so an embedded child never outlives its harness.
+
+`ServeCommand` is that whole skeleton; each front's `serve.py` is one of it, supplying only what differs: its
+settings class and start function, its own arguments, what its ready line and human line add.
 """
 
 from __future__ import annotations
@@ -12,29 +15,48 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from foundation.cli_help import DefaultsHelpFormatter
+from foundation.errors import EXIT_USAGE, UsageError
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
 from providers.sim.core.profile import ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
+
+if TYPE_CHECKING:
+    from providers.sim.core.simulator import VendorSimulator
 
 
 class RunningServer(Protocol):
     async def close(self) -> None: ...
 
 
+class RunningFront(RunningServer, Protocol):
+    """What every front returns once listening (`listening.RunningApp`, the local Modal's own record)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def simulator(self) -> VendorSimulator: ...
+
+    @property
+    def time_scale(self) -> float: ...
+
+
 Server = TypeVar("Server", bound=RunningServer)
+Front = TypeVar("Front", bound=RunningFront)
 Settings = TypeVar("Settings", bound=VendorSettings)
-
-
-class UsageError(Exception):
-    """Bad input: one line on stderr, exit status 2."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -167,7 +189,7 @@ def serve_main(
         settings.resolved_time_scale(settings.resolved_profile())
     except (UsageError, ProfileError, ValueError) as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
-        return 2
+        return EXIT_USAGE
     raise_open_files_limit()  # every client connection is a file: thousands in flight need more than 1,024
     try:
         asyncio.run(serve_until_stopped(lambda: start(settings), on_ready, args.exit_on_stdin_eof))
@@ -177,3 +199,81 @@ def serve_main(
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    return None
+
+
+def _no_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class ServeCommand(Generic[Settings, Front]):
+    """One simulated vendor's `serve` command; the fields are all that differs from one front to another.
+
+    The common arguments (`add_simulator_arguments`, `--port`, `--token`) become `settings(...)`; `more_arguments`
+    and `more_settings` add a front's own. The ready line is `ready_fields(front)` then the run's facts (profile,
+    time scale, seed, pid); the human line is "<title>: <profile> (seed N, time scale S) <where(front)>; Ctrl-C to
+    stop".
+    """
+
+    prog: str
+    description: str
+    title: str
+    default_profile: str
+    settings: Callable[..., Settings]
+    start: Callable[[Settings], Awaitable[Front]]
+    ready_fields: Callable[[Front], dict[str, Any]]
+    where: Callable[[Front], str]
+    token_help: str = "the API key clients must send (default: random)"
+    port_help: str = "port (default 0: a free port)"
+    more_arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
+    more_settings: Callable[[argparse.Namespace], dict[str, Any]] = _no_settings  # UsageError on a bad value
+
+    def build_parser(self, prog: str | None = None) -> argparse.ArgumentParser:
+        parser = Parser(prog=prog or self.prog, description=self.description)
+        add_simulator_arguments(parser, self.default_profile)
+        parser.add_argument("--port", type=port, default=0, help=self.port_help)
+        self.more_arguments(parser)
+        parser.add_argument("--token", default=None, help=self.token_help)
+        return parser
+
+    def settings_from_args(self, args: argparse.Namespace) -> Settings:
+        """Settings from the command line (a bad value raises UsageError with a one-line message)."""
+        common: dict[str, Any] = {
+            "profile": args.profile,
+            "seed": args.seed,
+            "time_scale": args.time_scale,
+            "host": args.host,
+            "port": args.port,
+            "overrides": parse_overrides(args.overrides),
+        }
+        if args.token:
+            common["token"] = args.token
+        return self.settings(**common, **self.more_settings(args))
+
+    def ready_line(self, front: Front) -> dict[str, Any]:
+        """The JSON line a parent reads: the front's own fields, then the run's facts."""
+        sim = front.simulator
+        facts = {"profile": sim.profile.name, "time_scale": front.time_scale, "seed": sim.seed, "pid": os.getpid()}
+        return {**self.ready_fields(front), **facts}
+
+    def announce(self, front: Front) -> None:
+        line = self.ready_line(front)
+        announce(
+            line,
+            f"{self.title}: {line['profile']} (seed {line['seed']}, time scale {line['time_scale']:g}) "
+            f"{self.where(front)}; Ctrl-C to stop",
+        )
+
+    def main(self, argv: list[str] | None = None, prog: str | None = None) -> int:
+        """The entry point: 0 on a clean stop, 2 on bad input (one line on stderr)."""
+        shown = prog or self.prog
+
+        def parse() -> tuple[argparse.Namespace, Settings]:
+            args = self.build_parser(shown).parse_args(argv)
+            return args, self.settings_from_args(args)
+
+        return serve_main(shown, parse, self.start, self.announce)
