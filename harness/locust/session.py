@@ -11,7 +11,6 @@ Wired to Locust's events, so the same code serves `locust -f scenarios/ramp.py` 
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,13 @@ import gevent
 import gevent.event
 from locust import events
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
 
 from harness.errors import UsageError
 from harness.locust.end_of_run import RunEnd, conclude
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.engine_link import EngineLink, RunIdentity, engine_config
 from harness.locust.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
+from harness.locust.process_role import ProcessRole
 from harness.locust.progress import ProgressPrinter
 from harness.locust.run_folder import new_run_id
 from harness.locust.run_record import (
@@ -62,6 +61,7 @@ class StampedeSession:
 
     def __init__(self, environment: Environment, settings: RunSettings) -> None:
         self.environment = environment
+        self.role = ProcessRole(environment)  # local runner, master or worker
         self.state = RunState(settings)
         self.state.attach(environment)
         self.state.test_preparers.append(self.prepare_test)
@@ -106,41 +106,13 @@ class StampedeSession:
     def ended(self) -> bool:
         return self.state.ended
 
-    # -- roles -----------------------------------------------------------------------------------------
     @property
     def runner(self) -> Any:
         return self.environment.runner
 
     @property
-    def is_master(self) -> bool:
-        return isinstance(self.runner, MasterRunner)
-
-    @property
-    def is_worker(self) -> bool:
-        return isinstance(self.runner, WorkerRunner)
-
-    @property
-    def owns_run_folder(self) -> bool:
-        return not self.is_worker
-
-    @property
-    def runs_users(self) -> bool:
-        return not self.is_master
-
-    def worker_name(self) -> str:
-        if self.is_worker:
-            return f"w{getattr(self.runner, 'worker_index', 0)}-{socket.gethostname()}"
-        return "local"
-
-    @property
-    def scenario(self) -> str:
-        locustfile = self.environment.locustfile or "scenario"
-        return Path(locustfile).stem
-
-    @property
     def shape(self) -> StampedeShape | None:
-        shape = self.environment.shape_class
-        return shape if isinstance(shape, StampedeShape) else None
+        return self.role.shape
 
     def before_rollout(self, user: Any) -> Stage | None:
         """In a user's greenlet, before each rollout: the stage it runs in, or None when the shape is done."""
@@ -189,18 +161,18 @@ class StampedeSession:
         """
         # The engine and the local vendor are separate interpreters: start both at once (each takes most of a
         # second to import its world), not one after the other.
-        if self.runs_users:
-            self.engine_link.spawn(self.worker_name(), self.settings.provider)
+        if self.role.runs_users:
+            self.engine_link.spawn(self.role.worker_name, self.settings.provider)
         engine_failed: BaseException | None = None
         try:
-            if self.is_master:
+            if self.role.is_master:
                 self.master_link = MasterLink(self.runner, self.state)
-            elif self.is_worker:
+            elif self.role.is_worker:
                 self.worker_link = WorkerLink(
-                    self.runner, self.state, self.worker_name(), lambda: self.engine, self.note_master_signal
+                    self.runner, self.state, self.role.worker_name, lambda: self.engine, self.note_master_signal
                 )
-            if self.settings.embedded_vendor and not self.is_worker:
-                self._start_vendor()
+            if self.settings.embedded_vendor and not self.role.is_worker:
+                self._serve_vendor(self.settings)
         finally:
             engine_failed = self.engine_link.wait_started(self.state)  # a vendor that failed leaves it to close()
             self.services_ready.set()
@@ -237,36 +209,23 @@ class StampedeSession:
         The embedded vendor is kept while what it simulates is unchanged, and restarted otherwise. A bad value
         raises UsageError (the test is refused, the process keeps serving the form).
         """
-        if getattr(self.environment, "web_ui", None) is None or self.is_worker:
+        if getattr(self.environment, "web_ui", None) is None or self.role.is_worker:
             return
         self.wait_for_last_run()
         if self.environment.parsed_options is None:
             return
-        self.settings = settings = self.web_form.posted(self.environment.parsed_options, self.embedded.endpoint())
-        if not settings.embedded_vendor:
-            self._stop_vendor()
-            self.vendor = VendorFacts(settings.time_scale, "")
-        elif not self.embedded.serves(settings):
-            self._stop_vendor()
-            self._start_vendor()
-        else:
-            self._use_vendor()
+        self._serve_vendor(self.web_form.posted(self.environment.parsed_options, self.embedded.endpoint()))
 
-    def _stop_vendor(self) -> None:
-        self.embedded.stop()
+    def _serve_vendor(self, settings: RunSettings) -> None:
+        """The embedded vendor these settings ask for (none, kept, or (re)started); here and on workers, the run
+        talks to it."""
+        self.settings = settings
         forget_vendor(self.environment.parsed_options)
-
-    def _start_vendor(self) -> None:
         shape = self.shape
-        self.embedded.start(
-            self.settings, shape.peak_users(self.settings) if shape is not None else self.settings.users
-        )
-        self._use_vendor()
-
-    def _use_vendor(self) -> None:
-        """This run talks to the embedded vendor: its address, token and options, here and on workers."""
-        self.settings, self.vendor = self.embedded.bind(self.settings)
-        publish_vendor(self.environment.parsed_options, self.settings, self.vendor)
+        peak_users = shape.peak_users(settings) if shape is not None else settings.users
+        self.settings, self.vendor = self.embedded.serve(settings, peak_users)
+        if self.embedded.vendor is not None:
+            publish_vendor(self.environment.parsed_options, self.settings, self.vendor)
 
     def begin_run(self) -> None:
         """At `test_start`: a run id and folder (local/master), the engine configured (local/worker)."""
@@ -280,39 +239,39 @@ class StampedeSession:
         # Stage and gate are not reset here: the shape's first tick (and a master's first broadcast) comes
         # before test_start. They are reset when a run ends.
         options = self.environment.parsed_options
-        if self.is_worker:
+        if self.role.is_worker:
             handed = received(options)
             self.settings, self.vendor, self.state.run_id = handed.settings, handed.vendor, handed.run_id
         else:
             first_run = self.runs == 1
             self.state.run_id = (self.settings.run_id if first_run else None) or new_run_id(
-                self.scenario, self.settings.provider
+                self.role.scenario, self.settings.provider
             )
             publish_run_id(options, self.state.run_id)
         self.state.run_dir = Path(self.settings.out) / str(self.run_id)
-        if self.owns_run_folder:
+        if self.role.owns_run_folder:
             if self.runs == 1:
                 offer_cleanup_of_crashed_runs(Path(self.settings.out))
             self.record = RunRecord.open(self.state.run_dir, self._initial_manifest(), self.environment)
         if self.engine is not None:
             out_dir = self.worker_link.spool if self.worker_link is not None else Path(self.settings.out)
-            identity = RunIdentity(str(self.run_id), self.worker_name(), self.scenario, Path(out_dir))
+            identity = RunIdentity(str(self.run_id), self.role.worker_name, self.role.scenario, Path(out_dir))
             self.versions = self.engine_link.configure(engine_config(self.settings, self.vendor, identity))
-            if self.owns_run_folder and self.record is not None:
+            if self.role.owns_run_folder and self.record is not None:
                 self.record.add_versions(self.versions)
         if self.master_link is not None:
             self.master_link.start_run()
         if self.worker_link is not None:
             self.worker_link.start_run()
-        if not self.is_master and not self.is_worker:
+        if not self.role.is_master and not self.role.is_worker:
             self.engine_link.start_polling(self.state)
-        if self.owns_run_folder and self.settings.progress_interval_s > 0:
+        if self.role.owns_run_folder and self.settings.progress_interval_s > 0:
             self.progress = ProgressPrinter(
                 self.runner, self.state, self.settings.progress_interval_s, self.vendor.time_scale
             )
             self.progress.start()
         # each run of a web UI session starts unstopped; the run folder's owner watches the thresholds
-        abort_on_threshold = self.owns_run_folder and self.settings.abort_on_threshold
+        abort_on_threshold = self.role.owns_run_folder and self.settings.abort_on_threshold
         self.stopping.new_run(self.state.live, self.settings.thresholds, abort_on_threshold)
         self.run_ready.set()
 
@@ -321,15 +280,15 @@ class StampedeSession:
         vendor_pid, shard_pids = self.embedded.pids()
         description = RunDescription(
             run_id=self.run_id,
-            scenario=self.scenario,
+            scenario=self.role.scenario,
             locustfile=self.environment.locustfile,
             settings=self.settings,
             vendor=self.vendor,
             local_vendor=self.embedded.vendor is not None,
             shape=self.shape.describe() if self.shape else None,
             stop_timeout_s=self.environment.stop_timeout,
-            master_of=getattr(self.runner, "worker_count", None) if self.is_master else None,
-            is_master=self.is_master,
+            master_of=getattr(self.runner, "worker_count", None) if self.role.is_master else None,
+            is_master=self.role.is_master,
         )
         return initial_manifest(description, Writers(self.engine_link.pid, vendor_pid, shard_pids))
 
@@ -372,7 +331,7 @@ class StampedeSession:
             self.engine_summaries = [{**summary, "locust_process": process_usage()}]
         if self.master_link is not None:
             self.engine_summaries = self.master_link.wait_for_workers()
-        if not self.owns_run_folder or self.record is None:
+        if not self.role.owns_run_folder or self.record is None:
             return
         self.record.finish_reports()
         self.embedded.save_truth(self.record.run_dir, str(self.run_id))
@@ -381,7 +340,7 @@ class StampedeSession:
             ending=self.ending,
             engines=self.engine_summaries,
             dropped_starts=dict(self.state.live.dropped),
-            is_master=self.is_master,
+            is_master=self.role.is_master,
             shape_outcome=shape.outcome if shape is not None else None,
             final_stage=final_stage.name,
             stopped_by=self.stopping.stopped_by,

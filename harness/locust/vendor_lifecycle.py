@@ -49,6 +49,17 @@ class VendorLifecycle:
         self.vendor: ShardedVendor | None = None
         self._started_for: tuple[Any, ...] | None = None
 
+    def serve(self, settings: RunSettings, peak_users: int | None) -> tuple[RunSettings, VendorFacts]:
+        """The vendor these settings ask for, and the settings pointed at it: none (stopped) for a real vendor;
+        kept while it simulates the same; otherwise (re)started (UsageError: it could not start)."""
+        if not settings.embedded_vendor:
+            self.stop()
+            return settings, VendorFacts(settings.time_scale, "")
+        if not self.serves(settings):
+            self.stop()
+            self.start(settings, peak_users)
+        return self.bind(settings)
+
     def serves(self, settings: RunSettings) -> bool:
         """A vendor runs and simulates what these settings ask for (a web-form test keeps it)."""
         return self.vendor is not None and self._started_for == _simulates(settings)
