@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import numpy as np
 from matplotlib.ticker import NullFormatter
@@ -20,8 +21,6 @@ from harness.results.quantiles import downsample_sorted
 
 VERDICT_COLOURS = {WORSE: "#c0392b", BETTER: "#1e8449"}
 NEUTRAL = "#555555"
-
-
 
 
 def survival_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,8 +58,15 @@ def tti_survival(comparison: Comparison) -> bytes:
         ax.xaxis.set_minor_formatter(NullFormatter())
         for q in (0.5, 0.9, 0.99, 0.999):
             ax.axhline(1 - q, color="grey", linewidth=0.6, linestyle=":")
-            ax.annotate(f"p{100 * q:g}", (1.0, 1 - q), xycoords=("axes fraction", "data"), fontsize=7,
-                        color="grey", va="bottom", ha="right")
+            ax.annotate(
+                f"p{100 * q:g}",
+                (1.0, 1 - q),
+                xycoords=("axes fraction", "data"),
+                fontsize=7,
+                color="grey",
+                va="bottom",
+                ha="right",
+            )
         ax.set_xlabel(f"TTI ({unit})")
         ax.set_ylabel("fraction of interactive rollouts with TTI >= x")
         ax.set_title(title, fontsize=9)
@@ -110,7 +116,7 @@ def delta_chart(comparison: Comparison, prefix: str) -> bytes:
     return canvas.png_bytes(fig)
 
 
-def _drawable(value: float | None, rates: bool) -> bool:
+def _drawable(value: float | None, rates: bool) -> TypeGuard[float]:
     """A finite number (and, for a ratio on its log axis, a positive one)."""
     return value is not None and math.isfinite(value) and (rates or value > 0)
 
@@ -135,8 +141,13 @@ def chart_prefixes(comparison: Comparison) -> list[str]:
 
 def figure_files(comparison: Comparison) -> Sequence[tuple[str, str, bytes]]:
     """(file name, caption, png) of every compare figure."""
-    files = [("tti_survival.png", "TTI survival per matched stage, baseline (black) and candidates overlaid",
-              tti_survival(comparison))]
+    files = [
+        (
+            "tti_survival.png",
+            "TTI survival per matched stage, baseline (black) and candidates overlaid",
+            tti_survival(comparison),
+        )
+    ]
     for prefix in chart_prefixes(comparison):
         caption = "failure rates" if prefix == "rates" else f"{prefix} quantiles"
         files.append(

@@ -260,7 +260,8 @@ def _profile_limits(info: RunInfo, resolve: ProfileResolver | None) -> Any:
     name = info.manifest.get("profile") if info.manifest else None
     if resolve is None or not name:
         return None
-    parameters = info.manifest.get("parameters") if isinstance(info.manifest.get("parameters"), dict) else {}
+    raw = info.manifest.get("parameters")
+    parameters: dict[str, Any] = raw if isinstance(raw, dict) else {}
     overrides = parameters.get("profile_overrides") or {}
     return resolve(str(name), overrides if isinstance(overrides, dict) else {})
 

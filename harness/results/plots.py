@@ -32,8 +32,6 @@ SURVIVAL_LEVELS: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.1), ("
 """(quantile, the share of rollouts still not interactive there): the reference lines of the survival plot."""
 
 
-
-
 def _unit(runs: Sequence[RunStats]) -> str:
     return "vendor s" if runs and runs[0].basis == "vendor" else "wall s"
 
@@ -136,8 +134,16 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
         for name, level in SURVIVAL_LEVELS:
             if level > bottom:
                 ax.axhline(level, color="0.55", linewidth=0.7, linestyle="--")
-                ax.annotate(name, (1.0, level), xycoords=("axes fraction", "data"), xytext=(3, 0),
-                            textcoords="offset points", va="center", fontsize=7, color="0.35")
+                ax.annotate(
+                    name,
+                    (1.0, level),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    va="center",
+                    fontsize=7,
+                    color="0.35",
+                )
         decades = 1 + max(0, int(-math.log10(bottom)))
         ax.set_yticks(
             [1, 0.1, 0.01, 0.001, 1e-4, 1e-5][:decades], ["100%", "10%", "1%", "0.1%", "0.01%", "0.001%"][:decades]
@@ -161,12 +167,24 @@ def _survival_panels(runs: Sequence[RunStats]) -> list[tuple[str, list[Curve]]]:
         return run.tti_sorted.get(stage.stage, np.empty(0))
 
     if len(runs) > 1 and all(len(run.stages) == 1 for run in runs):
-        curves = [(f"{run.info.label} {run.stages[0].stage}", f"C{i % 10}", sample(run, run.stages[0]),
-                   run.stages[0].rollouts) for i, run in enumerate(runs)]
+        curves: list[Curve] = [
+            (
+                f"{run.info.label} {run.stages[0].stage}",
+                f"C{i % 10}",
+                sample(run, run.stages[0]),
+                run.stages[0].rollouts,
+            )
+            for i, run in enumerate(runs)
+        ]
         return [("one stage per run", curves)]
     return [
-        (run.info.label, [(s.stage, colour, sample(run, s), s.rollouts)
-                          for colour, s in zip(stage_colours(len(run.stages)), run.stages, strict=True)])
+        (
+            run.info.label,
+            [
+                (s.stage, colour, sample(run, s), s.rollouts)
+                for colour, s in zip(stage_colours(len(run.stages)), run.stages, strict=True)
+            ],
+        )
         for run in runs
     ]
 
@@ -186,10 +204,21 @@ def latency_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
         ax.plot(x, [s.phases["tti"]["p50"] for s in ordered], "o-", color=colour, label=f"{run.info.label} p50")
         ax.plot(x, p99, "--", color=colour, label=f"{run.info.label} p99")
         small = [not supported(0.99, int(s.phases["tti"]["n"])) for s in ordered]
-        ax.scatter([v for v, f in zip(x, small, strict=True) if not f], [v for v, f in zip(p99, small, strict=True) if not f],
-                   marker="s", color=colour, zorder=3)
-        ax.scatter([v for v, f in zip(x, small, strict=True) if f], [v for v, f in zip(p99, small, strict=True) if f],
-                   marker="s", facecolors="white", edgecolors=colour, zorder=3)
+        ax.scatter(
+            [v for v, f in zip(x, small, strict=True) if not f],
+            [v for v, f in zip(p99, small, strict=True) if not f],
+            marker="s",
+            color=colour,
+            zorder=3,
+        )
+        ax.scatter(
+            [v for v, f in zip(x, small, strict=True) if f],
+            [v for v, f in zip(p99, small, strict=True) if f],
+            marker="s",
+            facecolors="white",
+            edgecolors=colour,
+            zorder=3,
+        )
     _concurrency_axis(ax, every)
     ax.set_yscale("log")
     values = [v for s in every for v in (s.phases["tti"]["p50"], s.phases["tti"]["p99"]) if v == v and v > 0]
@@ -211,8 +240,10 @@ def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
     if len(runs) > 1 and all(len(run.stages) == 1 for run in runs):
         panels = [("one stage per run", [(run.stages[0], run.info.label) for run in runs])]
     else:
-        panels = [(run.info.label, [(s, s.stage) for s in sorted(run.stages, key=lambda s: s.measured_concurrency)])
-                  for run in runs]
+        panels = [
+            (run.info.label, [(s, s.stage) for s in sorted(run.stages, key=lambda s: s.measured_concurrency)])
+            for run in runs
+        ]
     fig, axes = canvas.panels(len(panels), width=max(5.5, 1.6 * max(len(bars) for _, bars in panels)))
     top = max((100 * s.failure_rate for run in runs for s in run.stages), default=0.0)
     for ax, (title, bars) in zip(axes, panels, strict=True):
@@ -225,8 +256,15 @@ def failures_vs_concurrency(runs: Sequence[RunStats]) -> bytes:
             ax.bar(x, rates, bottom=base, width=0.6, color=failure_colour(kind), label=kind)
             base += rates
         for position, stage in zip(x, ordered, strict=True):
-            ax.annotate(f"{100 * stage.failure_rate:.1f}%", (position, 100 * stage.failure_rate), xytext=(0, 2),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                f"{100 * stage.failure_rate:.1f}%",
+                (position, 100 * stage.failure_rate),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
         ax.set_xticks(x, [f"{s.measured_concurrency:.0f}\n{name}" for s, name in bars], fontsize=7)
         ax.set_xlim(-0.6, max(len(ordered) - 0.4, 0.6))
         ax.set_xlabel("measured concurrency (median in flight while each rollout ran)")
@@ -286,8 +324,13 @@ def timelines(runs: Sequence[RunStats]) -> bytes:
         handles, labels = ax.get_legend_handles_labels()
         if by_kind:
             twin = ax.twinx()
-            twin.stackplot(line.t, *by_kind.values(), colors=[failure_colour(k) for k in by_kind], alpha=0.5,
-                           labels=[f"failed so far: {kind}" for kind in by_kind])
+            twin.stackplot(
+                line.t,
+                *by_kind.values(),
+                colors=[failure_colour(k) for k in by_kind],
+                alpha=0.5,
+                labels=[f"failed so far: {kind}" for kind in by_kind],
+            )
             failed_total = float(sum(v[-1] for v in by_kind.values()))
             twin.set_ylim(bottom=0, top=max(top, failed_total * 1.08))
             twin.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -304,8 +347,17 @@ def timelines(runs: Sequence[RunStats]) -> bytes:
             ax.axvline(start, color="0.4", linestyle=":", linewidth=1)
             row = 1 - row if start - previous < 0.12 * span else 0  # close stages: labels on two rows
             previous = start
-            ax.annotate(name, (start, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2 + 9 * row),
-                        textcoords="offset points", ha="center", va="bottom", fontsize=7, color="0.3")
+            ax.annotate(
+                name,
+                (start, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, 2 + 9 * row),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="0.3",
+            )
         ax.set_xlabel(f"time since first submit ({_unit(runs)})")
         ax.set_ylabel("rollouts")
         ax.set_title(run.info.label, fontsize=9, pad=22)
@@ -331,8 +383,15 @@ def tti_breakdown(runs: Sequence[RunStats]) -> bytes:
         bars = ax.barh(y, widths, left=starts, color=PHASE_COLOURS[part], label=PHASE_LABELS[part], height=0.7)
         for bar, fraction in zip(bars, share, strict=True):
             if fraction == fraction and fraction >= 0.06:
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2, f"{100 * fraction:.0f}%",
-                        ha="center", va="center", fontsize=7, color="white")
+                ax.text(
+                    bar.get_x() + bar.get_width() / 2,
+                    bar.get_y() + bar.get_height() / 2,
+                    f"{100 * fraction:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                )
     ax.set_yticks(y, labels)
     ax.set_xlabel(f"mean TTI ({_unit(runs)}) = create + ready + first command")
     ax.set_xlim(left=0)
