@@ -30,6 +30,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from foundation.quantiles import nearest_rank  # noqa: E402
 from harness.results.dataset import load_rollouts  # noqa: E402
 from harness.results.summary import load_truth, measurement_error  # noqa: E402
 
@@ -91,7 +92,7 @@ def run_side(side: str, users: int, profile: str, seed: int, timeout: float, out
     ttis = frame.loc[frame["outcome"] == "ok", "tti_s"].dropna().to_numpy(dtype=float)
 
     def q(p: float) -> float:
-        return float(np.quantile(ttis, p, method="inverted_cdf")) if ttis.size else float("nan")
+        return nearest_rank(np.sort(ttis), p)
 
     failures = frame["failure_kind"].dropna().value_counts().to_dict()
     error = measurement_error(frame, load_truth(run_dir)) or {}

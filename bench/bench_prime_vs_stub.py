@@ -37,6 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from foundation.quantiles import nearest_rank  # noqa: E402
 from harness.results.dataset import load_rollouts  # noqa: E402
 from harness.results.summary import load_truth, measurement_error  # noqa: E402
 
@@ -106,7 +107,7 @@ def run_side(side: str, args: argparse.Namespace, out: Path) -> SideResult:
     ttis = last_stage.loc[last_stage["outcome"] == "ok", "tti_s"].dropna().to_numpy(dtype=float)
 
     def q(values: np.ndarray, p: float) -> float:
-        return float(np.quantile(values, p, method="inverted_cdf")) if values.size else float("nan")
+        return nearest_rank(np.sort(values), p)
 
     error = measurement_error(frame, load_truth(run_dir)) or {}
     adds = error.get("vs_usable_ms", {})
