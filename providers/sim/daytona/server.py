@@ -21,6 +21,7 @@ from aiohttp import web
 
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
+from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.daytona import rest, toolbox
@@ -75,6 +76,7 @@ def create_app(settings: DaytonaSettings) -> web.Application:
         sim = VendorSimulator(profile, seed=settings.seed, clock=clock)
         front = Front(sim=sim, token=settings.token)
         app[FRONT] = front
+        app[SIMULATOR] = sim
         gateway.bind(front)
         front.on_change.append(forget_sessions)
         sim.add_listener(front.changed)
@@ -95,14 +97,8 @@ def create_app(settings: DaytonaSettings) -> web.Application:
 
 
 @dataclass
-class RunningDaytona:
+class RunningDaytona(RunningApp):
     """A local Daytona listening on a port of this loop. `close()` stops it (sandboxes are not terminated)."""
-
-    url: str  # http://host:port
-    port: int
-    token: str
-    app: web.Application
-    runner: web.AppRunner
 
     @property
     def api_url(self) -> str:
@@ -113,32 +109,12 @@ class RunningDaytona:
     def toolbox_url(self) -> str:
         return self.url + TOOLBOX_PREFIX
 
-    @property
-    def simulator(self) -> VendorSimulator:
-        return self.app[FRONT].sim
-
-    @property
-    def time_scale(self) -> float:
-        return self.app[FRONT].time_scale
-
-    async def close(self) -> None:
-        await self.runner.cleanup()
-
 
 async def start_daytona(settings: DaytonaSettings | None = None) -> RunningDaytona:
     """Start it on the running loop (tests, `serve`); port 0 picks a free port."""
     settings = settings or DaytonaSettings()
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    port = int(runner.addresses[0][1])
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    url = f"http://{host}:{port}"
+    runner, port = await listen(app, settings.host, settings.port)
+    url = http_url(settings.host, port)
     app[FRONT].base_url = url
     return RunningDaytona(url=url, port=port, token=settings.token, app=app, runner=runner)

@@ -6,9 +6,10 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.listening import SIMULATOR
 from providers.sim.core.simulator import VendorSimulator
 
-SIM = web.AppKey("e2b_simulator", VendorSimulator)
+SIM = SIMULATOR
 API_KEY = web.AppKey("e2b_api_key", str)
 INFO: web.AppKey[dict[str, Any]] = web.AppKey("e2b_info")
 

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from providers.sim.core.bearer import tokens_equal
 from providers.sim.core.clock import LoopClock
+from providers.sim.core.listening import RunningApp, http_url, listen
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.e2b import control_plane, envd
@@ -114,42 +115,16 @@ def create_app(settings: E2BSettings) -> web.Application:
 
 
 @dataclass
-class RunningE2B:
+class RunningE2B(RunningApp):
     """A local E2B listening on a port of this loop. `close()` stops it (sandboxes are not killed)."""
-
-    url: str
-    port: int
-    token: str
-    app: web.Application
-    runner: web.AppRunner
-
-    @property
-    def simulator(self) -> VendorSimulator:
-        return self.app[SIM]
-
-    @property
-    def time_scale(self) -> float:
-        return self.simulator.clock.time_scale
 
     def sdk_environment(self) -> dict[str, str]:
         """The environment a user's own script sets so the unmodified e2b SDK talks to this server."""
         return {"E2B_API_KEY": self.token, "E2B_API_URL": self.url, "E2B_SANDBOX_URL": self.url}
 
-    async def close(self) -> None:
-        await self.runner.cleanup()
-
 
 async def start_e2b(settings: E2BSettings) -> RunningE2B:
     """Start the local E2B on the running loop (tests, `serve`); port 0 picks a free port."""
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096, reuse_address=True)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    port = int(runner.addresses[0][1])
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    return RunningE2B(url=f"http://{host}:{port}", port=port, token=settings.token, app=app, runner=runner)
+    runner, port = await listen(app, settings.host, settings.port)
+    return RunningE2B(url=http_url(settings.host, port), port=port, token=settings.token, app=app, runner=runner)

@@ -22,6 +22,7 @@ from aiohttp import web
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.faults import FaultInjector
+from providers.sim.core.listening import http_url, listen
 from providers.sim.core.profile import Profile
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
@@ -87,10 +88,6 @@ class RunningModal:
         self.simulator.close()
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
-
-
 def _truth_app(running: Callable[[], RunningModal], token: str) -> web.Application:
     @web.middleware
     async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
@@ -137,16 +134,14 @@ async def start_modal(settings: ModalSettings) -> RunningModal:
             [faults.wrap(ModalCommandRouter(registry, signer))], settings.host, settings.router_port
         )
         servers.append(router)
-        router_url = _url(settings.host, router_port)
+        router_url = http_url(settings.host, router_port)
         control, port = await start_grpc_server(
             [faults.wrap(ModalControlPlane(registry, credentials, signer, router_url))], settings.host, settings.port
         )
         servers.append(control)
-        runner = web.AppRunner(_truth_app(lambda: holder[0], settings.token), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.truth_port, reuse_address=True)
-        await site.start()
-        truth_port = int(runner.addresses[0][1])
+        runner, truth_port = await listen(
+            _truth_app(lambda: holder[0], settings.token), settings.host, settings.truth_port
+        )
     except BaseException:
         for server in servers:
             await stop_grpc_server(server)
@@ -155,9 +150,9 @@ async def start_modal(settings: ModalSettings) -> RunningModal:
         sim.close()
         raise
     running = RunningModal(
-        url=_url(settings.host, port),
+        url=http_url(settings.host, port),
         router_url=router_url,
-        truth_url=_url(settings.host, truth_port),
+        truth_url=http_url(settings.host, truth_port),
         token=settings.token,
         token_id=settings.token_id,
         simulator=sim,

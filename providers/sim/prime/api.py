@@ -45,6 +45,7 @@ from aiohttp import web
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.faults import FaultInjector
+from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen
 from providers.sim.core.simulator import (
     NotFound,
     Rejected,
@@ -80,7 +81,7 @@ class StubSettings(VendorSettings):
     """The Prime-like stub: which vendor behaviour, how fast, where, and with which API token."""
 
 
-SIM = web.AppKey("stampede_simulator", VendorSimulator)
+SIM = SIMULATOR
 TOKENS = web.AppKey("stampede_gateway_tokens", GatewayTokens)
 API_TOKEN = web.AppKey("stampede_api_token", str)
 INFO: web.AppKey[dict[str, Any]] = web.AppKey("stampede_info")
@@ -465,25 +466,12 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
 
 
 @dataclass
-class RunningStub:
+class RunningStub(RunningApp):
     """A stub listening on a port of this loop. `close()` stops it (sandboxes are not terminated)."""
-
-    url: str
-    port: int
-    token: str
-    app: web.Application
-    runner: web.AppRunner
-
-    @property
-    def simulator(self) -> VendorSimulator:
-        return self.app[SIM]
 
     @property
     def api_url(self) -> str:
         return self.url + API_PREFIX
-
-    async def close(self) -> None:
-        await self.runner.cleanup()
 
 
 async def start_stub(
@@ -497,16 +485,7 @@ async def start_stub(
     settings = source if isinstance(source, StubSettings) else StubSettings()
     app = create_app(source if source is not None else settings, token=token)
     bind_host = host or settings.host
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, bind_host, settings.port if port is None else port, backlog=4096, reuse_address=True)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    bound_port = int(runner.addresses[0][1])
-    url_host = f"[{bind_host}]" if ":" in bind_host else bind_host
+    runner, bound_port = await listen(app, bind_host, settings.port if port is None else port)
     return RunningStub(
-        url=f"http://{url_host}:{bound_port}", port=bound_port, token=app[API_TOKEN], app=app, runner=runner
+        url=http_url(bind_host, bound_port), port=bound_port, token=app[API_TOKEN], app=app, runner=runner
     )

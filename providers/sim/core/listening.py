@@ -1,0 +1,60 @@
+"""A simulated vendor's HTTP front listening on this loop: the record every aiohttp front returns, and how it starts.
+
+The Prime-like, E2B and Daytona fronts are each one aiohttp application over one simulator; what they return once
+listening is the same shape (`RunningApp`), so the `serve` commands (`serve_cli.ServeCommand`) and tests treat them
+alike. A front keeps its simulator under `SIMULATOR` in its application; the local Modal (gRPC) has its own record
+with the same `url`, `token`, `simulator`, `time_scale` and `close()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from providers.sim.core.simulator import VendorSimulator
+
+SIMULATOR = web.AppKey("stampede_simulator", VendorSimulator)
+"""Where a front's application keeps its simulator (set at the application's startup, on its loop)."""
+
+
+def http_url(host: str, port: int) -> str:
+    """`http://host:port`, an IPv6 host in brackets."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve `app` on host:port (0: a free port); return its runner and the bound port. Nothing is left running
+    when the port cannot be bound (the caller's OSError is the command's one error line)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, int(runner.addresses[0][1])
+
+
+@dataclass
+class RunningApp:
+    """A front listening on a port of this loop. `close()` stops it (sandboxes are left as they are)."""
+
+    url: str  # http://host:port
+    port: int
+    token: str
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def simulator(self) -> VendorSimulator:
+        return self.app[SIMULATOR]
+
+    @property
+    def time_scale(self) -> float:
+        """Real seconds per vendor second."""
+        return self.simulator.clock.time_scale
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
