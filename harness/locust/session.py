@@ -1,11 +1,17 @@
-"""Stampede inside a Locust process: the engine, the local vendor, the run folder, stages, progress, summary.
+"""Stampede inside a Locust process: the composition root that wires its services to Locust's events.
 
 Wired to Locust's events, so the same code serves `locust -f scenarios/ramp.py` (web UI or headless) and
-`stampede run` (Locust as a library, alone or as master and workers). Roles:
-- local runner: starts the local vendor (if any) and an engine; owns the run folder and prints the summary;
-- master: starts the local vendor and owns the run folder; runs no users, so no engine; hears from workers;
-- worker: starts an engine (after any fork: `init` fires in the child), takes the run from the master, ships
-  its records to it (`harness.locust.worker_link`).
+`stampede run` (Locust as a library, alone or as master and workers). The settings are parsed once, at `init`
+(or handed over by `stampede run`), and passed on typed. Each job is a collaborator with its own module in
+`harness.locust.services`:
+- `process_role`: local runner, master or worker (who runs users, who owns the run folder);
+- `vendor_lifecycle`: the embedded simulated vendor (started, kept, restarted, stopped);
+- `engine_link`: the engine where users' rollouts run (started, configured, polled, drained);
+- `master_handoff`: what a master hands its workers on Locust's options (run id, vendor);
+- `run_record` and `end_of_run`: the run folder and run.json, then compaction, summary.json and the summary;
+- `run_stopping`: signals, `--abort-on-threshold` and the web UI's Stop, and so how the run ended;
+- `web_form_reset`: the web UI's form, and each test's settings from what it posted;
+and, beside them, `harness.locust.worker_link`: records and live counters between workers and their master.
 """
 
 from __future__ import annotations
@@ -21,28 +27,28 @@ from locust import events
 from locust.env import Environment
 
 from harness.errors import UsageError
-from harness.locust.end_of_run import RunEnd, conclude
 from harness.locust.engine_client import EngineClient, EngineError
-from harness.locust.engine_link import EngineLink, RunIdentity, engine_config
-from harness.locust.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
-from harness.locust.process_role import ProcessRole
 from harness.locust.progress import ProgressPrinter
 from harness.locust.run_folder import new_run_id
-from harness.locust.run_record import (
+from harness.locust.run_state import RunState, Stage
+from harness.locust.services.end_of_run import RunEnd, conclude
+from harness.locust.services.engine_link import EngineLink, RunIdentity, engine_config
+from harness.locust.services.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
+from harness.locust.services.process_role import ProcessRole
+from harness.locust.services.run_record import (
     RunDescription,
     RunRecord,
     Writers,
     initial_manifest,
     offer_cleanup_of_crashed_runs,
 )
-from harness.locust.run_state import RunState, Stage
-from harness.locust.run_stopping import RunStopping
+from harness.locust.services.run_stopping import RunStopping
+from harness.locust.services.vendor_lifecycle import VendorFacts, VendorLifecycle
+from harness.locust.services.web_form_reset import WebFormReset
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.start_spacing import StartSpacer
-from harness.locust.vendor_lifecycle import VendorFacts, VendorLifecycle
 from harness.locust.web_form import bind_web_ui_to_loopback
-from harness.locust.web_form_reset import WebFormReset
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
@@ -127,7 +133,7 @@ class StampedeSession:
 
     @property
     def ending(self) -> str:
-        """How this run is ending (`harness.locust.run_stopping`)."""
+        """How this run is ending (`harness.locust.services.run_stopping`)."""
         return self.stopping.ending
 
     def _stop_now(self) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.locust.run_folder import compact_tables, iso
-from harness.locust.run_record import RunRecord
+from harness.locust.services.run_record import RunRecord
 from harness.locust.worker_link import process_usage
 from harness.results.thresholds import Threshold, Verdict
 from harness.wire.run_endings import exit_code_for

@@ -18,8 +18,8 @@ import gevent
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.run_state import RunState, Stage
+from harness.locust.services.vendor_lifecycle import VendorFacts
 from harness.locust.settings import RunSettings
-from harness.locust.vendor_lifecycle import VendorFacts
 from harness.wire.messages import EngineConfig, StageUpdate
 
 log = logging.getLogger("stampede")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import UsageError
+from harness.locust.services.vendor_lifecycle import VendorFacts
 from harness.locust.settings import RunSettings
-from harness.locust.vendor_lifecycle import VendorFacts
 from harness.locust.web_form import typed
 
 

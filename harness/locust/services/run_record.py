@@ -3,7 +3,7 @@
 Opened at the run's start: the folder, run.json saying what runs against what and who writes it (pids, for
 telling a crash from a run in progress later), the `results/latest` pointer and Locust's own CSV reports.
 The provider's versions are added once the engine is configured; at the end, run.json records how the run
-ended and `harness.locust.end_of_run` concludes it. The file formats live in `harness.locust.run_folder`.
+ended and `harness.locust.services.end_of_run` concludes it. The file formats live in `harness.locust.run_folder`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.reports import LocustReports
 from harness.locust.run_folder import base_manifest, create_run_folder, point_latest_at, write_manifest
+from harness.locust.services.vendor_lifecycle import VendorFacts
 from harness.locust.settings import RunSettings
-from harness.locust.vendor_lifecycle import VendorFacts
 from harness.wire.run_endings import exit_code_for
 
 
