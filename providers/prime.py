@@ -92,8 +92,10 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
     classify_common,
+    gone_kind,
     owner_labels,
     tagged_by_stampede,
+    vendor_error_kind,
 )
 from providers.cancellation import cancellable
 from providers.options import (
@@ -588,7 +590,7 @@ def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
     if isinstance(exc, CommandTimeoutError):
         return FailureKind.READY_TIMEOUT if phase is Phase.READY else FailureKind.EXEC_TIMEOUT
     if isinstance(exc, SandboxTimeoutError):  # the sandbox's lifetime ran out
-        return _gone(phase)
+        return gone_kind(phase)
     if isinstance(exc, SandboxNotRunningError):
         return _not_running(exc, phase)
     if isinstance(exc, APITimeoutError):
@@ -606,18 +608,10 @@ def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
     if type(exc).__name__ == "_BatcherClosedError":
         return FailureKind.HARNESS  # the client was closed under a rollout still running: ours
     if isinstance(exc, pydantic.ValidationError):
-        return _vendor_error(phase)  # the API answered something the SDK's models cannot read
+        return vendor_error_kind(phase)  # the API answered something the SDK's models cannot read
     if isinstance(exc, ValueError):  # not JSON at all (garbage, cut short, an HTML page): the answer was lost
-        return FailureKind.TRANSPORT if phase in (Phase.READY, Phase.TERMINATE) else _vendor_error(phase)
+        return FailureKind.TRANSPORT if phase in (Phase.READY, Phase.TERMINATE) else vendor_error_kind(phase)
     return classify_common(exc, phase)
-
-
-def _gone(phase: Phase | None) -> FailureKind:
-    if phase is Phase.EXEC:
-        return FailureKind.DIED_DURING_EXEC
-    if phase is Phase.TERMINATE:
-        return FailureKind.TRANSPORT
-    return FailureKind.DIED_BEFORE_READY
 
 
 def _not_running(exc: SandboxNotRunningError, phase: Phase | None) -> FailureKind:
@@ -629,16 +623,7 @@ def _not_running(exc: SandboxNotRunningError, phase: Phase | None) -> FailureKin
         return FailureKind.OOM
     if error_type == "IMAGE_PULL_FAILED":
         return FailureKind.IMAGE
-    return _gone(phase)
-
-
-def _vendor_error(phase: Phase | None) -> FailureKind:
-    """A vendor answer that is an error and nothing more specific, by phase."""
-    return {
-        Phase.CREATE: FailureKind.CREATE_ERROR,
-        Phase.READY: FailureKind.DIED_BEFORE_READY,
-        Phase.EXEC: FailureKind.EXEC_ERROR,
-    }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)
+    return gone_kind(phase)
 
 
 def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
@@ -659,10 +644,10 @@ def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
             return FailureKind.EXEC_ERROR if phase is Phase.EXEC else FailureKind.TRANSPORT
         return _connect_code(match.group(1), exc, phase)
     if "status lookup failed" in message:  # a batch-status error item: NOT_FOUND, FORBIDDEN, MANAGED
-        return FailureKind.AUTH if "FORBIDDEN" in message else _gone(phase)
+        return FailureKind.AUTH if "FORBIDDEN" in message else gone_kind(phase)
     if "is being deleted" in message:
         return FailureKind.HARNESS  # our own terminate raced our own call on the same sandbox
-    return _vendor_error(phase)
+    return vendor_error_kind(phase)
 
 
 def _connect_code(code: str, exc: BaseException, phase: Phase | None) -> FailureKind:
@@ -675,14 +660,14 @@ def _connect_code(code: str, exc: BaseException, phase: Phase | None) -> Failure
     if code == ConnectCode.DEADLINE_EXCEEDED.value:
         return classify_common(TimeoutError(), phase)
     if code == ConnectCode.NOT_FOUND.value:
-        return _gone(phase)
+        return gone_kind(phase)
     if code in (ConnectCode.INVALID_ARGUMENT.value, ConnectCode.UNIMPLEMENTED.value, ConnectCode.OUT_OF_RANGE.value):
         return FailureKind.INVALID_REQUEST
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
     if phase is Phase.READY and code in _GATEWAY_TROUBLE:
         return FailureKind.TRANSPORT  # the readiness probe's gateway failed (a 5xx, a proxy): not the sandbox dying
-    return FailureKind.EXEC_ERROR if phase is Phase.EXEC else _vendor_error(phase)
+    return FailureKind.EXEC_ERROR if phase is Phase.EXEC else vendor_error_kind(phase)
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
