@@ -33,6 +33,31 @@ LOCAL_VENDORS: dict[str, str] = {
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
 
+SDK_EXTRAS: dict[str, str] = {"prime": "prime", "modal": "modal", "e2b": "e2b", "daytona": "daytona"}
+"""Provider name -> the pip extra (pyproject.toml) installing its SDK, which its adapter and, for `modal` (the SDK's
+`modal_proto`), its simulated vendor import. `stub` and `docker` need none: `pip install stampede` runs them."""
+
+
+def sdk_extra(name: str) -> str | None:
+    """The extra that installs what a provider needs, by its name, its adapter's module or its simulated vendor's
+    module; None for `stub`, `docker` and a user's own provider."""
+    for provider, extra in SDK_EXTRAS.items():
+        if name in (provider, PROVIDERS[provider].partition(":")[0], LOCAL_VENDORS.get(provider)):
+            return extra
+    return None
+
+
+def missing_sdk_message(name: str, missing: str | None, subject: str | None = None) -> str:
+    """One line for `subject` (by default provider `name`) that could not import `missing`: what to install."""
+    subject = subject or f"provider {name!r}"
+    missing = (missing or "").partition(".")[0] or None  # the package to install, not its submodule
+    extra = sdk_extra(name)
+    if extra is None:
+        return f"{subject} needs the package {missing!r}: pip install it"
+    return (
+        f"{subject} needs the {extra} SDK, not installed here (no module {missing!r}): pip install 'stampede[{extra}]'"
+    )
+
 
 def provider_names() -> list[str]:
     return sorted(PROVIDERS)
@@ -56,7 +81,7 @@ def provider_class(name: str) -> type[Provider]:
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
             raise ProviderConfigError(f"provider {name!r} is not available in this version") from None
-        raise ProviderConfigError(f"provider {name!r} needs the package {exc.name!r}: pip install it") from None
+        raise ProviderConfigError(missing_sdk_message(name, exc.name)) from None
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
         raise ProviderConfigError(f"{target} is not a providers.base.Provider subclass")

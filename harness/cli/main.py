@@ -186,7 +186,13 @@ def _run_handed_over(argv: list[str]) -> int | None:
     for handed in HANDED_OVER:
         if argv[:2] == [handed.group, handed.sub]:
             module_name, function = handed.main.split(":")
-            entry = getattr(importlib.import_module(module_name), function)
+            try:
+                entry = getattr(importlib.import_module(module_name), function)
+            except ModuleNotFoundError as exc:  # a simulated vendor speaking its SDK's wire (modal_proto)
+                from providers import missing_sdk_message
+
+                subject = f"stampede {handed.group} {handed.sub}"
+                return print_usage_error(UsageError(missing_sdk_message(module_name, exc.name, subject)))
             if handed.takes_prog:
                 return int(entry(argv[2:], prog=f"stampede {handed.group} {handed.sub}"))
             return int(entry(argv[2:]))
