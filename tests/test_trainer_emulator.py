@@ -18,13 +18,13 @@ def test_a_groups_samples_reach_the_trainer_together_when_its_last_member_ended(
         tickets = [await trainer.admit() for _ in range(4)]
         assert [t.group for t in tickets] == [0, 0, 1, 1]
         trainer.finished(tickets[0], "ok")
-        assert len(trainer.queue) == 0  # its sibling is still running
+        assert len(trainer.state.queue) == 0  # its sibling is still running
         trainer.finished(tickets[1], "ok")
-        assert len(trainer.queue) == 2
+        assert len(trainer.state.queue) == 2
         trainer.finished(tickets[3], "failed")
         trainer.finished(tickets[2], "ok")
-        assert len(trainer.queue) == 3 and trainer.counts["failed"] == 1
-        assert not trainer.group_ended and not trainer.group_samples  # nothing left behind
+        assert len(trainer.state.queue) == 3 and trainer.counts["failed"] == 1
+        assert not trainer.policy.groups.ended and not trainer.policy.groups.samples  # nothing left behind
 
     asyncio.run(scenario())
 
@@ -59,14 +59,14 @@ def test_prime_rl_keeps_its_groups_in_flight_and_gates_batches_on_the_loaded_pol
         assert replacement.group == 2 and replacement.version == 0
         for _ in range(100):  # the trainer trains batch 0 (instantly) and publishes step 1
             await asyncio.sleep(0.001)
-            if trainer.version >= 1:
+            if trainer.state.version >= 1:
                 break
         # weight updates: groups 1 and 2 (in flight since policy 0) have survived one; a second cancels both
-        assert trainer.loaded == 1 and trainer.live_groups == {1: 1, 2: 1}
-        permits = trainer.permits
-        trainer._load(2)
-        assert killed == [1, 2] and trainer.cancelled_groups == {1, 2} and trainer.counts["stale"] == 2
-        assert trainer.permits == permits + 4  # their replacements may start at once
+        assert trainer.policy.loaded == 1 and trainer.policy.live_groups == {1: 1, 2: 1}
+        permits = trainer.policy.permits
+        trainer.policy.load(2)
+        assert killed == [1, 2] and trainer.policy.cancelled_groups == {1, 2} and trainer.counts["stale"] == 2
+        assert trainer.policy.permits == permits + 4  # their replacements may start at once
         await trainer.close()
 
     asyncio.run(scenario())
@@ -87,16 +87,16 @@ def test_slime_refills_a_round_for_filtered_groups_and_kills_the_rest_at_b_kept(
         trainer.finished(first[0], "failed")
         trainer.finished(first[1], "failed")  # group 0 has no sample: filtered, fewer than B remain: a refill
         refill = await asyncio.wait_for(blocked, 5)
-        assert refill.step == 0 and trainer.slime_allowed[0] == 8
+        assert refill.step == 0 and trainer.policy.allowed[0] == 8
         second = [refill] + [await trainer.admit() for _ in range(3)]
         trainer.finished(first[2], "ok")
         trainer.finished(first[3], "ok")  # group 1 kept
         trainer.finished(second[0], "ok")
         trainer.finished(second[1], "ok")  # group 2 kept: B groups, so the step's rollouts still running are killed
-        assert killed == [0] and trainer._batch_ready() and len(trainer.queue) == 4
+        assert killed == [0] and trainer.policy.batch_ready() and len(trainer.state.queue) == 4
         trainer.finished(second[2], "ok", killed=True)
         trainer.finished(second[3], "ok", killed=True)
-        assert len(trainer.queue) == 4 and trainer.counts["killed"] == 2  # nothing of a killed group is kept
+        assert len(trainer.state.queue) == 4 and trainer.counts["killed"] == 2  # nothing of a killed group is kept
 
     asyncio.run(scenario())
 
@@ -138,13 +138,13 @@ def test_verl_spends_its_dispatch_budget_per_sync_and_stands_generation_still_du
         assert not blocked.done() and {t.version for t in tickets} == {0}
         for ticket in tickets[:4]:  # groups 0 and 1 end: steps 0 and 1 train, then the sync (0.2 s) begins
             trainer.finished(ticket, "ok")
-        await _until(lambda: trainer.syncing)
-        paused, resume = trainer.inference_pauses(trainer.pauses[0][0], trainer.pauses[0][0] + 0.1)
+        await _until(lambda: trainer.policy.syncing)
+        paused, resume = trainer.inference_pauses(trainer.state.pauses[0][0], trainer.state.pauses[0][0] + 0.1)
         assert paused >= 0.099 and resume is not None  # a rollout generating now stands still until `resume`
         assert not blocked.done()  # nothing is dispatched during a sync
         replacement = await asyncio.wait_for(blocked, 5)
-        assert replacement.version == 2 and trainer.loaded == 2  # the policy of the step the sync carried
-        assert trainer.pool_spent == 1 + 1  # group 2 still in flight when the budget restarted, and this one
+        assert replacement.version == 2 and trainer.policy.loaded == 2  # the policy of the step the sync carried
+        assert trainer.policy.spent == 1 + 1  # group 2 still in flight when the budget restarted, and this one
         await trainer.close()
 
     asyncio.run(scenario())
@@ -172,13 +172,13 @@ def test_verl_without_partial_rollout_drains_the_generator_before_a_sync(tmp_pat
         tickets = [await trainer.admit() for _ in range(4)]
         trainer.finished(tickets[0], "ok")
         trainer.finished(tickets[1], "ok")  # group 0 ends: step 0 trains; group 1 is still in flight
-        await _until(lambda: trainer.syncing)
+        await _until(lambda: trainer.policy.syncing)
         await asyncio.sleep(0.15)
         assert not trainer.steps  # the sync waits for group 1
         trainer.finished(tickets[2], "ok")
         trainer.finished(tickets[3], "ok")
         await _until(lambda: bool(trainer.steps))
-        assert trainer.steps[0]["wait_s"] >= 0.15 and trainer.loaded == 1
+        assert trainer.steps[0]["wait_s"] >= 0.15 and trainer.policy.loaded == 1
         await trainer.close()
 
     asyncio.run(scenario())
@@ -208,7 +208,7 @@ def test_pipelinerl_submits_within_max_lag_and_drops_the_oldest_ready_samples_wi
         trainer.finished(tickets[0], "ok")
         trainer.finished(tickets[1], "ok")  # a batch: step 0 trains, the update raises the budget by B = 1 group
         granted = await asyncio.wait_for(blocked, 5)
-        assert granted.version == 1 and trainer.version == 1
+        assert granted.version == 1 and trainer.state.version == 1
         await trainer.close()
 
         free = TrainerSettings(
@@ -225,8 +225,9 @@ def test_pipelinerl_submits_within_max_lag_and_drops_the_oldest_ready_samples_wi
         tickets = [await trainer.admit() for _ in range(8)]  # no budget: four groups at once
         for ticket in tickets:
             trainer.finished(ticket, "ok")
-        assert len(trainer.queue) == 3 and trainer.counts["stale"] == 5  # no trainer running: the buffer overflows
-        assert [t for t, _ in trainer.queue] == sorted(t for t, _ in trainer.queue)  # the newest kept
+        ready = trainer.state.queue
+        assert len(ready) == 3 and trainer.counts["stale"] == 5  # no trainer running: the buffer overflows
+        assert [t for t, _ in ready] == sorted(t for t, _ in ready)  # the newest kept
         await trainer.close()
 
     asyncio.run(scenario())
@@ -246,7 +247,7 @@ def test_generation_stands_still_while_a_weight_update_pauses_inference(tmp_path
         rollout = object.__new__(_Rollout)
         rollout.ctx = SimpleNamespace(inference_pauses=trainer.inference_pauses)
         t0 = time.time()
-        trainer.pauses.append((t0 + 0.05, t0 + 0.25))
+        trainer.state.pauses.append((t0 + 0.05, t0 + 0.25))
         held = await rollout.think(0.1)
         assert time.time() - t0 >= 0.3 - 1e-3 and abs(held - 0.3) < 0.01
 
@@ -275,10 +276,11 @@ def test_slime_partial_rollout_carries_unfinished_groups_into_the_next_step(tmp_
         for ticket in tickets[:4]:
             trainer.finished(ticket, "ok")  # groups 0 and 1 kept: B = 2
         assert killed == [] and tickets[4].step == tickets[5].step == 1  # group 2 carried, not killed
-        assert trainer.pauses[-1][1] == math.inf and trainer.inference_pauses(time.time(), time.time())[1] is not None
+        assert trainer.state.pauses[-1][1] == math.inf  # the carried generation stands still, its end unknown
+        assert trainer.inference_pauses(time.time(), time.time())[1] is not None
         trainer.start()
-        await _until(lambda: trainer.step_open == 1)
-        assert trainer.pauses[-1][1] < math.inf  # the step opened: the carried rollouts go on
+        await _until(lambda: trainer.policy.step_open == 1)
+        assert trainer.state.pauses[-1][1] < math.inf  # the step opened: the carried rollouts go on
         fresh = [await trainer.admit() for _ in range(4)]  # 3 groups in the round, 1 of them carried
         blocked = asyncio.ensure_future(trainer.admit())
         await asyncio.sleep(0.01)

@@ -235,11 +235,10 @@ class _Rollout:
         return seconds + paused  # what it drew and what it stood still (a late wake-up is the loop's, not its)
 
     async def run_command(self, argv: Sequence[str]) -> None:
-        plan, record = self.plan, self.record
+        plan, record, ref = self.plan, self.record, self.ref
+        assert ref is not None, "commands run in a created sandbox"
         exec_start = self.elapsed()
-        await self.timed(
-            "exec", Phase.EXEC, self.provider.exec(self.ref, argv, plan.exec_timeout_s), plan.exec_timeout_s
-        )  # type: ignore[arg-type]
+        await self.timed("exec", Phase.EXEC, self.provider.exec(ref, argv, plan.exec_timeout_s), plan.exec_timeout_s)
         record.exec_count += 1
         record.exec_s = (record.exec_s or 0.0) + self.elapsed() - exec_start
         if record.tti_s is None:

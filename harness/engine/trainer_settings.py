@@ -56,6 +56,11 @@ class TrainerSettings:
         return base + self.weight_sync_s
 
     @property
+    def per_sample_s(self) -> float:
+        """Vendor seconds the trainer spends on one sample (a step's training without its weight sync, over B x G)."""
+        return (self.train_seconds(self.batch) - self.weight_sync_s) / max(self.batch, 1)
+
+    @property
     def dispatch_per_step(self) -> int:
         return max(self.batch, math.ceil(self.batch * self.oversampling))
 
