@@ -30,6 +30,7 @@ from locust.util.load_locustfile import load_locustfile
 
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
+from harness.locust.run_folder import check_results_writable
 from harness.locust.run_limits import MachineRoom, asked_peak, check_in_flight, cleartext_token_warning
 from harness.locust.session import hand_over_settings, session_of
 from harness.locust.settings import RunSettings
@@ -69,6 +70,7 @@ def _validate(args: argparse.Namespace) -> RunSettings:
     warning = cleartext_token_warning(settings.base_url)
     if warning:
         print(f"stampede: {warning}", file=sys.stderr, flush=True)
+    check_results_writable(Path(settings.out))
     if settings.run_id:
         existing = Path(settings.out) / settings.run_id
         if existing.exists():  # a second run would mix its rows into the first one's records

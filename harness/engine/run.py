@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections import Counter, deque
@@ -278,6 +279,7 @@ class EngineRun:
             recent_completed=len(self.recent),
             health=self.health.snapshot(),
             rows_written=self.writer.counts.rollouts,
+            write_error=self.writer.error,
             stages={name: stats.to_wire() for name, stats in self.stage_stats.items()},
             trainer=None
             if trainer is None
@@ -338,6 +340,8 @@ class EngineRun:
             "reaped_by_label": reaped,
             "sweep_error": sweep_error,
             "rows": {"rollouts": self.writer.counts.rollouts, "ops": self.writer.counts.ops},
+            "results_error": self.writer.first_error,  # a write failed (disk full, read-only): rows were kept
+            "rows_rescued_to": self.writer.rescued_to,  # rows the run folder never took, written here instead
             "peak_inflight": self.peak_inflight,
             "peak_live_sandboxes": self.peak_live,
             "versions": self.versions,
@@ -387,7 +391,13 @@ async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A summary beside the rows; on a full or read-only disk it is skipped (the drain's answer still carries it,
+    and the Locust side records it in run.json), never an error that loses the drain."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        logging.getLogger("stampede.engine").error("could not write %s: %s", path.name, exc.strerror or exc)

@@ -4,13 +4,19 @@ Each engine writes its own shards into the run folder's table folders (`rollouts
 `ops/ops-<worker>-<seq>.parquet`, schema v2); a reader takes a table folder whole. A shard is written to a hidden
 temporary name beside the table folder and renamed into it, so a reader never sees half a file. At the end of the
 run the Locust side compacts each table (harness.results.compaction).
+
+A write that fails (a full disk, a folder made read-only) loses nothing: the rows stay buffered, the error is
+reported (`error`: the engine's stats carry it, and the Locust side stops the run), and every later flush tries
+again. What the run folder still cannot take when the writer closes goes to a fallback folder (`rescued_to`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +38,11 @@ from harness.wire.records import (
 
 DEFAULT_FLUSH_INTERVAL_S = 2.0
 DEFAULT_FLUSH_ROWS = 20_000
+FALLBACK_ROOT = Path(tempfile.gettempdir()) / "stampede-unwritten"
+"""Where rows go that the run folder cannot take by the end of the run: `<this>/<run folder name>-<unique>/<table>/`
+(a folder of its own for each writer that needs one)."""
+
+log = logging.getLogger("stampede.engine")
 
 
 def safe_name(text: str) -> str:
@@ -47,8 +58,12 @@ def write_table_atomically(records: Sequence[Any], schema: pa.Schema, path: Path
     table = file_table(records, schema)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent.parent / f".{path.parent.name}-{path.name}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a partial file would hold the space a retry needs
+        raise
 
 
 @dataclass(slots=True)
@@ -68,8 +83,13 @@ class ShardWriter:
         *,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         flush_rows: int = DEFAULT_FLUSH_ROWS,
+        fallback_dir: Path | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
+        self.fallback_dir = Path(fallback_dir) if fallback_dir is not None else None  # None: made when needed
+        self.error: str | None = None  # the last write's error while rows wait in memory; None once written
+        self.first_error: str | None = None  # the first write error of the run, kept for its summary
+        self.rescued_to: str | None = None  # the fallback folder, once rows had to go there
         self.worker = safe_name(worker)
         self.flush_interval_s = flush_interval_s
         self.flush_rows = flush_rows
@@ -88,14 +108,14 @@ class ShardWriter:
         self._rollouts.append(record)
         if self._closed:
             self.flush_sync()  # a straggler after close: rare, and losing it would be worse than blocking
-        elif len(self._rollouts) >= self.flush_rows:
+        elif len(self._rollouts) >= self.flush_rows and self.error is None:  # failing: the timer retries
             self._kick()
 
     def add_op(self, record: OpRecord) -> None:
         self._ops.append(record)
         if self._closed:
             self.flush_sync()
-        elif len(self._ops) >= self.flush_rows:
+        elif len(self._ops) >= self.flush_rows and self.error is None:
             self._kick()
 
     def _kick(self) -> None:
@@ -109,7 +129,7 @@ class ShardWriter:
             self._task = asyncio.get_running_loop().create_task(self._flush_periodically())
 
     async def _flush_periodically(self) -> None:
-        while True:
+        while True:  # a failed write never ends it: the rows wait, the next turn tries again
             await asyncio.sleep(self.flush_interval_s)
             await self.flush()
 
@@ -121,19 +141,48 @@ class ShardWriter:
                 return
             seq = self._seq
             self._seq += 1
-            await asyncio.to_thread(self._write, seq, rollouts, ops)
+            written = await asyncio.to_thread(self._write, seq, rollouts, ops, self.run_dir)
+            self._account(written, rollouts, ops)
+
+    def _account(self, written: tuple[bool, bool, str | None], rollouts: list[Any], ops: list[Any]) -> None:
+        """Counts for what was written; what was not goes back in front of the buffers, in order."""
+        rollouts_written, ops_written, error = written
+        if rollouts_written:
             self.counts.rollouts += len(rollouts)
+        else:
+            self._rollouts[:0] = rollouts
+        if ops_written:
             self.counts.ops += len(ops)
+        else:
+            self._ops[:0] = ops
+        if rollouts_written and ops_written:
             self.counts.shards += 1
             self._last_flush = time.monotonic()
+            self.error = None if not self._rollouts and not self._ops else self.error
+        if error is not None:
+            if self.error is None:
+                log.error("cannot write the results (%d rows kept in memory): %s", len(self._rollouts), error)
+            self.error = error
+            self.first_error = self.first_error or error
 
-    def _write(self, seq: int, rollouts: list[RolloutRecord], ops: list[OpRecord]) -> None:
-        if rollouts:
-            name = f"{ROLLOUTS_TABLE}-{self.worker}-{seq:05d}.parquet"
-            write_table_atomically(rollouts, ROLLOUT_SCHEMA, self.run_dir / ROLLOUTS_TABLE / name)
-        if ops:
-            name = f"{OPS_TABLE}-{self.worker}-{seq:05d}.parquet"
-            write_table_atomically(ops, OP_SCHEMA, self.run_dir / OPS_TABLE / name)
+    def _write(
+        self, seq: int, rollouts: list[RolloutRecord], ops: list[OpRecord], run_dir: Path
+    ) -> tuple[bool, bool, str | None]:
+        """Each table's shard, on its own (one written is not written again): which were, and the error."""
+        error: str | None = None
+        done = []
+        for table, records, schema in ((ROLLOUTS_TABLE, rollouts, ROLLOUT_SCHEMA), (OPS_TABLE, ops, OP_SCHEMA)):
+            if not records:
+                done.append(True)
+                continue
+            try:
+                name = f"{table}-{self.worker}-{seq:05d}.parquet"
+                write_table_atomically(records, schema, run_dir / table / name)
+                done.append(True)
+            except OSError as exc:
+                error = f"{run_dir}: {exc.strerror or exc}"
+                done.append(False)
+        return done[0], done[1], error
 
     async def close(self) -> None:
         if self._task is not None:
@@ -145,15 +194,36 @@ class ShardWriter:
                 pass
             self._task = None
         await self.flush()
+        if self._rollouts or self._ops:  # the run folder still cannot take them: the fallback folder
+            async with self._lock:
+                self._rescue()
         self._closed = True
 
+    def _rescue(self) -> None:
+        rollouts, self._rollouts = self._rollouts, []
+        ops, self._ops = self._ops, []
+        if self.fallback_dir is None:
+            try:
+                FALLBACK_ROOT.mkdir(parents=True, exist_ok=True)
+                self.fallback_dir = Path(tempfile.mkdtemp(prefix=f"{self.run_dir.name}-", dir=FALLBACK_ROOT))
+            except OSError as exc:
+                self._account((False, False, f"{FALLBACK_ROOT}: {exc.strerror or exc}"), rollouts, ops)
+                return
+        written = self._write(self._seq, rollouts, ops, self.fallback_dir)
+        self._seq += 1
+        self._account(written, rollouts, ops)
+        if written[0] or written[1]:
+            self.rescued_to = str(self.fallback_dir)
+            log.error("results the run folder could not take were written to %s", self.fallback_dir)
+
     def flush_sync(self) -> None:
-        """Last resort on an abnormal exit: write what is buffered without an event loop."""
+        """Last resort on an abnormal exit: write what is buffered without an event loop (the run folder, else
+        the fallback folder)."""
         rollouts, self._rollouts = self._rollouts, []
         ops, self._ops = self._ops, []
         if rollouts or ops:
-            self._write(self._seq, rollouts, ops)
+            seq = self._seq
             self._seq += 1
-            self.counts.rollouts += len(rollouts)
-            self.counts.ops += len(ops)
-            self.counts.shards += 1
+            self._account(self._write(seq, rollouts, ops, self.run_dir), rollouts, ops)
+            if self._rollouts or self._ops:
+                self._rescue()

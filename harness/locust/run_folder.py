@@ -37,14 +37,43 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+RESERVE_NAME = ".space-reserve"
+RESERVE_BYTES = 256 * 1024
+"""Held in the run folder while the run goes: on a disk that fills up, run.json's last writes (how the run ended,
+where unwritten rows went) take this room. Released when run.json records an ending."""
+
+
 def create_run_folder(run_dir: Path) -> None:
     """The run's own folder, made here or refused: one mkdir that fails if it exists, so two runs given one id
-    (even started at once) never share it."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    (even started at once) never share it. A folder that cannot be written is one line too, before any sandbox."""
     try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir()
     except FileExistsError:
         raise UsageError(f"{run_dir} already exists: give another --run-id, or remove that folder") from None
+    except OSError as exc:
+        raise UsageError(f"results folder {run_dir.parent} is not writable: {exc.strerror or exc}") from None
+    try:
+        with open(run_dir / RESERVE_NAME, "wb") as reserve:
+            reserve.write(b"\0" * RESERVE_BYTES)
+    except OSError as exc:
+        (run_dir / RESERVE_NAME).unlink(missing_ok=True)
+        raise UsageError(f"results folder {run_dir.parent} is not writable: {exc.strerror or exc}") from None
+
+
+def check_results_writable(out: Path) -> None:
+    """Before a run starts anything: `--out` can be made and written (one line otherwise, no sandbox created)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".stampede-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"results folder {out} is not writable: {exc.strerror or exc}") from None
+
+
+def release_reserve(run_dir: Path) -> None:
+    (run_dir / RESERVE_NAME).unlink(missing_ok=True)
 
 
 def new_run_id(scenario: str, provider: str) -> str:
@@ -105,11 +134,23 @@ def base_manifest(run_id: str, scenario: str, scenario_path: str | None) -> dict
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
+    """run.json, replaced whole. On a full disk the run folder's reserve makes the room; once run.json records an
+    ending the reserve is released."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "run.json"
     tmp = run_dir / ".run.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    text = json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n"
+    try:
+        tmp.write_text(text)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        if not (run_dir / RESERVE_NAME).exists():
+            raise
+        release_reserve(run_dir)  # a full disk: the room kept for this
+        tmp.write_text(text)
     os.replace(tmp, path)
+    if manifest.get("status") not in (None, "running"):
+        release_reserve(run_dir)
     return path
 
 
@@ -131,7 +172,7 @@ def point_latest_at(run_dir: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path:
+def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path | None:
     """The simulated vendor's records of this run's sandboxes (found by the run label), as `truth/truth.parquet`.
 
     Its own table folder and schema (harness.wire.records.truth_schema): wall instants as UTC timestamps.
@@ -163,11 +204,16 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
     from harness.wire.records import TRUTH_TABLE, file_table, truth_schema
 
     table_dir = run_dir / TRUTH_TABLE
-    table_dir.mkdir(parents=True, exist_ok=True)
     path = table_dir / f"{TRUTH_TABLE}.parquet"
     tmp = run_dir / f".{TRUTH_TABLE}.parquet.tmp"
-    pq.write_table(file_table(rows, truth_schema()), tmp, compression="zstd")
-    os.replace(tmp, path)
+    try:
+        table_dir.mkdir(parents=True, exist_ok=True)
+        pq.write_table(file_table(rows, truth_schema()), tmp, compression="zstd")
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: the run's own rows and run.json matter more than this cross-check
+        tmp.unlink(missing_ok=True)
+        logging.getLogger("stampede").warning("could not write the simulated vendor's records: %s", exc)
+        return None
     return path
 
 

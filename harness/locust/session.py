@@ -52,6 +52,7 @@ from harness.locust.web_form import bind_web_ui_to_loopback
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
+    EXIT_RESULTS_NOT_WRITABLE,
     EXIT_THRESHOLDS_CROSSED,
 )
 
@@ -353,8 +354,8 @@ class StampedeSession:
         )
         conclusion = conclude(self.record, end, self.settings.thresholds, self.settings.seconds)
         self.exit_code = conclusion.exit_code
-        if conclusion.exit_code == EXIT_THRESHOLDS_CROSSED:
-            self.environment.process_exit_code = EXIT_THRESHOLDS_CROSSED
+        if conclusion.exit_code in (EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE):
+            self.environment.process_exit_code = conclusion.exit_code
         self.summary_text = conclusion.text
         print(self.summary_text, flush=True)
 

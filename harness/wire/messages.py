@@ -161,6 +161,7 @@ class EngineStats:
     recent_completed: int = 0  # rollouts ended in the last RECENT_WINDOW_S
     health: HealthSnapshot = field(default_factory=HealthSnapshot)
     rows_written: int = 0
+    write_error: str | None = None  # the results cannot be written now (rows wait in memory): the run must stop
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     trainer: dict[str, Any] | None = None  # a rehearsal's emulated trainer: steps_done, done, counts
 

@@ -9,6 +9,9 @@
   cancelled, every sandbox terminated, the label swept.
 - `aborted` (exit 131): a second Ctrl-C or SIGTERM before stampede exits; cancelled rollouts get ABORT_GRACE_S
   (1 s), the whole drain ABORT_DEADLINE_S (10 s, harness.engine.run), sandboxes still terminated.
+- `aborted: results not writable` (exit 74, EX_IOERR): the results could not be written (a full disk, a folder made
+  read-only); the run stopped as the first Ctrl-C stops it, rows not yet written kept in memory and written once
+  possible, else to a fallback folder (the engine's summary in run.json says where). Wins over every other ending.
 - `crashed` (no exit status of ours: the process died; a shell shows 137 for kill -9): found later, when run.json
   still says `running` and the process that wrote it is gone.
 
@@ -30,6 +33,7 @@ COMPLETED = "completed"
 INTERRUPTED = "interrupted"
 ABORTED = "aborted"
 STOPPED_BY_THRESHOLD = "stopped_by_threshold"
+RESULTS_NOT_WRITABLE = "aborted: results not writable"
 CRASHED = "crashed"
 
 EXIT_COMPLETED = 0
@@ -38,12 +42,14 @@ EXIT_ABORTED = 131
 EXIT_THRESHOLDS_CROSSED = 99
 """A `--threshold` was crossed (`run`, `report`, `compare`): k6's code, so CI scripts written for k6 read it alike."""
 EXIT_REGRESSION = 98
+EXIT_RESULTS_NOT_WRITABLE = 74
+"""The run's results could not be written (sysexits' EX_IOERR)."""
 """`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 EXIT_SCHEMA_MISMATCH = 3
 """A document stampede wrote (compare.json) does not match its own schema: stampede's bug, not the user's input.
 The tables are still printed; the document is not written."""
 
-CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, CRASHED})
+CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, RESULTS_NOT_WRITABLE, CRASHED})
 """Endings whose last stage did not run its course: no knee verdict speaks over them."""
 
 
@@ -66,6 +72,12 @@ ENDINGS: tuple[Ending, ...] = (
         STOPPED_BY_THRESHOLD,
         EXIT_THRESHOLDS_CROSSED,
         "stopped by --abort-on-threshold: a threshold was crossed for good; rollouts cancelled, sandboxes terminated",
+    ),
+    Ending(
+        RESULTS_NOT_WRITABLE,
+        EXIT_RESULTS_NOT_WRITABLE,
+        "stopped: the results could not be written (disk full, read-only); rollouts cancelled, sandboxes terminated,"
+        " unwritten rows kept and written once possible, else where the engine summary says",
     ),
     Ending(CRASHED, None, "its processes died without recording an ending (kill -9, OOM): sandboxes may be left"),
 )

@@ -2,7 +2,8 @@
 
 Three things stop a run early: the user's Ctrl-C / SIGTERM (one interrupts, two abort), a threshold crossed for
 good (`--abort-on-threshold`, watched live by `harness.locust.threshold_watch`), and the web UI's Stop button. A
-signal wins: the user stopped it, whatever else happened.
+signal wins: the user stopped it, whatever else happened. Except over results that cannot be written (a full disk):
+an engine reporting so stops the run at once, and that is how it ended.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import sys
 from collections.abc import Callable, Sequence
 
 from harness.locust.live_view import LiveView
+from harness.locust.periodic import Periodic
 from harness.locust.threshold_watch import ThresholdWatch
 from harness.results.thresholds import Threshold, Verdict
-from harness.wire.run_endings import INTERRUPTED, STOPPED_BY_THRESHOLD, ending_for_signals
+from harness.wire.run_endings import INTERRUPTED, RESULTS_NOT_WRITABLE, STOPPED_BY_THRESHOLD, ending_for_signals
+
+WRITE_CHECK_INTERVAL_S = 0.5  # the engines' stats arrive about this often
 
 
 class RunStopping:
@@ -26,11 +30,15 @@ class RunStopping:
         self.stopped_by: list[Verdict] = []  # the thresholds' verdicts that stopped the run (--abort-on-threshold)
         self.from_web_ui = False  # the web UI's Stop: the shape did not run its course
         self._watch: ThresholdWatch | None = None
+        self.not_writable: str | None = None  # an engine could not write the results: what it said
+        self._writes: Periodic | None = None
 
     @property
     def ending(self) -> str:
         """How this run is ending: `completed`, `stopped_by_threshold`, or `interrupted` / `aborted` after one / two
         signals (a signal wins: the user stopped it)."""
+        if self.not_writable:
+            return RESULTS_NOT_WRITABLE
         if self.stopped_by and not self.signals:
             return STOPPED_BY_THRESHOLD
         if self.from_web_ui and not self.signals:
@@ -41,14 +49,35 @@ class RunStopping:
         """A run begins unstopped (each test of a web UI session); with --abort-on-threshold, watched."""
         self.stopped_by = []
         self.from_web_ui = False
+        self.not_writable = None
+        self._writes = Periodic(WRITE_CHECK_INTERVAL_S, lambda: self._check_writes(live))
+        self._writes.start()
         if abort_on_threshold:
             self._watch = ThresholdWatch(live, thresholds, self._crossed)
             self._watch.start()
 
     def end_run(self) -> None:
+        if self._writes is not None:
+            self._writes.stop()
+            self._writes = None
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
+
+    def _check_writes(self, live: LiveView) -> bool:
+        """Stop the run once an engine says it cannot write the results (its rows wait in memory meanwhile)."""
+        error = next((stats.write_error for stats in live.snapshots.values() if stats.write_error), None)
+        if error is None or self._ended():
+            return False
+        self.not_writable = error
+        print(
+            f"\nstampede: stopping — cannot write the results ({error}); unwritten rows are kept; terminating"
+            " in-flight sandboxes…",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._stop()
+        return True
 
     def note_signal(self, count: int) -> None:
         """The `count`-th Ctrl-C/SIGTERM (here, or the master's on a worker)."""
