@@ -56,7 +56,7 @@ import math
 import re
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -502,43 +502,41 @@ class PrimeProvider(Provider):
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        labels = label_strings(owner_labels(run_id, engine))
+        return [
+            SandboxRef(sandbox_id=sandbox.id, provider=self.name, run_id=run_id)
+            async for sandbox in self._live_sandboxes(labels)
+        ]
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every live sandbox whose labels carry a run label (Prime filters by `key=value` only: we filter)."""
         refs: list[SandboxRef] = []
-        page = 1
-        while True:
+        async for sandbox in self._live_sandboxes():
+            run_id = tagged_by_stampede(sandbox.labels)
+            if run_id is not None:
+                refs.append(SandboxRef(sandbox_id=sandbox.id, provider=self.name, run_id=run_id))
+        return refs
+
+    async def _live_sandboxes(self, labels: list[str] | None = None) -> AsyncIterator[Any]:
+        """Every sandbox not terminated carrying all `labels`, page by page (a lost page is asked again)."""
+        for page in range(1, ALL_OWNED_MAX_PAGES + 1):
             listed = await self._asked_again(
                 functools.partial(
                     self.sdk.list,
-                    labels=[f"{k}={v}" for k, v in owner_labels(run_id, engine).items()],
+                    labels=labels,
                     exclude_terminated=True,
                     page=page,
                     per_page=LIST_PAGE,
                     team_id=self.options.team_id,
                 )
             )
-            refs.extend(SandboxRef(sandbox_id=s.id, provider=self.name, run_id=run_id) for s in listed.sandboxes)
-            if not listed.has_next:
-                return refs
-            page += 1
-
-    async def list_all_owned(self) -> list[SandboxRef]:
-        """Every live sandbox whose labels carry a run label (Prime filters by `key=value` only: we filter)."""
-        refs: list[SandboxRef] = []
-        for page in range(1, ALL_OWNED_MAX_PAGES + 1):
-            listed = await self._asked_again(
-                functools.partial(
-                    self.sdk.list, exclude_terminated=True, page=page, per_page=LIST_PAGE, team_id=self.options.team_id
-                )
-            )
             for sandbox in listed.sandboxes:
-                run_id = tagged_by_stampede(sandbox.labels)
-                if run_id is not None:
-                    refs.append(SandboxRef(sandbox_id=sandbox.id, provider=self.name, run_id=run_id))
+                yield sandbox
             if not listed.has_next:
-                break
-        return refs
+                return
 
     async def cleanup(self, run_id: str, engine: str | None = None) -> int:
-        labels = [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]
+        labels = label_strings(owner_labels(run_id, engine))
         result = await self._asked_again(lambda: self.sdk.bulk_delete(labels=labels, team_id=self.options.team_id))
         return len(result.succeeded)
 

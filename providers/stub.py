@@ -21,7 +21,7 @@ import json
 import math
 import shlex
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -607,26 +607,34 @@ class StubProvider(Provider):
         self._shard_of.pop(ref.sandbox_id, None)
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
-        refs: list[SandboxRef] = []
-        labels = [("labels", label) for label in label_strings(owner_labels(run_id, engine))]
-        for base in self.vendor_urls:
-            page = 1
-            while True:
-                body = await self.request_retrying(
-                    "GET",
-                    "/sandbox",
-                    Phase.TERMINATE,
-                    attempts=self.options.terminate_attempts,
-                    timeout=self._attempt_timeout,
-                    base=base,
-                    params=[("page", page), ("per_page", 100), *labels, ("is_active", "true")],
-                )
-                for sandbox in body.get("sandboxes", []):
-                    refs.append(self._listed(sandbox["id"], run_id, base))
-                if not body.get("hasNext"):
-                    break
-                page += 1
-        return refs
+        labels = label_strings(owner_labels(run_id, engine))
+        return [
+            self._listed(sandbox["id"], run_id, base)
+            for base in self.vendor_urls
+            async for sandbox in self._active_sandboxes(base, labels)
+        ]
+
+    async def _active_sandboxes(self, base: str, labels: Sequence[str] = ()) -> AsyncIterator[dict[str, Any]]:
+        """Every active sandbox of one vendor (shard) carrying all `labels`, page by page (asked again on a blip)."""
+        for page in range(1, ALL_OWNED_MAX_PAGES + 1):
+            body = await self.request_retrying(
+                "GET",
+                "/sandbox",
+                Phase.TERMINATE,
+                attempts=self.options.terminate_attempts,
+                timeout=self._attempt_timeout,
+                base=base,
+                params=[
+                    ("page", page),
+                    ("per_page", 100),
+                    *(("labels", label) for label in labels),
+                    ("is_active", "true"),
+                ],
+            )
+            for sandbox in body.get("sandboxes", []):
+                yield sandbox
+            if not body.get("hasNext"):
+                return
 
     def _listed(self, sandbox_id: str, run_id: str, base: str) -> SandboxRef:
         if self._next_shard:
@@ -654,23 +662,10 @@ class StubProvider(Provider):
         """Every active sandbox whose labels carry a run label (the API filters by `key=value` only: we filter)."""
         refs: list[SandboxRef] = []
         for base in self.vendor_urls:
-            for page in range(1, ALL_OWNED_MAX_PAGES + 1):
-                params = [("page", page), ("per_page", 100), ("is_active", "true")]
-                body = await self.request_retrying(
-                    "GET",
-                    "/sandbox",
-                    Phase.TERMINATE,
-                    attempts=self.options.terminate_attempts,
-                    timeout=self._attempt_timeout,
-                    params=params,
-                    base=base,
-                )
-                for sandbox in body.get("sandboxes", []):
-                    run_id = tagged_by_stampede(sandbox.get("labels"))
-                    if run_id is not None:
-                        refs.append(self._listed(sandbox["id"], run_id, base))
-                if not body.get("hasNext"):
-                    break
+            async for sandbox in self._active_sandboxes(base):
+                run_id = tagged_by_stampede(sandbox.get("labels"))
+                if run_id is not None:
+                    refs.append(self._listed(sandbox["id"], run_id, base))
         return refs
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
