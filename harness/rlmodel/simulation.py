@@ -28,12 +28,15 @@ tear down. A group's samples reach the trainer together when its last member end
 - sync: each step dispatches N = B·G·oversampling rollouts, ends generation when k = B·G succeeded (or all
   ended without oversampling), cancels the rest, then trains.
 Measured over `steps` trainer steps after `warmup_steps`.
+
+`Simulation` is the core every mode runs on (`SimulationCore`, simulation_records): the rollout process, the
+policy version, the measurement window and the result; each mode's generator and trainer is a `Mode`
+(simulation_modes: async, sync; simulation_frameworks: prime-rl, slime, verl, PipelineRL).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
 from collections.abc import Generator
 from typing import Any
 
@@ -43,12 +46,26 @@ import simpy
 from harness.rlmodel.config import STEPPED_MODES as STEPPED
 from harness.rlmodel.inputs import Plan
 from harness.rlmodel.result import ModelResult
-from harness.rlmodel.simulation_frameworks import FrameworkModes
-from harness.rlmodel.simulation_records import Area, Counts, Draws, Group, Handle, Uniform, noop
+from harness.rlmodel.simulation_frameworks import PipelineRL, PrimeRL, Slime, VerlFullyAsync
+from harness.rlmodel.simulation_modes import AsyncMode, SyncMode
+from harness.rlmodel.simulation_records import Area, Counts, Draws, Group, Handle, Mode, OnSuccess, Uniform, noop
+
+MODES: dict[str, type[Mode]] = {
+    "async": AsyncMode,
+    "prime-rl": PrimeRL,
+    "slime": Slime,
+    "verl": VerlFullyAsync,
+    "pipelinerl": PipelineRL,
+    "sync": SyncMode,
+}
 
 
-class Simulation(FrameworkModes):
-    def __init__(self, plan: Plan, seed: int | None = None, steps: int | None = None, warmup: int | None = None):
+class Simulation:
+    """The core every mode runs on (it implements `SimulationCore`); `run` starts the plan's mode and measures."""
+
+    def __init__(
+        self, plan: Plan, seed: int | None = None, steps: int | None = None, warmup: int | None = None
+    ) -> None:
         cfg = plan.config
         self.plan = plan
         self.cfg = cfg
@@ -72,37 +89,22 @@ class Simulation(FrameworkModes):
         self.version = 0
         self.counting = False
         self.counts = Counts()
-        self.group: Group | None = None
-        # async
-        self.queue: deque[int] = deque()
+        self.window_start = 0.0
+        self.sandbox_area0 = 0.0
+        self.held_area0 = 0.0
         self.wake_dispatcher: simpy.Event = self.env.event()
         self.wake_trainer: simpy.Event | None = None
-        self.lags: Counter[int] = Counter()
-        self.dropped_stale = 0
-        self.idle = 0.0
         self.step_ends: list[float] = []
-        # prime-rl
-        self.published = 0  # the trainer's newest checkpoint (self.version is the policy the generator loaded)
-        self.live_groups: dict[int, Group] = {}  # in flight, by id()
-        self.finished_groups: deque[Group] = deque()
-        self.batches: deque[tuple[int, list[int]]] = deque()  # (batch index, dispatch version per sample)
-        self.wake_orchestrator: simpy.Event = self.env.event()
-        self.cancelled_stale = 0
-        self.trained_sum = 0
-        # verl, pipelinerl: weight updates pause in-flight generation; groups in flight; verl's dispatch budget
+        # verl, pipelinerl, slime with partial_rollout: weight updates pause in-flight generation
         self.pauses: list[tuple[float, float]] = []  # (start, end) of each pause, in time order
         self.pausing = (
             cfg.weight_sync_s > 0 and (cfg.mode == "pipelinerl" or (cfg.mode == "verl" and cfg.partial_rollout))
         ) or (cfg.mode == "slime" and cfg.partial_rollout)
         self.pause_ends: simpy.Event = self.env.event()  # slime: a pause whose end is not known yet ends
-        self.groups_inflight = 0
-        self.syncing = False
-        self.verl_spent = 0  # verl's staleness_samples: groups dispatched since the last version
-        self.ready: deque[int] = deque()  # pipelinerl: ready samples' versions, oldest first
-        self.submitted_groups = 0
+        self.mode: Mode = MODES.get(plan.mode, SyncMode)(self)
 
     # -- one rollout ---------------------------------------------------------------------------------
-    def rollout(self, group: Group, on_success: Any, handle: Handle) -> Generator[simpy.Event, Any, None]:
+    def rollout(self, group: Group, on_success: OnSuccess, handle: Handle) -> Generator[simpy.Event, Any, None]:
         env = self.env
         request = self.slots.request()
         try:
@@ -138,7 +140,7 @@ class Simulation(FrameworkModes):
         else:  # the slot is free; the sandbox lives on through its teardown
             env.process(self._teardown_after())
 
-    def _attempts(self, group: Group, on_success: Any, handle: Handle) -> Generator[simpy.Event, Any, str]:
+    def _attempts(self, group: Group, on_success: OnSuccess, handle: Handle) -> Generator[simpy.Event, Any, str]:
         plan, cfg, env = self.plan, self.cfg, self.env
         version = self.version if group.version is None else group.version
         t0 = env.now
@@ -224,26 +226,10 @@ class Simulation(FrameworkModes):
         group.ended += 1
         if group.on_end is not None:
             group.on_end(outcome)
-        if self.plan.mode == "async" and group.ended == group.size:
-            self.queue.extend(group.samples)
-            if self.wake_trainer is not None and not self.wake_trainer.triggered:
-                self.wake_trainer.succeed()
-        elif self.plan.mode == "prime-rl" and group.ended == group.size and not group.cancelled:
-            self.live_groups.pop(id(group), None)
-            self.finished_groups.append(group)
-            self._wake_orchestrator()
-        elif self.plan.mode in ("verl", "pipelinerl") and group.ended == group.size:
-            self.groups_inflight -= 1
-            if self.plan.mode == "verl":
-                self.finished_groups.append(group)
-            else:
-                self.ready.extend(group.samples)
-                self._trim_ring_buffer()
-            if self.wake_trainer is not None and not self.wake_trainer.triggered:
-                self.wake_trainer.succeed()
-            self.wake()
+        if group.ended == group.size:
+            self.mode.group_ended(group)
 
-    def _launch(self, group: Group) -> list[tuple[Any, Handle]]:
+    def launch(self, group: Group) -> list[tuple[simpy.Process, Handle]]:
         """Every member of a group dispatched at once (the group is the unit of dispatch): their processes."""
         members = []
         for _ in range(group.size):
@@ -258,152 +244,45 @@ class Simulation(FrameworkModes):
         if not self.wake_dispatcher.triggered:
             self.wake_dispatcher.succeed()
 
-    # -- async -------------------------------------------------------------------------------------
-    def _dispatcher(self) -> Generator[simpy.Event, Any, None]:
-        cfg = self.cfg
-        cap = cfg.async_level * self.plan.samples_per_step
-        group: Group | None = None
-        members = 0
-        while True:
-            while self.inflight < self.plan.concurrency and len(self.queue) < cap:
-                if group is None or members == group.size:
-                    group = Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
-                    members = 0
-                members += 1
-                self.inflight += 1
-                if self.counting:
-                    self.counts.dispatched += 1
-                self.env.process(self.rollout(group, noop, Handle()))
-            self.wake_dispatcher = self.env.event()
-            yield self.wake_dispatcher
+    def sleep_dispatcher(self) -> simpy.Event:
+        self.wake_dispatcher = self.env.event()
+        return self.wake_dispatcher
 
-    def _idle_until_woken(self) -> Generator[simpy.Event, Any, None]:
+    def nudge_trainer(self) -> None:
+        if self.wake_trainer is not None and not self.wake_trainer.triggered:
+            self.wake_trainer.succeed()
+
+    def idle_until_woken(self) -> Generator[simpy.Event, Any, None]:
         """The trainer waits for the generator; inside the window the wait is its idle time."""
         self.wake_trainer = self.env.event()
         waited_from = self.env.now
         yield self.wake_trainer
         if self.counting:
-            self.idle += self.env.now - waited_from
+            self.counts.idle += self.env.now - waited_from
 
-    def _trained(self, steps: int, done: simpy.Event) -> bool:
+    def trained(self, steps: int, done: simpy.Event) -> bool:
         """A continuous trainer finished its `steps`-th step: the window opens after warm-up; True at the end."""
         self.step_ends.append(self.env.now)
         if steps == self.warmup:
-            self._start_window()
+            self.start_window()
         if steps == self.warmup + self.steps:
             done.succeed()
             return True
         return False
 
-    def _async_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        cfg, plan, env = self.cfg, self.plan, self.env
-        samples = plan.samples_per_step
-        step = 0
-        while True:
-            batch = 0
-            while batch < samples:
-                if not self.queue:
-                    yield from self._idle_until_woken()
-                    continue
-                version = self.queue.popleft()
-                lag = step - version
-                if lag > cfg.max_off_policy_steps:
-                    if self.counting:
-                        self.dropped_stale += 1
-                    continue
-                batch += 1
-                if self.counting:
-                    self.lags[lag] += 1
-            self.wake()
-            yield env.timeout(samples / plan.trainer_rate + cfg.weight_sync_s)
-            step += 1
-            self.version = step
-            if self._trained(step, done):
-                return
-
-    # -- sync --------------------------------------------------------------------------------------
-    def _sync_trainer(self, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        cfg, plan, env = self.cfg, self.plan, self.env
-        n, k = plan.dispatched_per_step, plan.finish_target
-        self.generation_sum = 0.0
-        self.trained_sum = 0
-        for step in range(self.warmup + self.steps):
-            state = {"successes": 0, "ended": 0, "trained": 0}
-            finished = env.event()
-
-            def on_success(group: Group, version: int, accepted: bool, state: dict = state) -> None:
-                if state["successes"] < k:
-                    state["successes"] += 1
-                    state["trained"] += int(accepted)
-
-            processes = []
-            group: Group | None = None
-            for index in range(n):
-                if index % cfg.group_size == 0:
-                    group = Group(cfg.group_size, self.uniform() >= cfg.zero_advantage_groups)
-                    group.on_end = lambda outcome, state=state, finished=finished: _count_end(state, finished, n)
-                assert group is not None
-                handle = Handle()
-                self.inflight += 1
-                process = env.process(self._sync_rollout(group, on_success, state, finished, n, k, handle))
-                processes.append((process, handle))
-                if self.counting:
-                    self.counts.dispatched += 1
-            t0 = env.now
-            yield finished
-            if self.counting:
-                self.generation_sum += env.now - t0
-            for process, handle in processes:
-                if process.is_alive and handle.cancellable:
-                    process.interrupt()
-            if self.counting:
-                self.trained_sum += state["trained"]
-                self.idle += env.now - t0
-            yield env.timeout(state["trained"] / plan.trainer_rate + cfg.weight_sync_s)
-            self.version = step + 1
-            self.step_ends.append(env.now)
-            if step + 1 == self.warmup:
-                self._start_window()
-        done.succeed()
-
-    def _sync_rollout(
-        self, group: Group, on_success: Any, state: dict, finished: simpy.Event, n: int, k: int, handle: Handle
-    ) -> Generator[simpy.Event, Any, None]:
-        def success(g: Group, version: int, accepted: bool) -> None:
-            on_success(g, version, accepted)
-            if state["successes"] >= k and not finished.triggered:
-                finished.succeed()
-
-        yield from self.rollout(group, success, handle)
-
     # -- measurement -------------------------------------------------------------------------------
-    def _start_window(self) -> None:
+    def start_window(self) -> None:
         self.counting = True
         self.window_start = self.env.now
         self.sandbox_area0 = self.sandboxes.at_now()
         self.held_area0 = self.held.at_now()
 
     def run(self) -> ModelResult:
-        env, plan = self.env, self.plan
+        env = self.env
         done = env.event()
         if self.warmup == 0:
-            self._start_window()
-        if plan.mode == "async":
-            env.process(self._dispatcher())
-            env.process(self._async_trainer(done))
-        elif plan.mode == "prime-rl":
-            env.process(self._prime_orchestrator())
-            env.process(self._prime_trainer(done))
-        elif plan.mode == "slime":
-            env.process(self._slime_trainer(done))
-        elif plan.mode == "verl":
-            env.process(self._verl_rollouter())
-            env.process(self._verl_trainer(done))
-        elif plan.mode == "pipelinerl":
-            env.process(self._pipelinerl_actor())
-            env.process(self._pipelinerl_trainer(done))
-        else:
-            env.process(self._sync_trainer(done))
+            self.start_window()
+        self.mode.start(done)
         limit = self._time_limit()
         env.run(until=simpy.AnyOf(env, [done, env.timeout(limit)]))
         return self._result(done.triggered)
@@ -423,14 +302,9 @@ class Simulation(FrameworkModes):
     def _result(self, complete: bool) -> ModelResult:
         plan, cfg, env = self.plan, self.cfg, self.env
         notes = [] if complete else ["the simulation hit its time limit before finishing its steps"]
-        budget = cfg.pipelinerl_budget_groups(self.version)
-        if not complete and plan.mode == "pipelinerl" and self.submitted_groups >= budget:
-            notes.append(
-                f"PipelineRL's max_lag budget ran out ({self.submitted_groups} groups submitted after "
-                f"{self.version} updates): the trainer stalled"
-            )
+        notes += self.mode.notes(complete)
         if not self.counting:
-            self._start_window()
+            self.start_window()
         window = max(env.now - self.window_start, 1e-12)
         steps_done = max(len(self.step_ends) - self.warmup, 0)
         samples = plan.samples_per_step
@@ -438,17 +312,17 @@ class Simulation(FrameworkModes):
         if plan.mode == "async":
             trained = samples * steps_done
         else:
-            trained = self.trained_sum
+            trained = c.trained_sum
         step_time = window / steps_done if steps_done else math.inf
         trainer = trained / window
         syncs_per_step = 1.0 / cfg.trigger_parameter_sync_step if plan.mode == "verl" else 1.0
         train_busy = samples / plan.trainer_rate + cfg.weight_sync_s * syncs_per_step
         ended = max(c.dispatched_ended, 1)
-        consumed = sum(self.lags.values())
-        stale_base = consumed + self.dropped_stale
+        consumed = sum(c.lags.values())
+        stale_base = consumed + c.dropped_stale
         if plan.mode == "prime-rl":  # cancelled in flight past max_off_policy_steps, of the rollouts dispatched
             stale_base = max(c.dispatched, 1)
-        lags = {lag: count / consumed for lag, count in sorted(self.lags.items())} if consumed else {}
+        lags = {lag: count / consumed for lag, count in sorted(c.lags.items())} if consumed else {}
         if plan.mode == "sync" or not lags:
             lags = {0: 1.0}
         sandbox_area = self.sandboxes.at_now() - self.sandbox_area0
@@ -459,25 +333,25 @@ class Simulation(FrameworkModes):
             concurrency=plan.concurrency,
             generator_samples_per_s=c.successes / window,
             generator_capacity_samples_per_s=(
-                c.successes / self.generation_sum
-                if plan.mode in STEPPED and self.generation_sum > 0
+                c.successes / c.generation_sum
+                if plan.mode in STEPPED and c.generation_sum > 0
                 else c.successes / window
             ),
             effective_samples_per_s=trainer,
             trainer_samples_per_s=trainer,
             trainer_capacity_samples_per_s=(
-                samples / train_busy if plan.mode not in STEPPED else trained / max(window - self.idle, 1e-12)
+                samples / train_busy if plan.mode not in STEPPED else trained / max(window - c.idle, 1e-12)
             ),
-            trainer_idle_ratio=self.idle / window,
+            trainer_idle_ratio=c.idle / window,
             step_time_s=step_time,
             generation_time_s=(
-                self.generation_sum / steps_done
+                c.generation_sum / steps_done
                 if plan.mode in STEPPED and steps_done
                 else c.delivery_sum / max(c.successes, 1)
             ),
             lost_to_init_failures=c.lost_init / max(c.dispatched if plan.mode in STEPPED else ended, 1),
             lost_to_exec_failures=c.lost_exec / max(c.dispatched if plan.mode in STEPPED else ended, 1),
-            lost_to_staleness=(self.dropped_stale + self.cancelled_stale) / stale_base if stale_base else 0.0,
+            lost_to_staleness=(c.dropped_stale + c.cancelled_stale) / stale_base if stale_base else 0.0,
             killed_by_oversampling=c.killed / max(c.dispatched, 1) if plan.mode in STEPPED else 0.0,
             filtered_by_acceptance=1 - c.produced_accepted / max(c.successes, 1),
             sandbox_seconds_per_step=sandbox_area / steps_done if steps_done else math.inf,
@@ -489,12 +363,6 @@ class Simulation(FrameworkModes):
             holds=True,
             notes=notes,
         )
-
-
-def _count_end(state: dict, finished: simpy.Event, n: int) -> None:
-    state["ended"] += 1
-    if state["ended"] >= n and not finished.triggered:
-        finished.succeed()
 
 
 def simulate(plan: Plan, seed: int | None = None, steps: int | None = None, warmup: int | None = None) -> ModelResult:

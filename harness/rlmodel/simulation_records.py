@@ -1,15 +1,20 @@
 """The simulation's records: buffered random draws, time integrals, and what a rollout, a group and a slime step
-carry while they run (harness.rlmodel.simulation and its framework modes share them)."""
+carry while they run; and `SimulationCore`, the interface a mode's generator and trainer run on
+(harness.rlmodel.simulation implements it; simulation_modes and simulation_frameworks use only it)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
+from harness.rlmodel.config import RLConfig
 from harness.rlmodel.duration_dists import Dist
+from harness.rlmodel.inputs import Plan
 
 BLOCK = 4096
 
@@ -62,12 +67,14 @@ class Group:
     on_end: Any = None  # sync: told every outcome of its members
     version: int | None = None  # prime-rl: the policy loaded when the group was dispatched
     off_policy: int = 0  # prime-rl: weight updates survived in flight
-    members: list[tuple[Any, Handle]] = field(default_factory=list)  # prime-rl: to cancel an over-age group
+    members: list[tuple[simpy.Process, Handle]] = field(default_factory=list)  # to cancel an over-age group
     cancelled: bool = False
 
 
 @dataclass(slots=True)
 class Counts:
+    """What the measurement window counts (nothing is added before it opens)."""
+
     dispatched_ended: int = 0
     lost_init: int = 0
     lost_exec: int = 0
@@ -77,6 +84,13 @@ class Counts:
     killed: int = 0
     dispatched: int = 0
     creates: int = 0
+    # the trainer's side
+    lags: Counter[int] = field(default_factory=Counter)  # trained samples by policy versions behind
+    dropped_stale: int = 0  # accepted samples dropped as too old (async, PipelineRL's ring buffer)
+    cancelled_stale: int = 0  # rollouts cancelled in flight past max_off_policy_steps (prime-rl)
+    trained_sum: int = 0  # samples trained (every mode but async, which trains B·G per step)
+    idle: float = 0.0  # seconds the trainer waited for the generator
+    generation_sum: float = 0.0  # stepped modes: seconds from a step's dispatch to its end of generation
 
 
 MAX_SLIME_ROUNDS = 1000  # a step whose groups are all filtered would refill forever: the time limit ends it
@@ -90,7 +104,7 @@ class SlimeStep:
     filtered: int = 0
     trained: int = 0
     rounds: int = 0
-    processes: list[tuple[Any, Handle]] = field(default_factory=list)
+    processes: list[tuple[simpy.Process, Handle]] = field(default_factory=list)
     groups: list[Group] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)  # the kept groups' samples' policy versions
     open: bool = False  # generation started (a partial rollout's carried group may end before)
@@ -113,5 +127,80 @@ class Uniform:
         return 1.0
 
 
+OnSuccess = Callable[[Group, int, bool], None]  # told of a delivered sample: its group, version, whether accepted
+
+
 def noop(group: Group, version: int, accepted: bool) -> None:
     return None
+
+
+class SimulationCore(Protocol):
+    """What a mode's generator and trainer may use of the simulation: its clock, inputs and random draws, the
+    policy version, the measurement window, the pauses of in-flight generation, and the rollout process. The
+    mode keeps its own queues; the simulation tells it when a group's last member ends (`Mode.group_ended`)."""
+
+    env: simpy.Environment
+    cfg: RLConfig
+    plan: Plan
+    rng: np.random.Generator
+    uniform: Draws  # U(0, 1), from the one seeded stream every draw shares
+    warmup: int  # trainer steps before the window opens
+    steps: int  # trainer steps measured
+    version: int  # the policy the generator has loaded
+    inflight: int  # rollouts dispatched and not yet released
+    counting: bool  # the measurement window is open
+    counts: Counts
+    step_ends: list[float]  # when each trainer step ended, warm-up included
+    pauses: list[tuple[float, float]]  # (start, end) of each pause of in-flight generation, in time order
+    pause_ends: simpy.Event  # slime: a pause whose end was not known (end = inf) ends
+
+    def rollout(self, group: Group, on_success: OnSuccess, handle: Handle) -> Generator[simpy.Event, Any, None]:
+        """One rollout from its slot request to its release (the caller counts it in `inflight` first)."""
+        ...
+
+    def launch(self, group: Group) -> list[tuple[simpy.Process, Handle]]:
+        """Every member of a group dispatched at once: their processes."""
+        ...
+
+    def wake(self) -> None:
+        """Wake the generator's dispatch loop."""
+        ...
+
+    def sleep_dispatcher(self) -> simpy.Event:
+        """The event the dispatch loop waits on until `wake`."""
+        ...
+
+    def nudge_trainer(self) -> None:
+        """Wake the trainer if it waits in `idle_until_woken`."""
+        ...
+
+    def idle_until_woken(self) -> Generator[simpy.Event, Any, None]:
+        """The trainer waits for the generator; inside the window the wait is its idle time."""
+        ...
+
+    def trained(self, steps: int, done: simpy.Event) -> bool:
+        """A continuous trainer finished its `steps`-th step; True once the last is done."""
+        ...
+
+    def start_window(self) -> None:
+        """Open the measurement window now."""
+        ...
+
+
+class Mode:
+    """A generator and trainer pair, run on the simulation's core: async and sync (simulation_modes), and the RL
+    frameworks' own (simulation_frameworks)."""
+
+    def __init__(self, sim: SimulationCore) -> None:
+        self.sim = sim
+
+    def start(self, done: simpy.Event) -> None:
+        """Start the generator and trainer processes; the trainer succeeds `done` after its last step."""
+        raise NotImplementedError
+
+    def group_ended(self, group: Group) -> None:
+        """The last member of `group` ended (after the group's own `on_end`)."""
+
+    def notes(self, complete: bool) -> list[str]:
+        """What the result should say about this mode's run beyond the numbers."""
+        return []
