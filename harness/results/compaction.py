@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from harness.results.dataset import load_truth, read_run_info
 from harness.results.layout import table_files
-from harness.results.vendor_time import to_vendor_seconds
+from harness.results.vendor_time import to_vendor_seconds, vendor_seconds_source
 from harness.wire.records import (
     COMPACTED_ROLLOUT_SCHEMA,
     OP_SCHEMA,
@@ -142,10 +142,9 @@ def _vendor_seconds(run_dir: Path) -> tuple[Callable[[pa.Table], pa.Table], pa.S
     """
     info = read_run_info(run_dir)
     truth = load_truth(run_dir) if info.time_scale != 1.0 else None
-    probe = to_vendor_seconds(info, _duration_frame(ROLLOUT_SCHEMA.empty_table()), truth)
     metadata = {
         **(COMPACTED_ROLLOUT_SCHEMA.metadata or {}),
-        b"stampede.vendor_seconds": probe.source.encode(),
+        b"stampede.vendor_seconds": vendor_seconds_source(info, truth).encode(),
         b"stampede.time_scale": repr(info.time_scale).encode(),
     }
     schema = COMPACTED_ROLLOUT_SCHEMA.with_metadata(metadata)

@@ -45,6 +45,19 @@ def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
     return frame[name].to_numpy(dtype=float) if name in frame.columns else np.full(len(frame), np.nan)
 
 
+def usable_truth(truth: pd.DataFrame) -> bool:
+    """Whether a run's `truth/` holds what the join needs (a simulated vendor's record with its wall instants)."""
+    return not truth.empty and set(_TRUTH_COLUMNS) | {"exec_busy_s"} <= set(truth.columns)
+
+
+def vendor_seconds_source(info: RunInfo, truth: pd.DataFrame | None) -> str:
+    """How `to_vendor_seconds` makes a run's vendor seconds: `wall` (time scale 1: the same seconds), `truth` (the
+    vendor's own record joined), `scaled` (wall / time scale)."""
+    if info.time_scale == 1.0:
+        return "wall"
+    return "truth" if truth is not None and usable_truth(truth) else "scaled"
+
+
 def vendor_held(info: RunInfo, frame: pd.DataFrame, truth: pd.DataFrame | None = None) -> VendorHeld | None:
     """The wall and vendor seconds the simulated vendor held each row's durations; None without usable truth.
 
@@ -60,7 +73,7 @@ def vendor_held(info: RunInfo, frame: pd.DataFrame, truth: pd.DataFrame | None =
         return None
     if truth is None:
         truth = load_truth(Path(info.run_dir))
-    if truth.empty or not set(_TRUTH_COLUMNS) | {"exec_busy_s"} <= set(truth.columns):
+    if not usable_truth(truth):
         return None
     with_ids = frame if "sandbox_id" in frame.columns else load_rollout_frame(Path(info.run_dir), ("sandbox_id",))
     ids = with_ids["sandbox_id"].astype(object)
@@ -121,7 +134,6 @@ class VendorSeconds:
 
     durations: dict[str, np.ndarray]
     harness_factor: float  # 1 where the vendor's share was separated out (truth); else 1 / time scale, like all
-    source: str = "scaled"  # how: `wall` (time scale 1: the same seconds), `truth` (joined), `scaled` (wall / scale)
 
 
 def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame, truth: pd.DataFrame | None = None) -> VendorSeconds:
@@ -141,5 +153,4 @@ def to_vendor_seconds(info: RunInfo, frame: pd.DataFrame, truth: pd.DataFrame | 
         with np.errstate(divide="ignore", invalid="ignore"):
             kept = np.where(held_wall > 0, share / held_wall, 0.0)
         out[name] = wall - share + held.vendor[name] * kept
-    source = "truth" if held is not None else "wall" if info.time_scale == 1.0 else "scaled"
-    return VendorSeconds(durations=out, harness_factor=factor if held is None else 1.0, source=source)
+    return VendorSeconds(durations=out, harness_factor=factor if held is None else 1.0)
