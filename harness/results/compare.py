@@ -41,7 +41,7 @@ from foundation.quantiles import nearest_rank, nearest_rank_index
 from harness.errors import UsageError
 from harness.results.concurrency import LEVEL_TOLERANCE
 from harness.results.quantiles import REPORT_QUANTILES, GroupedSample, supported
-from harness.results.stage_aggregate import PHASES, RunStats, StageStats
+from harness.results.stage_aggregate import PHASES, STARTUP, RunStats, StageStats
 from harness.results.stage_matching import match_stages
 from harness.wire.records import INIT_PHASES
 from harness.wire.run_endings import EXIT_REGRESSION
@@ -414,7 +414,8 @@ def _levels(run: RunStats) -> str:
 
 def figure_names() -> list[str]:
     """Every figure name --gate may give (besides failures.<kind>): <phase>.<quantile> and the rates."""
-    return [f"{phase}.{q}" for phase, _ in PHASES for q, _ in REPORT_QUANTILES] + list(RATE_FIGURES)
+    phases = [*(phase for phase, _ in PHASES), STARTUP]
+    return [f"{phase}.{q}" for phase in phases for q, _ in REPORT_QUANTILES] + list(RATE_FIGURES)
 
 
 def parse_gate(text: str) -> tuple[str, ...]:

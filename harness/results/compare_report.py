@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.errors import UsageError
 from harness.results import html_report
 from harness.results.compare import (
@@ -29,7 +31,7 @@ from harness.results.compare import (
 from harness.results.json_schemas import SchemaMismatch, check_against
 from harness.results.report import load_runs
 from harness.results.report_tables import Table, basis_note, seconds
-from harness.results.stage_aggregate import RunStats, TimeBasis
+from harness.results.stage_aggregate import STARTUP, RunStats, TimeBasis
 from harness.results.thresholds import Threshold, any_crossed, evaluate, format_verdicts
 from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH, EXIT_THRESHOLDS_CROSSED
 
@@ -88,6 +90,14 @@ def _shown_in_text(figure: Figure) -> bool:
     return figure.name.startswith("tti.") or figure.unit == "rate" or figure.verdict in (WORSE, BETTER)
 
 
+def _startup_differs(figure: Figure, tti: dict[str, tuple[float, float]]) -> bool:
+    """Startup across retries is shown beside TTI where retries made it differ (without retries it is TTI)."""
+    if not figure.name.startswith(f"{STARTUP}."):
+        return False
+    same = tti.get(figure.name.removeprefix(f"{STARTUP}."))
+    return same is None or not np.allclose(same, (figure.baseline, figure.candidate), equal_nan=True)
+
+
 def _verdict(figure: Figure) -> str:
     return figure.verdict.upper() if figure.verdict == WORSE and figure.gated else figure.verdict
 
@@ -107,8 +117,9 @@ def duration_table(candidate: CandidateComparison, unit: str, confidence: float,
     ]
     rows = []
     for row in candidate.rows:
+        tti = {f.name.removeprefix("tti."): (f.baseline, f.candidate) for f in row.figures if f.name.startswith("tti.")}
         for f in row.figures:
-            if f.unit == "rate" or not (every or _shown_in_text(f)):
+            if f.unit == "rate" or not (every or _shown_in_text(f) or _startup_differs(f, tti)):
                 continue
             interval = "-" if f.ci_low != f.ci_low else f"[{_signed(f.ci_low)}, {_signed(f.ci_high)}]"
             rows.append(

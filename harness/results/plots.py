@@ -26,7 +26,7 @@ from harness.results.colours import (
 from harness.results.concurrency import interval_ends, timeline
 from harness.results.figure_canvas import plt
 from harness.results.quantiles import downsample_sorted, supported
-from harness.results.stage_aggregate import PHASE_LABELS, TTI_PARTS, RunStats, StageStats, stage_order
+from harness.results.stage_aggregate import PHASE_LABELS, STARTUP, TTI_PARTS, RunStats, StageStats, stage_order
 
 SURVIVAL_LEVELS: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.1), ("p99", 0.01), ("p99.9", 0.001))
 """(quantile, the share of rollouts still not interactive there): the reference lines of the survival plot."""
@@ -100,18 +100,21 @@ def survival_points(sorted_tti: np.ndarray, rollouts: int) -> tuple[np.ndarray, 
     return x[keep], remaining[keep]
 
 
-def tti_cdf(runs: Sequence[RunStats]) -> bytes:
+def tti_cdf(runs: Sequence[RunStats], per_rollout: bool = False) -> bytes:
     """TTI survival (1 - CDF) per stage on log-log axes, one panel per run; failures are the curve's floor.
+
+    `per_rollout`: one curve point per logical rollout (startup across retries: first attempt's submit to
+    interactive, `STARTUP`), every attempt of a rollout counted once, instead of one per attempt.
 
     Every panel has the same axes, so runs compare by eye: the x range spans every run's TTI, the y range reaches
     down to the smallest share any stage can show (one rollout of the largest stage, or its never-interactive floor).
     """
-    panels = _survival_panels(runs)
+    panels = _survival_panels(runs, per_rollout)
     fig, axes = canvas.panels(len(panels), *((8.0, 4.6) if len(panels) == 1 else (5.5, 3.6)))
-    drawn = [v[v > 0] for run in runs for v in run.tti_sorted.values() if (v > 0).any()]
+    drawn = [v[v > 0] for _, curves in panels for _, _, v, _ in curves if (v > 0).any()]
     low = min((float(v[0]) for v in drawn), default=0.1) / 1.1
     high = max((float(v[-1]) for v in drawn), default=1.0) * 1.1
-    lowest = min((1.0 / s.rollouts for run in runs for s in run.stages if s.rollouts), default=1.0)
+    lowest = min((1.0 / n for _, curves in panels for _, _, _, n in curves if n), default=1.0)
     bottom = min(lowest / 2, 5e-4)
     for ax, (title, curves) in zip(axes, panels, strict=True):
         for name, colour, values, rollouts in curves:
@@ -149,8 +152,12 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
             [1, 0.1, 0.01, 0.001, 1e-4, 1e-5][:decades], ["100%", "10%", "1%", "0.1%", "0.01%", "0.001%"][:decades]
         )
         ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(f"TTI ({_unit(runs)})")
-        ax.set_ylabel("rollouts not yet interactive (log)")
+        if per_rollout:
+            ax.set_xlabel(f"startup across retries: first attempt's submit to interactive ({_unit(runs)})")
+            ax.set_ylabel("rollouts (each once) not yet interactive (log)")
+        else:
+            ax.set_xlabel(f"TTI per attempt ({_unit(runs)})")
+            ax.set_ylabel("attempts not yet interactive (log)")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7, loc="lower left")
     return canvas.png_bytes(fig)
@@ -159,12 +166,17 @@ def tti_cdf(runs: Sequence[RunStats]) -> bytes:
 Curve = tuple[str, object, np.ndarray, int]  # (legend name, colour, sorted TTI, rollouts in the denominator)
 
 
-def _survival_panels(runs: Sequence[RunStats]) -> list[tuple[str, list[Curve]]]:
+def _survival_panels(runs: Sequence[RunStats], per_rollout: bool = False) -> list[tuple[str, list[Curve]]]:
     """A panel per run with a curve per stage; runs of one stage each (vendors side by side) share one panel, a
     colour per run as in the concurrency figure, so they compare on one pair of axes."""
 
     def sample(run: RunStats, stage: StageStats) -> np.ndarray:
+        if per_rollout and STARTUP in run.phase_samples:
+            return run.phase_samples[STARTUP].group(run.stages.index(stage))
         return run.tti_sorted.get(stage.stage, np.empty(0))
+
+    def count(stage: StageStats) -> int:
+        return stage.logical_rollouts if per_rollout and stage.logical_rollouts else stage.rollouts
 
     if len(runs) > 1 and all(len(run.stages) == 1 for run in runs):
         curves: list[Curve] = [
@@ -172,7 +184,7 @@ def _survival_panels(runs: Sequence[RunStats]) -> list[tuple[str, list[Curve]]]:
                 f"{run.info.label} {run.stages[0].stage}",
                 f"C{i % 10}",
                 sample(run, run.stages[0]),
-                run.stages[0].rollouts,
+                count(run.stages[0]),
             )
             for i, run in enumerate(runs)
         ]
@@ -181,7 +193,7 @@ def _survival_panels(runs: Sequence[RunStats]) -> list[tuple[str, list[Curve]]]:
         (
             run.info.label,
             [
-                (s.stage, colour, sample(run, s), s.rollouts)
+                (s.stage, colour, sample(run, s), count(s))
                 for colour, s in zip(stage_colours(len(run.stages)), run.stages, strict=True)
             ],
         )

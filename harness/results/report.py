@@ -57,6 +57,13 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ),
 )
 """(file name, caption): the caption is printed under the figure in report.html."""
+STARTUP_FIGURE = (
+    "startup_cdf.png",
+    "Startup across retries survival per stage: the share of rollouts (each counted once, however many attempts) "
+    "not yet interactive at each time since their first attempt was submitted. Drawn when the run retried: the "
+    "TTI survival above counts every attempt, so a rollout that failed twice before starting adds three points.",
+)
+"""Per logical rollout, beside the per-attempt TTI survival: only for runs that retried."""
 
 FOOTNOTES = (
     "Percentiles are nearest-rank and untrimmed: every value printed was observed.",
@@ -163,7 +170,10 @@ def build_report(
             plots.failures_vs_concurrency,
             plots.timelines,
         )
-        for (name, alt), make in zip(FIGURES, makers, strict=True):
+        drawn = [(name, alt, make) for (name, alt), make in zip(FIGURES, makers, strict=True)]
+        if any(s.retries for run in runs for s in run.stages):
+            drawn.insert(2, (*STARTUP_FIGURE, lambda runs: plots.tti_cdf(runs, per_rollout=True)))
+        for name, alt, make in drawn:
             png = make(runs)
             path = out / name
             path.write_bytes(png)

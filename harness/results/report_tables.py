@@ -13,7 +13,7 @@ from harness.results.quantiles import (
     SMALL_SAMPLE_NOTE,
     supported,
 )
-from harness.results.stage_aggregate import PHASE_LABELS, TTI_PARTS, RunStats, StageStats, TimeBasis
+from harness.results.stage_aggregate import PHASE_LABELS, STARTUP, TTI_PARTS, RunStats, StageStats, TimeBasis
 from harness.results.stage_matching import match_runs
 from harness.results.timing_error import FLAG_NOTE
 
@@ -49,6 +49,8 @@ def seconds(value: float) -> str:
     return f"{value:.1f}"
 
 
+STARTUP_QUANTILES = ("p50", "p99", "max")
+"""Startup across retries beside TTI in the stage table (a run that retried)."""
 REPORT_SMALL_SAMPLE_NOTE = f"{SMALL_SAMPLE_NOTE} (greyed in report.html; *_supported = False in stages.csv)"
 _LEVELS = dict(REPORT_QUANTILES)
 
@@ -103,6 +105,12 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
     ]
     if retried:  # each attempt is a row: say how many were retries and how many rollouts gave up
         header[3:4] = ["attempts", "retries", "gave up"]
+        startup_at = header.index("max") + 1
+        header[startup_at:startup_at] = [
+            f"startup {QUANTILE_NAMES[0]} ({seconds_unit})",
+            *STARTUP_QUANTILES[1:],
+            "interactive/rollouts",
+        ]
     rows = []
     for s in run.stages:
         tti = s.phases["tti"]
@@ -125,6 +133,11 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
         ]
         if retried:
             row[4:4] = [str(s.retries), str(s.gave_up)]
+            startup = s.phases.get(STARTUP, {"n": 0})
+            row[startup_at:startup_at] = [
+                *(quantile_cell(startup, name) if name in startup else "-" for name in STARTUP_QUANTILES),
+                f"{int(startup['n'])}/{s.logical_rollouts}",
+            ]
         rows.append(row)
     title = f"{run.info.label}  [{seconds_unit}]"
     if any(s.timing_error.flagged for s in run.stages):

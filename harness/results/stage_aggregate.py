@@ -12,6 +12,9 @@ Conventions (the README states them too):
   failures: counted apart, split into those cut off before and after becoming interactive, and the TTI p99 is
   also given as if every rollout cut off before interactive had been slower than all the others (an upper
   bound on what censoring hides).
+- Startup across retries (`STARTUP`): per logical rollout (every attempt of one rollout id on one worker), its
+  first attempt's submit to the moment an attempt became interactive, grouped under the first attempt's stage: the
+  wait a generator with retries sees, beside per-attempt TTI. A run that never retried has it equal to TTI.
 - Durations are converted to vendor seconds unless wall seconds are asked for: with the simulator's truth only
   the vendor's own share is scaled (harness.results.vendor_time), else wall / time scale; start rates are per
   vendor second.
@@ -46,6 +49,9 @@ PHASES: tuple[tuple[str, str], ...] = (
 `first_command_s` and `later_commands_s` are derived (`phase_durations`), the rest are the parquet's columns."""
 TTI_PARTS: tuple[str, ...] = ("create", "ready", "first_command")
 """The phases that add up to TTI, per rollout."""
+STARTUP = "startup"
+"""Per logical rollout: first attempt's submit -> interactive (any attempt), a key of `StageStats.phases` beside
+PHASES' and of `RunStats.phase_samples`; the denominator of its survival curve is `StageStats.logical_rollouts`."""
 PHASE_LABELS: dict[str, str] = {
     "tti": "TTI",
     "create": "create",
@@ -53,6 +59,7 @@ PHASE_LABELS: dict[str, str] = {
     "first_command": "first command",
     "later_commands": "later commands",
     "teardown": "teardown",
+    STARTUP: "startup across retries",
 }
 
 
@@ -83,6 +90,7 @@ class StageStats:
     timing_error: TimingError = field(default_factory=TimingError.unknown)  # the harness's share of a TTI
     target: int | None = None  # the stage's target in flight (closed model), shown beside the measured label
     tti_share: dict[str, float] = field(default_factory=dict)  # TTI_PARTS name -> mean / mean TTI (sums to 1)
+    logical_rollouts: int = 0  # rollouts counted once however many attempts (first attempt in this stage)
 
 
 @dataclass(slots=True)
@@ -160,7 +168,15 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
 
     attempt = frame["attempt"].to_numpy() if "attempt" in frame else np.ones(len(frame))
     retries = np.bincount(codes, weights=attempt > 1, minlength=n).astype(int)
-    gave_up = _gave_up(info, frame, codes, n, is_failed) if retries.any() else failed.copy()
+    key = _logical_keys(info, frame) if retries.any() else None
+    if key is None:
+        gave_up = failed.copy()
+        logical_codes, startup = codes, durations["tti_s"]
+    else:
+        gave_up = _gave_up(key, attempt, codes, n, is_failed)
+        logical_codes, startup = _startup(key, codes, t_submit * factor, durations["tti_s"])
+    samples[STARTUP] = group_sorted(logical_codes, startup, n)
+    logical = np.bincount(logical_codes[logical_codes >= 0], minlength=n)
 
     # the harness's own seconds stay as measured where the vendor's share was separated from them
     errors = per_rollout_error_s(frame, 1.0 / (converted.harness_factor if converted is not None else factor))
@@ -200,6 +216,7 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
                 timing_error=stage_timing_error(errors[codes == i], phases["tti"]["p50"]),
                 target=int(target[i]) if target[i] == target[i] and target[i] > 0 else None,
                 tti_share={part: float(shares[part][i]) for part in TTI_PARTS},
+                logical_rollouts=int(logical[i]),
             )
         )
         sorted_tti[stage] = tti.group(i)
@@ -255,17 +272,36 @@ def _tti_shares(codes: np.ndarray, durations: dict[str, np.ndarray], n: int) -> 
     return shares
 
 
-def _gave_up(info: RunInfo, frame: pd.DataFrame, codes: np.ndarray, n: int, is_failed: np.ndarray) -> np.ndarray:
-    """Per stage, rollouts whose last attempt failed: read rollout ids only when a run retried at all."""
+def _logical_keys(info: RunInfo, frame: pd.DataFrame) -> np.ndarray | None:
+    """Each row's logical rollout (worker/rollout id: a retry keeps its rollout id), read only when a run retried;
+    None when the ids do not line up with the frame (then every attempt counts as its own rollout)."""
     from harness.results.dataset import load_rollout_frame
 
     ids = load_rollout_frame(info.run_dir, ("rollout_id", "worker"))
     if len(ids) != len(frame):
-        return np.bincount(codes, weights=is_failed, minlength=n).astype(int)
-    key = pd.Series(ids["worker"].astype(str).to_numpy() + "/" + ids["rollout_id"].to_numpy(dtype=object))
-    attempt = pd.Series(frame["attempt"].to_numpy())
-    last = attempt.groupby(key.to_numpy()).transform("max").to_numpy() == attempt.to_numpy()
+        return None
+    return np.asarray(ids["worker"].astype(str).to_numpy() + "/" + ids["rollout_id"].astype(str).to_numpy())
+
+
+def _gave_up(key: np.ndarray, attempt: np.ndarray, codes: np.ndarray, n: int, is_failed: np.ndarray) -> np.ndarray:
+    """Per stage, rollouts whose last attempt failed."""
+    attempts = pd.Series(attempt)
+    last = attempts.groupby(key).transform("max").to_numpy() == attempts.to_numpy()
     return np.bincount(codes, weights=last & is_failed, minlength=n).astype(int)
+
+
+def _startup(
+    key: np.ndarray, codes: np.ndarray, submit_s: np.ndarray, tti_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per logical rollout: (its first attempt's stage code, first submit -> first interactive, NaN if never).
+
+    `submit_s` is each attempt's submit in the report's seconds, `tti_s` its TTI (NaN: not interactive), so an
+    attempt became interactive at submit_s + tti_s; the gaps between attempts (backoff, queueing) count.
+    """
+    frame = pd.DataFrame({"key": key, "code": codes, "submit": submit_s, "interactive": submit_s + tti_s})
+    first = frame.sort_values("submit", kind="stable").groupby("key", sort=False)
+    grouped = first.agg(code=("code", "first"), submit=("submit", "first"), interactive=("interactive", "min"))
+    return grouped["code"].to_numpy(dtype=np.int64), (grouped["interactive"] - grouped["submit"]).to_numpy(float)
 
 
 def stage_codes(frame: pd.DataFrame, stages: list[str]) -> np.ndarray:

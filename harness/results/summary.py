@@ -27,11 +27,15 @@ from harness.results.quantiles import (
     supported,
 )
 from harness.results.run_figures import unfinished
-from harness.results.stage_aggregate import StageStats, TimeBasis
+from harness.results.stage_aggregate import STARTUP, StageStats, TimeBasis
 from harness.results.timing_error import FLAG_NOTE
 
 START_RATE_NOTE = (
     "starts/s: rollouts submitted in the stage / its submit span (first submit to last; a burst's is its release)"
+)
+STARTUP_NOTE = (
+    "startup: per rollout, its first attempt's submit to interactive across retries (TTI is per attempt; "
+    "never interactive: in neither)"
 )
 _LEVELS = dict(REPORT_QUANTILES)
 
@@ -59,9 +63,10 @@ def format_stage_table(
     stages: Sequence[StageStats], engine: dict[str, EngineLoad] | None = None, basis: TimeBasis = "vendor"
 ) -> str:
     """The per-stage table; `engine` (harness.results.engine_load) adds the engines' CPU and loop lag."""
+    retried = any(stage.retries for stage in stages)
     header = [
         "stage",
-        "users",
+        "target",
         "rollouts",
         "ok",
         "failed",
@@ -72,6 +77,7 @@ def format_stage_table(
         "p99",
         "p99.9",
         "max",
+        *([f"startup p50 ({basis} s)", "p99", "max", "interactive/rollouts"] if retried else []),
         "conc",
         "starts/s",
         "harness err",
@@ -104,6 +110,7 @@ def format_stage_table(
                 f"{100 * row.failure_rate:.1f}",
                 *cells,
                 _seconds(tti.get("max", float("nan"))),
+                *(_startup_cells(row) if retried else []),
                 str(row.concurrency),
                 "-" if row.start_rate != row.start_rate else f"{row.start_rate:.1f}",
                 row.timing_error.describe(),
@@ -124,8 +131,22 @@ def format_stage_table(
         lines.append(FLAG_NOTE)
     if marked:
         lines.append(SMALL_SAMPLE_NOTE)
+    if retried:
+        lines.append(STARTUP_NOTE)
     lines.append(START_RATE_NOTE + (" (vendor seconds)" if basis == "vendor" else " (wall seconds)"))
     return "\n".join(lines)
+
+
+def _startup_cells(row: StageStats) -> list[str]:
+    """Startup across retries p50, p99, max and how many logical rollouts ever became interactive."""
+    startup = row.phases.get(STARTUP, {})
+    reached = int(startup.get("n", 0))
+    return [
+        _quantile(startup, "p50"),
+        _quantile(startup, "p99"),
+        _seconds(startup.get("max", float("nan"))),
+        f"{reached}/{row.logical_rollouts}",
+    ]
 
 
 def measurement_error(rollouts: pd.DataFrame, truth: pd.DataFrame) -> dict[str, Any] | None:

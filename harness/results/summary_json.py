@@ -1,6 +1,7 @@
 """summary.json: a run's figures for machines (CI gates, dashboards), written at the end of every run and by
 `stampede summary RUN`. Per stage and for the whole run: counts, failures by kind and phase, quantiles of TTI and
-each phase with their small-sample marks, measured concurrency, start rate, the harness's timing-error flag,
+each phase with their small-sample marks, startup across retries per logical rollout (`quantiles.startup`,
+`counts.logical_rollouts`: added within v1, optional), measured concurrency, start rate, the harness's timing-error flag,
 and every threshold with its observed value and verdict. Durations are vendor seconds (`unit`); JSON Schema
 `harness/results/schemas/summary.v1.schema.json`, checked on every write.
 """
@@ -52,6 +53,7 @@ def scope_block(stats: StageStats) -> dict[str, Any]:
             "cancelled": stats.cancelled,
             "unfinished": unfinished(stats),
             "retries": stats.retries,
+            "logical_rollouts": stats.logical_rollouts,
         },
         "failure_rate": _number(stats.failure_rate),
         "init_failure_rate": _number(init_failure_rate(stats)),
@@ -70,7 +72,10 @@ def scope_block(stats: StageStats) -> dict[str, Any]:
 
 
 def build_summary(
-    aggregate: RunAggregate, manifest: Mapping[str, Any], verdicts: Sequence[Verdict], status: str,
+    aggregate: RunAggregate,
+    manifest: Mapping[str, Any],
+    verdicts: Sequence[Verdict],
+    status: str,
     exit_code: int | None,
 ) -> dict[str, Any]:
     if aggregate.basis != "vendor":

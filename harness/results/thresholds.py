@@ -120,9 +120,9 @@ class RunFigures:
 
 def phase_names() -> tuple[str, ...]:
     """The phases a figure exists for, read from the aggregation (not a list of our own)."""
-    from harness.results.stage_aggregate import PHASES
+    from harness.results.stage_aggregate import PHASES, STARTUP
 
-    return tuple(name for name, _ in PHASES)
+    return (*(name for name, _ in PHASES), STARTUP)
 
 
 def failure_kinds() -> tuple[str, ...]:
