@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -83,3 +85,36 @@ def test_main_is_callable_in_process(capsys: pytest.CaptureFixture[str]) -> None
 
     assert main(["--profile", "nope-like"]) == 2
     assert "unknown profile" in capsys.readouterr().err
+
+
+def _create_ids(seed: str, count: int) -> list[str]:
+    """Start a served vendor with `seed`, create `count` sandboxes over its REST API, stop it: the ids it gave."""
+    proc = _spawn("--profile", "ideal", "--seed", seed, "--exit-on-stdin-eof")
+    try:
+        info = ready_line(proc)
+        body = json.dumps({"name": "t", "docker_image": "python:3.12-slim", "labels": ["r"], "timeout_minutes": 5})
+        ids = []
+        for _ in range(count):
+            request = urllib.request.Request(
+                info["url"] + "/api/v1/sandbox",
+                data=body.encode(),
+                headers={"Authorization": f"Bearer {info['token']}", "Content-Type": "application/json"},
+                method="POST",
+            )
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                ids.append(json.loads(resp.read())["id"])
+        assert proc.stdin is not None
+        proc.stdin.close()
+        finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return ids
+
+
+def test_a_restarted_vendor_never_hands_out_an_id_again() -> None:
+    """A vendor restarted with the same seed mid-run must not give a second rollout a sandbox id already recorded
+    for another: the rollouts and truth tables are joined on it."""
+    first, second = _create_ids("7", 5), _create_ids("7", 5)
+    assert len(set(first)) == 5 and len(set(second)) == 5
+    assert not set(first) & set(second), (first, second)

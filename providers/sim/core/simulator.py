@@ -34,6 +34,7 @@ import asyncio
 import builtins
 import hashlib
 import math
+import secrets
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -105,6 +106,10 @@ class VendorSimulator:
             retention_s = RETENTION_S if isinstance(clock, LoopClock) else math.inf
         # in vendor seconds on this clock (one vendor second lasts `time_scale` real seconds)
         self.retention_s = float(retention_s) / clock.time_scale
+        # A served vendor (live clock) mixes a per-instance nonce into its ids: one restarted mid-run with the same
+        # seed must never hand a second rollout an id already recorded. Offline (virtual clock) ids stay a function of
+        # the seed and counter alone, so a seed's truth is reproducible; every draw stays seeded either way.
+        self._id_nonce = secrets.token_hex(8) if isinstance(clock, LoopClock) else ""
         self._sandboxes: dict[str, SimSandbox] = {}  # known sandboxes, in acceptance order
         self._accepted = 0
         self._ended_fifo: deque[SimSandbox] = deque()  # ended, known sandboxes in the order they ended
@@ -278,6 +283,10 @@ class VendorSimulator:
             raise result
         return result
 
+    def facts(self) -> builtins.dict[str, Any]:
+        """Which run this is: what every truth and stats answer, and every front's ready line, carries."""
+        return {"profile": self.profile.name, "seed": self.seed, "time_scale": self.clock.time_scale}
+
     def stats(self) -> builtins.dict[str, Any]:
         """Counters for dashboards and tests: current occupancy, pool, tokens, end states, rejections."""
         now = self.clock.now()
@@ -396,7 +405,7 @@ class VendorSimulator:
         self._prune(now)
         seq = self._accepted
         self._accepted += 1
-        digest = hashlib.blake2b(f"{self.seed}:{seq}".encode(), digest_size=12).hexdigest()
+        digest = hashlib.blake2b(f"{self.seed}:{seq}{self._id_nonce}".encode(), digest_size=12).hexdigest()
         sb = SimSandbox(
             id=f"sb{digest}",
             seq=seq,
