@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from harness.errors import UsageError, one_line_errors
 from harness.results.cli_options import seconds_option, threshold_option
@@ -90,26 +89,14 @@ def run(args: argparse.Namespace) -> int:
         basis=args.seconds,
         thresholds=thresholds,
         figures=not args.no_figures,
+        pass_fail=pass_fail,
     )
     print(result.text)
-    return _check_thresholds(pass_fail, [run.info.run_dir for run in result.runs])
+    from harness.results.thresholds import format_verdicts
 
-
-def _check_thresholds(pass_fail: Sequence[Any], run_dirs: Sequence[Any]) -> int:
-    """Each run's verdicts (vendor seconds, whatever --seconds the tables use); 99 when any is crossed."""
-    if not pass_fail:
-        return 0
-    from harness.results.run_figures import load_aggregate, run_figures
-    from harness.results.thresholds import any_crossed, evaluate, format_verdicts
-    from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
-
-    crossed = False
-    for run_dir in run_dirs:
-        info, aggregate = load_aggregate(run_dir, "vendor")
-        verdicts = evaluate(pass_fail, run_figures(aggregate))
-        print(f"{info.run_id}: {format_verdicts(verdicts)}")
-        crossed = crossed or any_crossed(verdicts)
-    return EXIT_THRESHOLDS_CROSSED if crossed else 0
+    for run_id, verdicts in result.verdicts:  # the same verdicts report.html opens with
+        print(f"{run_id}: {format_verdicts(verdicts)}")
+    return result.exit_code
 
 
 class _OneLineParser(argparse.ArgumentParser):

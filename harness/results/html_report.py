@@ -20,6 +20,8 @@ caption{text-align:left;font-weight:600;padding:4px 0;white-space:pre-line}
 td.small{color:#999}figure{margin:14px 0 22px}figcaption{color:#444;font-size:13px;max-width:1000px}
 .ending{padding:8px 12px;margin:10px 0;border-left:5px solid #2a7;background:#f2faf5;font-weight:600}
 .ending.cut{border-color:#c33;background:#fdf1f1}
+.verdicts{padding:6px 12px;margin:10px 0;border-left:5px solid #2a7;background:#f2faf5}
+.verdicts.crossed{border-color:#c33;background:#fdf1f1}.verdicts p{font-weight:600;margin:4px 0}
 """
 
 
@@ -50,15 +52,26 @@ def render(
     sections: Sequence[tuple[str, Sequence[Table], Sequence[tuple[str, bytes]]]],
     footnotes: Sequence[str] = (),
     endings: Sequence[tuple[str, bool]] = (),
+    thresholds: tuple[str, Table, bool] | None = None,
 ) -> str:
     """Sections are (heading, tables, figures as (alt, png)); notes go under the title, footnotes at the end.
 
-    `endings`: how each run ended, as (line, cut short), the first thing under the title: red when cut short.
+    `thresholds`: (headline, every threshold and its verdict, crossed?), the first thing under the title (red when
+    one is crossed: the exit status is 99 whatever the run's own ending); then `endings`: how each run ended, as
+    (line, cut short), red when cut short.
     """
+    verdicts = []
+    if thresholds is not None:
+        headline, table, crossed = thresholds
+        verdicts = [
+            f"<div class='verdicts{' crossed' if crossed else ''}'><p>{html.escape(headline)}</p>"
+            f"{table_html(table)}</div>"
+        ]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        *verdicts,
         *(f"<p class='ending{' cut' if cut else ''}'>{html.escape(line)}</p>" for line, cut in endings),
         f"<p class='note'>generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%SZ')}</p>",
     ]

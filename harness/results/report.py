@@ -29,6 +29,8 @@ from harness.results.report_tables import (
 from harness.results.run_ending import RunEnding, run_ending
 from harness.results.run_pointer import resolve_run_dir
 from harness.results.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
+from harness.results.thresholds import Threshold, Verdict, any_crossed, evaluate
+from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
 
 FIGURES: tuple[tuple[str, str], ...] = (
     (
@@ -95,6 +97,13 @@ class ReportResult:
     runs: list[RunStats]
     knees: list[Knee]
     tables: list[Table] = field(default_factory=list)  # every table the report printed, in order
+    verdicts: list[tuple[str, list[Verdict]]] = field(default_factory=list)  # (run id, its --threshold verdicts)
+
+    @property
+    def exit_code(self) -> int:
+        """99 when a threshold of any run was crossed (harness.wire.run_endings), else 0."""
+        crossed = any(any_crossed(verdicts) for _, verdicts in self.verdicts)
+        return EXIT_THRESHOLDS_CROSSED if crossed else 0
 
 
 def load_runs(run_dirs: Sequence[str | Path], basis: TimeBasis) -> list[RunStats]:
@@ -123,8 +132,12 @@ def build_report(
     basis: TimeBasis = "vendor",
     thresholds: KneeThresholds = KneeThresholds(),
     figures: bool = True,
+    pass_fail: Sequence[Threshold] = (),
 ) -> ReportResult:
+    """`pass_fail` (`--threshold`) are checked on each run's own figures in vendor seconds, whatever `basis`;
+    their verdicts head report.html, so the page says what the exit status says."""
     runs = load_runs(run_dirs, basis)
+    verdicts = [(run.info.run_id, _verdicts(run, pass_fail)) for run in runs] if pass_fail else []
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_dirs)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -195,10 +208,42 @@ def build_report(
     notes = [basis_note(run) for run in runs] + [f"knee thresholds: {thresholds.describe()}"]
     title = "stampede report: " + ", ".join(run.info.run_id for run in runs)
     html_path = out / "report.html"
-    html_path.write_text(html_report.render(title, notes, sections, FOOTNOTES, endings=ending_lines))
+    html_path.write_text(
+        html_report.render(
+            title, notes, sections, FOOTNOTES, endings=ending_lines, thresholds=threshold_banner(verdicts)
+        )
+    )
     text_parts += ["", f"report: {html_path}"]
     tables = [knees_t, *_tables(per_run, comparison, censored)]
-    return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees, tables)
+    return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees, tables, verdicts)
+
+
+def _verdicts(run: RunStats, pass_fail: Sequence[Threshold]) -> list[Verdict]:
+    """Thresholds are in vendor seconds: the run is aggregated on that basis (whole run pooled, and per stage)."""
+    from harness.results.run_figures import aggregate_run, run_figures
+
+    aggregate = aggregate_run(run.info, load_rollout_frame(run.info.run_dir), "vendor")
+    return evaluate(pass_fail, run_figures(aggregate))
+
+
+def threshold_banner(verdicts: Sequence[tuple[str, Sequence[Verdict]]]) -> tuple[str, Table, bool] | None:
+    """(headline, every threshold with its observed value and verdict, crossed?) for the top of report.html."""
+    if not verdicts:
+        return None
+    rows = [
+        [run_id, v.threshold.text, v.scope, v.observed_text(), v.verdict.upper()]
+        for run_id, run_verdicts in verdicts
+        for v in run_verdicts
+    ]
+    crossed = sum(v.crossed for _, run_verdicts in verdicts for v in run_verdicts)
+    total = sum(len(run_verdicts) for _, run_verdicts in verdicts)
+    headline = (
+        f"thresholds: {crossed} of {total} CROSSED (exit {EXIT_THRESHOLDS_CROSSED})"
+        if crossed
+        else f"thresholds: all {total} hold"
+    )
+    header = ["run", "threshold", "scope", "observed (vendor seconds)", "verdict"]
+    return headline, Table("", header, rows, left=frozenset({0, 1, 2, 4})), bool(crossed)
 
 
 def _tables(

@@ -99,8 +99,12 @@ class Verdict:
             "verdict": self.verdict,
         }
 
+    def observed_text(self) -> str:
+        """The observed value in the threshold's own unit (seconds, a rate with its percentage, a count)."""
+        return "no data" if self.observed is None else _number(self.threshold.metric, self.observed)
+
     def describe(self) -> str:
-        observed = "no data" if self.observed is None else _number(self.threshold.metric, self.observed)
+        observed = self.observed_text()
         where = f" [{self.scope}]" if self.threshold.stage == EVERY_STAGE else ""
         mark = {"ok": "ok", "crossed": "CROSSED", "no_data": "CROSSED (no data)"}[self.verdict]
         return f"{self.threshold.text}{where}: {observed} -> {mark}"
