@@ -14,6 +14,7 @@ million-row run must load in well under a second.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,9 +140,25 @@ class RunInfo:
 
 
 ROLLOUT_REPORT_COLUMNS: tuple[str, ...] = (
-    "provider", "profile", "stage", "target_users", "inflight_at_submit", "t_submit", "create_s", "ready_s",
-    "tti_s", "exec_count", "exec_s", "terminate_s", "total_s", "outcome", "failure_kind", "failure_phase", "attempt",
-    "loop_lag_s", "ready_poll_s",
+    "provider",
+    "profile",
+    "stage",
+    "target_users",
+    "inflight_at_submit",
+    "t_submit",
+    "create_s",
+    "ready_s",
+    "tti_s",
+    "exec_count",
+    "exec_s",
+    "terminate_s",
+    "total_s",
+    "outcome",
+    "failure_kind",
+    "failure_phase",
+    "attempt",
+    "loop_lag_s",
+    "ready_poll_s",
 )
 """Everything the report, the export and the model read; the wide strings (error, ids) stay on disk."""
 
@@ -183,16 +200,12 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, ValueError) as exc:
             raise UsageError(f"{manifest_path} is not readable JSON: {exc}") from None
-        if not isinstance(manifest, dict):
-            raise UsageError(f"{manifest_path} is not a JSON object")
+        except RecursionError:
+            raise UsageError(f"{manifest_path} is not a run.json: nested too deeply to read") from None
+        check_manifest(manifest, manifest_path)
     provider, profile, scenario = _identity_from_shards(path)
     raw_scale = manifest.get("time_scale")
-    try:
-        scale = float(raw_scale) if raw_scale is not None else None
-    except (TypeError, ValueError):
-        scale = None
-    if scale is not None and not scale > 0:
-        scale = None
+    scale = float(raw_scale) if raw_scale is not None else None
     versions = manifest.get("versions") or {}
     profile_label = str(profile or manifest.get("profile") or "-")
     parameters = manifest.get("parameters") if isinstance(manifest.get("parameters"), dict) else {}
@@ -213,6 +226,48 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
         started_at=manifest.get("started_at"),
         manifest=manifest,
     )
+
+
+MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
+    "run_id": (str,),
+    "provider": (str,),
+    "profile": (str,),
+    "scenario": (str,),
+    "status": (str,),
+    "started_at": (str,),
+    "base_url": (str,),
+    "final_stage": (str,),
+    "versions": (dict,),
+    "parameters": (dict,),
+    "processes": (dict,),
+    "dropped_starts": (dict,),
+    "shape_outcome": (dict,),
+    "thresholds": (list,),
+    "exit_code": (int,),
+    "wall_s": (int, float),
+}
+"""The run.json fields stampede reads, each with the JSON types it may hold (null is always allowed: an old or a
+crashed run leaves some unset); `time_scale` has its own rule (`check_manifest`)."""
+
+
+def check_manifest(manifest: Any, source: Path) -> None:
+    """A run.json's fields as stampede reads them, checked on read: a wrong type is one line, not a traceback in
+    whichever report reads the field, and a time scale of 0, -1 or "abc" is refused rather than read as 1 (every
+    vendor-seconds figure divides by it)."""
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{source} is not a JSON object")
+    for name, types in MANIFEST_FIELDS.items():
+        value = manifest.get(name)
+        if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            wanted = " or ".join(
+                "an object" if t is dict else "a list" if t is list else f"a {t.__name__}" for t in types
+            )
+            raise UsageError(f"{source}: {name} must be {wanted}, not {json.dumps(value)[:60]}")
+    scale = manifest.get("time_scale")
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0
+    ):
+        raise UsageError(f"{source}: time_scale must be a positive finite number, not {json.dumps(scale)[:60]}")
 
 
 def _ending(manifest: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ def stage_engine_load(run_dir: str | Path) -> dict[str, EngineLoad]:
     for path in sorted(Path(run_dir).glob("engine-*.json")):
         try:
             summaries.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
     return engine_load_of(summaries)
 
@@ -46,6 +46,4 @@ def engine_load_of(summaries: Sequence[Mapping[str, Any]]) -> dict[str, EngineLo
                 cpu[stage] = cpu.get(stage, 0.0) + float(load["cpu_share"])
             if load.get("lag_p99_ms") is not None:
                 lag[stage] = max(lag.get(stage, 0.0), float(load["lag_p99_ms"]))
-    return {
-        stage: EngineLoad(cpu.get(stage, math.nan), lag.get(stage, math.nan)) for stage in sorted({*cpu, *lag})
-    }
+    return {stage: EngineLoad(cpu.get(stage, math.nan), lag.get(stage, math.nan)) for stage in sorted({*cpu, *lag})}

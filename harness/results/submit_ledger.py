@@ -45,7 +45,7 @@ def read_submits(run_dir: Path) -> dict[tuple[str, int], Submit]:
         for line in lines:
             try:
                 entry = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if not isinstance(entry, dict):
                 continue

@@ -158,6 +158,8 @@ def load_latency_model(path: str | Path) -> LatencyModelFile:
         raise UsageError(f"latency model {source} not found") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"latency model {source} is not readable JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"latency model {source} is not a latency model: nested too deeply to read") from None
     return latency_model_from_document(document, source)
 
 
