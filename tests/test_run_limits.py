@@ -19,6 +19,7 @@ from harness.locust.run_limits import (
     MachineRoom,
     check_in_flight,
     cleartext_token_warning,
+    open_master_warning,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +69,18 @@ def test_the_tightest_budget_is_the_one_named():
     check_in_flight(USERS_PER_LOCUST_PROCESS + 1, "--users", MachineRoom(10**6, plenty), engines=2)
     check_in_flight(10**8, "--users", MachineRoom(1000, 2**20), allow=True)  # --allow-oversubscribe
     assert MachineRoom.measure().open_files > 0 and MachineRoom.measure().memory_bytes > 0
+
+
+def test_a_master_listens_on_loopback_unless_told_and_warns_beyond_it():
+    """Locust's master has no login and hands its options (the token too) to any worker: loopback by default."""
+    from harness.cli.main import build_parser
+
+    args = build_parser(only="run").parse_args(["run", "--master"])
+    assert args.master_bind_host == "127.0.0.1" and open_master_warning(args.master_bind_host) is None
+    for quiet in ("127.0.0.1", "::1", "localhost"):
+        assert open_master_warning(quiet) is None, quiet
+    for loud in ("*", "0.0.0.0", "192.0.2.7", "master.example.com"):
+        assert "vendor token" in (open_master_warning(loud) or ""), loud
 
 
 def test_plain_http_to_a_host_that_is_not_loopback_warns_that_the_token_travels_in_clear(tmp_path):

@@ -59,7 +59,7 @@ def _plan_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[
         master=False,
         worker=False,
         expect_workers=1,
-        master_bind_host="*",
+        master_bind_host="127.0.0.1",
         master_host="127.0.0.1",
         master_port=5557,
     )

@@ -31,7 +31,13 @@ from locust.util.load_locustfile import load_locustfile
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
 from harness.locust.run_folder import check_results_writable
-from harness.locust.run_limits import MachineRoom, asked_peak, check_in_flight, cleartext_token_warning
+from harness.locust.run_limits import (
+    MachineRoom,
+    asked_peak,
+    check_in_flight,
+    cleartext_token_warning,
+    open_master_warning,
+)
 from harness.locust.session import hand_over_settings, session_of
 from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape, StampedeShape
@@ -256,6 +262,9 @@ def run(args: argparse.Namespace) -> int:
     elif role in ("master", "workers"):
         port = _free_port() if role == "workers" else args.master_port
         bind = "127.0.0.1" if role == "workers" else args.master_bind_host
+        warning = open_master_warning(bind)
+        if warning:
+            print(f"stampede: {warning}", file=sys.stderr, flush=True)
         runner = environment.create_master_runner(master_bind_host=bind, master_bind_port=port)
     else:
         runner = environment.create_local_runner()

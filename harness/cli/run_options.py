@@ -19,7 +19,12 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     dist.add_argument("--master", action="store_true", help="be the master for workers on other machines")
     dist.add_argument("--expect-workers", type=int, default=1, help="--master: wait for this many workers")
-    dist.add_argument("--master-bind-host", default="*", help="--master: interface to listen on (default: all)")
+    dist.add_argument(
+        "--master-bind-host",
+        default="127.0.0.1",
+        help="--master: interface to listen on; workers on other machines need another (say 0.0.0.0), and every "
+        "worker that connects is handed the vendor token: a private network only",
+    )
     dist.add_argument("--worker", action="store_true", help="be a worker of the master at --master-host")
     dist.add_argument("--master-host", default="127.0.0.1", help="--worker: the master's address")
     dist.add_argument("--master-port", type=int, default=5557, help="the master's port (default 5557)")

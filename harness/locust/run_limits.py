@@ -117,6 +117,22 @@ def check_in_flight(peak: int | None, what: str, room: MachineRoom, *, engines: 
         )
 
 
+def open_master_warning(bind_host: str) -> str | None:
+    """A warning line when a master listens beyond loopback: Locust's master/worker protocol has no login, and the
+    master hands its parsed options (the vendor token among them) to every worker that connects."""
+    if bind_host in ("localhost", "") or bind_host.endswith(".localhost"):
+        return None
+    try:
+        if ipaddress.ip_address(bind_host).is_loopback:
+            return None
+    except ValueError:
+        pass  # "*" or a name: not known to be loopback
+    return (
+        f"the master listens on {bind_host}: any machine that reaches that port can join as a worker and is handed "
+        "this run's options, the vendor token included (Locust's master has no login); bind it on a private network"
+    )
+
+
 def cleartext_token_warning(base_url: str | None) -> str | None:
     """A warning line when the bearer token would travel in clear: plain http to a host that is not loopback."""
     if not base_url:
