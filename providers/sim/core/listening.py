@@ -2,8 +2,9 @@
 
 The Prime-like, E2B and Daytona fronts are each one aiohttp application over one simulator; what they return once
 listening is the same shape (`RunningApp`), so the `serve` commands (`serve_cli.ServeCommand`) and tests treat them
-alike. A front keeps its simulator under `SIMULATOR` in its application; the local Modal (gRPC) has its own record
-with the same `url`, `token`, `simulator`, `time_scale` and `close()`.
+alike. A front keeps its simulator under `SIMULATOR` in its application, which is all the stampede-only truth and
+stats endpoints (`stampede_truth`, `stampede_stats`) need; the local Modal (gRPC) has its own record with the same
+`url`, `token`, `simulator`, `time_scale` and `close()`.
 """
 
 from __future__ import annotations
@@ -58,3 +59,15 @@ class RunningApp:
 
     async def close(self) -> None:
         await self.runner.cleanup()
+
+
+async def stampede_truth(request: web.Request) -> web.Response:
+    """`GET …/_stampede/truth`: the simulator's own record of every sandbox, after the run's facts."""
+    sim = request.app[SIMULATOR]
+    return web.json_response({**sim.facts(), "sandboxes": sim.truth()})
+
+
+async def stampede_stats(request: web.Request) -> web.Response:
+    """`GET …/_stampede/stats`: the simulator's counters, after the run's facts."""
+    sim = request.app[SIMULATOR]
+    return web.json_response({**sim.facts(), "stats": sim.stats()})

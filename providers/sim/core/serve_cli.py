@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
-from foundation.cli_help import DefaultsHelpFormatter
+from foundation.cli_help import DefaultsHelpFormatter, set_env_var
 from foundation.errors import EXIT_USAGE, UsageError
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
@@ -201,6 +201,33 @@ def serve_main(
     return 0
 
 
+TOKEN_ENV = "STAMPEDE_SERVE_TOKEN"
+"""Where a served vendor reads its token: a command line is world-readable (`ps`, /proc/PID/cmdline), a process's
+environment is its owner's only; the harness starts its embedded vendors this way."""
+
+
+def served_token(args: argparse.Namespace, prog: str) -> str | None:
+    """The token from --token-file, the environment or --token (None: a random one). `--token` still works for a
+    user, with a warning on stderr, since every local user can read it."""
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as file:
+                token = file.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--token-file: cannot read {args.token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise UsageError(f"--token-file: {args.token_file} is empty")
+        return token
+    if args.token:
+        print(
+            f"{prog}: warning: --token shows the token to every user of this machine (ps, /proc/PID/cmdline); "
+            f"pass it in {TOKEN_ENV} or --token-file instead",
+            file=sys.stderr,
+        )
+        return str(args.token)
+    return os.environ.get(TOKEN_ENV) or None
+
+
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     return None
 
@@ -237,7 +264,10 @@ class ServeCommand(Generic[Settings, Front]):
         add_simulator_arguments(parser, self.default_profile)
         parser.add_argument("--port", type=port, default=0, help=self.port_help)
         self.more_arguments(parser)
-        parser.add_argument("--token", default=None, help=self.token_help)
+        set_env_var(parser.add_argument("--token", default=None, help=self.token_help), TOKEN_ENV)
+        parser.add_argument(
+            "--token-file", default=None, metavar="PATH", help="read the token from this file (its first line)"
+        )
         return parser
 
     def settings_from_args(self, args: argparse.Namespace) -> Settings:
@@ -250,15 +280,14 @@ class ServeCommand(Generic[Settings, Front]):
             "port": args.port,
             "overrides": parse_overrides(args.overrides),
         }
-        if args.token:
-            common["token"] = args.token
+        token = served_token(args, self.prog)
+        if token:
+            common["token"] = token
         return self.settings(**common, **self.more_settings(args))
 
     def ready_line(self, front: Front) -> dict[str, Any]:
         """The JSON line a parent reads: the front's own fields, then the run's facts."""
-        sim = front.simulator
-        facts = {"profile": sim.profile.name, "time_scale": front.time_scale, "seed": sim.seed, "pid": os.getpid()}
-        return {**self.ready_fields(front), **facts}
+        return {**self.ready_fields(front), **front.simulator.facts(), "pid": os.getpid()}
 
     def announce(self, front: Front) -> None:
         line = self.ready_line(front)

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import NotFound, Rejected, RejectReason, SandboxStatus
 from providers.sim.daytona.front import Front, error, front_of
 from providers.sim.daytona.openapi import openapi_document
@@ -235,21 +236,8 @@ async def shared_regions(request: web.Request) -> web.Response:
     )
 
 
-INFO = web.AppKey("stampede_daytona_info", dict)
-
-
-async def stampede_truth(request: web.Request) -> web.Response:
-    info = request.app[INFO]
-    return web.json_response({**info, "sandboxes": front_of(request).sim.truth()})
-
-
 async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
-
-
-async def stampede_stats(request: web.Request) -> web.Response:
-    info = request.app[INFO]
-    return web.json_response({**info, "stats": front_of(request).sim.stats()})
 
 
 def add_routes(app: web.Application, prefix: str) -> None:

@@ -80,7 +80,6 @@ def create_app(settings: DaytonaSettings) -> web.Application:
         gateway.bind(front)
         front.on_change.append(forget_sessions)
         sim.add_listener(front.changed)
-        app[rest.INFO] = {"profile": profile.name, "seed": settings.seed, "time_scale": scale}
 
     async def on_cleanup(app: web.Application) -> None:
         await gateway.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from providers.sim.core.listening import SIMULATOR
@@ -11,7 +9,6 @@ from providers.sim.core.simulator import VendorSimulator
 
 SIM = SIMULATOR
 API_KEY = web.AppKey("e2b_api_key", str)
-INFO: web.AppKey[dict[str, Any]] = web.AppKey("e2b_info")
 
 
 def simulator(request: web.Request) -> VendorSimulator:

@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import (
     CreateRequest,
     ErrorType,
@@ -40,7 +41,7 @@ from providers.sim.core.simulator import (
     SimSandbox,
     VendorSimulator,
 )
-from providers.sim.e2b.app_state import INFO, SIM, simulator
+from providers.sim.e2b.app_state import SIM, simulator
 from providers.sim.e2b.openapi import max_timeout_s, openapi_document
 from providers.sim.e2b.shapes import (
     META_ENVD_TOKEN,
@@ -255,18 +256,8 @@ async def connect_sandbox(request: web.Request) -> web.Response:
     return web.json_response(created_body(sb))
 
 
-async def stampede_truth(request: web.Request) -> web.Response:
-    info = request.app[INFO]
-    return web.json_response({**info, "sandboxes": simulator(request).truth()})
-
-
 async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document(max_timeout_s(simulator(request).profile.limits)))
-
-
-async def stampede_stats(request: web.Request) -> web.Response:
-    info = request.app[INFO]
-    return web.json_response({**info, "stats": simulator(request).stats()})
 
 
 def add_routes(app: web.Application) -> None:

@@ -27,7 +27,7 @@ from providers.sim.core.listening import RunningApp, http_url, listen
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.e2b import control_plane, envd
-from providers.sim.e2b.app_state import API_KEY, INFO, SIM
+from providers.sim.e2b.app_state import API_KEY, SIM
 from providers.sim.e2b.shapes import error_body
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,6 @@ def create_app(settings: E2BSettings) -> web.Application:
         clock.start()
         sim = VendorSimulator(profile, seed=settings.seed, clock=clock)
         app[SIM] = sim
-        app[INFO] = {"profile": profile.name, "seed": sim.seed, "time_scale": clock.time_scale}
 
     async def on_cleanup(app: web.Application) -> None:
         if SIM in app:

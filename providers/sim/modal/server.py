@@ -96,18 +96,16 @@ def _truth_app(running: Callable[[], RunningModal], token: str) -> web.Applicati
         response: web.StreamResponse = await handler(request)
         return response
 
-    def info() -> dict[str, Any]:
-        modal = running()
-        sim = modal.simulator
-        return {"profile": sim.profile.name, "seed": sim.seed, "time_scale": modal.time_scale}
-
     async def truth(request: web.Request) -> web.Response:
-        return web.json_response({**info(), "sandboxes": running().truth()})
+        modal = running()
+        return web.json_response({**modal.simulator.facts(), "sandboxes": modal.truth()})
 
     async def stats(request: web.Request) -> web.Response:
         modal = running()
         injected = dict(modal.faults.injector.injected)
-        return web.json_response({**info(), "stats": modal.simulator.stats(), "faults_injected": injected})
+        return web.json_response(
+            {**modal.simulator.facts(), "stats": modal.simulator.stats(), "faults_injected": injected}
+        )
 
     app = web.Application(middlewares=[auth])
     app.router.add_get("/api/v1/_stampede/truth", truth)

@@ -45,7 +45,7 @@ from aiohttp import web
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.faults import FaultInjector
-from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen
+from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen, stampede_truth
 from providers.sim.core.simulator import (
     NotFound,
     Rejected,
@@ -84,7 +84,6 @@ class StubSettings(VendorSettings):
 SIM = SIMULATOR
 TOKENS = web.AppKey("stampede_gateway_tokens", GatewayTokens)
 API_TOKEN = web.AppKey("stampede_api_token", str)
-INFO: web.AppKey[dict[str, Any]] = web.AppKey("stampede_info")
 
 
 def _sim(request: web.Request) -> VendorSimulator:
@@ -371,15 +370,11 @@ async def sandbox_auth(request: web.Request) -> web.Response:
     return web.json_response(tokens.auth_body(tokens.issue(sb.id), _base_url(request)))
 
 
-async def stampede_truth(request: web.Request) -> web.Response:
-    info: dict[str, Any] = request.app[INFO]
-    return web.json_response({**info, "sandboxes": _sim(request).truth()})
-
-
 async def stampede_stats(request: web.Request) -> web.Response:
-    info: dict[str, Any] = request.app[INFO]
+    """The core's stats answer, plus the transport faults this front injected."""
+    sim = _sim(request)
     injected = dict(request.app[FAULTS].injected) if FAULTS in request.app else {}
-    return web.json_response({**info, "stats": _sim(request).stats(), "faults_injected": injected})
+    return web.json_response({**sim.facts(), "stats": sim.stats(), "faults_injected": injected})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -429,13 +424,9 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
         assert callable(source)
         maker, owned = source, True
 
-    def describe(sim: VendorSimulator) -> dict[str, Any]:
-        return {"profile": sim.profile.name, "seed": sim.seed, "time_scale": sim.clock.time_scale}
-
     async def on_startup(app: web.Application) -> None:
         if maker is not None:
             app[SIM] = maker()
-        app[INFO] = describe(app[SIM])
         app[SIM].add_prune_listener(app[TOKENS].forget)  # a pruned sandbox's gateway token goes with it
         app[FAULTS] = FaultInjector(app[SIM].profile.faults)  # the profile's [faults] (inactive without one)
 
