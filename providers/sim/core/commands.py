@@ -4,10 +4,11 @@ the tiny shell (`shell.py`), its outcome (done, timeout, transient error, crash,
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from providers.sim.core.clock import SimClock
 from providers.sim.core.draws import Stream
@@ -24,6 +25,42 @@ from providers.sim.core.records import (
     SimSandbox,
 )
 from providers.sim.core.shell import DEFAULT_PATH, run_shell
+
+
+class _HasPid(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+Running = TypeVar("Running", bound=_HasPid)
+
+
+class RunningCommands(Generic[Running]):
+    """The commands a front's command service has running, per sandbox, by a pid unique across the front (so a
+    sandbox that ends leaves nothing to forget but its own entry). The fronts keep their own records (E2B's
+    processes, Prime's command sessions) and their own ways of naming one; the bookkeeping is this."""
+
+    def __init__(self, first_pid: int = 100) -> None:
+        self._by_sandbox: dict[str, dict[int, Running]] = {}
+        self._pids = itertools.count(first_pid)
+
+    def next_pid(self) -> int:
+        return next(self._pids)
+
+    def add(self, sandbox_id: str, command: Running) -> Running:
+        self._by_sandbox.setdefault(sandbox_id, {})[command.pid] = command
+        return command
+
+    def remove(self, sandbox_id: str, command: Running) -> None:
+        running = self._by_sandbox.get(sandbox_id)
+        if running is not None:
+            running.pop(command.pid, None)
+            if not running:
+                del self._by_sandbox[sandbox_id]
+
+    def of(self, sandbox_id: str) -> dict[int, Running]:
+        """The sandbox's running commands by pid (empty when none)."""
+        return self._by_sandbox.get(sandbox_id, {})
 
 
 class CommandHost(Protocol):

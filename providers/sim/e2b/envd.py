@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import math
 import shlex
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from providers.sim.core.bearer import tokens_equal
+from providers.sim.core.commands import RunningCommands
 from providers.sim.core.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,
@@ -73,28 +73,18 @@ class Process:
     ended: asyncio.Future[ExecOutcome | BaseException | str]
 
 
-@dataclass
-class ProcessTable:
-    """Running processes per sandbox. Pids are unique across the front (nothing to forget per sandbox)."""
-
-    by_sandbox: dict[str, dict[int, Process]] = field(default_factory=dict)
-    _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+class ProcessTable(RunningCommands[Process]):
+    """Running processes per sandbox (`RunningCommands`), opened and found the way envd names them."""
 
     def open(self, sandbox_id: str, config: dict[str, Any], tag: str | None) -> Process:
         ended: asyncio.Future[ExecOutcome | BaseException | str] = asyncio.get_running_loop().create_future()
-        process = Process(next(self._pids), config, tag, ended)
-        self.by_sandbox.setdefault(sandbox_id, {})[process.pid] = process
-        return process
+        return self.add(sandbox_id, Process(self.next_pid(), config, tag, ended))
 
     def close(self, sandbox_id: str, process: Process) -> None:
-        running = self.by_sandbox.get(sandbox_id)
-        if running is not None:
-            running.pop(process.pid, None)
-            if not running:
-                del self.by_sandbox[sandbox_id]
+        self.remove(sandbox_id, process)
 
     def find(self, sandbox_id: str, selector: Any) -> Process | None:
-        running = self.by_sandbox.get(sandbox_id, {})
+        running = self.of(sandbox_id)
         if not isinstance(selector, dict):
             return None
         if "pid" in selector:
@@ -251,7 +241,7 @@ def build_service(processes: ProcessTable) -> ConnectService:
             yield event
 
     async def list_processes(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
-        running = processes.by_sandbox.get(ctx.request.headers[SANDBOX_HEADER], {})
+        running = processes.of(ctx.request.headers[SANDBOX_HEADER])
         infos = []
         for process in running.values():
             info: dict[str, Any] = {"config": process.config, "pid": process.pid}

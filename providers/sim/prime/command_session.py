@@ -33,18 +33,18 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-import itertools
 import shlex
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.commands import RunningCommands
 from providers.sim.core.connect import CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,
@@ -112,28 +112,17 @@ class Session:
     ended: asyncio.Future[ExecOutcome | BaseException | int]
 
 
-@dataclass
-class SessionTable:
-    """Running sessions per sandbox. Pids are unique across the stub (nothing to forget per sandbox)."""
-
-    by_job: dict[str, dict[int, Session]] = field(default_factory=dict)
-    _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+class SessionTable(RunningCommands[Session]):
+    """Running sessions per sandbox (`RunningCommands`, by job id), opened and found the way Prime names them."""
 
     def open(self, job_id: str, session_uuid: str, command: Any, ended: asyncio.Future[Any]) -> Session:
-        pid = next(self._pids)
-        session = Session(pid, session_uuid, command, ended)
-        self.by_job.setdefault(job_id, {})[pid] = session
-        return session
+        return self.add(job_id, Session(self.next_pid(), session_uuid, command, ended))
 
     def close(self, job_id: str, session: Session) -> None:
-        sessions = self.by_job.get(job_id)
-        if sessions is not None:
-            sessions.pop(session.pid, None)
-            if not sessions:
-                del self.by_job[job_id]
+        self.remove(job_id, session)
 
     def find(self, job_id: str, selector: Any) -> Session | None:
-        sessions = self.by_job.get(job_id, {})
+        sessions = self.of(job_id)
         which = selector.WhichOneof("selector")
         if which == "pid":
             return sessions.get(int(selector.pid))
@@ -229,7 +218,7 @@ def build_service(
             yield pb.StartResponse(event=event)
 
     async def list_sessions(req: Any, ctx: CallContext) -> Any:
-        running = sessions.by_job.get(ctx.request.match_info["job_id"], {})
+        running = sessions.of(ctx.request.match_info["job_id"])
         return pb.ListResponse(
             sessions=[
                 pb.CommandSessionInfo(command=s.command, pid=s.pid, session_uuid=s.session_uuid)
