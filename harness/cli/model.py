@@ -61,9 +61,12 @@ def _values(text: str | None, kind: str | None) -> list[float] | None:
 
 
 def _fmt(result: Any, key: str, pattern: str) -> str:
+    """Shares as their pattern says (`12.5%`); every other figure in plain units (`68.9k`, never `6.886e+04`)."""
+    from harness.results.plain_units import plain
+
     value = getattr(result, key)
     try:
-        return pattern.format(value)
+        return pattern.format(value) if "%" in pattern else plain(value)
     except (ValueError, TypeError):
         return str(value)
 
@@ -105,6 +108,7 @@ IDLE_METHOD = (
 
 
 def dollars_text(costs: Sequence[Any]) -> str:
+    from harness.results.plain_units import plain, usd
     from harness.results.report_tables import Table
     from harness.rlmodel.cost import DOLLAR_ROWS
 
@@ -112,7 +116,8 @@ def dollars_text(costs: Sequence[Any]) -> str:
     rows = []
     for key, label in DOLLAR_ROWS:
         values = [getattr(c, key) for c in costs]
-        rows.append([label, *("unknown" if v is None else f"{v:.4g}" for v in values)])
+        money = "$" in label  # one row is idle seconds, not dollars
+        rows.append([label, *(usd(v) if money else plain(v) if v is not None else "unknown" for v in values)])
     return Table("", header, rows, left=frozenset({0})).to_text()
 
 

@@ -46,9 +46,11 @@ class Price:
     def describe(self) -> str:
         if not self.known:
             return f"{self.vendor}: no published price recorded ({self.source}; seen {self.seen})"
-        create = f", ${self.per_create:g} per create" if self.per_create else ""
+        from harness.results.plain_units import usd
+
+        create = f", {usd(self.per_create)} per create" if self.per_create else ""
         return (
-            f"{self.vendor}: ${self.cpu_s:g} per {self.cpu_unit}-second, ${self.gib_s:g} per GiB-second{create} "
+            f"{self.vendor}: {usd(self.cpu_s)} per {self.cpu_unit}-second, {usd(self.gib_s)} per GiB-second{create} "
             f"({self.currency}; {self.source}; seen {self.seen})"
         )
 

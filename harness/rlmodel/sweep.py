@@ -15,8 +15,9 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from harness.results.plain_units import plain, usd
 from harness.results.report_tables import Table
 from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import RLConfig
@@ -53,6 +54,15 @@ class Sweep:
     points: list[SweepPoint]
     recommendation: str
     pricing: Pricing | None = None
+    vendor: str = ""  # the latency model's provider/profile, for the figure's title
+    measured: tuple[int, ...] = ()  # the latency model's measured concurrency buckets
+
+    def measured_range(self) -> str:
+        """`300`, `60-960` or `none`: where the latency model has data."""
+        if not self.measured:
+            return "none"
+        low, high = min(self.measured), max(self.measured)
+        return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 def default_values(kind: SweepKind, config: RLConfig) -> list[float]:
@@ -96,7 +106,9 @@ def run_sweep(
         closed = solve(plan) if engine in ("both", "closed") else None
         simulated = simulate(plan, steps=steps) if engine in ("both", "simulation") else None
         points.append(SweepPoint(value, plan, closed, simulated))
-    return Sweep(kind, points, recommend(kind, config, points, tolerance, pricing_), pricing_)
+    measured = tuple(sorted({int(bucket["concurrency"]) for bucket in vendor.buckets}))
+    recommendation = recommend(kind, config, points, tolerance, pricing_)
+    return Sweep(kind, points, recommendation, pricing_, vendor.name, measured)
 
 
 def usd_per_1000(point: SweepPoint, pricing_: Pricing | None) -> float | None:
@@ -125,12 +137,12 @@ def recommend(
     text = (
         f"recommend {name} {value}: trainer {r.trainer_samples_per_s:.3g} samples/s "
         f"({100 * r.trainer_samples_per_s / top:.0f}% of the best found), idle {100 * r.trainer_idle_ratio:.0f}%, "
-        f"{r.sandbox_seconds_per_trained_sample:.3g} sandbox-seconds per trained sample"
+        f"{plain(r.sandbox_seconds_per_trained_sample, 3)} sandbox-seconds per trained sample"
     )
     if in_dollars:
         what = "sandboxes + trainer GPUs" if pricing_ is not None and pricing_.gpu_per_s is not None else "sandboxes"
         text += (
-            f", ${usd_per_1000(pick, pricing_):.4g} per 1,000 accepted samples ({what}; cheapest within "
+            f", {usd(usd_per_1000(pick, pricing_))} per 1,000 accepted samples ({what}; cheapest within "
             f"{100 * tolerance:g}% of the best throughput)"
         )
     else:
@@ -166,6 +178,7 @@ def sweep_table(sweep: Sweep) -> Table:
         "sandbox-s/sample",
         "$/1k accepted",
         "engine",
+        "latency model",
     ]
     rows = []
     for point in sweep.points:
@@ -179,25 +192,34 @@ def sweep_table(sweep: Sweep) -> Table:
                 [
                     f"{point.value:g}",
                     str(point.plan.concurrency),
-                    f"{result.generator_samples_per_s:.4g}",
-                    f"{result.trainer_samples_per_s:.4g}",
+                    plain(result.generator_samples_per_s),
+                    plain(result.trainer_samples_per_s),
                     f"{100 * result.trainer_idle_ratio:.1f}%",
-                    f"{result.step_time_s:.4g}",
+                    plain(result.step_time_s),
                     f"{100 * result.lost_to_init_failures:.2f}%",
                     f"{100 * result.lost_to_staleness:.2f}%",
                     f"{100 * result.killed_by_oversampling:.1f}%",
-                    f"{result.sandbox_seconds_per_step:.4g}",
-                    f"{result.sandbox_seconds_per_trained_sample:.4g}",
+                    plain(result.sandbox_seconds_per_step),
+                    plain(result.sandbox_seconds_per_trained_sample),
                     _usd(result, sweep.pricing),
                     label,
+                    _latency_source(point),
                 ]
             )
-    return Table(f"sweep over {sweep.kind}", header, rows, left=frozenset({len(header) - 1}))
+    title = f"sweep over {sweep.kind} ({sweep.vendor}; latency measured at concurrency {sweep.measured_range()})"
+    return Table(title, header, rows, left=frozenset({len(header) - 2, len(header) - 1}))
+
+
+def _latency_source(point: SweepPoint) -> str:
+    """Whether this row's sandbox latency was measured near its concurrency or carried past the measured range."""
+    latency = point.plan.sandbox
+    buckets = "/".join(str(b) for b in latency.buckets_used)
+    return f"EXTRAPOLATED from {buckets}" if latency.extrapolated else f"measured ({buckets})"
 
 
 def _usd(result: ModelResult, pricing_: Pricing | None) -> str:
     value = dollars(result, pricing_).total_per_1000_accepted if pricing_ is not None else None
-    return "unknown" if value is None else f"{value:.4g}"
+    return usd(value)
 
 
 def sweep_plot(sweep: Sweep) -> bytes:
@@ -205,9 +227,32 @@ def sweep_plot(sweep: Sweep) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    fig = sweep_figure(sweep)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def sweep_title(sweep: Sweep) -> str:
+    """The figure's title: the vendor, what was swept over which range, and where the latency was measured."""
+    low, high = min(p.value for p in sweep.points), max(p.value for p in sweep.points)
+    swept = f"{plain(low)}-{plain(high)}" if low != high else plain(low)
+    where = f"latency measured at concurrency {sweep.measured_range()}"
+    return f"{sweep.vendor or 'vendor'}\n{sweep.kind.replace('_', ' ')} {swept} ({where})"
+
+
+def sweep_figure(sweep: Sweep) -> Any:
+    """The sweep's matplotlib figure (a concurrency sweep shades the measured range: outside it, extrapolated)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, layout="constrained")
+    fig.suptitle(sweep_title(sweep), fontsize=10)
     twin = top.twinx()
     x = [p.value for p in sweep.points]
     for engine, style in (("closed", "o-"), ("simulation", "s--")):
@@ -237,11 +282,19 @@ def sweep_plot(sweep: Sweep) -> bytes:
     bottom.set_ylabel("sandbox-seconds per trained sample")
     bottom.set_xlabel(sweep.kind)
     bottom.legend(fontsize=7)
+    for axis in (top.yaxis, bottom.yaxis, twin.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda value, _: plain(value)))
     if sweep.kind == "concurrency":
         bottom.set_xscale("log", base=2)
-        bottom.xaxis.set_major_formatter(ScalarFormatter())
+        bottom.xaxis.set_major_formatter(FuncFormatter(lambda value, _: plain(value)))
         bottom.xaxis.set_minor_formatter(NullFormatter())
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+        if sweep.measured:
+            low, high = min(sweep.measured), max(sweep.measured)
+            label = f"measured: {sweep.measured_range()} (outside: extrapolated)"
+            for ax in (top, bottom):
+                if low == high:  # one bucket: a line, not a band
+                    ax.axvline(low, color="0.4", linestyle=":", linewidth=1.5, label=label if ax is top else None)
+                else:
+                    ax.axvspan(low, high, color="0.85", alpha=0.5, label=label if ax is top else None, zorder=0)
+            top.legend(fontsize=7, loc="upper left")
+    return fig
