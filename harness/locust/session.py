@@ -226,7 +226,7 @@ class StampedeSession:
     def _serve_vendor(self, settings: RunSettings) -> None:
         """The embedded vendor these settings ask for (none, kept, or (re)started); here and on workers, the run
         talks to it."""
-        self.settings = settings
+        self.settings = settings  # in force even when the vendor fails to start (the test is refused)
         forget_vendor(self.environment.parsed_options)
         shape = self.shape
         peak_users = shape.peak_users(settings) if shape is not None else settings.users
