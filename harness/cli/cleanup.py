@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.locust.settings import parse_key_values
+    from harness.wire.redact import redact, secret_values
     from providers import create_provider
     from providers.base import ProviderConfigError, ProviderError
 
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         count = asyncio.run(reap())
     except (ProviderConfigError, ProviderError) as exc:
-        raise UsageError(str(exc)) from None
+        # a vendor's error text may quote the credentials it was sent (main redacts every printed error again)
+        raise UsageError(redact(str(exc), secret_values(options))) from None
     if args.all_owned:
         print(f"reaped {count} sandboxes stampede had tagged on {args.provider} (every run)")
     else:

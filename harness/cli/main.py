@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from foundation.cli_help import DefaultsHelpFormatter
 from harness.errors import EXIT_USAGE, UsageError, print_usage_error
+from harness.wire.redact import redact, secret_values
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -199,6 +200,16 @@ def _run_handed_over(argv: list[str]) -> int | None:
     return None
 
 
+def known_secrets(args: argparse.Namespace) -> list[str]:
+    """Every secret this invocation was given (its options whose names say secret, `--provider-option` values
+    whose keys do, the token in the environment): `redact` masks them wherever an error quotes them."""
+    found = secret_values({k: v for k, v in vars(args).items() if isinstance(v, str)})
+    for pair in getattr(args, "provider_option", None) or []:
+        key, _, value = str(pair).partition("=")
+        found += secret_values({key: value})
+    return found + secret_values({"STAMPEDE_TOKEN": os.environ.get("STAMPEDE_TOKEN")})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((command for command in COMMANDS if argv[:1] == [command.name]), None)
@@ -214,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a reader that left is met here, not in a traceback at exit
         return code
     except UsageError as exc:
-        return print_usage_error(exc)
+        # one redaction for every printed error: a vendor's message may quote the credentials it was sent
+        return print_usage_error(UsageError(redact(str(exc), known_secrets(args))))
     except KeyboardInterrupt:
         print("stampede: interrupted", file=sys.stderr)
         return 130

@@ -5,8 +5,8 @@ wire protocol (`providers.LOCAL_VENDORS`). It runs in its own plain-asyncio inte
 process: that process is gevent-patched, and the server's CPU would otherwise distort the very latencies it
 serves. The child watches its stdin, so it never outlives the harness that started it.
 
-A serve module takes `--profile --seed --host --port --token --exit-on-stdin-eof [--time-scale] [--set K=V]`
-and, once listening, prints one JSON line: `url`, `time_scale`, `profile`, and optionally `truth_url` (an
+A serve module takes `--profile --seed --host --port --exit-on-stdin-eof [--time-scale] [--set K=V]` and its token
+in `STAMPEDE_SERVE_TOKEN` (never on the command line, which every local user can read) and, once listening, prints one JSON line: `url`, `time_scale`, `profile`, and optionally `truth_url` (an
 HTTP base serving `/api/v1/_stampede/truth`; defaults to `url`), `provider_options` (merged into the
 provider's options, e.g. credentials the local vendor accepts) and `account_wide` (the profile's account-wide
 limits, named: what a sharded vendor applies per shard).
@@ -66,14 +66,14 @@ class EmbeddedVendor:
             f"--seed={seed}",
             "--host=127.0.0.1",
             "--port=0",
-            f"--token={token}",
             "--exit-on-stdin-eof",
         ]
         if time_scale is not None:
             argv.append(f"--time-scale={time_scale!r}")
         for key, value in (overrides or {}).items():
             argv.append(f"--set={key}={value}")
-        env = dict(os.environ)
+        # the token by environment: a command line is world-readable (ps), a process's environment is not
+        env = {**os.environ, "STAMPEDE_SERVE_TOKEN": token}
         env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)

@@ -213,8 +213,10 @@ def served_token(args: argparse.Namespace, prog: str) -> str | None:
         try:
             with open(args.token_file, encoding="utf-8") as file:
                 token = file.readline().strip()
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise UsageError(f"--token-file: cannot read {args.token_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--token-file: {args.token_file} is not UTF-8 text") from None
         if not token:
             raise UsageError(f"--token-file: {args.token_file} is empty")
         return token
