@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import TypeGuard
 
 import numpy as np
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from harness.results import figure_canvas as canvas
 from harness.results.compare import BETTER, WORSE, Comparison, Figure, Sample
 from harness.results.figure_canvas import plt
+from harness.results.plain_units import ratio
 from harness.results.quantiles import downsample_sorted
 
 VERDICT_COLOURS = {WORSE: "#c0392b", BETTER: "#1e8449"}
@@ -81,6 +82,31 @@ def delta_chart(comparison: Comparison, prefix: str) -> bytes:
     sits as far from 1 as 2x faster), rates as the change in percentage points; red = worse, green = better,
     grey = within noise (or no verdict).
     """
+    return canvas.png_bytes(delta_figure(comparison, prefix))
+
+
+RATIO_MANTISSAS: tuple[tuple[float, ...], ...] = ((1.0,), (2.0, 5.0), (1.5, 3.0, 8.0), (1.2, 9.0), (1.1,), (1.05, 9.5))
+"""Ratio ticks coarse to fine, each times every power of ten: 1x, 2x, 5x, 0.5x first; 0.95x, 1.05x last."""
+
+
+def ratio_ticks(low: float, high: float, most: int = 9) -> list[float]:
+    """Ticks for a log ratio axis from `low` to `high`: numbers a reader says (0.95x, 1x, 2x, never 9.5x10^-1),
+    the finest set that leaves at most `most` ticks (at least the coarsest one that has any)."""
+    chosen: list[float] = []
+    mantissas: list[float] = []
+    for level in RATIO_MANTISSAS:
+        mantissas += level
+        ticks = sorted(
+            {round(m * 10.0**d, 6) for m in mantissas for d in range(-6, 7) if low <= round(m * 10.0**d, 6) <= high}
+        )
+        if len(ticks) > most and chosen:
+            break
+        chosen = ticks
+    return chosen or [math.sqrt(low * high)]
+
+
+def delta_figure(comparison: Comparison, prefix: str) -> plt.Figure:
+    """The delta chart as a matplotlib figure (`delta_chart` renders it)."""
     rates = prefix == "rates"
     entries: list[tuple[str, Figure]] = []
     for candidate in comparison.candidates:
@@ -107,13 +133,17 @@ def delta_chart(comparison: Comparison, prefix: str) -> bytes:
         ax.axvline(1, color="black", linewidth=0.8)
         if drawn:
             ax.set_xscale("log")
-        ax.set_xlabel("candidate / baseline (log; 1 = no change)")
+            low, high = ax.get_xlim()
+            ax.xaxis.set_major_locator(FixedLocator(ratio_ticks(low, high)))
+            ax.xaxis.set_major_formatter(FuncFormatter(ratio))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("candidate / baseline (log; 1× = no change)")
     level = f"{100 * comparison.settings.confidence:g}%"
     title = "failure rates: delta" if rates else f"{prefix}: ratio"
     ax.set_title(
         f"{title} with {level} interval (red worse, green better, grey within noise or no verdict)", fontsize=9
     )
-    return canvas.png_bytes(fig)
+    return fig
 
 
 def _drawable(value: float | None, rates: bool) -> TypeGuard[float]:
