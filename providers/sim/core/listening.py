@@ -9,7 +9,11 @@ stats endpoints (`stampede_truth`, `stampede_stats`) need; the local Modal (gRPC
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -17,6 +21,53 @@ from providers.sim.core.simulator import VendorSimulator
 
 SIMULATOR = web.AppKey("stampede_simulator", VendorSimulator)
 """Where a front's application keeps its simulator (set at the application's startup, on its loop)."""
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _not_found(request: web.Request) -> str:
+    return "Not Found"
+
+
+def vendor_middleware(
+    answer: Callable[[web.Request, int, str], web.Response],
+    authorize: Callable[[web.Request], web.Response | None],
+    *,
+    front: str,
+    not_found: Callable[[web.Request], str] = _not_found,
+    wrong_method_is_not_found: bool = False,
+    bug: str = "Internal server error (simulator bug)",
+) -> Any:
+    """A front's one middleware: the vendor's own auth (`authorize` answers a refusal, None lets it through), then
+    the vendor's error body (`answer`) for what no handler answers: an unknown path (404), a wrong method (405 with
+    `Allow`, as RFC 9110 says, or the vendor's 404), and our own bug (500, logged, never a traceback on the wire)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        refused = authorize(request)
+        if refused is not None:
+            return refused
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            return answer(request, 404, not_found(request))
+        except web.HTTPMethodNotAllowed as exc:
+            if wrong_method_is_not_found:
+                return answer(request, 404, not_found(request))
+            response = answer(request, 405, "Method Not Allowed")
+            response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+            return response
+        except web.HTTPException:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: unhandled error in %s %s", front, request.method, request.path)
+            return answer(request, 500, bug)
+
+    return middleware
 
 
 def http_url(host: str, port: int) -> str:

@@ -11,9 +11,6 @@ simulator's time scale; a command's `timeout` and `Retry-After-sandbox-create` a
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,14 +18,12 @@ from aiohttp import web
 
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
-from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen
+from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.daytona import rest, toolbox
 from providers.sim.daytona.events import SOCKETIO_PATH, EventGateway
 from providers.sim.daytona.front import API_PREFIX, FRONT, TOOLBOX_PREFIX, Front, error
-
-log = logging.getLogger(__name__)
 
 DEFAULT_PROFILE = "daytona-like"
 
@@ -40,28 +35,24 @@ class DaytonaSettings(VendorSettings):
     profile: Any = DEFAULT_PROFILE
 
 
-@web.middleware
-async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    """The API key on `/api` and `/toolbox` (Socket.IO authenticates in its own handshake); errors as envelopes."""
+def _authorize(request: web.Request) -> web.Response | None:
+    """The API key on `/api` and `/toolbox` (Socket.IO authenticates in its own handshake)."""
     path = request.path
     guarded = path.startswith((API_PREFIX + "/", TOOLBOX_PREFIX + "/")) and not path.startswith(SOCKETIO_PATH + "/")
-    if guarded:
-        if not bearer_matches(request.headers.get("Authorization"), request.app[FRONT].token):
-            return error(request, 401, "Unauthorized")
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    except web.HTTPNotFound:
-        return error(request, 404, f"Cannot {request.method} {request.path}")
-    except web.HTTPMethodNotAllowed:
-        return error(request, 404, f"Cannot {request.method} {request.path}")
-    except web.HTTPException:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("local daytona: unhandled error in %s %s", request.method, request.path)
-        return error(request, 500, "An unexpected error occurred. (simulator bug)")
+    if guarded and not bearer_matches(request.headers.get("Authorization"), request.app[FRONT].token):
+        return error(request, 401, "Unauthorized")
+    return None
+
+
+# errors as Daytona's envelopes; NestJS answers an unknown path and a wrong method alike
+_auth_and_errors = vendor_middleware(
+    error,
+    _authorize,
+    front="local daytona",
+    not_found=lambda request: f"Cannot {request.method} {request.path}",
+    wrong_method_is_not_found=True,
+    bug="An unexpected error occurred. (simulator bug)",
+)
 
 
 def create_app(settings: DaytonaSettings) -> web.Application:

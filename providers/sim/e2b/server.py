@@ -13,9 +13,6 @@ checks each sandbox's own access token (envd.py). Unknown routes answer 404 and 
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +20,12 @@ from aiohttp import web
 
 from providers.sim.core.bearer import tokens_equal
 from providers.sim.core.clock import LoopClock
-from providers.sim.core.listening import RunningApp, http_url, listen
+from providers.sim.core.listening import RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.e2b import control_plane, envd
 from providers.sim.e2b.app_state import API_KEY, SIM
 from providers.sim.e2b.shapes import error_body
-
-log = logging.getLogger(__name__)
 
 DEFAULT_PROFILE = "e2b-like"
 STAMPEDE_PREFIX = "/api/v1/_stampede/"
@@ -58,34 +53,18 @@ def _presented(header: str | None, scheme: str | None = None) -> str:
     return value.strip() if given.lower() == scheme else ""
 
 
-@web.middleware
-async def _auth_and_errors(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+def _authorize(request: web.Request) -> web.Response | None:
+    """The API key as E2B takes it (`X-API-KEY`), or as Bearer on the stampede-only paths; envd's own are open."""
     path = request.path
-    if not path.startswith(_OPEN_PATHS):
-        stampede = path.startswith(STAMPEDE_PREFIX)
-        presented = (
-            _presented(request.headers.get("Authorization"), "bearer")
-            if stampede
-            else _presented(request.headers.get("X-API-KEY"))
-        )
-        if not tokens_equal(presented, request.app[API_KEY]):
-            return _error(401, "Invalid API key")
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    except web.HTTPNotFound:
-        return _error(404, "Not Found")
-    except web.HTTPMethodNotAllowed as exc:  # RFC 9110: a 405 lists what the resource allows
-        response = _error(405, "Method Not Allowed")
-        response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
-        return response
-    except web.HTTPException:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("local e2b: unhandled error in %s %s", request.method, path)
-        return _error(500, "Internal server error (simulator bug)")
+    if path.startswith(_OPEN_PATHS):
+        return None
+    stampede = path.startswith(STAMPEDE_PREFIX)
+    presented = (
+        _presented(request.headers.get("Authorization"), "bearer")
+        if stampede
+        else _presented(request.headers.get("X-API-KEY"))
+    )
+    return None if tokens_equal(presented, request.app[API_KEY]) else _error(401, "Invalid API key")
 
 
 def create_app(settings: E2BSettings) -> web.Application:
@@ -93,7 +72,10 @@ def create_app(settings: E2BSettings) -> web.Application:
     problems raise ProfileError here, before anything listens."""
     profile = settings.resolved_profile()
     scale = settings.resolved_time_scale(profile)
-    app = web.Application(middlewares=[_auth_and_errors], client_max_size=4 * 1024 * 1024)
+    middleware = vendor_middleware(
+        lambda request, status, message: _error(status, message), _authorize, front="local e2b"
+    )
+    app = web.Application(middlewares=[middleware], client_max_size=4 * 1024 * 1024)
     app[API_KEY] = settings.token
 
     async def on_startup(app: web.Application) -> None:

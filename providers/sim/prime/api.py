@@ -33,8 +33,6 @@ modelled (422 / 404); one account and team. Exec speaks both the REST gateway sh
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +43,7 @@ from aiohttp import web
 from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.faults import FaultInjector
-from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen, stampede_truth
+from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen, stampede_truth, vendor_middleware
 from providers.sim.core.simulator import (
     NotFound,
     Rejected,
@@ -68,8 +66,6 @@ from providers.sim.prime.shapes import (
     sandbox_body,
 )
 from providers.sim.prime.wire_faults import FAULTS, install, transport_faults
-
-log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
 MAX_BATCH_IDS = 100
@@ -139,29 +135,20 @@ def rejection_response(exc: Rejected, clock: SimClock) -> web.Response:
     return _detail(status, text)
 
 
-@web.middleware
-async def _errors_and_auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    """Bearer auth on /api/v1; FastAPI-style JSON for 404/405 and for our own bugs (never a traceback)."""
-    if request.path.startswith(API_PREFIX + "/") or request.path == API_PREFIX:
-        header = request.headers.get("Authorization")
-        if not header:
-            return _detail(401, "Not authenticated")
-        if not bearer_matches(header, request.app[API_TOKEN]):
-            return _detail(401, "Invalid API key")
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    except web.HTTPNotFound:
-        return _detail(404, "Not Found")
-    except web.HTTPMethodNotAllowed as exc:  # RFC 9110: a 405 lists what the resource allows
-        return _detail(405, "Method Not Allowed", headers={"Allow": ", ".join(sorted(exc.allowed_methods))})
-    except web.HTTPException:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("stub: unhandled error in %s %s", request.method, request.path)
-        return _detail(500, "Internal server error (simulator bug)")
+def _authorize(request: web.Request) -> web.Response | None:
+    """Bearer auth on /api/v1, FastAPI's words (the gateway checks its own per-sandbox tokens)."""
+    if not (request.path.startswith(API_PREFIX + "/") or request.path == API_PREFIX):
+        return None
+    header = request.headers.get("Authorization")
+    if not header:
+        return _detail(401, "Not authenticated")
+    return None if bearer_matches(header, request.app[API_TOKEN]) else _detail(401, "Invalid API key")
+
+
+# FastAPI-style JSON for 404/405 and for our own bugs (never a traceback)
+_errors_and_auth = vendor_middleware(
+    lambda request, status, message: _detail(status, message), _authorize, front="stub"
+)
 
 
 # --- bodies -------------------------------------------------------------------------------------------
