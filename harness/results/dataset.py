@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from harness.errors import UsageError
 from harness.results.layout import files_of
 from harness.results.run_pointer import resolve_run_dir
+from harness.results.run_repair import repair_crashed_run
 from harness.results.submit_ledger import recorded_keys, submit_logs, unfinished_rows
 from harness.wire.records import (
     OP_READ_SCHEMA,
@@ -38,6 +39,7 @@ from harness.wire.records import (
     TRUTH_TABLE,
     epoch_seconds,
 )
+from harness.wire.run_endings import CRASHED
 
 _FILE_SCHEMAS = {ROLLOUTS_TABLE: ROLLOUT_SCHEMA, OPS_TABLE: OP_SCHEMA}
 _READ_SCHEMAS = {ROLLOUTS_TABLE: ROLLOUT_READ_SCHEMA, OPS_TABLE: OP_READ_SCHEMA}
@@ -213,6 +215,9 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
     if isinstance(overrides, dict) and overrides:
         # a profile with overrides is another vendor behaviour: never pooled with the plain profile
         profile_label += "[" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) + "]"
+    status = _ending(manifest) if manifest else "no run.json"
+    if status == CRASHED:
+        repair_crashed_run(path)  # a plain parquet reader then sees every attempt this reader reconciles
     return RunInfo(
         run_dir=path,
         run_id=str(manifest.get("run_id") or path.resolve().name),
@@ -221,7 +226,7 @@ def read_run_info(run_dir: Path | str) -> RunInfo:
         scenario=str(manifest.get("scenario") or scenario or "-"),
         time_scale=scale if scale is not None else 1.0,
         time_scale_recorded=scale is not None,
-        status=_ending(manifest) if manifest else "no run.json",
+        status=status,
         stampede_version=str(versions.get("stampede", "")) if isinstance(versions, dict) else "",
         started_at=manifest.get("started_at"),
         manifest=manifest,

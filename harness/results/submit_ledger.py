@@ -67,6 +67,11 @@ def read_submits(run_dir: Path) -> dict[tuple[str, int], Submit]:
 def unfinished_rows(run_dir: Path, recorded: set[tuple[str, int]]) -> pa.Table:
     """Rows (the read schema: float epoch seconds) for every submitted attempt not in `recorded`
     (rollout_id, attempt)."""
+    return pa.Table.from_pylist(unfinished_records(run_dir, recorded), schema=ROLLOUT_READ_SCHEMA)
+
+
+def unfinished_records(run_dir: Path, recorded: set[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The same rows as plain dicts (wall-clock instants in float epoch seconds), for either schema."""
     rows: list[dict[str, Any]] = []
     for key, submit in read_submits(run_dir).items():
         if key in recorded:
@@ -94,7 +99,7 @@ def unfinished_rows(run_dir: Path, recorded: set[tuple[str, int]]) -> pa.Table:
                 "turns": 0,
             }
         )
-    return pa.Table.from_pylist(rows, schema=ROLLOUT_READ_SCHEMA)
+    return rows
 
 
 def recorded_keys(rollout_ids: Any, attempts: Any) -> set[tuple[str, int]]:
