@@ -1,9 +1,17 @@
-"""A progress line every few seconds while a run goes, from the engines' own counters (not Locust's)."""
+"""A progress line every few seconds while a run goes, from the engines' own counters (not Locust's).
+
+It says where the run is against its plan: elapsed of the planned total, stage i of N and an ETA. A holding
+shape (ramp, steady, soak, knee) plans its stages' ramps and holds (a knee may stop early; Locust's `-t` caps
+it); a burst cannot know how long its rollouts take, so its ETA follows the share of the step's rollouts that
+have ended (`~`: an estimate).
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.locust.live_view import LiveView
@@ -12,12 +20,105 @@ from harness.locust.run_state import RunState
 from harness.wire.messages import RECENT_WINDOW_S
 
 
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """What the progress line knows of the run ahead: how many stages and, when the shape can tell, how long."""
+
+    stages: int | None = None
+    total_s: float | None = None  # wall seconds planned (or Locust's -t, whichever is first); None: unknown
+    step_size: int | None = None  # a burst: rollouts each step releases (its ETA follows how many have ended)
+    stage_s: tuple[float, ...] = ()  # a holding shape: each stage's planned ramp + hold (wall seconds)
+    run_time_s: float | None = None  # Locust's -t
+
+
+def holding_plan(levels: Sequence[int], hold_s: float, spawn_rate: float, run_time_s: float | None = None) -> RunPlan:
+    """A ramp/steady/soak/knee: each stage spawns up to its level at the spawn rate, then holds."""
+    stages, previous = [], 0
+    for level in levels:
+        ramp = max(level - previous, 0) / spawn_rate if spawn_rate > 0 else 0.0
+        stages.append(ramp + hold_s)
+        previous = level
+    total = sum(stages)
+    if run_time_s:
+        total = min(total, run_time_s)
+    return RunPlan(len(levels), total, stage_s=tuple(stages), run_time_s=run_time_s)
+
+
+def plan_of(runner: Any, settings: Any) -> RunPlan:
+    """The plan of the run's shape (duck-typed: stampede's shapes, or none), capped by Locust's -t."""
+    environment = getattr(runner, "environment", None)
+    shape = getattr(environment, "shape_class", None)
+    options = getattr(environment, "parsed_options", None)
+    run_time = getattr(options, "run_time", None)
+    run_time_s = float(run_time) if isinstance(run_time, int | float) and run_time > 0 else None
+    try:
+        if shape is not None and hasattr(shape, "levels") and hasattr(shape, "default_hold"):
+            hold = shape.hold(shape.default_hold())
+            return holding_plan(shape.levels(), hold, shape.spawn_rate(), run_time_s)
+        if shape is not None and hasattr(shape, "size") and hasattr(shape, "burst_size"):
+            return RunPlan(int(getattr(settings, "burst_steps", 1)), run_time_s, int(shape.size()))
+    except (AttributeError, TypeError, ValueError):  # a line of progress never stops a run
+        pass
+    return RunPlan(None, run_time_s)
+
+
+def clock(seconds: float) -> str:
+    """`45s`, `2m05s`, `1h02m`: elapsed and remaining time as a reader says it."""
+    s = max(round(seconds), 0)
+    if s < 100:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def eta_s(
+    elapsed_s: float, plan: RunPlan, stage_index: int, ended_in_stage: int, stage_age_s: float | None = None
+) -> float | None:
+    """Seconds left: a holding shape's rest of this stage (from how long it has run) and the stages after it; a
+    burst's from the share of its rollouts that ended (steps ahead at the same pace); capped by -t; None when
+    nothing tells."""
+    if plan.stage_s and stage_age_s is not None and 0 < stage_index <= len(plan.stage_s):
+        rest = max(plan.stage_s[stage_index - 1] - stage_age_s, 0.0) + sum(plan.stage_s[stage_index:])
+        return min(rest, max(plan.run_time_s - elapsed_s, 0.0)) if plan.run_time_s else rest
+    if plan.step_size and plan.stages and stage_index > 0:
+        done = (stage_index - 1) + min(ended_in_stage / plan.step_size, 1.0)
+        if done > 0:
+            estimate = elapsed_s / done * (plan.stages - done)
+            return min(estimate, plan.total_s - elapsed_s) if plan.total_s else estimate
+        return None
+    if plan.total_s is not None:
+        return max(plan.total_s - elapsed_s, 0.0)
+    return None
+
+
+def _head(elapsed_s: float, stage: str, index: int, plan: RunPlan | None, ended: int, stage_age_s: float | None) -> str:
+    if plan is None:
+        return f"[{elapsed_s:6.0f}s] {stage or '-':<16}"
+    eta = eta_s(elapsed_s, plan, index, ended, stage_age_s)
+    planned = elapsed_s + eta if eta is not None and plan.stage_s and stage_age_s is not None else plan.total_s
+    total = f"/{clock(planned)}" if planned and not plan.step_size else ""
+    of = f" stage {index}/{plan.stages}" if plan.stages and index > 0 else ""
+    left = "" if eta is None else (f" ETA ~{clock(eta)}" if plan.step_size else f" ETA {clock(eta)}")
+    return f"[{clock(elapsed_s)}{total}{left}]{of} {stage or '-':<16}"
+
+
 def format_progress(
-    elapsed_s: float, stage: str, users: int, target: int, live: LiveView, time_scale: float | None = None
+    elapsed_s: float,
+    stage: str,
+    users: int,
+    target: int,
+    live: LiveView,
+    time_scale: float | None = None,
+    plan: RunPlan | None = None,
+    stage_index: int = 0,
+    stage_age_s: float | None = None,
 ) -> str:
-    """One line; TTI in vendor seconds (wall / time scale, as live counters have no vendor truth), unit stated."""
+    """One line; TTI in vendor seconds (wall / time scale, as live counters have no vendor truth), unit stated.
+    With a `plan`: elapsed of the planned total, stage i/N and the ETA lead it."""
     totals = live.totals()
-    head = f"[{elapsed_s:6.0f}s] {stage or '-':<16} users {users}/{target}"
+    ended = live.stage(stage).ended if stage and plan is not None and plan.step_size else 0
+    head = f"{_head(elapsed_s, stage, stage_index, plan, ended, stage_age_s)} users {users}/{target}"
     if not totals.engines:
         return head
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(totals.failures.items(), key=lambda kv: -kv[1])[:3])
@@ -49,6 +150,7 @@ class ProgressPrinter:
         self.state = state
         self.interval_s = interval_s
         self.t0 = time.monotonic()
+        self.plan = plan_of(runner, state.settings)
         self._periodic = Periodic(interval_s, self._print)
 
     def start(self) -> None:
@@ -70,4 +172,16 @@ class ProgressPrinter:
             stage.target_users or int(getattr(runner, "target_user_count", 0) or 0),
             self.state.live,
             self.time_scale,
+            self.plan,
+            stage.index,
+            self._stage_age(),
         )
+
+    def _stage_age(self) -> float | None:
+        """How long the shape has been in its stage (its own clock), for a holding shape's ETA."""
+        shape = getattr(getattr(self.runner, "environment", None), "shape_class", None)
+        age = getattr(shape, "stage_age", None)
+        try:
+            return float(age()) if callable(age) else None
+        except (TypeError, ValueError):
+            return None
