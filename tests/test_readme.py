@@ -1,4 +1,9 @@
-"""The README stays true: every command it shows is run here, in order, as a user would type it."""
+"""The README and docs/ stay true: every command they show is run here, in order, as a user would type it.
+
+A command is a line of a ```sh block; a block without a language (output, or a command that needs a vendor's key or a
+script of yours) is shown only. Pages run in PAGES's order, each top to bottom, one shell per line, so a page may use
+what an earlier one made (the README's `results/four` runs, its `/tmp/latency_model.json`, a server a page started).
+Every `docs/*.md` must be in PAGES: a page left out would be a page whose commands go stale unseen."""
 
 from __future__ import annotations
 
@@ -22,19 +27,40 @@ from tests.docker_support import default_host, in_ci, machine_daemon, ping
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+# the reading order a newcomer follows, and the order the commands run in (see the module docstring)
+PAGES = (
+    README,
+    DOCS / "commands.md",
+    DOCS / "thresholds-and-compare.md",
+    DOCS / "reports-and-model.md",
+    DOCS / "results-schema.md",
+    DOCS / "vendors.md",
+    DOCS / "simulated-vendors.md",
+    DOCS / "rl-frameworks.md",
+)
 RUN_BY_CI = "pip install -e '.[test]' && scripts/test"  # the test command itself: CI runs it
 pytestmark = pytest.mark.slow
 
 
-def test_every_check_names_a_command_the_readme_shows():
-    """A check keyed by a command the README no longer shows would silently stop running."""
-    run = {command.removeprefix("pip install -e . && ") for command in readme_commands()}
+def test_every_check_names_a_command_the_docs_show():
+    """A check keyed by a command the README or docs/ no longer show would silently stop running."""
+    run = {command.removeprefix("pip install -e . && ") for command in doc_commands()}
     assert set(CHECKS) <= run
 
 
-def readme_commands() -> list[str]:
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+def test_every_docs_page_runs():
+    """A docs page missing from PAGES would never have its commands run."""
+    assert set(DOCS.glob("*.md")) | {README} == set(PAGES)
+
+
+def page_commands(page: Path) -> list[str]:
+    blocks = re.findall(r"^```sh\n(.*?)^```", page.read_text(), flags=re.S | re.M)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def doc_commands() -> list[str]:
+    return [command for page in PAGES for command in page_commands(page)]
 
 
 def latest() -> Path:
@@ -133,9 +159,9 @@ CHECKS = {
 
 
 @pytest.mark.timeout(1800)
-def test_every_readme_command_runs():
-    commands = readme_commands()
-    assert RUN_BY_CI in commands and "pip install -e . && stampede run" in commands
+def test_every_documented_command_runs():
+    assert RUN_BY_CI in page_commands(README) and "pip install -e . && stampede run" in page_commands(README)
+    commands = doc_commands()
     servers: list[subprocess.Popen] = []
     skipped: list[str] = []
     env = {**os.environ, "STAMPEDE_PROGRESS_INTERVAL": "0"}
