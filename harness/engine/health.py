@@ -33,11 +33,19 @@ class LoopHealth:
         self._process = psutil.Process()
         self._process.cpu_percent(None)
         self.last_lag_s = 0.0  # the latest probe's lag: how late anything that woke just now ran
+        self._late_from = 0.0  # the latest probe's lag as monotonic instants: from when it should have woken
+        self._late_to = 0.0  # to when it did
         self.stages = StageHealth()  # the same probes, per stage in force, with the CPU of each stage
 
     def lag_now(self) -> float:
         """The loop's current lag in seconds (the latest probe's; probes run every LAG_PROBE_INTERVAL_S)."""
         return self.last_lag_s
+
+    def lag_since(self, since: float) -> float:
+        """The latest probe's lag, only the part after monotonic instant `since`: a rollout charges the lag that
+        could have delayed what it timed since then. A stall that ended before (the engine frozen while the
+        rollout waited for readiness, already inside its poll window) is not counted a second time."""
+        return max(0.0, self._late_to - max(self._late_from, since))
 
     def start(self) -> None:
         if self._task is None:
@@ -59,6 +67,7 @@ class LoopHealth:
             now = time.monotonic()
             lag_us = min(max(1, int((now - start - self.interval_s) * 1e6)), _LAG_MAX_US)
             self.last_lag_s = lag_us / 1e6
+            self._late_from, self._late_to = now - self.last_lag_s, now
             self.histogram.record_value(lag_us)
             self.stages.record_lag(lag_us)
             if now - self._rotated >= RECENT_WINDOW_S:

@@ -44,7 +44,8 @@ class RolloutContext:
     t_intended: float | None = None
     attempt: int = 1
     secrets: tuple[str, ...] = ()
-    loop_lag: Callable[[], float] | None = None  # the engine loop's current lag (harness.engine.health)
+    # the engine loop's current lag, the part after a monotonic instant (harness.engine.health.LoopHealth.lag_since)
+    loop_lag: Callable[[float], float] | None = None
     # the emulated trainer's weight updates that pause inference: (paused s within [t0, t1], end of one under way)
     inference_pauses: Callable[[float, float], tuple[float, float | None]] | None = None
 
@@ -243,8 +244,8 @@ class _Rollout:
         record.exec_s = (record.exec_s or 0.0) + self.elapsed() - exec_start
         if record.tti_s is None:
             record.tti_s = self.elapsed()
-            if self.ctx.loop_lag is not None:
-                record.loop_lag_s = self.ctx.loop_lag()
+            if self.ctx.loop_lag is not None:  # the lag within this command: the poll window holds any before it
+                record.loop_lag_s = self.ctx.loop_lag(self.t0 + exec_start)
 
     async def terminate(self) -> None:
         if self.ref is None:

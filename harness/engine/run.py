@@ -160,7 +160,7 @@ class EngineRun:
             t_intended=request.t_intended,
             attempt=request.attempt,
             secrets=self.secrets,
-            loop_lag=self.health.lag_now,
+            loop_lag=self.health.lag_since,
             inference_pauses=self.trainer.inference_pauses if self.trainer and self.trainer.pauses_inference else None,
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))

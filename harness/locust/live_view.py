@@ -11,6 +11,9 @@ from typing import Any
 from harness.wire.messages import EngineStats
 from harness.wire.stage_counters import StageStats, merge_stages
 
+SILENT_MIN_S = 2.0
+SILENT_AFTER_CADENCES = 3.0
+
 
 @dataclass(frozen=True, slots=True)
 class LiveTotals:
@@ -26,6 +29,8 @@ class LiveTotals:
     loop_lag_p99_ms: float
     cpu_percent: list[int]
     dropped: int
+    loop_lag_max_ms: float = 0.0  # the worst engine's longest recent lag: a stall the p99 may hide
+    silent_s: float = 0.0  # the longest an engine has not answered beyond its usual cadence: a stall in progress
 
 
 @dataclass
@@ -34,11 +39,15 @@ class LiveView:
     received_at: dict[str, float] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)  # open model: starts the schedule could not make
     dropped_by: dict[str, Counter[str]] = field(default_factory=dict)
+    cadence: dict[str, float] = field(default_factory=dict)  # engine name -> seconds between its last two answers
 
     def update(self, engine: str, stats: EngineStats | None, dropped: dict[str, int] | None = None) -> None:
         if stats is not None:
             self.snapshots[engine] = stats
-            self.received_at[engine] = time.monotonic()
+            now = time.monotonic()
+            if engine in self.received_at:
+                self.cadence[engine] = now - self.received_at[engine]
+            self.received_at[engine] = now
         if dropped is not None:  # cumulative per reporter: replace, then re-sum
             self.dropped_by[engine] = Counter({str(k): int(v) for k, v in dropped.items()})
             self.dropped = sum(self.dropped_by.values(), Counter())
@@ -56,6 +65,18 @@ class LiveView:
     def stage(self, name: str) -> StageStats:
         return self.stages().get(name, StageStats())
 
+    def silent_s(self, now: float | None = None) -> float:
+        """How long the quietest engine has gone without answering, when that is past SILENT_AFTER_CADENCES of its
+        usual cadence (and SILENT_MIN_S): a frozen engine answers nothing, so its last counters would otherwise
+        stand in the live view as if all were well. 0.0 when every engine answers as usual."""
+        now = time.monotonic() if now is None else now
+        worst = 0.0
+        for engine, at in self.received_at.items():
+            quiet = now - at
+            if quiet > max(SILENT_MIN_S, SILENT_AFTER_CADENCES * self.cadence.get(engine, SILENT_MIN_S)):
+                worst = max(worst, quiet)
+        return worst
+
     def totals(self) -> LiveTotals:
         snapshots = list(self.snapshots.values())
         failures: Counter[str] = Counter()
@@ -72,4 +93,6 @@ class LiveView:
             loop_lag_p99_ms=max((s.health.recent_lag_p99_ms for s in snapshots), default=0.0),
             cpu_percent=[round(s.health.cpu_percent) for s in snapshots],
             dropped=sum(self.dropped.values()),
+            loop_lag_max_ms=max((s.health.recent_lag_max_ms for s in snapshots), default=0.0),
+            silent_s=self.silent_s(),
         )

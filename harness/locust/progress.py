@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.locust.live_view import LiveView
+from harness.locust.live_view import LiveTotals, LiveView
 from harness.locust.periodic import Periodic
 from harness.locust.run_state import RunState
+from harness.results.engine_load import stall_text
 from harness.wire.messages import RECENT_WINDOW_S
 
 
@@ -137,8 +138,18 @@ def format_progress(
     return (
         f"{head} | in flight {totals.inflight}{engines} | ok {totals.ok} failed {totals.failed}"
         + (f" ({kinds})" if kinds else "")
-        + f"{dropped} | {tti} | loop lag p99 {totals.loop_lag_p99_ms:.0f}ms (last {RECENT_WINDOW_S:g}-{2 * RECENT_WINDOW_S:g}s) cpu {'/'.join(map(str, totals.cpu_percent))}%"
+        + f"{dropped} | {tti} | {lag_text(totals)} cpu {'/'.join(map(str, totals.cpu_percent))}%"
     )
+
+
+def lag_text(totals: LiveTotals) -> str:
+    """The engines' loop lag: the recent p99, a stall beside it (a p99 hides one frozen probe among hundreds), and
+    an engine not answering at all (frozen now: its last counters would otherwise read as if all were well)."""
+    window = f"(last {RECENT_WINDOW_S:g}-{2 * RECENT_WINDOW_S:g}s)"
+    text = f"loop lag p99 {totals.loop_lag_p99_ms:.0f}ms{stall_text(totals.loop_lag_max_ms)} {window}"
+    if totals.silent_s:
+        text = f"engine stalled {totals.silent_s:.0f} s (not answering) | " + text
+    return text
 
 
 class ProgressPrinter:
