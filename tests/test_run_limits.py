@@ -35,9 +35,9 @@ def stampede(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("scenario", "flags", "named"),
     [
-        ("burst", ["--users", "99999999"], "--users 99999999"),
-        ("ramp", ["--stages", "99999999"], "--stages peak 99999999"),
-        ("arrival", ["--max-inflight", "99999999"], "--max-inflight 99999999"),
+        ("burst", ["--users", "900000"], "--users 900000"),
+        ("ramp", ["--stages", "900000"], "--stages peak 900000"),
+        ("arrival", ["--max-inflight", "900000"], "--max-inflight 900000"),
     ],
 )
 def test_a_count_this_machine_cannot_hold_is_one_line_naming_the_limit_and_the_override(
@@ -67,7 +67,9 @@ def test_the_tightest_budget_is_the_one_named():
         check_in_flight(USERS_PER_LOCUST_PROCESS + 1, "--users", MachineRoom(open_files=10**6, memory_bytes=plenty))
     # Two Locust processes with an engine each hold twice the users and open files (memory is shared).
     check_in_flight(USERS_PER_LOCUST_PROCESS + 1, "--users", MachineRoom(10**6, plenty), engines=2)
-    check_in_flight(10**8, "--users", MachineRoom(1000, 2**20), allow=True)  # --allow-oversubscribe
+    check_in_flight(10**6, "--users", MachineRoom(1000, 2**20), allow=True)  # --allow-oversubscribe
+    with pytest.raises(UsageError, match="more rollouts in flight than any run may ask for"):
+        check_in_flight(10**6 + 1, "--users", MachineRoom(1000, 2**20), allow=True)  # not past the ceiling
     assert MachineRoom.measure().open_files > 0 and MachineRoom.measure().memory_bytes > 0
 
 
@@ -93,7 +95,7 @@ def test_plain_http_to_a_host_that_is_not_loopback_warns_that_the_token_travels_
         "--scenario",
         "burst",
         "--users",
-        "99999999",
+        "900000",
         "--provider",
         "prime",
         "--base-url",

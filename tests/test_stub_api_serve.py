@@ -64,7 +64,7 @@ def test_exits_when_stdin_closes() -> None:
     [
         (["--profile", "nope-like"], "unknown profile 'nope-like'"),
         (["--profile", "/no/such/file.toml"], "profile file not found"),
-        (["--seed", "x"], "not an integer"),
+        (["--seed", "x"], "not a whole number"),
         (["--time-scale", "-1"], "must be a positive finite number"),
         (["--port", "70000"], "port must be 0..65535"),
         (["--set", "quota.nope=1"], "unknown profile key 'quota.nope'"),

@@ -5,8 +5,23 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.converters import bounded_int
+
+MAX_LOCAL_WORKERS = 256  # each is a Locust process and an engine: two busy processes
+
+
+def workers_count(text: object) -> int | str:
+    """`--workers`: `auto`, or how many local workers (0: none)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return bounded_int(0, MAX_LOCAL_WORKERS)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
+    from harness.locust.settings import MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
     from harness.locust.settings import add_arguments as add_stampede_arguments
 
     run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
@@ -14,11 +29,14 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     dist.add_argument(
         "--workers",
         default="auto",
+        type=workers_count,
         help="run a master here and N local worker processes, each with its own engine (default auto: one "
         "process, or as many engines as the peak in flight needs)",
     )
     dist.add_argument("--master", action="store_true", help="be the master for workers on other machines")
-    dist.add_argument("--expect-workers", type=int, default=1, help="--master: wait for this many workers")
+    dist.add_argument(
+        "--expect-workers", type=bounded_int(1, MAX_IN_FLIGHT), default=1, help="--master: wait for this many workers"
+    )
     dist.add_argument(
         "--master-bind-host",
         default="127.0.0.1",
@@ -27,21 +45,23 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     dist.add_argument("--worker", action="store_true", help="be a worker of the master at --master-host")
     dist.add_argument("--master-host", default="127.0.0.1", help="--worker: the master's address")
-    dist.add_argument("--master-port", type=int, default=5557, help="the master's port (default 5557)")
+    dist.add_argument(
+        "--master-port", type=bounded_int(1, 65535), default=5557, help="the master's port (default 5557)"
+    )
     run.add_argument(
         "-u",
         "--users",
-        type=int,
+        type=in_flight,
         default=None,
         help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)",
     )
-    run.add_argument("-r", "--spawn-rate", type=float, default=None, help="users started per second between stages")
+    run.add_argument("-r", "--spawn-rate", type=rate, default=None, help="users started per second between stages")
     run.add_argument(
         "-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)"
     )
     run.add_argument(
         "--stop-timeout",
-        type=float,
+        type=seconds_or_zero,
         default=None,
         help="seconds in-flight rollouts get to finish when the run ends (default: 60)",
     )

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from foundation.open_files import FD_RESERVE, FDS_PER_ROLLOUT, reachable_open_files
 from harness.errors import UsageError
-from harness.locust.settings import RunSettings
+from harness.locust.settings import MAX_IN_FLIGHT, RunSettings
 
 OVERRIDE_FLAG = "--allow-oversubscribe"
 BYTES_PER_ROLLOUT = (16 + 80 + 24) * 1024  # Locust user + engine + local vendor (measured 14, 26, 20 KB)
@@ -107,7 +107,11 @@ def asked_peak(shape_peak: int | None, settings: RunSettings, *, shaped: bool = 
 
 def check_in_flight(peak: int | None, what: str, room: MachineRoom, *, engines: int = 1, allow: bool = False) -> None:
     """One `UsageError` line naming the tightest limit when `peak` rollouts in flight exceed it (unless `allow`)."""
-    if not peak or allow:
+    if not peak:
+        return
+    if peak > MAX_IN_FLIGHT:  # the ceiling the command line holds each count to, oversubscribed or not
+        raise UsageError(f"{what} {peak} is more rollouts in flight than any run may ask for: at most {MAX_IN_FLIGHT}")
+    if allow:
         return
     most, limit = min(room.budgets(engines))
     if peak > most:

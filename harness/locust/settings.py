@@ -15,6 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from foundation.cli_help import set_env_var
+from foundation.converters import (
+    bounded_float,
+    bounded_int,
+    fraction,
+    integer,
+    positive_finite_float,
+)
 from harness.errors import UsageError
 from harness.locust.run_folder import check_run_id
 from harness.results.cli_options import seconds_option, threshold_option
@@ -35,6 +42,21 @@ DEFAULT_PROFILE = "prime-like"
 DEFAULT_STAGES = (60, 120, 240, 480, 960)
 DEFAULT_OUT = "results"
 SECRET_OPTIONS = ("token",)
+
+# Ceilings no machine reaches, so a typo fails at parse time instead of exhausting memory, files or time.
+# harness.locust.run_limits holds a run's peak in flight against this machine's own (lower) budgets later,
+# and MAX_IN_FLIGHT is the one ceiling --allow-oversubscribe does not lift.
+MAX_IN_FLIGHT = 1_000_000  # users, stage levels, --max-inflight, --batch x --group
+MAX_SECONDS = 30 * 24 * 3600.0  # any duration: holds, timeouts, backoff, lifetime
+MAX_RATE = 100_000.0  # starts per second (-r, --rates)
+MAX_TURNS = 100_000
+MAX_RETRIES = 1000
+MAX_CPU = 1024.0
+MAX_MEMORY_MB = 1 << 24  # 16 TiB
+in_flight = bounded_int(1, MAX_IN_FLIGHT)
+seconds = bounded_float(0.0, MAX_SECONDS, low_open=True)
+seconds_or_zero = bounded_float(0.0, MAX_SECONDS)
+rate = bounded_float(0.0, MAX_RATE, low_open=True)
 
 
 DEFAULT_PROFILES = {"modal": "modal-like", "e2b": "e2b-like", "daytona": "daytona-like"}
@@ -123,13 +145,13 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--time-scale",
-        type=float,
+        type=positive_finite_float,
         default=None,
         env_var="STAMPEDE_TIME_SCALE",
         include_in_web_ui=True,
         help="simulated vendor seconds x this = real seconds (default: the profile's)",
     )
-    add("--seed", type=int, default=0, env_var="STAMPEDE_SEED", include_in_web_ui=True, help="simulator seed")
+    add("--seed", type=integer, default=0, env_var="STAMPEDE_SEED", include_in_web_ui=True, help="simulator seed")
     add("--out", default=DEFAULT_OUT, env_var="STAMPEDE_OUT", help="results folder (a run lands in OUT/RUN_ID)")
     add("--run-id", default=None, env_var="STAMPEDE_RUN_ID", help="run id (default: time, scenario and a nonce)")
     add(
@@ -141,7 +163,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--hold",
-        type=float,
+        type=seconds,
         default=None,
         env_var="STAMPEDE_HOLD",
         include_in_web_ui=True,
@@ -149,7 +171,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--burst-steps",
-        type=int,
+        type=in_flight,
         default=1,
         env_var="STAMPEDE_BURST_STEPS",
         include_in_web_ui=True,
@@ -157,7 +179,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--batch",
-        type=int,
+        type=in_flight,
         default=None,
         env_var="STAMPEDE_BATCH",
         include_in_web_ui=True,
@@ -165,7 +187,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--group",
-        type=int,
+        type=in_flight,
         default=None,
         env_var="STAMPEDE_GROUP",
         include_in_web_ui=True,
@@ -173,7 +195,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--stagger-ms",
-        type=float,
+        type=bounded_float(0.0, MAX_SECONDS * 1000, low_open=True),
         default=200.0,
         env_var="STAMPEDE_STAGGER_MS",
         include_in_web_ui=True,
@@ -196,7 +218,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--max-inflight",
-        type=int,
+        type=in_flight,
         default=10000,
         env_var="STAMPEDE_MAX_INFLIGHT",
         include_in_web_ui=True,
@@ -204,7 +226,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--knee-max-failure",
-        type=float,
+        type=fraction,
         default=DEFAULT_MAX_FAILURE_RATE,
         env_var="STAMPEDE_KNEE_MAX_FAILURE",
         include_in_web_ui=True,
@@ -212,7 +234,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--knee-max-p99",
-        type=float,
+        type=seconds,
         default=None,
         env_var="STAMPEDE_KNEE_MAX_P99",
         include_in_web_ui=True,
@@ -248,7 +270,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--rollout-timeout",
-        type=float,
+        type=seconds,
         default=None,
         env_var="STAMPEDE_ROLLOUT_TIMEOUT",
         include_in_web_ui=True,
@@ -256,13 +278,19 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--retries",
-        type=int,
+        type=bounded_int(0, MAX_RETRIES),
         default=0,
         env_var="STAMPEDE_RETRIES",
         include_in_web_ui=True,
         help="retry init failures (create/ready) this many times; each attempt is its own row",
     )
-    add("--retry-backoff", type=float, default=1.0, env_var="STAMPEDE_RETRY_BACKOFF", help="seconds between attempts")
+    add(
+        "--retry-backoff",
+        type=seconds_or_zero,
+        default=1.0,
+        env_var="STAMPEDE_RETRY_BACKOFF",
+        help="seconds between attempts",
+    )
     add(
         "--tool-time",
         default=None,
@@ -282,11 +310,11 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         include_in_web_ui=True,
         help="commands each rollout runs, ';'-separated; the first one ends TTI",
     )
-    add("--create-timeout", type=float, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
-    add("--ready-timeout", type=float, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
+    add("--create-timeout", type=seconds, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
+    add("--ready-timeout", type=seconds, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
     add(
         "--exec-timeout",
-        type=float,
+        type=seconds,
         default=120.0,
         env_var="STAMPEDE_EXEC_TIMEOUT",
         include_in_web_ui=True,
@@ -299,10 +327,17 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         include_in_web_ui=True,
         help="sandbox image (default: the provider's)",
     )
-    add("--cpu", type=float, default=1.0, env_var="STAMPEDE_CPU", include_in_web_ui=True, help="cores per sandbox")
+    add(
+        "--cpu",
+        type=bounded_float(0.0, MAX_CPU, low_open=True),
+        default=1.0,
+        env_var="STAMPEDE_CPU",
+        include_in_web_ui=True,
+        help="cores per sandbox",
+    )
     add(
         "--memory-mb",
-        type=int,
+        type=bounded_int(1, MAX_MEMORY_MB),
         default=1024,
         env_var="STAMPEDE_MEMORY_MB",
         include_in_web_ui=True,
@@ -310,7 +345,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--lifetime",
-        type=float,
+        type=seconds,
         default=DEFAULT_LIFETIME_S,
         env_var="STAMPEDE_LIFETIME",
         help="seconds after which the vendor reaps a sandbox even if we die",
@@ -345,7 +380,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
     add(
         "--progress-interval",
-        type=float,
+        type=seconds_or_zero,
         default=5.0,
         env_var="STAMPEDE_PROGRESS_INTERVAL",
         help="seconds between progress lines (0: none)",
@@ -355,6 +390,16 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
 def _positive(name: str, value: float | None) -> None:
     if value is None or not math.isfinite(value) or value <= 0:
         raise UsageError(f"--{name} must be a positive number (got {value!r})")
+
+
+def _check_users_and_rate(users: Any, spawn_rate: Any) -> None:
+    """-u and -r as Locust parsed them under `locust -f` (a plain int and float: `-r nan` gets through)."""
+    if users is not None and not (isinstance(users, int) and 0 <= users <= MAX_IN_FLIGHT):
+        raise UsageError(f"--users must be a whole number from 1 to {MAX_IN_FLIGHT} (got {users!r})")
+    if spawn_rate is not None:
+        value = float(spawn_rate)
+        if not (math.isfinite(value) and 0 <= value <= MAX_RATE):
+            raise UsageError(f"--spawn-rate must be a positive number, at most {MAX_RATE:g} (got {spawn_rate!r})")
 
 
 MAX_STAGES = 64  # LOW..HIGH doubles at most this often
@@ -369,6 +414,8 @@ def parse_stages(text: str) -> tuple[int, ...]:
             low, high = (int(part) for part in text.split("..", 1))
             if low <= 0 or high < low:
                 raise ValueError
+            if high > MAX_IN_FLIGHT:
+                raise UsageError(f"--stages levels must be at most {MAX_IN_FLIGHT} (got {text!r})")
             stages: list[int] = []
             level = low
             while level < high and len(stages) < MAX_STAGES:
@@ -380,6 +427,8 @@ def parse_stages(text: str) -> tuple[int, ...]:
         raise UsageError(f"--stages must be whole numbers, A,B,C or LOW..HIGH (got {text!r})") from None
     if not parsed or any(stage <= 0 for stage in parsed):
         raise UsageError(f"--stages must list positive concurrency levels (got {text!r})")
+    if max(parsed) > MAX_IN_FLIGHT:
+        raise UsageError(f"--stages levels must be at most {MAX_IN_FLIGHT} (got {text!r})")
     if len(parsed) > MAX_LISTED_STAGES:
         raise UsageError(f"--stages lists {len(parsed)} stages, more than {MAX_LISTED_STAGES} (LOW..HIGH doubles)")
     return parsed
@@ -390,8 +439,8 @@ def parse_rates(text: str) -> tuple[float, ...]:
         rates = tuple(float(part) for part in str(text).replace(" ", "").split(",") if part)
     except ValueError:
         raise UsageError(f"--rates must be comma-separated numbers (got {text!r})") from None
-    if not rates or any(not (math.isfinite(rate) and rate > 0) for rate in rates):
-        raise UsageError(f"--rates must be positive starts per second (got {text!r})")
+    if not rates or any(not (math.isfinite(rate) and 0 < rate <= MAX_RATE) for rate in rates):
+        raise UsageError(f"--rates must be positive starts per second, at most {MAX_RATE:g} (got {text!r})")
     return rates
 
 
@@ -406,6 +455,8 @@ def parse_turns(text: str) -> tuple[int, int | None]:
         raise UsageError(f"--turns takes N or MIN..MAX (got {text!r})") from None
     if low < 0 or (high is not None and high < low):
         raise UsageError(f"--turns takes N >= 0 or MIN..MAX with MIN <= MAX (got {text!r})")
+    if max(low, high or 0) > MAX_TURNS:
+        raise UsageError(f"--turns must be at most {MAX_TURNS} (got {text!r})")
     return low, high
 
 
@@ -514,6 +565,7 @@ class RunSettings:
             _positive("time-scale", get("time_scale"))
         if int(get("burst_steps", 1)) <= 0:
             raise UsageError("--burst-steps must be a positive whole number")
+        _check_users_and_rate(get("num_users"), get("spawn_rate"))
         turns, turns_max = parse_turns(get("turns", "0") or "0")
         plan = RolloutPlan(
             commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
@@ -536,6 +588,8 @@ class RunSettings:
             lifetime_s=float(get("lifetime")),
         )
         thresholds = parse_all(_as_list(get("threshold")))
+        if get("batch") and get("group") and int(get("batch")) * int(get("group")) > MAX_IN_FLIGHT:
+            raise UsageError(f"--batch x --group must be at most {MAX_IN_FLIGHT} rollouts a step")
         if get("abort_on_threshold", False) and not thresholds:
             raise UsageError("--abort-on-threshold needs a --threshold to act on (e.g. --threshold 'failures<10')")
         token = get("token") or os.environ.get("STAMPEDE_TOKEN")

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from foundation.cli_help import DefaultsHelpFormatter, set_env_var
+from foundation.converters import integer, port, positive_finite_float
 from foundation.errors import EXIT_USAGE, UsageError
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
@@ -70,33 +70,6 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
-    return value
-
-
-def port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {value}")
-    return value
-
-
-def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
 def add_simulator_arguments(parser: argparse.ArgumentParser, default_profile: str) -> None:
     """--profile --seed --time-scale --host --set --exit-on-stdin-eof (ports and tokens are each front's own)."""
     parser.add_argument(
@@ -107,7 +80,7 @@ def add_simulator_arguments(parser: argparse.ArgumentParser, default_profile: st
     parser.add_argument("--seed", type=integer, default=0, help="simulator seed (default 0)")
     parser.add_argument(
         "--time-scale",
-        type=positive_float,
+        type=positive_finite_float,
         default=None,
         help="real seconds per vendor second (default: the profile's default_time_scale)",
     )

@@ -16,7 +16,8 @@ import argparse
 import sys
 from typing import Any
 
-from providers.sim.core.serve_cli import ServeCommand, UsageError, port
+from foundation.converters import port
+from providers.sim.core.serve_cli import ServeCommand, UsageError
 from providers.sim.modal.server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
 from providers.sim.modal.tokens import DEFAULT_TOKEN_ID
 
