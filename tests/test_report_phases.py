@@ -151,7 +151,7 @@ def test_the_seconds_switch_changes_every_header(synthetic, tmp_path, basis, uni
         assert any(f"({unit})" in cell for cell in table.header), table.title
         assert not any(other in cell for cell in [table.title, *table.header]), table.title
     stage_header = stage_table(result.runs[0]).header
-    assert f"TTI p50 ({unit})" in stage_header and f"starts per {unit}" in stage_header
+    assert f"TTI p50 ({unit})" in stage_header and f"starts/{unit}" in stage_header
 
 
 def test_every_failure_kind_has_its_own_colour():

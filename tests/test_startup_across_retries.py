@@ -26,6 +26,8 @@ from harness.wire.records import ROLLOUT_READ_SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_TRY, RETRIED, TIMEOUT_S, TTI_S = 40, 60, 30.0, 2.0
+KINDS = (("ready_timeout", "ready"), ("died_before_ready", "ready"), ("create_error", "create"), ("capacity", "create"))
+"""What the failed attempts failed with, in turn (a 960 burst's mix: the report lists every kind)."""
 
 
 def stampede(*args: str) -> subprocess.CompletedProcess[str]:
@@ -62,8 +64,8 @@ def write_retried_run(root: Path, run_id: str = "retried", timeout_s: float = TI
                     "terminate_s": 0.02,
                     "total_s": timeout_s if failed else TTI_S + 0.02,
                     "outcome": "failed" if failed else "ok",
-                    "failure_kind": "ready_timeout" if failed else None,
-                    "failure_phase": "ready" if failed else None,
+                    "failure_kind": KINDS[(index + attempt) % len(KINDS)][0] if failed else None,
+                    "failure_phase": KINDS[(index + attempt) % len(KINDS)][1] if failed else None,
                     "attempt": attempt,
                     "sdk_version": "test",
                 }

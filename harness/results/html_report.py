@@ -13,7 +13,8 @@ _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1600px;padding:0 20px;color:#222}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0 18px;font:11.5px ui-monospace,Menlo,monospace}
-th,td{border:1px solid #ddd;padding:3px 6px;text-align:right}th{background:#f4f4f4}td{white-space:nowrap}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:right}th{background:#f4f4f4;vertical-align:bottom}
+td{white-space:nowrap}div.w{white-space:normal;min-width:14ch;max-width:30ch}
 .wide{overflow-x:auto}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee;margin:6px 0}
 caption{text-align:left;font-weight:600;padding:4px 0;white-space:pre-line}
@@ -25,13 +26,69 @@ td.small{color:#999}figure{margin:14px 0 22px}figcaption{color:#444;font-size:13
 """
 
 
+FIT_CHARACTERS = 175
+"""How many monospace characters of cells (with ~2 per column for padding and borders) a table may take before
+it is split: a 1400 px window shows about 190 at the tables' 11.5 px font, less the page's margins."""
+WRAPPED_CHARACTERS = 30
+"""A left-aligned text column after the first (failures by kind, by phase) wraps at about this width."""
+
+
+def column_widths(table: Table) -> list[int]:
+    """Characters each column takes as rendered: headers wrap at spaces (their longest word), cells do not,
+    except the wrapping text columns."""
+    widths = []
+    for i, head in enumerate(table.header):
+        cells = max((len(row[i]) for row in table.rows if i < len(row)), default=0)
+        if i in table.left and i > 0:
+            cells = min(cells, WRAPPED_CHARACTERS)
+        widths.append(max(cells, *(len(word) for word in head.split() or [""])) + 2)
+    return widths
+
+
+def split_to_fit(table: Table, limit: int = FIT_CHARACTERS) -> list[Table]:
+    """A table too wide for a 1400 px window as several, each repeating the first column (the stage or run):
+    the columns are cut, in order, where the next one would pass `limit`."""
+    widths = column_widths(table)
+    if sum(widths) <= limit or len(widths) < 3:
+        return [table]
+    parts: list[list[int]] = [[]]
+    used = widths[0]
+    for i in range(1, len(widths)):
+        if parts[-1] and used + widths[i] > limit:
+            parts.append([])
+            used = widths[0]
+        parts[-1].append(i)
+        used += widths[i]
+    tables = []
+    for n, columns in enumerate(parts):
+        keep = [0, *columns]
+        title = table.title if n == 0 else f"{table.title.splitlines()[0] if table.title else ''} (continued)".strip()
+        tables.append(
+            Table(
+                title,
+                [table.header[i] for i in keep],
+                [[row[i] for i in keep] for row in table.rows],
+                frozenset(j for j, i in enumerate(keep) if i in table.left),
+            )
+        )
+    return tables
+
+
 def table_html(table: Table) -> str:
+    """The table, split (first column repeated) where it would not fit a 1400 px window."""
+    return "".join(_one_table_html(part) for part in split_to_fit(table))
+
+
+def _one_table_html(table: Table) -> str:
     def cell(tag: str, index: int, text: str) -> str:
         classes = ["l"] if index in table.left else []
         if tag == "td" and text.endswith(SMALL_SAMPLE_MARK):
             classes.append("small")  # a quantile from too few samples (quantiles.supported): greyed, `~` kept
         cls = f' class="{" ".join(classes)}"' if classes else ""
-        return f"<{tag}{cls}>{html.escape(text)}</{tag}>"
+        content = html.escape(text)
+        if tag == "td" and index in table.left and index > 0:  # a text column (failures by kind) wraps
+            content = f"<div class='w'>{content}</div>"
+        return f"<{tag}{cls}>{content}</{tag}>"
 
     head = "".join(cell("th", i, h) for i, h in enumerate(table.header))
     body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in table.rows)

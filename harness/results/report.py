@@ -84,7 +84,8 @@ FOOTNOTES = (
     "Vendor seconds: with a simulated vendor's truth, the harness's share of a duration is kept as measured and "
     "the vendor's share is in the vendor's own seconds (harness.results.vendor_time); without it, wall seconds / "
     "time scale, which also stretches harness and network overheads (at 0.1, 2 ms reads as 20 ms).",
-    "Start rate = rollouts submitted in the stage / the stage's submit span; a burst submits all at once.",
+    "starts/vendor s (start rate; starts/wall s with --seconds wall) = rollouts submitted in the stage / the "
+    "stage's submit span; a burst submits all at once. fail% = failed / (ok + failed), as in `stampede run`.",
 )
 
 

@@ -51,6 +51,15 @@ def seconds(value: float) -> str:
 
 STARTUP_QUANTILES = ("p50", "p99", "max")
 """Startup across retries beside TTI in the stage table (a run that retried)."""
+FAIL_PERCENT = "fail%"
+"""Failed / (ok + failed) in percent: the one name every table (run, summary, report, side by side) gives it."""
+
+
+def start_rate_header(seconds_unit: str) -> str:
+    """Rollouts submitted per second of the table's unit (`starts/vendor s`): one name everywhere."""
+    return f"starts/{seconds_unit}"
+
+
 REPORT_SMALL_SAMPLE_NOTE = f"{SMALL_SAMPLE_NOTE} (greyed in report.html; *_supported = False in stages.csv)"
 _LEVELS = dict(REPORT_QUANTILES)
 
@@ -94,10 +103,10 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
         "ok",
         "failed",
         "cxl",
-        "ok%",
+        FAIL_PERCENT,
         f"TTI {QUANTILE_NAMES[0]} ({seconds_unit})",
         *QUANTILE_NAMES[1:],
-        f"starts per {seconds_unit}",
+        start_rate_header(seconds_unit),
         "harness err",
         "engine",
         "failures by kind",
@@ -123,7 +132,7 @@ def stage_table(run: RunStats, knee: Knee | None = None) -> Table:
             str(s.ok),
             str(s.failed),
             _cxl(s),
-            "-" if s.success_rate != s.success_rate else f"{100 * s.success_rate:.1f}",
+            "-" if s.success_rate != s.success_rate else f"{100 * s.failure_rate:.1f}",
             *(quantile_cell(tti, name) for name in QUANTILE_NAMES),
             "-" if s.start_rate != s.start_rate else f"{s.start_rate:.1f}",
             s.timing_error.describe(),
@@ -233,9 +242,8 @@ def comparison_table(runs: Sequence[RunStats]) -> Table:
     matched = match_runs([[s.measured_concurrency for s in run.stages] for run in runs])
     seconds_unit = "vendor s" if runs and runs[0].basis == "vendor" else "wall s"
     header = ["concurrency (measured)"]
-    for run in runs:
-        name = f"{run.info.provider}/{run.info.profile}"
-        header += [f"{name} p50 ({seconds_unit})", f"p99 ({seconds_unit})", "fail%"]
+    for name in run_names(runs):
+        header += [f"{name} p50 ({seconds_unit})", f"p99 ({seconds_unit})", FAIL_PERCENT]
     rows = []
     for members in matched:
         labels = sorted({runs[r].stages[i].concurrency for r, i in enumerate(members) if i is not None})
@@ -249,6 +257,16 @@ def comparison_table(runs: Sequence[RunStats]) -> Table:
             row += [_marked(tti, "p50", 0.5), _marked(tti, "p99", 0.99), f"{100 * stage.failure_rate:.1f}"]
         rows.append(row)
     return Table("side by side: TTI and failure rate by measured concurrency", header, rows)
+
+
+def run_names(runs: Sequence[RunStats]) -> list[str]:
+    """A name per run that tells it from the others beside it: provider/profile where that is unique, with the
+    run id where two runs share it (two runs of stub/modal-like are not both headed "stub/modal-like")."""
+    plain = [f"{run.info.provider}/{run.info.profile}" for run in runs]
+    names = [
+        name if plain.count(name) == 1 else f"{name} ({run.info.run_id})" for name, run in zip(plain, runs, strict=True)
+    ]
+    return [name if names.count(name) == 1 else f"{name} #{i + 1}" for i, name in enumerate(names)]
 
 
 def _marked(summary: dict[str, float], name: str, level: float) -> str:

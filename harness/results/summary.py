@@ -26,13 +26,12 @@ from harness.results.quantiles import (
     quantiles,
     supported,
 )
+from harness.results.report_tables import FAIL_PERCENT, start_rate_header
 from harness.results.run_figures import unfinished
 from harness.results.stage_aggregate import STARTUP, StageStats, TimeBasis
 from harness.results.timing_error import FLAG_NOTE
 
-START_RATE_NOTE = (
-    "starts/s: rollouts submitted in the stage / its submit span (first submit to last; a burst's is its release)"
-)
+START_RATE_NOTE = "rollouts submitted in the stage / its submit span (first submit to last; a burst's is its release)"
 STARTUP_NOTE = (
     "startup: per rollout, its first attempt's submit to interactive across retries (TTI is per attempt; "
     "never interactive: in neither)"
@@ -71,7 +70,7 @@ def format_stage_table(
         "ok",
         "failed",
         "cxl",
-        "fail%",
+        FAIL_PERCENT,
         f"TTI p50 ({basis} s)",
         "p90",
         "p99",
@@ -79,7 +78,7 @@ def format_stage_table(
         "max",
         *([f"startup p50 ({basis} s)", "p99", "max", "interactive/rollouts"] if retried else []),
         "conc",
-        "starts/s",
+        start_rate_header(f"{basis} s"),
         "harness err",
         "failures by kind",
     ]
@@ -133,7 +132,7 @@ def format_stage_table(
         lines.append(SMALL_SAMPLE_NOTE)
     if retried:
         lines.append(STARTUP_NOTE)
-    lines.append(START_RATE_NOTE + (" (vendor seconds)" if basis == "vendor" else " (wall seconds)"))
+    lines.append(f"{start_rate_header(f'{basis} s')}: {START_RATE_NOTE}")
     return "\n".join(lines)
 
 
