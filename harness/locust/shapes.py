@@ -19,6 +19,7 @@ from typing import Any
 from locust import LoadTestShape
 
 from harness.locust.run_state import IDLE_STAGE, RunState, Stage, run_state_of
+from harness.locust.schedule_clock import schedule_now
 from harness.locust.settings import RunSettings
 from harness.results.knee import KneeThresholds, stage_verdicts
 from harness.wire.stage_counters import StageStats
@@ -388,7 +389,7 @@ class _OpenShape(StampedeShape):
                 self._done = True
                 return None
             stage = stages[self.stage.index]
-            self.enter(replace(stage, t_start=time.time() + SCHEDULER_LEAD_S, dispatchers=self.dispatchers()))
+            self.enter(replace(stage, t_start=schedule_now() + SCHEDULER_LEAD_S, dispatchers=self.dispatchers()))
         return self.stage.dispatchers, 100.0
 
 
@@ -429,7 +430,7 @@ class ArrivalShape(_OpenShape):
         ]
 
     def stage_over(self, stage: Stage) -> bool:
-        return time.time() - stage.t_start >= self.hold(30.0)
+        return schedule_now() - stage.t_start >= self.hold(30.0)
 
     def describe(self) -> dict[str, Any]:
         settings = self.settings()

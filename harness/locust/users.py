@@ -13,7 +13,6 @@ engine's parquet records are the source of truth.
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import gevent
@@ -24,6 +23,7 @@ from locust.user.users import LOCUST_STATE_STOPPING
 
 from harness.locust.engine_client import EngineError
 from harness.locust.run_state import Stage
+from harness.locust.schedule_clock import schedule_now
 from harness.locust.session import StampedeSession, session_of  # importing it registers stampede with Locust
 from harness.wire.messages import ERROR_DONE, RolloutRequest
 from harness.wire.records import OUTCOME_CANCELLED
@@ -107,7 +107,7 @@ class RolloutUser(User):
         assert engine is not None  # wait_until_ready: configured
         try:
             record = engine.run_rollout(
-                RolloutRequest(stage.name, target, t_intended=time.time()), on_cancelled=self._report_cancelled
+                RolloutRequest(stage.name, target, t_intended=schedule_now()), on_cancelled=self._report_cancelled
             )
         except EngineError as exc:
             if exc.kind == ERROR_DONE:
@@ -177,7 +177,7 @@ class OpenModelUser(User):
             if stage.count is not None and slot >= stage.count:
                 gevent.sleep(0.1)  # this dispatcher's share is done; wait for the shape to move on
                 continue
-            delay = t_next - time.time()
+            delay = t_next - schedule_now()
             if delay > 0:
                 gevent.sleep(min(delay, 0.25))
                 continue
