@@ -243,7 +243,7 @@ def threshold_banner(verdicts: Sequence[tuple[str, Sequence[Verdict]]]) -> tuple
         if crossed
         else f"thresholds: all {total} hold"
     )
-    header = ["run", "threshold", "scope", "observed (vendor seconds)", "verdict"]
+    header = ["run", "threshold", "scope", "observed (durations in vendor s)", "verdict"]
     return headline, Table("", header, rows, left=frozenset({0, 1, 2, 4})), bool(crossed)
 
 
