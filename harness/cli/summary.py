@@ -35,6 +35,7 @@ def _recorded(manifest: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
     from harness.results.dataset import is_run_folder, load_rollout_frame, read_run_info
+    from harness.results.outages import outage_lines
     from harness.results.run_ending import run_ending
     from harness.results.run_figures import aggregate_run, run_figures
     from harness.results.run_pointer import resolve_run_dir
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
         print(format_stage_table(shown.stats.stages, shown.stats.engine_load, shown.basis))
     else:
         print("(no rollouts recorded)")
+    for line in outage_lines(frame):
+        print(line)
     if verdicts:
         print(format_verdicts(verdicts))
     crossed = any_crossed(verdicts)

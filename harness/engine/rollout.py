@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from harness.engine.outage_gate import OutageGate
 from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
@@ -48,6 +49,7 @@ class RolloutContext:
     loop_lag: Callable[[float], float] | None = None
     # the emulated trainer's weight updates that pause inference: (paused s within [t0, t1], end of one under way)
     inference_pauses: Callable[[float, float], tuple[float, float | None]] | None = None
+    outage: OutageGate | None = None  # the engine's backoff while the vendor refuses connections
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
@@ -185,7 +187,16 @@ class _Rollout:
         plan, record = self.plan, self.record
         spec = sandbox_spec(plan, self.ctx.run_id, self.ctx.rollout_id, self.ctx.worker)
         self.phase = Phase.CREATE
-        self.ref = await self.timed("create", Phase.CREATE, self.provider.create(spec), plan.create_timeout_s)
+        create: Awaitable[SandboxRef]
+        if self.ctx.outage is None:
+            create = self.provider.create(spec)
+        else:  # a vendor gone away: creates wait out one engine-wide backoff
+            create = self.ctx.outage.through(
+                lambda: self.provider.create(spec),
+                lambda exc: self.classify(exc, Phase.CREATE) is FailureKind.TRANSPORT,
+                plan.create_timeout_s,
+            )
+        self.ref = await self.timed("create", Phase.CREATE, create, plan.create_timeout_s)
         self.registry.add(self.ref, self.ctx.rollout_id)
         record.sandbox_id = self.ref.sandbox_id
         record.create_s = self.elapsed()

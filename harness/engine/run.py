@@ -21,6 +21,7 @@ from typing import Any
 
 from foundation.quantiles import nearest_rank
 from harness.engine.health import LoopHealth
+from harness.engine.outage_gate import OutageGate
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.engine.shards import ShardWriter, safe_name
@@ -66,6 +67,7 @@ class EngineRun:
             rotate_s=config.flush_interval_s,
         )
         self.hurried = asyncio.Event()  # set by an abort: the drain gives rollouts no grace
+        self.outage = OutageGate()  # one backoff for every create while the vendor refuses connections
         self.registry = SandboxRegistry(on_add=self._sandbox_acknowledged)
         self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
         self.cancels = CancelPacer()
@@ -161,6 +163,7 @@ class EngineRun:
             attempt=request.attempt,
             secrets=self.secrets,
             loop_lag=self.health.lag_since,
+            outage=self.outage,
             inference_pauses=self.trainer.inference_pauses if self.trainer and self.trainer.pauses_inference else None,
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))

@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness.results.concurrency import concurrency_at_submit
 from harness.results.dataset import load_rollout_frame, read_run_info
+from harness.results.outages import outage_lines
 from harness.results.quantiles import quantiles
 from harness.results.run_ending import run_ending
 from harness.results.run_figures import RunAggregate, aggregate_run, run_figures
@@ -93,6 +94,7 @@ def render_run_summary(
         f"{total} rollouts in {float(manifest.get('wall_s') or 0):.1f}s wall{workers}; peak in flight {peak}; "
         f"unknown failures {unknown}; harness failures {harness}"
     )
+    lines += outage_lines(rollouts)
     dropped = manifest.get("dropped_starts") or {}
     if dropped:
         lines.append(f"open model: starts dropped at the in-flight cap: {sum(dropped.values())} ({dict(dropped)})")
