@@ -66,7 +66,7 @@ def format_stage_table(
     header = [
         "stage",
         "target",
-        "rollouts",
+        "attempts" if retried else "rollouts",  # each attempt is a row, as report's table says
         "ok",
         "failed",
         "cxl",
