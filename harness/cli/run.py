@@ -30,6 +30,7 @@ from locust.util.load_locustfile import load_locustfile
 
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
+from harness.locust.provider_check import check_provider
 from harness.locust.run_folder import check_results_writable
 from harness.locust.run_limits import (
     MachineRoom,
@@ -64,7 +65,7 @@ def resolve_scenario(name_or_path: str) -> Path:
 
 
 def _validate(args: argparse.Namespace) -> RunSettings:
-    """Everything checkable before Locust starts: provider, profile, numbers, endpoint."""
+    """Everything checkable before Locust starts: provider, its options and credentials, profile, numbers, endpoint."""
     from providers import provider_class
     from providers.base import ProviderConfigError
 
@@ -102,6 +103,8 @@ def _validate(args: argparse.Namespace) -> RunSettings:
         problem = probe(settings.base_url or "", settings.token)
         if problem:
             raise UsageError(problem)
+    # the adapter built from the run's options, and a real endpoint's preflight (the stub's: the probe above)
+    check_provider(settings, endpoint=settings.provider != "stub")
     return settings
 
 

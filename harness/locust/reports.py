@@ -30,6 +30,16 @@ class LocustReports:
     def start(self) -> None:
         self._greenlet = gevent.spawn(self.writer.stats_writer)
 
+    def abandon(self) -> None:
+        """The run never started: stop writing, write nothing more (its folder is about to go)."""
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True)
+            self._greenlet = None
+        try:
+            self.writer.close_files()
+        except Exception as exc:  # a courtesy's files; the folder goes anyway
+            log.warning("could not close Locust's reports: %s", exc)
+
     def finish(self) -> None:
         """Final tables (not the last periodic snapshot), the history as it stands, and the HTML report."""
         if self._greenlet is not None:

@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import socket
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.results.run_pointer import POINTER_NAME
+from harness.results.read.run_pointer import POINTER_NAME
 from harness.wire.schema_version import SCHEMA_VERSION
 
 MAX_RUN_ID_CHARS = 64  # a folder name, and a label value on every vendor (Kubernetes-style labels stop at 63)
@@ -161,7 +162,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 def point_latest_at(run_dir: Path) -> None:
     """`<out>/latest`, a one-line text file naming the newest run's folder, so `stampede summary results/latest`
-    works without copying ids (harness.results.run_pointer reads it). Not a symlink: a recursive glob over
+    works without copying ids (harness.results.read.run_pointer reads it). Not a symlink: a recursive glob over
     `results/` would count the newest run twice. An old `latest` symlink is replaced."""
     pointer = run_dir.parent / POINTER_NAME
     tmp = run_dir.parent / f".{POINTER_NAME}.{os.getpid()}"
@@ -170,6 +171,32 @@ def point_latest_at(run_dir: Path) -> None:
         os.replace(tmp, pointer)
     except OSError:  # e.g. a folder named `latest` is in the way: only the convenience is lost
         tmp.unlink(missing_ok=True)
+
+
+def read_latest(out: Path) -> str | None:
+    """What `<out>/latest` says now (None: no pointer file), so a run that never started can put it back."""
+    pointer = out / POINTER_NAME
+    if pointer.is_symlink() or not pointer.is_file():
+        return None
+    try:
+        return pointer.read_text()
+    except OSError:
+        return None
+
+
+def remove_unstarted_run(run_dir: Path, previous_latest: str | None) -> None:
+    """A run refused at its start (its vendor refused the engine): its folder goes, `latest` says what it said."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    pointer = run_dir.parent / POINTER_NAME
+    try:
+        if previous_latest is not None:
+            tmp = run_dir.parent / f".{POINTER_NAME}.{os.getpid()}"
+            tmp.write_text(previous_latest)
+            os.replace(tmp, pointer)
+        elif not pointer.is_symlink() and pointer.is_file() and pointer.read_text().strip() == run_dir.name:
+            pointer.unlink()
+    except OSError:
+        pass
 
 
 def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path | None:
@@ -219,8 +246,8 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
 
 def compact_tables(run_dir: Path) -> None:
     """Once every engine and worker has delivered: each table folder's shards into one file
-    (harness.results.compaction). Never fails the run: uncompacted shards read just as well."""
-    from harness.results.compaction import compact_run  # pyarrow: at the end of the run only
+    (harness.results.read.compaction). Never fails the run: uncompacted shards read just as well."""
+    from harness.results.read.compaction import compact_run  # pyarrow: at the end of the run only
 
     try:
         compact_run(run_dir)

@@ -25,10 +25,12 @@ import gevent
 import gevent.event
 from locust import events
 from locust.env import Environment
+from locust.runners import WorkerRunner
 
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.progress import ProgressPrinter
+from harness.locust.provider_check import check_provider
 from harness.locust.run_folder import new_run_id
 from harness.locust.run_state import RunState, Stage
 from harness.locust.services.end_of_run import RunEnd, conclude
@@ -82,6 +84,7 @@ class StampedeSession:
         self.vendor = VendorFacts.of(settings)  # the time scale and profile the run's rows record
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
+        self.test_refused: str | None = None  # under the web UI: why this test could not start (the form is kept)
         self.runs = 0
         self.start_spacer = StartSpacer()  # leased users' first rollouts, evenly at the stage's start rate
         self.master_link: MasterLink | None = None
@@ -200,7 +203,7 @@ class StampedeSession:
     def wait_until_ready(self, timeout_s: float = 120.0) -> bool:
         """In a user's greenlet: until this run's engine is configured. False if it never will be."""
         self.run_ready.wait(timeout_s)
-        return self.run_ready.is_set() and self.engine is not None and not self.failed_to_start
+        return self.run_ready.is_set() and self.engine is not None and not (self.failed_to_start or self.test_refused)
 
     def offer_web_form(self) -> None:
         """With the web UI: the form shows stampede's settings (the shape sets the user count stage by stage)."""
@@ -221,7 +224,9 @@ class StampedeSession:
         self.wait_for_last_run()
         if self.environment.parsed_options is None:
             return
-        self._serve_vendor(self.web_form.posted(self.environment.parsed_options, self.embedded.endpoint()))
+        posted = self.web_form.posted(self.environment.parsed_options, self.embedded.endpoint())
+        check_provider(posted)  # a provider that cannot start refuses the test here: no run folder
+        self._serve_vendor(posted)
 
     def _serve_vendor(self, settings: RunSettings) -> None:
         """The embedded vendor these settings ask for (none, kept, or (re)started); here and on workers, the run
@@ -240,6 +245,8 @@ class StampedeSession:
         if self.run_id is not None and not self.ended:
             return
         self.services_ready.wait(120)
+        self.test_refused = None
+        self.run_ready.clear()
         self.state.new_run()
         self.engine_summaries = []
         self.runs += 1
@@ -263,7 +270,11 @@ class StampedeSession:
         if self.engine is not None:
             out_dir = self.worker_link.spool if self.worker_link is not None else Path(self.settings.out)
             identity = RunIdentity(str(self.run_id), self.role.worker_name, self.role.scenario, Path(out_dir))
-            self.versions = self.engine_link.configure(engine_config(self.settings, self.vendor, identity))
+            try:
+                self.versions = self.engine_link.configure(engine_config(self.settings, self.vendor, identity))
+            except UsageError:
+                self._unstart_run()  # its vendor refused the engine after the check before the run passed (a race)
+                raise
             if self.role.owns_run_folder and self.record is not None:
                 self.record.add_versions(self.versions)
         if self.master_link is not None:
@@ -281,6 +292,22 @@ class StampedeSession:
         abort_on_threshold = self.role.owns_run_folder and self.settings.abort_on_threshold
         self.stopping.new_run(self.state.live, self.settings.thresholds, abort_on_threshold)
         self.run_ready.set()
+
+    def _unstart_run(self) -> None:
+        """The run could not start: no run folder, `latest` as it was, no run for `close` to end."""
+        if self.record is not None:
+            self.record.discard()
+            self.record = None
+        self.state.run_id = None
+        self.state.run_dir = None
+
+    def refuse_test(self, message: str) -> None:
+        """Under the web UI, a test whose provider refused the engine at its start: said in the web UI's log, the
+        test stopped at once, the form still served (the next test may bring a better token or option)."""
+        log.error("stampede: %s", message)
+        self.test_refused = message
+        self.run_ready.set()  # users waiting for the run wake and leave
+        gevent.spawn(self.runner.stop)
 
     def _initial_manifest(self) -> dict[str, Any]:
         assert self.run_id is not None
@@ -397,8 +424,10 @@ def _fail(environment: Environment, message: str) -> None:
     session = session_of(environment)
     if session is not None:
         session.failed_to_start = message
+        session.run_ready.set()  # users waiting for the run wake and leave: no stop timeout sat out
     print(f"stampede: {message}", file=sys.stderr, flush=True)
     environment.process_exit_code = 2
+    environment.stop_timeout = 0
     if environment.runner is not None:
         gevent.spawn(environment.runner.quit)
 
@@ -417,6 +446,9 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if not isinstance(settings, RunSettings):
         try:  # `locust -f`: the one parse of stampede's options (a web-form test, or a worker's run, reads its own)
             settings = RunSettings.from_options(environment.parsed_options)
+            headless = getattr(environment.parsed_options, "headless", False)
+            if headless and not isinstance(environment.runner, WorkerRunner):
+                check_provider(settings)  # as `stampede run` does; a web-UI test is checked as it starts
         except UsageError as exc:
             _fail(environment, str(exc))
             return
@@ -441,7 +473,10 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
     try:
         session.begin_run()
     except (UsageError, EngineError) as exc:
-        _fail(environment, str(exc))
+        if getattr(environment, "web_ui", None) is not None and session.run_id is None:
+            session.refuse_test(str(exc))  # the run never started; the form is still there for the next test
+        else:
+            _fail(environment, str(exc))
 
 
 @events.test_stop.add_listener

@@ -37,7 +37,12 @@ SECRET_OPTION_WORDS = (
 
 _SECRET_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)((?:api[_-]?key|token|secret|password|authorization)[\"']?\s*[=:]\s*[\"']?)[^\s\"',;&]+"),
+    # the value: not a placeholder (`api_key=...`, `token=<yours>`: a hint, not a secret), and a closing bracket
+    # after it is the sentence's, not the secret's ("(or token=abc)" keeps its parenthesis)
+    re.compile(
+        r"(?i)((?:api[_-]?key|token|secret|password|authorization)[\"']?\s*[=:]\s*[\"']?)"
+        r"(?!\.\.\.|<)[^\s\"',;&]*[^\s\"',;&)\]}]"
+    ),
     re.compile(r"\b(?:sk|ak|as|pit|pk)-[A-Za-z0-9_-]{12,}\b"),
 )
 _MINTED_TOKEN = re.compile(r"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{32,}(?![A-Za-z0-9_-])")

@@ -6,7 +6,9 @@ Options: ready_delay_s, exec_delay_s, create_delay_s, fail ("phase:kind"), fail_
 terminate_fail (bool), classify_raises (bool), ledger (path: a JSON-lines file of create/terminate events,
 so a test in another process can check that every sandbox created was terminated), echo (bool: a leaky
 vendor that repeats the credentials it was given, as is, upper-cased and as a per-sandbox token, in every
-error it raises), cleanup_fail (bool: the end-of-run sweep fails), terminate_delay_s (a vendor slow to terminate).
+error it raises), cleanup_fail (bool: the end-of-run sweep fails), terminate_delay_s (a vendor slow to terminate),
+preflight_once (path: the first preflight passes and leaves this file, every later one is refused: a token revoked
+between the check before a run and the engine's own preflight).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ScriptedProvider(Provider):
         self.ledger = options.get("ledger")
         self.echo = str(options.get("echo", "")).lower() in ("1", "true")
         self.cleanup_fail = str(options.get("cleanup_fail", "")).lower() in ("1", "true")
+        self.preflight_once = options.get("preflight_once")
         self.credentials = [str(value) for key, value in options.items() if key in ("token", "api_key", "token_secret")]
         self.sandbox_tokens: dict[str, str] = {}
         self.live: dict[str, SandboxSpec] = {}
@@ -57,6 +60,14 @@ class ScriptedProvider(Provider):
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> ScriptedProvider:
         return cls(options)
+
+    async def preflight(self) -> None:
+        if self.preflight_once:
+            try:
+                with open(self.preflight_once, "x"):
+                    return
+            except FileExistsError:
+                raise ProviderError(FailureKind.AUTH, "scripted vendor refused the token (revoked)") from None
 
     def _log(self, event: str, sandbox_id: str) -> None:
         if self.ledger:

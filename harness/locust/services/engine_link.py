@@ -17,6 +17,7 @@ import gevent
 
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
+from harness.locust.provider_check import provider_options
 from harness.locust.run_state import RunState, Stage
 from harness.locust.services.vendor_lifecycle import VendorFacts
 from harness.locust.settings import RunSettings
@@ -38,18 +39,13 @@ class RunIdentity:
 
 def engine_config(settings: RunSettings, vendor: VendorFacts, identity: RunIdentity) -> EngineConfig:
     """What the engine is told at a run's start: provider and its options, plan, trainer, on the vendor's clock."""
-    provider_options: dict[str, Any] = dict(settings.provider_options)
-    if settings.base_url:
-        provider_options.setdefault("base_url", settings.base_url)
-    if settings.token:
-        provider_options.setdefault("token", settings.token)
     time_scale = vendor.time_scale or 1.0
     return EngineConfig(
         run_id=identity.run_id,
         worker=identity.worker,
         out_dir=str(identity.out_dir.resolve()),
         provider=settings.provider,
-        provider_options=provider_options,
+        provider_options=provider_options(settings),  # as the check before the run built the adapter
         profile=vendor.profile,
         scenario=identity.scenario,
         plan=dataclasses.replace(settings.plan, time_scale=time_scale).to_dict(),

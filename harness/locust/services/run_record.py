@@ -17,7 +17,14 @@ from typing import Any
 
 from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.reports import LocustReports
-from harness.locust.run_folder import base_manifest, create_run_folder, point_latest_at, write_manifest
+from harness.locust.run_folder import (
+    base_manifest,
+    create_run_folder,
+    point_latest_at,
+    read_latest,
+    remove_unstarted_run,
+    write_manifest,
+)
 from harness.locust.services.vendor_lifecycle import VendorFacts
 from harness.locust.settings import RunSettings
 from harness.wire.run_endings import exit_code_for
@@ -101,20 +108,32 @@ def offer_cleanup_of_crashed_runs(out: Path) -> None:
 class RunRecord:
     """One run's folder and its run.json (`manifest`), from the run's start until the process's next run."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], reports: LocustReports | None) -> None:
+    def __init__(
+        self, run_dir: Path, manifest: dict[str, Any], reports: LocustReports | None, previous_latest: str | None = None
+    ) -> None:
         self.run_dir = run_dir
         self.manifest = manifest
         self._reports = reports
+        self._previous_latest = previous_latest  # what `latest` said before this run (put back by `discard`)
 
     @classmethod
     def open(cls, run_dir: Path, manifest: dict[str, Any], environment: Any) -> RunRecord:
         """Create the folder, write run.json, point `results/latest` at it, start Locust's CSV reports."""
         create_run_folder(run_dir)  # UsageError: another run has it
         write_manifest(run_dir, manifest)
+        previous_latest = read_latest(run_dir.parent)
         point_latest_at(run_dir)
         reports = LocustReports(environment, run_dir)
         reports.start()
-        return cls(run_dir, manifest, reports)
+        return cls(run_dir, manifest, reports, previous_latest)
+
+    def discard(self) -> None:
+        """The run never started (the engine's provider refused it): no folder, `latest` as it was. A run that
+        could not start is a usage error (harness.wire.run_endings), not a run."""
+        if self._reports is not None:
+            self._reports.abandon()
+            self._reports = None
+        remove_unstarted_run(self.run_dir, self._previous_latest)
 
     def write(self) -> None:
         write_manifest(self.run_dir, self.manifest)
