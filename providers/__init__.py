@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from providers.base import Provider, ProviderConfigError
@@ -32,6 +33,16 @@ LOCAL_VENDORS: dict[str, str] = {
     "daytona": "providers.sim.daytona.serve",
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
+
+SIM_PROFILES_DIR = Path(__file__).with_name("sim") / "core" / "profiles"
+"""The simulated vendors' built-in profiles (`providers.sim.core.profile` loads them); read here by path, since the
+registry imports no simulator, so `--help` lists what is there."""
+
+
+def sim_profile_names() -> list[str]:
+    """The built-in profiles a --local run (or the embedded stub) can simulate, by name."""
+    return sorted(p.stem for p in SIM_PROFILES_DIR.glob("*.toml"))
+
 
 SDK_EXTRAS: dict[str, str] = {"prime": "prime", "modal": "modal", "e2b": "e2b", "daytona": "daytona"}
 """Provider name -> the pip extra (pyproject.toml) installing its SDK, which its adapter and, for `modal` (the SDK's

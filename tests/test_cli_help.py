@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tomllib
@@ -96,3 +97,33 @@ def test_version_prints_the_package_version() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"stampede {declared}"
+
+
+def test_provider_profile_and_local_help_list_every_registered_name_and_spawn_rate_its_default() -> None:
+    """The lists in `stampede run --help` come from the registries, so a new vendor or profile cannot be missing."""
+    from providers import LOCAL_VENDORS, PROVIDERS
+    from providers.sim.core.profile import profile_names
+
+    text = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "10000"},
+        cwd=ROOT,
+    ).stdout
+    helps: dict[str, str] = {}  # each option's names -> its whole help, continuation lines joined
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            name = line.split("  ")[1].strip()
+            helps[name] = line
+        elif helps and line.startswith("   "):
+            helps[name] += " " + line.strip()
+    provider = next(line for name, line in helps.items() if name.startswith("--provider PROVIDER"))
+    local = next(line for name, line in helps.items() if name.startswith("--local"))
+    profile = next(line for name, line in helps.items() if name.startswith("--profile SIM_PROFILE"))
+    spawn_rate = next(line for name, line in helps.items() if name.startswith("-r SPAWN_RATE"))
+    assert all(name in provider for name in PROVIDERS), provider
+    assert all(name in local for name in LOCAL_VENDORS), local
+    assert all(name in profile for name in profile_names()), profile
+    assert "default: 100" in spawn_rate and "[env STAMPEDE_SPAWN_RATE]" in spawn_rate, spawn_rate

@@ -4,9 +4,12 @@ interpreter with gevent), and building the parser must not."""
 from __future__ import annotations
 
 import argparse
+import os
 
+from foundation.cli_help import set_env_var
 from foundation.converters import bounded_int
 
+SPAWN_RATE_ENV = "STAMPEDE_SPAWN_RATE"
 MAX_LOCAL_WORKERS = 256  # each is a Locust process and an engine: two busy processes
 
 
@@ -21,7 +24,7 @@ def workers_count(text: object) -> int | str:
 
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
-    from harness.locust.settings import MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
+    from harness.locust.settings import DEFAULT_SPAWN_RATE, MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
     from harness.locust.settings import add_arguments as add_stampede_arguments
 
     run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
@@ -55,7 +58,14 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         default=None,
         help="peak concurrency: the last ramp stage, or the burst size (default: the scenario's)",
     )
-    run.add_argument("-r", "--spawn-rate", type=rate, default=None, help="users started per second between stages")
+    spawn_rate = run.add_argument(
+        "-r",
+        "--spawn-rate",
+        type=rate,
+        default=os.environ.get(SPAWN_RATE_ENV),  # argparse converts (and checks) a string default with `type`
+        help=f"users started per second between stages (default: {DEFAULT_SPAWN_RATE:g}; a burst: all at once)",
+    )
+    set_env_var(spawn_rate, SPAWN_RATE_ENV)
     run.add_argument(
         "-t", "--run-time", default=None, help="stop after this long, e.g. 90s, 5m (default: the shape's end)"
     )

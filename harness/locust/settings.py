@@ -24,9 +24,9 @@ from foundation.converters import (
 )
 from harness.errors import UsageError
 from harness.locust.run_folder import check_run_id
-from harness.results.cli_options import seconds_option, threshold_option
-from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
-from harness.results.thresholds import Threshold, parse_all
+from harness.results.figures.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
+from harness.results.figures.thresholds import Threshold, parse_all
+from harness.results.render.cli_options import seconds_option, threshold_option
 from harness.wire.plan import (
     DEFAULT_COMMANDS,
     DEFAULT_TURN_COMMAND,
@@ -35,12 +35,14 @@ from harness.wire.plan import (
     parse_commands,
 )
 from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
+from providers import LOCAL_VENDORS, PROVIDERS, sim_profile_names
 from providers.base import DEFAULT_LIFETIME_S
 
 DEFAULT_PROVIDER = "stub"
 DEFAULT_PROFILE = "prime-like"
 DEFAULT_STAGES = (60, 120, 240, 480, 960)
 DEFAULT_OUT = "results"
+DEFAULT_SPAWN_RATE = 100.0  # users a stage adds per second unless -r says (a burst: all of them at once)
 SECRET_OPTIONS = ("token",)
 
 # Ceilings no machine reaches, so a typo fails at parse time instead of exhausting memory, files or time.
@@ -98,7 +100,7 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         default=DEFAULT_PROVIDER,
         env_var="STAMPEDE_PROVIDER",
         include_in_web_ui=True,
-        help="sandbox vendor: stub (embedded Prime-like stub), prime, docker, modal, or module:Class",
+        help=f"sandbox vendor: {', '.join(PROVIDERS)} (stub: the embedded Prime-like stub), or module:Class",
     )
     add(
         "--base-url",
@@ -115,7 +117,8 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         action="store_true",
         default=False,
         env_var="STAMPEDE_LOCAL",
-        help="run the provider against its simulated vendor, started for the run on 127.0.0.1 (implied for stub)",
+        help="run the provider against its simulated vendor, started for the run on 127.0.0.1 (implied for stub;"
+        f" providers with one: {', '.join(LOCAL_VENDORS)})",
     )
     add(
         "--token",
@@ -132,8 +135,10 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         default=None,
         env_var="STAMPEDE_PROFILE",
         include_in_web_ui=True,
-        help="simulated vendor behaviour (embedded stub, or --local): modal-like, prime-like, ideal, or a .toml"
-        " path (default: modal-like for --provider modal, e2b-like for e2b, daytona-like for daytona, else prime-like)",
+        help=f"simulated vendor behaviour (embedded stub, or --local): {', '.join(sim_profile_names())}, or a .toml"
+        " path (default: "
+        + ", ".join(f"{profile} for --provider {provider}" for provider, profile in DEFAULT_PROFILES.items())
+        + f", else {DEFAULT_PROFILE})",
     )
     add(
         "--profile-set",
@@ -533,7 +538,9 @@ class RunSettings:
     users: int | None = None  # -u as the user gave it: the ramp's cap, the burst's size
     spawn_rate: float | None = None  # -r as the user gave it
     allow_oversubscribe: bool = False  # past harness.locust.run_limits' estimate of what this machine holds
-    thresholds: tuple[Threshold, ...] = ()  # --threshold, checked at the end of the run (harness.results.thresholds)
+    thresholds: tuple[
+        Threshold, ...
+    ] = ()  # --threshold, checked at the end of the run (harness.results.figures.thresholds)
     abort_on_threshold: bool = False  # stop once a threshold that cannot un-cross is crossed (threshold_watch)
     seconds: str = "vendor"  # the end-of-run table's seconds: vendor or wall
 

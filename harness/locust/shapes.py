@@ -20,13 +20,12 @@ from locust import LoadTestShape
 
 from harness.locust.run_state import IDLE_STAGE, RunState, Stage, run_state_of
 from harness.locust.schedule_clock import schedule_now
-from harness.locust.settings import RunSettings
-from harness.results.knee import KneeThresholds, stage_verdicts
+from harness.locust.settings import DEFAULT_SPAWN_RATE, RunSettings
+from harness.results.figures.knee import KneeThresholds, stage_verdicts
 from harness.wire.stage_counters import StageStats
 
 log = logging.getLogger("stampede")
 
-DEFAULT_SPAWN_RATE = 100.0
 DEFAULT_BURST_SIZE = 100
 DEFAULT_STEADY_USERS = 100
 SCHEDULER_LEAD_S = 1.0  # open-model stages start a little in the future so every dispatcher sees them first

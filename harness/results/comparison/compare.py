@@ -39,10 +39,10 @@ import numpy as np
 
 from foundation.quantiles import nearest_rank, nearest_rank_index
 from harness.errors import UsageError
-from harness.results.concurrency import LEVEL_TOLERANCE
-from harness.results.quantiles import REPORT_QUANTILES, GroupedSample, supported
-from harness.results.stage_aggregate import PHASES, STARTUP, RunStats, StageStats
-from harness.results.stage_matching import match_stages
+from harness.results.read.concurrency import LEVEL_TOLERANCE
+from harness.results.figures.quantiles import REPORT_QUANTILES, GroupedSample, supported
+from harness.results.figures.stage_aggregate import PHASES, STARTUP, RunStats, StageStats
+from harness.results.comparison.stage_matching import match_stages
 from harness.wire.records import INIT_PHASES
 from harness.wire.run_endings import EXIT_REGRESSION
 

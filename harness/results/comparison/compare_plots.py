@@ -14,11 +14,11 @@ from typing import TypeGuard
 import numpy as np
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-from harness.results import figure_canvas as canvas
-from harness.results.compare import BETTER, WORSE, Comparison, Figure, Sample
-from harness.results.figure_canvas import plt
-from harness.results.plain_units import ratio
-from harness.results.quantiles import downsample_sorted
+from harness.results.render import figure_canvas as canvas
+from harness.results.comparison.compare import BETTER, WORSE, Comparison, Figure, Sample
+from harness.results.render.figure_canvas import plt
+from harness.results.render.plain_units import ratio
+from harness.results.figures.quantiles import downsample_sorted
 
 VERDICT_COLOURS = {WORSE: "#c0392b", BETTER: "#1e8449"}
 NEUTRAL = "#555555"

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from harness.errors import UsageError
-from harness.results import html_report
-from harness.results.compare import (
+from harness.results.render import html_report
+from harness.results.comparison.compare import (
     BETTER,
     WHOLE_RUN,
     WORSE,
@@ -28,11 +28,11 @@ from harness.results.compare import (
     Settings,
     compare_runs,
 )
-from harness.results.json_schemas import SchemaMismatch, check_against
-from harness.results.report import load_runs
-from harness.results.report_tables import Table, basis_note, seconds
-from harness.results.stage_aggregate import STARTUP, RunStats, TimeBasis
-from harness.results.thresholds import Threshold, any_crossed, evaluate, format_verdicts
+from harness.results.export.json_schemas import SchemaMismatch, check_against
+from harness.results.render.report import load_runs
+from harness.results.render.report_tables import Table, basis_note, seconds
+from harness.results.figures.stage_aggregate import STARTUP, RunStats, TimeBasis
+from harness.results.figures.thresholds import Threshold, any_crossed, evaluate, format_verdicts
 from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH, EXIT_THRESHOLDS_CROSSED
 
 COMPARE_VERSION = 1
@@ -435,7 +435,7 @@ def build_compare(
 
     written: list[Path] = []
     if figures:
-        from harness.results.compare_plots import figure_files  # matplotlib only when figures are drawn
+        from harness.results.comparison.compare_plots import figure_files  # matplotlib only when figures are drawn
 
         images = []
         for name, caption, png in figure_files(comparison):
@@ -470,7 +470,7 @@ def _check_thresholds(
     """Each candidate's threshold verdicts: (any crossed, lines to print, compare.json's `thresholds`)."""
     if not thresholds:
         return False, [], []
-    from harness.results.run_figures import load_aggregate, run_figures
+    from harness.results.figures.run_figures import load_aggregate, run_figures
 
     crossed, lines, saved = False, [], []
     for run in candidates:

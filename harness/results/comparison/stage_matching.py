@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.results.concurrency import LEVEL_TOLERANCE
+from harness.results.read.concurrency import LEVEL_TOLERANCE
 
 
 def relative_gap(reference: float, other: float) -> float:

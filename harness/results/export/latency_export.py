@@ -33,15 +33,15 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results.concurrency import concurrency_during, group_levels, stage_concurrency
-from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.results.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
-from harness.results.latency_schema import validate_latency_model
-from harness.results.quantiles import group_sorted
-from harness.results.stage_aggregate import stage_order
-from harness.results.timing_error import per_rollout_error_s, stage_timing_error
-from harness.results.vendor_limits import ProfileResolver, limits_block
-from harness.results.vendor_time import DURATIONS, VendorSeconds, to_vendor_seconds
+from harness.results.read.concurrency import concurrency_during, group_levels, stage_concurrency
+from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.results.figures.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
+from harness.results.export.latency_schema import validate_latency_model
+from harness.results.figures.quantiles import group_sorted
+from harness.results.figures.stage_aggregate import stage_order
+from harness.results.figures.timing_error import per_rollout_error_s, stage_timing_error
+from harness.results.figures.vendor_limits import ProfileResolver, limits_block
+from harness.results.read.vendor_time import DURATIONS, VendorSeconds, to_vendor_seconds
 from harness.wire.records import INIT_PHASES
 
 QUANTILE_LEVELS: tuple[float, ...] = (
@@ -275,7 +275,7 @@ def build_latency_model(
     ended_within: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The latency model of the runs; `profile_limits` resolves a simulated vendor's profile (name, overrides) to
-    its limits, written under each model's `limits` beside what the rows show (harness/results/vendor_limits.py).
+    its limits, written under each model's `limits` beside what the rows show (harness/results/figures/vendor_limits.py).
 
     `clock="loop"` keeps the harness's own time scaled like the vendor's (every duration wall / time scale): the
     clock an emulated RL loop run at that time scale lives on (`stampede rehearse`), where a harness millisecond

@@ -10,7 +10,7 @@ from itertools import pairwise
 from typing import Any
 
 from harness.errors import UsageError
-from harness.results.json_schemas import check_against, load_schema
+from harness.results.export.json_schemas import check_against, load_schema
 
 SCHEMA_RESOURCE = "latency_model.v1.schema.json"
 

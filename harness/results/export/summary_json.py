@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.results.json_schemas import check_against, load_schema
-from harness.results.quantiles import REPORT_QUANTILES, supported
-from harness.results.run_figures import RunAggregate, init_failure_rate, unfinished
-from harness.results.stage_aggregate import StageStats
-from harness.results.thresholds import Verdict, any_crossed
+from harness.results.export.json_schemas import check_against, load_schema
+from harness.results.figures.quantiles import REPORT_QUANTILES, supported
+from harness.results.figures.run_figures import RunAggregate, init_failure_rate, unfinished
+from harness.results.figures.stage_aggregate import StageStats
+from harness.results.figures.thresholds import Verdict, any_crossed
 
 FORMAT = "stampede.summary"
 VERSION = 1

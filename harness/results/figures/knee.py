@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the live shape imports this module: keep it free of pandas
-    from harness.results.stage_aggregate import StageStats
+    from harness.results.figures.stage_aggregate import StageStats
 
 DEFAULT_MAX_FAILURE_RATE = 0.05
 DEFAULT_P99_FACTOR = 5.0

@@ -1,4 +1,4 @@
-"""A run's figures per stage and for the whole run, from the one aggregation (harness.results.stage_aggregate):
+"""A run's figures per stage and for the whole run, from the one aggregation (harness.results.figures.stage_aggregate):
 what the end-of-run table, `stampede summary`, summary.json and `--threshold` all read.
 
 The whole run is aggregated as one stage holding every rollout (pooled, never an average of stages), so its
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.results.stage_aggregate import RunStats, StageStats, TimeBasis, compute_run_stats
-from harness.results.thresholds import COUNT_METRIC, STATS, RunFigures
+from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.results.figures.stage_aggregate import RunStats, StageStats, TimeBasis, compute_run_stats
+from harness.results.figures.thresholds import COUNT_METRIC, STATS, RunFigures
 from harness.wire.records import INIT_PHASES
 
 WHOLE_RUN = "(run)"

@@ -16,7 +16,7 @@ Conventions (the README states them too):
   first attempt's submit to the moment an attempt became interactive, grouped under the first attempt's stage: the
   wait a generator with retries sees, beside per-attempt TTI. A run that never retried has it equal to TTI.
 - Durations are converted to vendor seconds unless wall seconds are asked for: with the simulator's truth only
-  the vendor's own share is scaled (harness.results.vendor_time), else wall / time scale; start rates are per
+  the vendor's own share is scaled (harness.results.read.vendor_time), else wall / time scale; start rates are per
   vendor second.
 """
 
@@ -29,12 +29,12 @@ import numpy as np
 import pandas as pd
 
 from foundation.quantiles import nearest_rank_index
-from harness.results.concurrency import concurrency_during, stage_concurrency
-from harness.results.dataset import RunInfo
-from harness.results.engine_load import EngineLoad, stage_engine_load
-from harness.results.quantiles import GroupedSample, group_sorted, quantile_summary
-from harness.results.timing_error import TimingError, per_rollout_error_s, stage_timing_error
-from harness.results.vendor_time import DURATIONS, to_vendor_seconds
+from harness.results.read.concurrency import concurrency_during, stage_concurrency
+from harness.results.read.dataset import RunInfo
+from harness.results.figures.engine_load import EngineLoad, stage_engine_load
+from harness.results.figures.quantiles import GroupedSample, group_sorted, quantile_summary
+from harness.results.figures.timing_error import TimingError, per_rollout_error_s, stage_timing_error
+from harness.results.read.vendor_time import DURATIONS, to_vendor_seconds
 
 TimeBasis = Literal["vendor", "wall"]
 PHASES: tuple[tuple[str, str], ...] = (
@@ -275,7 +275,7 @@ def _tti_shares(codes: np.ndarray, durations: dict[str, np.ndarray], n: int) -> 
 def _logical_keys(info: RunInfo, frame: pd.DataFrame) -> np.ndarray | None:
     """Each row's logical rollout (worker/rollout id: a retry keeps its rollout id), read only when a run retried;
     None when the ids do not line up with the frame (then every attempt counts as its own rollout)."""
-    from harness.results.dataset import load_rollout_frame
+    from harness.results.read.dataset import load_rollout_frame
 
     ids = load_rollout_frame(info.run_dir, ("rollout_id", "worker"))
     if len(ids) != len(frame):

@@ -5,7 +5,7 @@
     SCOPE  := "stage[" NAME "]"     one stage, by its name as the tables print it (02-ramp40)
             | "stage[*]"            every stage, each on its own
                                     (no scope: the whole run, every rollout pooled)
-    METRIC := PHASE "." STAT        PHASE: tti or a phase of harness.results.stage_aggregate (create, exec, ...);
+    METRIC := PHASE "." STAT        PHASE: tti or a phase of harness.results.figures.stage_aggregate (create, exec, ...);
                                     STAT: p50 p90 p95 p99 p99.9 max mean; in VENDOR seconds (UNIT s or ms)
             | failure_rate          failed / (ok + failed)                       a fraction (UNIT % allowed)
             | init_failure_rate     failed in create or ready / (ok + failed)    a fraction
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from harness.errors import UsageError
-from harness.results.quantiles import QUANTILE_NAMES
+from harness.results.figures.quantiles import QUANTILE_NAMES
 
 RUN_SCOPE = "run"
 EVERY_STAGE = "*"
@@ -124,14 +124,14 @@ class RunFigures:
 
 def phase_names() -> tuple[str, ...]:
     """The phases a figure exists for, read from the aggregation (not a list of our own)."""
-    from harness.results.stage_aggregate import PHASES, STARTUP
+    from harness.results.figures.stage_aggregate import PHASES, STARTUP
 
     return (*(name for name, _ in PHASES), STARTUP)
 
 
 def failure_kinds() -> tuple[str, ...]:
     """The failure taxonomy, as the shipped latency-model schema lists it (the results room's copy)."""
-    from harness.results.latency_schema import latency_model_schema
+    from harness.results.export.latency_schema import latency_model_schema
 
     return tuple(latency_model_schema()["$defs"]["failure_kind"]["enum"])
 

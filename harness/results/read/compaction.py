@@ -14,7 +14,7 @@ The compacted rollouts file also gains each duration in vendor seconds (`tti_ven
 harness.wire.records.VENDOR_SECONDS_COLUMNS), the seconds summary.json and every table print. This is the one
 place they can be written: the engine writes rows as they finish, the vendor's record of each sandbox (`truth/`)
 arrives only at the run's end, and at a time scale the vendor's share of a duration is known only from that record
-(harness.results.vendor_time, the same per-row seconds the summary aggregates). At time scale 1 they equal the wall
+(harness.results.read.vendor_time, the same per-row seconds the summary aggregates). At time scale 1 they equal the wall
 seconds. The table's metadata says how they were made (`stampede.vendor_seconds`: `wall`, `truth` or `scaled`).
 """
 
@@ -31,9 +31,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.results.dataset import load_truth, read_run_info
-from harness.results.layout import table_files
-from harness.results.vendor_time import to_vendor_seconds, vendor_seconds_source
+from harness.results.read.dataset import load_truth, read_run_info
+from harness.results.read.layout import table_files
+from harness.results.read.vendor_time import to_vendor_seconds, vendor_seconds_source
 from harness.wire.records import (
     COMPACTED_ROLLOUT_SCHEMA,
     OP_SCHEMA,

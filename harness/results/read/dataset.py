@@ -1,10 +1,10 @@
-"""Load a run's tables; readers take the union of whatever files exist, in either layout (harness.results.layout).
+"""Load a run's tables; readers take the union of whatever files exist, in either layout (harness.results.read.layout).
 
 v2 files hold UTC timestamps and dictionary-encoded strings; every reader here hands the analysis float epoch
 seconds (what v1 files hold, and what its arithmetic is written for) and plain strings or categories.
 
 `load_rollouts`/`load_ops` read every column with the exact schema (what `stampede summary` uses).
-Both rollout readers reconcile the engines' write-ahead of submits (`harness.results.submit_ledger`): a rollout
+Both rollout readers reconcile the engines' write-ahead of submits (`harness.results.read.submit_ledger`): a rollout
 submitted but never recorded (the run crashed or was aborted first) gets a row with outcome `unfinished`.
 `read_run_info` and `load_rollout_frame` are the analysis side's entry: what a run is (provider, profile, time
 scale) and only the columns a report needs, read in parallel with repeated strings as categories, because a
@@ -25,10 +25,10 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from harness.errors import UsageError
-from harness.results.layout import files_of
-from harness.results.run_pointer import resolve_run_dir
-from harness.results.run_repair import repair_crashed_run
-from harness.results.submit_ledger import recorded_keys, submit_logs, unfinished_rows
+from harness.results.read.layout import files_of
+from harness.results.read.run_pointer import resolve_run_dir
+from harness.results.read.run_repair import repair_crashed_run
+from harness.results.read.submit_ledger import recorded_keys, submit_logs, unfinished_rows
 from harness.wire.records import (
     OP_READ_SCHEMA,
     OP_SCHEMA,
@@ -277,7 +277,7 @@ def check_manifest(manifest: Any, source: Path) -> None:
 
 def _ending(manifest: dict[str, Any]) -> str:
     """How the run ended (`crashed` when run.json still says running and its owner process is gone)."""
-    from harness.results.run_ending import ending_of  # deferred: run_ending reads knee, which reads this module
+    from harness.results.read.run_ending import ending_of  # deferred: run_ending reads knee, which reads this module
 
     return ending_of(manifest)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.results.submit_ledger import OUTCOME_UNFINISHED
+from harness.results.read.submit_ledger import OUTCOME_UNFINISHED
 from harness.wire import run_endings as endings
 
 START_TIME_TOLERANCE_S = 1.0

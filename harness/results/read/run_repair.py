@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from harness.results.layout import files_of
-from harness.results.submit_ledger import recorded_keys, submit_logs, unfinished_records
+from harness.results.read.layout import files_of
+from harness.results.read.submit_ledger import recorded_keys, submit_logs, unfinished_records
 from harness.wire.records import ROLLOUT_SCHEMA, ROLLOUTS_TABLE, file_table
 
 LOCK_NAME = ".repair.lock"

@@ -8,7 +8,7 @@ duration in vendor seconds is its wall duration with only those spans stretched:
 `vendor = wall - held_wall + held_vendor`, with `held_vendor` from the vendor's own clock (truth `*_s`; older truth:
 `held_wall / time_scale`). Runs without truth (real vendors, old runs) keep `wall / time_scale`.
 
-The same per-row seconds reach the compacted rollouts file as `*_vendor_s` columns (harness.results.compaction), so
+The same per-row seconds reach the compacted rollouts file as `*_vendor_s` columns (harness.results.read.compaction), so
 a plain reader's quantiles are summary.json's.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.results.dataset import RunInfo, load_rollout_frame, load_truth
+from harness.results.read.dataset import RunInfo, load_rollout_frame, load_truth
 from harness.wire.records import VENDOR_SECONDS_COLUMNS
 
 DURATIONS: tuple[str, ...] = tuple(VENDOR_SECONDS_COLUMNS)

@@ -20,7 +20,7 @@ def threshold_option(applies_to: str, default_note: str = "") -> dict[str, Any]:
         "default": None,
         "metavar": "EXPR",
         "help": f"pass/fail on {applies_to}, vendor seconds, e.g. {THRESHOLD_EXAMPLES} (repeatable; exit 99 when "
-        f"one is crossed; grammar: harness/results/thresholds.py){note}",
+        f"one is crossed; grammar: harness/results/figures/thresholds.py){note}",
     }
 
 

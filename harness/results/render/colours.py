@@ -40,7 +40,7 @@ PHASE_COLOURS: dict[str, str] = {
     "later_commands": "#8172b3",
     "teardown": "#937860",
 }
-"""One colour per phase (harness.results.stage_aggregate.PHASES names) wherever phases are drawn."""
+"""One colour per phase (harness.results.figures.stage_aggregate.PHASES names) wherever phases are drawn."""
 
 
 def failure_colour(kind: str) -> str:

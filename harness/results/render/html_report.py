@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from harness.results.report_tables import SMALL_SAMPLE_MARK, Table
+from harness.results.render.report_tables import SMALL_SAMPLE_MARK, Table
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1600px;padding:0 20px;color:#222}

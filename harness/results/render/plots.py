@@ -2,7 +2,7 @@
 
 Only what is drawn is downsampled (a survival curve keeps ~2000 ranks per stage, a timeline ~1000 instants);
 every statistic behind a figure was computed on all rows. Every duration axis states the report's seconds (vendor
-or wall); a failure kind has one colour in every figure (harness.results.colours); concurrency axes are ticked
+or wall); a failure kind has one colour in every figure (harness.results.render.colours); concurrency axes are ticked
 at the stages' measured values, not at powers of two.
 """
 
@@ -15,18 +15,18 @@ import matplotlib
 import numpy as np
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from harness.results import figure_canvas as canvas
-from harness.results.colours import (
+from harness.results.render import figure_canvas as canvas
+from harness.results.render.colours import (
     IN_FLIGHT_COLOUR,
     PHASE_COLOURS,
     READY_COLOUR,
     failure_colour,
     kind_order,
 )
-from harness.results.concurrency import interval_ends, timeline
-from harness.results.figure_canvas import plt
-from harness.results.quantiles import downsample_sorted, supported
-from harness.results.stage_aggregate import PHASE_LABELS, STARTUP, TTI_PARTS, RunStats, StageStats, stage_order
+from harness.results.read.concurrency import interval_ends, timeline
+from harness.results.render.figure_canvas import plt
+from harness.results.figures.quantiles import downsample_sorted, supported
+from harness.results.figures.stage_aggregate import PHASE_LABELS, STARTUP, TTI_PARTS, RunStats, StageStats, stage_order
 
 SURVIVAL_LEVELS: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.1), ("p99", 0.01), ("p99.9", 0.001))
 """(quantile, the share of rollouts still not interactive there): the reference lines of the survival plot."""

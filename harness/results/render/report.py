@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.results import html_report, plots
-from harness.results.dataset import RunInfo, load_rollout_frame, read_run_info
-from harness.results.knee import Knee, KneeThresholds, find_knee
-from harness.results.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, SMALL_SAMPLE_MARK, supported
-from harness.results.report_tables import (
+from harness.results.render import html_report
+from harness.results.render import plots
+from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.results.figures.knee import Knee, KneeThresholds, find_knee
+from harness.results.figures.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, SMALL_SAMPLE_MARK, supported
+from harness.results.render.report_tables import (
     REPORT_SMALL_SAMPLE_NOTE,
     Table,
     basis_note,
@@ -26,10 +27,10 @@ from harness.results.report_tables import (
     phase_table,
     stage_table,
 )
-from harness.results.run_ending import RunEnding, run_ending
-from harness.results.run_pointer import resolve_run_dir
-from harness.results.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
-from harness.results.thresholds import Threshold, Verdict, any_crossed, evaluate
+from harness.results.read.run_ending import RunEnding, run_ending
+from harness.results.read.run_pointer import resolve_run_dir
+from harness.results.figures.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
+from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, evaluate
 from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
 
 FIGURES: tuple[tuple[str, str], ...] = (
@@ -82,7 +83,7 @@ FOOTNOTES = (
     "fleet-wide while each ran, from the rollout intervals (a sweep line), so distributed runs count right and a "
     "burst of N reads N; a closed-model stage's target is shown beside it (target), never instead of it.",
     "Vendor seconds: with a simulated vendor's truth, the harness's share of a duration is kept as measured and "
-    "the vendor's share is in the vendor's own seconds (harness.results.vendor_time); without it, wall seconds / "
+    "the vendor's share is in the vendor's own seconds (harness.results.read.vendor_time); without it, wall seconds / "
     "time scale, which also stretches harness and network overheads (at 0.1, 2 ms reads as 20 ms).",
     "starts/vendor s (start rate; starts/wall s with --seconds wall) = rollouts submitted in the stage / the "
     "stage's submit span; a burst submits all at once. fail% = failed / (ok + failed), as in `stampede run`.",
@@ -221,7 +222,7 @@ def build_report(
 
 def _verdicts(run: RunStats, pass_fail: Sequence[Threshold]) -> list[Verdict]:
     """Thresholds are in vendor seconds: the run is aggregated on that basis (whole run pooled, and per stage)."""
-    from harness.results.run_figures import aggregate_run, run_figures
+    from harness.results.figures.run_figures import aggregate_run, run_figures
 
     aggregate = aggregate_run(run.info, load_rollout_frame(run.info.run_dir), "vendor")
     return evaluate(pass_fail, run_figures(aggregate))

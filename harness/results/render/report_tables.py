@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.results.knee import Knee
-from harness.results.quantiles import (
+from harness.results.figures.knee import Knee
+from harness.results.figures.quantiles import (
     QUANTILE_NAMES,
     REPORT_QUANTILES,
     SMALL_SAMPLE_MARK,
     SMALL_SAMPLE_NOTE,
     supported,
 )
-from harness.results.stage_aggregate import PHASE_LABELS, STARTUP, TTI_PARTS, RunStats, StageStats, TimeBasis
-from harness.results.stage_matching import match_runs
-from harness.results.timing_error import FLAG_NOTE
+from harness.results.figures.stage_aggregate import PHASE_LABELS, STARTUP, TTI_PARTS, RunStats, StageStats, TimeBasis
+from harness.results.comparison.stage_matching import match_runs
+from harness.results.figures.timing_error import FLAG_NOTE
 
 
 @dataclass(frozen=True, slots=True)

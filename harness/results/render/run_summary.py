@@ -12,16 +12,16 @@ from typing import Any
 
 import pandas as pd
 
-from harness.results.concurrency import concurrency_at_submit
-from harness.results.dataset import load_rollout_frame, read_run_info
-from harness.results.outages import outage_lines
-from harness.results.quantiles import quantiles
-from harness.results.run_ending import run_ending
-from harness.results.run_figures import RunAggregate, aggregate_run, run_figures
-from harness.results.stage_aggregate import TimeBasis
-from harness.results.summary import format_stage_table, load_truth, measurement_error
-from harness.results.summary_json import build_summary, write_summary
-from harness.results.thresholds import Threshold, Verdict, any_crossed, evaluate, format_verdicts
+from harness.results.read.concurrency import concurrency_at_submit
+from harness.results.read.dataset import load_rollout_frame, read_run_info
+from harness.results.figures.outages import outage_lines
+from harness.results.figures.quantiles import quantiles
+from harness.results.read.run_ending import run_ending
+from harness.results.figures.run_figures import RunAggregate, aggregate_run, run_figures
+from harness.results.figures.stage_aggregate import TimeBasis
+from harness.results.render.summary import format_stage_table, load_truth, measurement_error
+from harness.results.export.summary_json import build_summary, write_summary
+from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, evaluate, format_verdicts
 from harness.wire.run_endings import exit_code_for, normalize
 
 

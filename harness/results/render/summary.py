@@ -1,11 +1,11 @@
 """The end-of-run table (also `stampede summary`): per stage, how many rollouts, how many failed and why, and the
-TTI distribution, built from the one aggregation (harness.results.stage_aggregate) in vendor seconds by default.
+TTI distribution, built from the one aggregation (harness.results.figures.stage_aggregate) in vendor seconds by default.
 
 Percentiles are never trimmed and are nearest-rank (every value printed was observed); a quantile with fewer
-than 10 samples beyond it (harness.results.quantiles.supported) is marked `~`. Failure rates are over finished
+than 10 samples beyond it (harness.results.figures.quantiles.supported) is marked `~`. Failure rates are over finished
 rollouts (ok + failed); cancelled rollouts (cut off by the end of the run) are counted apart, because they are
 disproportionately the slow ones. Unfinished rollouts (submitted, no record of their end: the run crashed or was
-aborted first; `harness.results.submit_ledger`) are counted apart too, in their own column.
+aborted first; `harness.results.read.submit_ledger`) are counted apart too, in their own column.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import numpy as np
 import pandas as pd
 
 from foundation.quantiles import nearest_rank
-from harness.results.engine_load import EngineLoad
-from harness.results.quantiles import (
+from harness.results.figures.engine_load import EngineLoad
+from harness.results.figures.quantiles import (
     REPORT_QUANTILES,
     SMALL_SAMPLE_MARK,
     SMALL_SAMPLE_NOTE,
     quantiles,
     supported,
 )
-from harness.results.report_tables import FAIL_PERCENT, start_rate_header
-from harness.results.run_figures import unfinished
-from harness.results.stage_aggregate import STARTUP, StageStats, TimeBasis
-from harness.results.timing_error import FLAG_NOTE
+from harness.results.render.report_tables import FAIL_PERCENT, start_rate_header
+from harness.results.figures.run_figures import unfinished
+from harness.results.figures.stage_aggregate import STARTUP, StageStats, TimeBasis
+from harness.results.figures.timing_error import FLAG_NOTE
 
 START_RATE_NOTE = "rollouts submitted in the stage / its submit span (first submit to last; a burst's is its release)"
 STARTUP_NOTE = (
@@ -61,7 +61,7 @@ def _quantile(summary: dict[str, float], name: str) -> str:
 def format_stage_table(
     stages: Sequence[StageStats], engine: dict[str, EngineLoad] | None = None, basis: TimeBasis = "vendor"
 ) -> str:
-    """The per-stage table; `engine` (harness.results.engine_load) adds the engines' CPU and loop lag."""
+    """The per-stage table; `engine` (harness.results.figures.engine_load) adds the engines' CPU and loop lag."""
     retried = any(stage.retries for stage in stages)
     header = [
         "stage",
@@ -180,6 +180,6 @@ def measurement_error(rollouts: pd.DataFrame, truth: pd.DataFrame) -> dict[str, 
 
 
 def load_truth(run_dir: Path) -> pd.DataFrame:
-    from harness.results.dataset import load_truth as load  # the one reader of both layouts (schema v2: truth/)
+    from harness.results.read.dataset import load_truth as load  # the one reader of both layouts (schema v2: truth/)
 
     return load(run_dir)
