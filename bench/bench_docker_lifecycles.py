@@ -36,7 +36,7 @@ import gevent
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.locust.engine_client import EngineClient
-from harness.results.summary import quantiles
+from harness.results.render.summary import quantiles
 from harness.wire.messages import EngineConfig, RolloutRequest
 from providers import create_provider
 from providers.docker import DEFAULT_CAP_DROP, DEFAULT_SCRATCH_MB

@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from foundation.quantiles import nearest_rank  # noqa: E402
-from harness.results.dataset import load_rollouts  # noqa: E402
-from harness.results.summary import load_truth, measurement_error  # noqa: E402
+from harness.results.read.dataset import load_rollouts  # noqa: E402
+from harness.results.render.summary import load_truth, measurement_error  # noqa: E402
 
 SIDES = ("prime", "stub")
 

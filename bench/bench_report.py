@@ -31,7 +31,7 @@ TARGET_S = 10.0
 def naive_baseline(run_dir: Path) -> float:
     import pandas as pd
 
-    from harness.results.quantiles import REPORT_QUANTILES
+    from harness.results.figures.quantiles import REPORT_QUANTILES
 
     start = time.perf_counter()
     frame = pd.concat([pd.read_parquet(path) for path in sorted(run_dir.glob("rollouts*.parquet"))])
@@ -45,8 +45,8 @@ def naive_baseline(run_dir: Path) -> float:
 def statistics_only(run_dir: Path) -> float:
     """The report's own reading and statistics (quantiles of four phases, failures by kind and phase, start
     rates, sweep-line concurrency, censoring), timed in process like the baseline."""
-    from harness.results.dataset import load_rollout_frame, read_run_info
-    from harness.results.stage_aggregate import compute_run_stats
+    from harness.results.figures.stage_aggregate import compute_run_stats
+    from harness.results.read.dataset import load_rollout_frame, read_run_info
 
     start = time.perf_counter()
     compute_run_stats(read_run_info(run_dir), load_rollout_frame(run_dir))

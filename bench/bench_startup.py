@@ -46,7 +46,7 @@ def to_first_rollout() -> float:
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"stampede run failed: {result.stderr[-500:]}")
-    from harness.results.dataset import load_rollouts  # t_submit as float epoch seconds, in either layout
+    from harness.results.read.dataset import load_rollouts  # t_submit as float epoch seconds, in either layout
 
     first = min(load_rollouts(run_dir)["t_submit"].min() for run_dir in out.iterdir() if run_dir.is_dir())
     return float(first) - started

@@ -58,7 +58,7 @@ def _seconds(column: pd.Series) -> pd.Series:
 
 def timing_terms(run_dir: Path) -> pd.DataFrame:
     """One row per rollout whose first command ended: the error and its terms, in wall seconds."""
-    from harness.results.dataset import load_truth
+    from harness.results.read.dataset import load_truth
 
     rollouts = pd.read_parquet(run_dir / "rollouts")
     ops = pd.read_parquet(run_dir / "ops")

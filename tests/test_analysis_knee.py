@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from harness.results.knee import (
+from harness.results.figures.knee import (
     DEFAULT_MAX_FAILURE_RATE,
     DEFAULT_P99_FACTOR,
     KneeThresholds,
     find_knee,
     stage_verdicts,
 )
-from harness.results.stage_aggregate import StageStats
+from harness.results.figures.stage_aggregate import StageStats
 
 
 def stage(level: int, failure: float, p99: float) -> StageStats:

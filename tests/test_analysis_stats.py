@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.results.concurrency import concurrency_at_submit, concurrency_during, group_levels, timeline
-from harness.results.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted, quantiles
-from harness.results.stage_aggregate import _censored_upper
+from harness.results.figures.quantiles import REPORT_QUANTILES, downsample_sorted, group_sorted, quantiles
+from harness.results.figures.stage_aggregate import _censored_upper
+from harness.results.read.concurrency import concurrency_at_submit, concurrency_during, group_levels, timeline
 
 
 @pytest.mark.parametrize("seed", range(5))

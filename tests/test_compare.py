@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.results.compare import (
+from harness.results.comparison.compare import (
     BETTER,
     FEW,
     NOISE,
@@ -23,10 +23,10 @@ from harness.results.compare import (
     quantile_delta_interval,
     rate_delta_interval,
 )
-from harness.results.compare_report import build_compare
-from harness.results.report import load_runs
-from harness.results.report_tables import comparison_table
-from harness.results.stage_matching import match_runs, match_stages
+from harness.results.comparison.compare_report import build_compare
+from harness.results.comparison.stage_matching import match_runs, match_stages
+from harness.results.render.report import load_runs
+from harness.results.render.report_tables import comparison_table
 from harness.wire.run_endings import EXIT_REGRESSION, EXIT_THRESHOLDS_CROSSED
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
@@ -355,7 +355,7 @@ def test_two_real_runs_of_different_vendors(tmp_path):
 def test_compare_json_matches_its_schema_and_a_broken_one_does_not(folders, tmp_path):
     """compare.json is for other programs (a CI gate's own script): it is checked against its schema."""
     from harness.errors import UsageError
-    from harness.results.compare_report import validate_comparison
+    from harness.results.comparison.compare_report import validate_comparison
 
     out = tmp_path / "out"
     stampede(
@@ -401,7 +401,7 @@ def test_a_zero_baseline_gives_null_ratios_with_a_reason_and_the_tables_print(tm
 
 def test_a_document_that_breaks_its_own_schema_is_its_own_exit_status(folders, tmp_path, monkeypatch):
     """compare.json failing its schema is stampede's bug: the tables still come, the exit status says so."""
-    from harness.results import compare_report
+    from harness.results.comparison import compare_report
     from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH
 
     real = compare_report.comparison_json

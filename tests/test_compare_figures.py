@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from harness.results import compare_plots
-from harness.results.compare import compare_runs
-from harness.results.report import load_runs
+from harness.results.comparison import compare_plots
+from harness.results.comparison.compare import compare_runs
+from harness.results.render.report import load_runs
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 

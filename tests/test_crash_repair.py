@@ -17,8 +17,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from harness.results.dataset import load_rollouts
-from harness.results.submit_ledger import OUTCOME_UNFINISHED, read_submits
+from harness.results.read.dataset import load_rollouts
+from harness.results.read.submit_ledger import OUTCOME_UNFINISHED, read_submits
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

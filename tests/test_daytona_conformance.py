@@ -40,7 +40,7 @@ from daytona import (
     SessionExecuteRequest,
 )
 
-from harness.results.dataset import load_truth
+from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.daytona import DaytonaProvider, classify_daytona
 from providers.sim.core.profile import ProfileError, load_profile

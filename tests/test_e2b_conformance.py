@@ -45,7 +45,7 @@ from e2b import (
 )
 from e2b.api import client_async as sdk_transports
 
-from harness.results.dataset import load_truth
+from harness.results.read.dataset import load_truth
 from providers.base import (
     INVOCATION,
     FailureKind,

@@ -7,9 +7,9 @@ import math
 import time
 
 from harness.engine.stage_health import StageHealth
-from harness.results.engine_load import engine_load_of, stage_engine_load
-from harness.results.summary import format_stage_table
-from harness.results.timing_error import TimingError
+from harness.results.figures.engine_load import engine_load_of, stage_engine_load
+from harness.results.figures.timing_error import TimingError
+from harness.results.render.summary import format_stage_table
 from tests.support.stage_stats import make_stage
 
 

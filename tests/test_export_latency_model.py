@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from harness.errors import UsageError
-from harness.results.dataset import load_rollouts
-from harness.results.fits import fit_sample
-from harness.results.latency_export import QUANTILE_LEVELS, build_latency_model
-from harness.results.latency_schema import latency_model_schema, validate_latency_model
+from harness.results.export.latency_export import QUANTILE_LEVELS, build_latency_model
+from harness.results.export.latency_schema import latency_model_schema, validate_latency_model
+from harness.results.figures.fits import fit_sample
+from harness.results.read.dataset import load_rollouts
 from harness.rlmodel.latency_input import load_latency_model
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.latency_export import build_latency_model
-from harness.results.latency_schema import validate_latency_model
+from harness.results.export.latency_export import build_latency_model
+from harness.results.export.latency_schema import validate_latency_model
 from harness.rlmodel.config import parse_config
 from harness.rlmodel.inputs import build_plan
 from harness.rlmodel.latency_input import load_latency_model
@@ -132,7 +132,7 @@ def test_without_a_profile_a_cap_is_measured_only_when_the_vendor_refused_create
 def test_measured_limits_come_only_from_pushback_and_are_computed_from_the_rows():
     import pandas as pd
 
-    from harness.results.vendor_limits import limits_block
+    from harness.results.figures.vendor_limits import limits_block
 
     nan = float("nan")
     # vendor seconds: three sandboxes accepted at 0.1, 0.2, 0.3 and alive to 5.1, 2.2, 9.3 (three alive at once);

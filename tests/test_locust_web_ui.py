@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from harness.results.dataset import load_rollouts, load_truth
+from harness.results.read.dataset import load_rollouts, load_truth
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.results.dataset import load_truth
+from harness.results.read.dataset import load_truth
 from providers.base import INIT_FAILURE_KINDS
 from tests.support.submits import wait_for_first_submit
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness.errors import UsageError
-from harness.results.latency_export import build_latency_model
+from harness.results.export.latency_export import build_latency_model
 from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import load_config, parse_config
 from harness.rlmodel.inputs import build_plan

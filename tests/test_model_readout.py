@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.latency_export import build_latency_model
+from harness.results.export.latency_export import build_latency_model
 from harness.rlmodel import sweep as sweeps
 from harness.rlmodel.config import load_config
 from harness.rlmodel.latency_input import load_latency_model

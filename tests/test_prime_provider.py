@@ -35,7 +35,7 @@ from prime_sandboxes import (
 )
 from prime_sandboxes.core import client as sdk_core
 
-from harness.results.dataset import load_truth
+from harness.results.read.dataset import load_truth
 from providers import create_provider
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxRef, SandboxSpec
 from providers.prime import PrimeProvider, classify_prime

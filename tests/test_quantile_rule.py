@@ -20,7 +20,7 @@ from harness.engine.health import LoopHealth
 from harness.engine.run import EngineRun
 from harness.locust.live_view import LiveView
 from harness.locust.progress import format_progress
-from harness.results.run_figures import load_aggregate
+from harness.results.figures.run_figures import load_aggregate
 from harness.wire.messages import EngineConfig, EngineStats
 from harness.wire.records import RolloutRecord
 from harness.wire.stage_counters import StageStats, new_histogram

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.results.run_pointer import resolve_run_dir
+from harness.results.read.run_pointer import resolve_run_dir
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 from providers.sim.core.experiments import simulate_burst
 from tests.docker_support import default_host, in_ci, machine_daemon, ping
@@ -121,6 +121,21 @@ def check_transport_faults(result: subprocess.CompletedProcess) -> None:
     assert "unknown failures 0; harness failures 0" in result.stdout and "sweep failed" not in result.stdout
 
 
+PANDAS = (
+    "python -c \"import numpy as np, pandas as pd; run = 'results/' + open('results/latest').read().strip(); "
+    "df = pd.read_parquet(run + '/rollouts').dropna(subset=['tti_vendor_s']); print(df.groupby('stage', "
+    "observed=True).tti_vendor_s.agg(lambda tti: np.quantile(tti, 0.99, method='inverted_cdf')))\""
+)
+
+
+def check_plain_pandas(result: subprocess.CompletedProcess) -> None:
+    """A plain reader's one line prints the TTI p99 summary.json holds, stage by stage, in vendor seconds."""
+    printed = {stage: float(value) for stage, value in re.findall(r"^(\S+)\s+([\d.]+)$", result.stdout, flags=re.M)}
+    stages = json.loads((latest() / "summary.json").read_text())["stages"]
+    expected = {s["stage"]: s["quantiles"]["tti"]["p99"]["value"] for s in stages if s["quantiles"]["tti"]["p99"]}
+    assert printed and printed == pytest.approx({k: v for k, v in expected.items() if v is not None}, rel=1e-5)
+
+
 FOUR = "stampede report results/four/modal results/four/prime results/four/e2b results/four/daytona"
 
 
@@ -147,6 +162,7 @@ def check_verl_sweep(result: subprocess.CompletedProcess) -> None:
 CHECKS = {
     FOUR: check_four_vendors,
     FAULTS: check_transport_faults,
+    PANDAS: check_plain_pandas,
     "stampede run": check_default_run,
     "stampede model --latency /tmp/latency_model.json --config examples/rl-verl-fully-async.toml --sweep "
     "staleness_threshold --values 0,0.1,0.3,0.5 -o /tmp/verl-sweep": check_verl_sweep,

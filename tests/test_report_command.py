@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.knee import KneeThresholds
-from harness.results.report import build_report
+from harness.results.figures.knee import KneeThresholds
+from harness.results.render.report import build_report
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent

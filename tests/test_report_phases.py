@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_hex
 
-from harness.results import plots
-from harness.results.colours import FAILURE_KIND_COLOURS, IN_FLIGHT_COLOUR, READY_COLOUR, failure_colour
-from harness.results.dataset import load_rollout_frame, read_run_info
-from harness.results.report import build_report
-from harness.results.report_tables import phase_table, stage_table
-from harness.results.stage_aggregate import TTI_PARTS, compute_run_stats, phase_durations
-from harness.results.vendor_time import DURATIONS, to_vendor_seconds
+from harness.results.figures.stage_aggregate import TTI_PARTS, compute_run_stats, phase_durations
+from harness.results.read.dataset import load_rollout_frame, read_run_info
+from harness.results.read.vendor_time import DURATIONS, to_vendor_seconds
+from harness.results.render import plots
+from harness.results.render.colours import FAILURE_KIND_COLOURS, IN_FLIGHT_COLOUR, READY_COLOUR, failure_colour
+from harness.results.render.report import build_report
+from harness.results.render.report_tables import phase_table, stage_table
 from providers.base import FailureKind
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.latency_schema import validate_latency_model
+from harness.results.export.latency_schema import validate_latency_model
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

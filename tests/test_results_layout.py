@@ -21,10 +21,10 @@ import pytest
 
 from harness.engine.shards import ShardWriter
 from harness.errors import UsageError
-from harness.results import compaction
-from harness.results.dataset import load_ops, load_rollout_frame, load_rollouts, load_truth, read_run_info
-from harness.results.layout import files_to_ship, shipped_path
-from harness.results.run_pointer import resolve_run_dir
+from harness.results.read import compaction
+from harness.results.read.dataset import load_ops, load_rollout_frame, load_rollouts, load_truth, read_run_info
+from harness.results.read.layout import files_to_ship, shipped_path
+from harness.results.read.run_pointer import resolve_run_dir
 from harness.wire.records import OP_READ_SCHEMA, ROLLOUT_READ_SCHEMA, OpRecord, RolloutRecord
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.engine.shards import ShardWriter
-from harness.results.compaction import compact_run
+from harness.results.read.compaction import compact_run
 from harness.wire.records import VENDOR_SECONDS_COLUMNS, RolloutRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def summary_quantiles(scope: dict, phase: str) -> list[float]:
 
 
 def nearest_rank(values: pd.Series) -> list[float]:
-    """The summary's rule (harness.results.quantiles: numpy's inverted_cdf), on the non-null values."""
+    """The summary's rule (harness.results.figures.quantiles: numpy's inverted_cdf), on the non-null values."""
     return np.quantile(values.dropna(), LEVELS, method="inverted_cdf").tolist()
 
 

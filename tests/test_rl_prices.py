@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from harness.errors import UsageError
-from harness.results.latency_export import build_latency_model
+from harness.results.export.latency_export import build_latency_model
 from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import parse_config
 from harness.rlmodel.cost import dollars, priced, pricing

@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.results.dataset import load_rollouts
-from harness.results.report import build_report
+from harness.results.read.dataset import load_rollouts
+from harness.results.render.report import build_report
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "endings-token"
@@ -400,7 +400,7 @@ async def test_docker_lists_every_run_it_tagged(docker_host):
 
 
 def test_a_run_in_progress_is_told_from_a_crashed_one_by_its_owner_pid_and_start_time():
-    from harness.results.run_ending import run_ending
+    from harness.results.read.run_ending import run_ending
 
     me = psutil.Process()
     owner = {"pid": me.pid, "started": me.create_time(), "hostname": socket.gethostname()}

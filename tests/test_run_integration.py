@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.results.dataset import load_truth
+from harness.results.read.dataset import load_truth
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.results.concurrency import concurrency_at_submit
-from harness.results.dataset import load_rollouts, load_truth
+from harness.results.read.concurrency import concurrency_at_submit
+from harness.results.read.dataset import load_rollouts, load_truth
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

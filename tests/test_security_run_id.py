@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.run_ending import cleanup_command
+from harness.results.read.run_ending import cleanup_command
 from providers.base import SandboxSpec
 from providers.sim.prime.api import StubSettings, start_stub
 from providers.stub import StubProvider

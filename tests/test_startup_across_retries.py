@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.results.compare_report import build_compare
-from harness.results.report import build_report
+from harness.results.comparison.compare_report import build_compare
+from harness.results.render.report import build_report
 from harness.wire.records import ROLLOUT_READ_SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent

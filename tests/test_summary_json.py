@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.results.run_figures import load_aggregate
-from harness.results.summary import SMALL_SAMPLE_MARK, SMALL_SAMPLE_NOTE, format_stage_table
-from harness.results.summary_json import validate_summary
+from harness.results.export.summary_json import validate_summary
+from harness.results.figures.run_figures import load_aggregate
+from harness.results.render.summary import SMALL_SAMPLE_MARK, SMALL_SAMPLE_NOTE, format_stage_table
 from tests.support.stage_stats import make_stage
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 

@@ -13,9 +13,9 @@ import pytest
 from harness.errors import UsageError
 from harness.locust.live_view import LiveView
 from harness.locust.threshold_watch import crossed_for_good, unwatched_note
-from harness.results.stage_aggregate import PHASES
-from harness.results.summary_json import validate_summary
-from harness.results.thresholds import RunFigures, evaluate, failure_kinds, parse, parse_all
+from harness.results.export.summary_json import validate_summary
+from harness.results.figures.stage_aggregate import PHASES
+from harness.results.figures.thresholds import RunFigures, evaluate, failure_kinds, parse, parse_all
 from harness.wire.messages import EngineStats
 from harness.wire.run_endings import (
     ABORTED,
@@ -246,7 +246,7 @@ def synthetic_run(tmp_path_factory) -> Path:
 
 
 def test_report_and_summary_gate_a_finished_run_in_vendor_seconds(synthetic_run, tmp_path):
-    from harness.results.run_figures import load_aggregate
+    from harness.results.figures.run_figures import load_aggregate
 
     _, aggregate = load_aggregate(synthetic_run, "vendor")
     p50 = aggregate.run.phases["tti"]["p50"]  # vendor seconds: ten times the wall figure at time scale 0.1

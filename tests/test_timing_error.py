@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.results.summary import format_stage_table
-from harness.results.timing_error import FLAG_NOTE, per_rollout_error_s, stage_timing_error
+from harness.results.figures.timing_error import FLAG_NOTE, per_rollout_error_s, stage_timing_error
+from harness.results.render.summary import format_stage_table
 from tests.support.stage_stats import make_stage
 
 

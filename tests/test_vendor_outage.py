@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from harness.engine.outage_gate import MAX_BACKOFF_S
-from harness.results.submit_ledger import read_submits
+from harness.results.read.submit_ledger import read_submits
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "outage-token"

@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def repair_run_folder(out: Path, run_id: str) -> None:
-    """Reading a crashed run's folder repairs it (`harness.results.run_repair`); anything else is left as it is."""
-    from harness.results.dataset import is_run_folder, read_run_info
+    """Reading a crashed run's folder repairs it (`harness.results.read.run_repair`); anything else is left as it is."""
+    from harness.results.read.dataset import is_run_folder, read_run_info
 
     folder = out / run_id
     if "/" in run_id or run_id in (".", "..") or not is_run_folder(folder):

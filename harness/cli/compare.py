@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from harness.errors import UsageError, one_line_errors
-from harness.results.cli_options import seconds_option, threshold_option
+from harness.results.render.cli_options import seconds_option, threshold_option
 
 
 def _fraction(text: str) -> float:
@@ -115,10 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.results.compare import DEFAULT_GATE, Settings, parse_gate
-    from harness.results.compare_report import build_compare
-    from harness.results.concurrency import LEVEL_TOLERANCE
-    from harness.results.thresholds import parse_all
+    from harness.results.comparison.compare import DEFAULT_GATE, Settings, parse_gate
+    from harness.results.comparison.compare_report import build_compare
+    from harness.results.figures.thresholds import parse_all
+    from harness.results.read.concurrency import LEVEL_TOLERANCE
 
     pass_fail = parse_all(args.threshold)  # a bad expression ends here, before any reading
 

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.results.latency_export import build_latency_model, write_latency_model
+    from harness.results.export.latency_export import build_latency_model, write_latency_model
 
     if args.max_fit_samples < 100:
         raise UsageError("--max-fit-samples must be at least 100")
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 def profile_limits(name: str, overrides: Mapping[str, Any]) -> Any:
     """A simulated vendor's limits after the run's overrides, each with the profile's source (None: unknown profile)."""
-    from harness.results.vendor_limits import ProfileLimits
+    from harness.results.figures.vendor_limits import ProfileLimits
     from providers.sim.core.profile import OVERRIDE_SOURCE, ProfileError, load_profile
 
     try:

@@ -62,7 +62,7 @@ def _values(text: str | None, kind: str | None) -> list[float] | None:
 
 def _fmt(result: Any, key: str, pattern: str) -> str:
     """Shares as their pattern says (`12.5%`); every other figure in plain units (`68.9k`, never `6.886e+04`)."""
-    from harness.results.plain_units import plain
+    from harness.results.render.plain_units import plain
 
     value = getattr(result, key)
     try:
@@ -72,7 +72,7 @@ def _fmt(result: Any, key: str, pattern: str) -> str:
 
 
 def comparison_text(closed: Any, simulated: Any) -> str:
-    from harness.results.report_tables import Table
+    from harness.results.render.report_tables import Table
     from harness.rlmodel.result import HEADLINE
 
     results = [r for r in (closed, simulated) if r is not None]
@@ -108,8 +108,8 @@ IDLE_METHOD = (
 
 
 def dollars_text(costs: Sequence[Any]) -> str:
-    from harness.results.plain_units import plain, usd
-    from harness.results.report_tables import Table
+    from harness.results.render.plain_units import plain, usd
+    from harness.results.render.report_tables import Table
     from harness.rlmodel.cost import DOLLAR_ROWS
 
     header = ["USD", *(c.engine for c in costs)]

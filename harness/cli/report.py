@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from harness.errors import UsageError, one_line_errors
-from harness.results.cli_options import seconds_option, threshold_option
-from harness.results.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
+from harness.results.figures.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
+from harness.results.render.cli_options import seconds_option, threshold_option
 
 
 def _fraction(text: str) -> float:
@@ -75,9 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.results.knee import KneeThresholds
-    from harness.results.report import build_report
-    from harness.results.thresholds import parse_all
+    from harness.results.figures.knee import KneeThresholds
+    from harness.results.figures.thresholds import parse_all
+    from harness.results.render.report import build_report
 
     pass_fail = parse_all(args.threshold)  # a bad expression ends here, before any reading
     thresholds = KneeThresholds(
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         pass_fail=pass_fail,
     )
     print(result.text)
-    from harness.results.thresholds import format_verdicts
+    from harness.results.figures.thresholds import format_verdicts
 
     for run_id, verdicts in result.verdicts:  # the same verdicts report.html opens with
         print(f"{run_id}: {format_verdicts(verdicts)}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.results.cli_options import seconds_option, threshold_option
+from harness.results.render.cli_options import seconds_option, threshold_option
 from harness.wire.run_endings import ENDINGS, EXIT_COMPLETED, EXIT_THRESHOLDS_CROSSED
 
 EXITED = frozenset(ending.name for ending in ENDINGS if ending.exit_code is not None)
@@ -34,14 +34,14 @@ def _recorded(manifest: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
-    from harness.results.dataset import is_run_folder, load_rollout_frame, read_run_info
-    from harness.results.outages import outage_lines
-    from harness.results.run_ending import run_ending
-    from harness.results.run_figures import aggregate_run, run_figures
-    from harness.results.run_pointer import resolve_run_dir
-    from harness.results.summary import format_stage_table
-    from harness.results.summary_json import FILENAME, build_summary, write_summary
-    from harness.results.thresholds import any_crossed, evaluate, format_verdicts, parse_all
+    from harness.results.export.summary_json import FILENAME, build_summary, write_summary
+    from harness.results.figures.outages import outage_lines
+    from harness.results.figures.run_figures import aggregate_run, run_figures
+    from harness.results.figures.thresholds import any_crossed, evaluate, format_verdicts, parse_all
+    from harness.results.read.dataset import is_run_folder, load_rollout_frame, read_run_info
+    from harness.results.read.run_ending import run_ending
+    from harness.results.read.run_pointer import resolve_run_dir
+    from harness.results.render.summary import format_stage_table
     from harness.wire.run_endings import exit_code_for
 
     given = parse_all(args.threshold)  # bad expressions end here, before any reading

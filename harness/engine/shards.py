@@ -3,7 +3,7 @@
 Each engine writes its own shards into the run folder's table folders (`rollouts/rollouts-<worker>-<seq>.parquet`,
 `ops/ops-<worker>-<seq>.parquet`, schema v2); a reader takes a table folder whole. A shard is written to a hidden
 temporary name beside the table folder and renamed into it, so a reader never sees half a file. At the end of the
-run the Locust side compacts each table (harness.results.compaction).
+run the Locust side compacts each table (harness.results.read.compaction).
 
 A write that fails (a full disk, a folder made read-only) loses nothing: the rows stay buffered, the error is
 reported (`error`: the engine's stats carry it, and the Locust side stops the run), and every later flush tries

@@ -1,7 +1,7 @@
 """The write-ahead of submits: every rollout attempt is on disk before its first vendor call leaves.
 
 Rows reach parquet every flush interval (2 s); a kill -9 of every process loses the rows still buffered and the
-rows of rollouts still in flight. This log is what lets the read side (`harness.results.submit_ledger`) give each
+rows of rollouts still in flight. This log is what lets the read side (`harness.results.read.submit_ledger`) give each
 of those a row of its own (outcome `unfinished`), so counts include them.
 
 Lines are JSON, appended with one `os.write` per event-loop iteration (the batch of submits made in it), scheduled

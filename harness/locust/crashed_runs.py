@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.locust.run_folder import iso, read_manifest, write_manifest
-from harness.results.run_ending import cleanup_command, ending_of
-from harness.results.run_repair import repair_crashed_run
+from harness.results.read.run_ending import cleanup_command, ending_of
+from harness.results.read.run_repair import repair_crashed_run
 from harness.wire.run_endings import CRASHED, RUNNING
 
 SCAN_LIMIT = 50  # the newest run folders looked at: bounded, whatever the results folder holds

@@ -17,7 +17,7 @@ from typing import Any
 from harness.locust.live_view import LiveTotals, LiveView
 from harness.locust.periodic import Periodic
 from harness.locust.run_state import RunState
-from harness.results.engine_load import stall_text
+from harness.results.figures.engine_load import stall_text
 from harness.wire.messages import RECENT_WINDOW_S
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from harness.locust.live_view import LiveView
 from harness.locust.periodic import Periodic
-from harness.results.thresholds import COUNT_METRIC, RunFigures, Threshold, Verdict, evaluate
+from harness.results.figures.thresholds import COUNT_METRIC, RunFigures, Threshold, Verdict, evaluate
 
 CHECK_INTERVAL_S = 1.0
 

@@ -28,7 +28,7 @@ from locust.rpc import Message
 
 from harness.locust.engine_client import EngineClient
 from harness.locust.run_state import MSG_GATE, MSG_STAGE, RunState, Stage
-from harness.results.layout import files_to_ship, shipped_path
+from harness.results.read.layout import files_to_ship, shipped_path
 from harness.wire.messages import EngineStats
 
 log = logging.getLogger("stampede")

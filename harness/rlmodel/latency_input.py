@@ -19,8 +19,8 @@ from typing import Any, Literal
 import numpy as np
 
 from harness.errors import UsageError
-from harness.results.fits import frozen
-from harness.results.latency_schema import validate_latency_model
+from harness.results.export.latency_schema import validate_latency_model
+from harness.results.figures.fits import frozen
 from harness.rlmodel.duration_dists import ConstantDist, Dist, EmpiricalDist, ScipyDist
 
 LatencySource = Literal["empirical", "fitted"]

@@ -46,7 +46,7 @@ class Price:
     def describe(self) -> str:
         if not self.known:
             return f"{self.vendor}: no published price recorded ({self.source}; seen {self.seen})"
-        from harness.results.plain_units import usd
+        from harness.results.render.plain_units import usd
 
         create = f", {usd(self.per_create)} per create" if self.per_create else ""
         return (

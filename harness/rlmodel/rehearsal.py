@@ -121,8 +121,8 @@ def predict(run_dir: Path, config: RLConfig) -> Prediction:
     count, as in the measured rates: the warm-up's opening burst of creates is slower than the steady loop."""
     import pandas as pd
 
-    from harness.results.dataset import load_rollout_frame, read_run_info
-    from harness.results.latency_export import build_latency_model, write_latency_model
+    from harness.results.export.latency_export import build_latency_model, write_latency_model
+    from harness.results.read.dataset import load_rollout_frame, read_run_info
     from harness.rlmodel.closed_form import solve
     from harness.rlmodel.duration_dists import ConstantDist, ShiftedDist
     from harness.rlmodel.inputs import build_plan

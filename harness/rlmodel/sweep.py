@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.results.plain_units import plain, usd
-from harness.results.report_tables import Table
+from harness.results.render.plain_units import plain, usd
+from harness.results.render.report_tables import Table
 from harness.rlmodel.closed_form import solve
 from harness.rlmodel.config import RLConfig
 from harness.rlmodel.cost import Pricing, dollars

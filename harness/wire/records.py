@@ -136,8 +136,8 @@ VENDOR_SECONDS_COLUMNS: dict[str, str] = {
 """Each wall-seconds duration -> its twin in vendor seconds, the seconds every table and summary.json print.
 
 The engine cannot write them: at a time scale only the simulated vendor's own record (`truth/`) says which part of
-a duration was the vendor's (harness.results.vendor_time). The owner of the run folder adds them when it compacts
-the rollouts table at the run's end (harness.results.compaction); shards (a run going, or crashed) lack them."""
+a duration was the vendor's (harness.results.read.vendor_time). The owner of the run folder adds them when it compacts
+the rollouts table at the run's end (harness.results.read.compaction); shards (a run going, or crashed) lack them."""
 
 
 def _table_metadata(table: str, version: int = SCHEMA_VERSION) -> dict[bytes, bytes]:
@@ -212,7 +212,7 @@ ROLLOUT_READ_SCHEMA = pa.schema(
     _rollout_fields(pa.float64(), pa.string()), metadata=_table_metadata(ROLLOUTS_TABLE, version=1)
 )
 """The rollouts table as the analysis reads it, and as v1 files hold it: epoch seconds as floats, plain strings
-(harness.results.dataset converts v2 files to this, so the arithmetic on epoch seconds is unchanged)."""
+(harness.results.read.dataset converts v2 files to this, so the arithmetic on epoch seconds is unchanged)."""
 
 OP_READ_SCHEMA = pa.schema(_op_fields(pa.float64(), pa.string()), metadata=_table_metadata(OPS_TABLE, version=1))
 
@@ -222,7 +222,7 @@ def truth_schema() -> pa.Schema:
 
     `*_wall` are its wall-clock instants; `*_s` the same instants in vendor seconds (on the vendor's clock): a live
     simulated vendor plays a burst's sending 1:1, so wall spans times 1 / time scale are not always vendor spans
-    (harness.results.vendor_time).
+    (harness.results.read.vendor_time).
     """
     vendor_clock = _VENDOR_SECONDS
     return pa.schema(

@@ -1,11 +1,11 @@
-"""A `StageStats` (harness.results.stage_aggregate) with plausible defaults, for tests of what prints it."""
+"""A `StageStats` (harness.results.figures.stage_aggregate) with plausible defaults, for tests of what prints it."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from harness.results.stage_aggregate import StageStats
+from harness.results.figures.stage_aggregate import StageStats
 
 
 def make_stage(name: str = "01-s", n: int = 10, tti_s: float = 1.0, **overrides: Any) -> StageStats:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from harness.locust.run_folder import compact_tables, iso
 from harness.locust.services.run_record import RunRecord
 from harness.locust.worker_link import process_usage
-from harness.results.thresholds import Threshold, Verdict
+from harness.results.figures.thresholds import Threshold, Verdict
 from harness.wire.run_endings import exit_code_for
 
 if TYPE_CHECKING:
-    from harness.results.run_summary import RunConclusion
+    from harness.results.render.run_summary import RunConclusion
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +40,8 @@ def conclude(record: RunRecord, end: RunEnd, thresholds: Sequence[Threshold], se
     compact_tables(record.run_dir)  # every engine and worker has delivered by now
     now = time.time()
     # pandas and pyarrow: imported here, at the end, not on the way to the first rollout
-    from harness.results.dataset import load_rollouts
-    from harness.results.run_summary import conclude_run
+    from harness.results.read.dataset import load_rollouts
+    from harness.results.render.run_summary import conclude_run
 
     rollouts = load_rollouts(record.run_dir)
     manifest = record.manifest

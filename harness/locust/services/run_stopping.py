@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from harness.locust.live_view import LiveView
 from harness.locust.periodic import Periodic
 from harness.locust.threshold_watch import ThresholdWatch
-from harness.results.thresholds import Threshold, Verdict
+from harness.results.figures.thresholds import Threshold, Verdict
 from harness.wire.run_endings import INTERRUPTED, RESULTS_NOT_WRITABLE, STOPPED_BY_THRESHOLD, ending_for_signals
 
 WRITE_CHECK_INTERVAL_S = 0.5  # the engines' stats arrive about this often
