@@ -432,6 +432,21 @@ def _fail(environment: Environment, message: str) -> None:
         gevent.spawn(environment.runner.quit)
 
 
+class _UnaskedSpawnRateWarning(logging.Filter):
+    """Locust warns of a spawn rate above 100 whenever it is asked for one; a burst asks for its whole size at once
+    (its shape's choice, not the user's). The warning stays for a rate the user gave (-r)."""
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__()
+        self.environment = environment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "spawn rate is very high" not in record.getMessage():
+            return True
+        session = session_of(self.environment)
+        return session is not None and session.settings.spawn_rate is not None
+
+
 @events.init_command_line_parser.add_listener
 def _on_parser(parser: Any, **_: Any) -> None:
     add_arguments(parser)
@@ -454,6 +469,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
             return
     session = StampedeSession(environment, settings)
     setattr(environment, _ATTRIBUTE, session)
+    logging.getLogger("locust.runners").addFilter(_UnaskedSpawnRateWarning(environment))
     try:
         session.offer_web_form()
     except UsageError as exc:  # before the web UI serves a page or any vendor starts
