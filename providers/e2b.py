@@ -34,8 +34,8 @@ option's default is its field's in `E2BOptions`, written once there):
 
 Options (`--provider-option K=V`; defaults in `E2BOptions`): `api_key`, `domain`, `sandbox_url`, `template` (a
 rollout's image, when set, names the template), `create_retries`, `create_timeout`, `request_timeout`,
-`max_connections`, `preflight_timeout`, `check_sdk` (on: refuse any e2b but the pinned one, whose wire protocol and
-exceptions this adapter and the local E2B were checked against). E2B sizes a sandbox by its template: the spec's
+`max_connections`, `preflight_timeout`, `check_sdk` (on: refuse an e2b outside `SUPPORTED_SDK`, the `[e2b]` extra's
+range, whose wire protocol and exceptions this adapter and the local E2B were checked against: 2.56.0 and 2.63.0). E2B sizes a sandbox by its template: the spec's
 cpu, memory and disk are not sent.
 """
 
@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -105,7 +106,9 @@ from providers.options import (
 )
 from providers.preflight import preflight_errors
 
-PINNED_SDK = "2.56.0"
+SUPPORTED_SDK = ">=2.56,<3"  # the `[e2b]` extra's range in pyproject.toml
+_SDK_LOWEST = (2, 56)
+_SDK_BELOW = (3,)
 DEFAULT_TEMPLATE = "base"
 MAX_TIMEOUT_S = 86_400  # E2B's longest sandbox life (Pro); an unbounded lifetime asks for this
 LIST_PAGE = 100
@@ -122,6 +125,15 @@ _TRANSPORT_ERRORS = (
     OSError,
     EOFError,
 )
+
+
+def sdk_supported(version: str) -> bool:
+    """Whether an e2b release is inside `SUPPORTED_SDK` (its numeric release part; a pre-release counts as it)."""
+    release = re.match(r"\d+(?:\.\d+)*", version)
+    if release is None:
+        return False
+    numbers = tuple(int(part) for part in release.group().split("."))
+    return _SDK_LOWEST <= numbers < _SDK_BELOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +157,10 @@ class E2BOptions:
     def from_mapping(cls, options: Mapping[str, Any]) -> E2BOptions:
         values = parse_options("e2b", options, E2B_OPTIONS)
         installed = metadata.version("e2b")
-        if installed != PINNED_SDK and values["check_sdk"]:
+        if values["check_sdk"] and not sdk_supported(installed):
             raise ProviderConfigError(
-                f"e2b provider: checked against e2b=={PINNED_SDK}, found {installed}; "
-                f"pip install e2b=={PINNED_SDK} (or check_sdk=0 to try this one)"
+                f"e2b provider: checked against e2b{SUPPORTED_SDK}, found {installed}; "
+                f"pip install 'e2b{SUPPORTED_SDK}' (or check_sdk=0 to try this one)"
             )
         base_url = (values["base_url"] or "").strip().rstrip("/") or None
         connection: dict[str, Any] = {"debug": False}

@@ -1,4 +1,4 @@
-"""E2B's own SDK (e2b 2.56.0), unchanged, as the judge of the local E2B: sync `Sandbox` and async `AsyncSandbox`.
+"""E2B's own SDK (e2b 2.56.0 or a later 2.x), unchanged, as the judge of the local E2B: sync `Sandbox` and async `AsyncSandbox`.
 
 The SDK is pointed at the front the documented way (`E2B_API_KEY`, `E2B_API_URL`, `E2B_SANDBOX_URL`): create,
 is_running, get_info, commands (stdout, stderr, exit codes, env, working dir, a command past its timeout, a
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ from providers.base import (
     ReadyObservation,
     SandboxSpec,
 )
-from providers.e2b import E2BProvider, classify_e2b, sandbox_timeout
+from providers.e2b import E2BProvider, classify_e2b, sandbox_timeout, sdk_supported
 from providers.sim.e2b.server import E2BSettings, RunningE2B, start_e2b
 from tests.support.live_lifecycle import check_live_lifecycle
 
@@ -344,6 +345,13 @@ def test_options_are_checked_and_debug_mode_refused(monkeypatch: pytest.MonkeyPa
     assert (sandbox_timeout(0.2), sandbox_timeout(600.5), sandbox_timeout(float("inf"))) == (1, 601, 86_400)
 
 
+def test_any_e2b_in_the_extras_range_is_accepted_and_others_refused() -> None:
+    # the [e2b] extra's range (>=2.56,<3): 2.56.0 and 2.63.0 both pass this suite against the local E2B
+    assert [sdk_supported(v) for v in ("2.56.0", "2.63.0", "2.99.1rc1")] == [True, True, True]
+    assert [sdk_supported(v) for v in ("2.55.9", "3.0.0", "1.9", "dev")] == [False, False, False, False]
+    assert E2BProvider.from_options({"api_key": "k"}).versions() == {"e2b": metadata.version("e2b")}
+
+
 def test_the_sdks_connection_cap_is_widened_unless_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sdk_transports, "max_connections", sdk_transports.max_connections)  # restored afterwards
     assert E2BProvider.from_options({"api_key": "k"}).options.max_connections == 1000
@@ -371,7 +379,7 @@ async def test_the_provider_walks_the_contract_against_the_front(open_e2b: Open)
     assert listed.rollout_id == "x" and listed.handle is None
     assert (await provider.exec(listed, ["echo", "by id"], 5)).stdout == "by id\n"  # no SDK handle: connect by id
     assert await provider.list_owned("r", "e2") == []
-    assert provider.versions() == {"e2b": "2.56.0"}
+    assert provider.versions() == {"e2b": metadata.version("e2b")}
     sb = e2b.simulator.get(ref.sandbox_id)
     assert sb.lifetime_s == 90 and dict(sb.meta["e2b_metadata"]) == {
         "stampede-run": "r",
@@ -479,7 +487,7 @@ def test_a_ramp_through_the_real_sdk_has_only_classified_failures(tmp_path: Path
     manifest = json.loads((run_dir / "run.json").read_text())
     assert len(rollouts) >= 60 and (rollouts["outcome"] == "ok").sum() >= 60
     assert set(rollouts["failure_kind"].dropna()) <= {"rate_limited", "quota_exhausted"}  # e2b-like: 5 creates/s
-    assert set(rollouts["sdk_version"]) == {"e2b=2.56.0"} and manifest["profile"] == "e2b-like"
+    assert set(rollouts["sdk_version"]) == {f"e2b={metadata.version('e2b')}"} and manifest["profile"] == "e2b-like"
     assert set(truth["id"]) == set(rollouts["sandbox_id"].dropna())  # no sandbox the harness does not know of
     assert set(truth["status"]) == {"TERMINATED"}  # and every one of them killed
     ok = rollouts[rollouts["outcome"] == "ok"]
