@@ -12,21 +12,9 @@ import pandas as pd
 import pytest
 
 from harness.wire.records import SCHEMA_V1_OP_COLUMNS, SCHEMA_V1_ROLLOUT_COLUMNS
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def stampede(
-    *args: str, timeout: float = 120, cwd: Path = REPO, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,16 +26,11 @@ from harness.results.comparison.stage_matching import match_runs, match_stages
 from harness.results.render.report import load_runs
 from harness.results.render.report_tables import comparison_table
 from harness.wire.run_endings import EXIT_REGRESSION, EXIT_THRESHOLDS_CROSSED
+from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
 LEVELS = (60, 120, 240)
-
-
-def stampede(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 def synthetic(

@@ -19,15 +19,10 @@ import pytest
 
 from harness.results.read.dataset import load_rollouts
 from harness.results.read.submit_ledger import OUTCOME_UNFINISHED, read_submits
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-
-
-def stampede(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
 
 
 def killed_mid_flight(out: Path) -> Path:

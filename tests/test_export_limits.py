@@ -5,8 +5,6 @@ written before `limits` existed still loads (the field is additive within latenc
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from harness.results.export.latency_schema import validate_latency_model
 from harness.rlmodel.config import parse_config
 from harness.rlmodel.inputs import build_plan
 from harness.rlmodel.latency_input import load_latency_model
+from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,12 +32,6 @@ concurrency = 64
 [simulation]
 steps = 10
 """
-
-
-def stampede(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 @pytest.fixture(scope="module")

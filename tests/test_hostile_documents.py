@@ -7,21 +7,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
 DEEP = "[" * 100_000 + "]" * 100_000  # parses in any JSON reader without a depth limit; Python's recurses
-
-
-def stampede(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:

@@ -20,16 +20,11 @@ import pytest
 
 from harness.results.read.dataset import load_truth
 from providers.base import INIT_FAILURE_KINDS
+from tests.support.commands import stampede
 from tests.support.submits import wait_for_first_submit
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-
-
-def stampede(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 def finished_run(out: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame, dict]:

@@ -7,21 +7,15 @@ import html
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 from tests.test_startup_across_retries import write_retried_run
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def stampede(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=180, cwd=REPO
-    )
 
 
 def page_text(path: Path) -> str:

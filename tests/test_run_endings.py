@@ -26,18 +26,13 @@ import pytest
 
 from harness.results.read.dataset import load_rollouts
 from harness.results.render.report import build_report
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "endings-token"
 pytestmark = pytest.mark.slow
 FIGURES: dict[str, dict[str, object]] = {}
 FLUSH_INTERVAL_S = 2.0  # harness.engine.shards / EngineConfig.flush_interval_s: rows reach parquet this often
-
-
-def stampede(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 def in_process(*args: str, capsys: pytest.CaptureFixture[str]) -> str:

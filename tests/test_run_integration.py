@@ -16,15 +16,10 @@ import pytest
 
 from harness.results.read.dataset import load_truth
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-
-
-def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 def only_run(out: Path) -> Path:

@@ -21,15 +21,10 @@ from harness.locust.run_limits import (
     cleartext_token_warning,
     open_master_warning,
 )
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
-
-
-def stampede(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 @pytest.mark.parametrize(

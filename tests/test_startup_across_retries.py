@@ -12,8 +12,6 @@ attempt took 2 s); startup p50 is 62 s.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +21,12 @@ import pyarrow.parquet as pq
 from harness.results.comparison.compare_report import build_compare
 from harness.results.render.report import build_report
 from harness.wire.records import ROLLOUT_READ_SCHEMA
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_TRY, RETRIED, TIMEOUT_S, TTI_S = 40, 60, 30.0, 2.0
 KINDS = (("ready_timeout", "ready"), ("died_before_ready", "ready"), ("create_error", "create"), ("capacity", "create"))
 """What the failed attempts failed with, in turn (a 960 burst's mix: the report lists every kind)."""
-
-
-def stampede(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=180, cwd=REPO
-    )
 
 
 def write_retried_run(root: Path, run_id: str = "retried", timeout_s: float = TIMEOUT_S) -> Path:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,16 +13,11 @@ from harness.errors import UsageError
 from harness.results.export.summary_json import validate_summary
 from harness.results.figures.run_figures import load_aggregate
 from harness.results.render.summary import SMALL_SAMPLE_MARK, SMALL_SAMPLE_NOTE, format_stage_table
+from tests.support.commands import stampede
 from tests.support.stage_stats import make_stage
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 @pytest.fixture(scope="module")

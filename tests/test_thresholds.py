@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from harness.wire.run_endings import (
 )
 from harness.wire.stage_counters import StageStats as LiveStageStats
 from providers.base import FailureKind
+from tests.support.commands import stampede
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -155,12 +154,6 @@ def test_the_live_abort_acts_only_on_counts_crossed_for_good():
     note = unwatched_note(thresholds)
     assert note is not None and "failure_rate<0.01, tti.p99<0.001, failures>100" in note
     assert unwatched_note(parse_all(["failures<1"])) is None
-
-
-def stampede(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 @pytest.mark.slow
