@@ -34,6 +34,6 @@ def test_at_time_scale_one_the_line_is_plain_seconds() -> None:
 
 def test_under_a_time_scale_the_line_is_vendor_seconds_and_says_so() -> None:
     line = format_progress(5, "01-ramp10", 10, 10, _live(0.5), time_scale=0.1)
-    assert "vendor s (wall / 0.1; stage)" in line
+    assert "vendor s (estimate: wall / 0.1; stage)" in line  # no vendor record given: said to be an estimate
     p50, _ = _tti(line)
     assert abs(p50 - 5.0) < 0.05  # 0.5 wall seconds at 0.1 are 5 vendor seconds, as report and summary print

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +114,10 @@ def format_progress(
     plan: RunPlan | None = None,
     stage_index: int = 0,
     stage_age_s: float | None = None,
+    vendor_tti: tuple[float, ...] | None = None,
 ) -> str:
-    """One line; TTI in vendor seconds (wall / time scale, as live counters have no vendor truth), unit stated.
+    """One line; TTI in vendor seconds, unit stated: `vendor_tti` (p50, p99) when the rows were converted by the
+    summary's rule (harness.locust.live_vendor_seconds), else wall / time scale, said to be an estimate.
     With a `plan`: elapsed of the planned total, stage i/N and the ETA lead it."""
     totals = live.totals()
     ended = live.stage(stage).ended if stage and plan is not None and plan.step_size else 0
@@ -131,8 +133,10 @@ def format_progress(
         tti = "TTI -"
     elif scale == 1.0:
         tti = f"TTI p50 {p50:.2f}s p99 {p99:.2f}s (stage)"
-    else:
-        tti = f"TTI p50 {p50 / scale:.2f} p99 {p99 / scale:.2f} vendor s (wall / {scale:g}; stage)"
+    elif vendor_tti is not None:
+        tti = f"TTI p50 {vendor_tti[0]:.2f} p99 {vendor_tti[1]:.2f} vendor s (stage)"
+    else:  # no vendor record to convert with: harness time stretched too, so it reads high
+        tti = f"TTI p50 {p50 / scale:.2f} p99 {p99 / scale:.2f} vendor s (estimate: wall / {scale:g}; stage)"
     engines = f" over {totals.engines} engines" if totals.engines > 1 else ""
     dropped = f" dropped {totals.dropped}" if totals.dropped else ""
     return (
@@ -155,9 +159,17 @@ def lag_text(totals: LiveTotals) -> str:
 class ProgressPrinter:
     """Prints to stderr from its own greenlet; stopping it never blocks the run."""
 
-    def __init__(self, runner: Any, state: RunState, interval_s: float, time_scale: float | None = None) -> None:
+    def __init__(
+        self,
+        runner: Any,
+        state: RunState,
+        interval_s: float,
+        time_scale: float | None = None,
+        vendor_tti: Callable[[str], tuple[float, ...] | None] | None = None,
+    ) -> None:
         self.runner = runner
         self.time_scale = time_scale
+        self.vendor_tti = vendor_tti  # a stage's TTI p50, p99 in vendor seconds by the summary's rule, if known
         self.state = state
         self.interval_s = interval_s
         self.t0 = time.monotonic()
@@ -186,6 +198,7 @@ class ProgressPrinter:
             self.plan,
             stage.index,
             self._stage_age(),
+            self.vendor_tti(stage.name) if self.vendor_tti is not None and stage.name else None,
         )
 
     def _stage_age(self) -> float | None:

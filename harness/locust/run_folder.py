@@ -199,13 +199,11 @@ def remove_unstarted_run(run_dir: Path, previous_latest: str | None) -> None:
         pass
 
 
-def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path | None:
-    """The simulated vendor's records of this run's sandboxes (found by the run label), as `truth/truth.parquet`.
-
-    Its own table folder and schema (harness.wire.records.truth_schema): wall instants as UTC timestamps.
-    """
+def truth_rows(run_id: str, sandboxes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The simulated vendor's records of this run's sandboxes (found by the run label), as the `truth/` table's rows
+    (wall instants as float epoch seconds): what the run folder keeps, and what the live view joins meanwhile."""
     label = f"stampede-run={run_id}"
-    rows = [
+    return [
         {
             "id": sandbox.get("id"),
             "status": sandbox.get("status"),
@@ -225,6 +223,14 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
         for sandbox in sandboxes
         if label in (sandbox.get("labels") or [])
     ]
+
+
+def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any]]) -> Path | None:
+    """The simulated vendor's records of this run's sandboxes (found by the run label), as `truth/truth.parquet`.
+
+    Its own table folder and schema (harness.wire.records.truth_schema): wall instants as UTC timestamps.
+    """
+    rows = truth_rows(run_id, sandboxes)
     # pyarrow: imported here, at the end of the run, not on the way to the first rollout
     import pyarrow.parquet as pq
 

@@ -29,6 +29,7 @@ from locust.runners import WorkerRunner
 
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
+from harness.locust.live_vendor_seconds import LiveVendorSeconds
 from harness.locust.progress import ProgressPrinter
 from harness.locust.provider_check import check_provider
 from harness.locust.run_folder import new_run_id
@@ -81,6 +82,7 @@ class StampedeSession:
         self.engine_summaries: list[dict[str, Any]] = []
         self.versions: dict[str, str] = {}
         self.progress: ProgressPrinter | None = None
+        self.live_vendor: LiveVendorSeconds | None = None  # the progress line's vendor seconds, when it can tell
         self.vendor = VendorFacts.of(settings)  # the time scale and profile the run's rows record
         self.summary_text: str | None = None
         self.failed_to_start: str | None = None
@@ -284,14 +286,32 @@ class StampedeSession:
         if not self.role.is_master and not self.role.is_worker:
             self.engine_link.start_polling(self.state)
         if self.role.owns_run_folder and self.settings.progress_interval_s > 0:
+            self.live_vendor = self._live_vendor_seconds()
             self.progress = ProgressPrinter(
-                self.runner, self.state, self.settings.progress_interval_s, self.vendor.time_scale
+                self.runner,
+                self.state,
+                self.settings.progress_interval_s,
+                self.vendor.time_scale,
+                self.live_vendor.tti_quantiles if self.live_vendor is not None else None,
             )
             self.progress.start()
         # each run of a web UI session starts unstopped; the run folder's owner watches the thresholds
         abort_on_threshold = self.role.owns_run_folder and self.settings.abort_on_threshold
         self.stopping.new_run(self.state.live, self.settings.thresholds, abort_on_threshold)
         self.run_ready.set()
+
+    def _live_vendor_seconds(self) -> LiveVendorSeconds | None:
+        """The progress line's vendor seconds by the summary's rule: needs this process's rows (a local runner) and
+        the simulated vendor's record (the embedded vendor), at a time scale other than 1."""
+        scale, vendor = self.vendor.time_scale, self.embedded.vendor
+        if vendor is None or not scale or scale == 1.0 or self.role.is_master or self.role.is_worker:
+            return None
+        return LiveVendorSeconds(str(self.run_id), scale, vendor.truth)
+
+    def note_row(self, record: dict[str, Any]) -> None:
+        """A row a user of this process received (its greenlet): the live view's vendor seconds keep it."""
+        if self.live_vendor is not None:
+            self.live_vendor.add(str(record.get("stage") or self.state.stage.name), record)
 
     def _unstart_run(self) -> None:
         """The run could not start: no run folder, `latest` as it was, no run for `close` to end."""
@@ -354,6 +374,7 @@ class StampedeSession:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+        self.live_vendor = None
         self.stopping.end_run()
         self.engine_link.stop_polling()
         if self.worker_link is not None:

@@ -65,6 +65,9 @@ def report(user: User, record: dict[str, Any]) -> None:
             fire(user, phase, value, None, length=record.get("exec_count", 0) if phase == "exec" else 0)
     if record.get("outcome") == "failed":
         fire(user, "rollout", record.get("total_s") or 0.0, failure)
+    session = session_of(user.environment)
+    if session is not None:
+        session.note_row(record)
 
 
 def fire(user: User, phase: str, seconds: float, exception: Exception | None, length: int = 0) -> None:
