@@ -1,8 +1,5 @@
 """The local Docker Engine behind the provider contract, on aiodocker over the daemon's socket.
 
-It stays one module (~680 lines): the lifecycle, exec and the daemon-error classification share one
-container state (`_Sandbox`) and one daemon client; image building already lives in `docker_image.py`.
-
 Users run it to learn what their own hardware can do as a sandbox fleet. One sandbox is one container:
 `create` posts the container (labelled with the run and rollout ids) and returns once the daemon gave it an
 id; `wait_ready` starts it and returns once it is running, so a slow start shows up as readiness time (and
@@ -16,23 +13,25 @@ started with; the non-root uid without capabilities is the equivalent a containe
 
 The connection pool is sized for thousands of calls in flight: aiohttp's default limit of 100 would
 silently queue requests client-side and make the daemon look faster (or slower) than it is.
+
+This module is the lifecycle (create, start, exec, remove, list) on one daemon client; the daemon's errors on the
+taxonomy are `docker_errors.py`, a command's streams, exit code and host-side end (OOM count, kill) `docker_exec.py`,
+image building `docker_image.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import aiodocker
 import aiohttp
-import psutil  # type: ignore[import-untyped]
 from aiodocker.exceptions import DockerError
 from aiodocker.execs import Exec
 
@@ -51,13 +50,21 @@ from providers.base import (
     classify_common,
     owner_labels,
 )
+from providers.docker_errors import TRANSPORT_STATUS, container_death, daemon_errors, docker_error_kind, short_error
+from providers.docker_exec import (
+    collect_output,
+    exec_exit_code,
+    host_oom_kills,
+    kill_tree,
+    main_process_gone,
+    parse_oom_kills,
+)
 from providers.docker_image import DEFAULT_IMAGE, SCRATCH_DIR, default_host, ensure_image, image_id
 from providers.options import Option, declare, declared_options, declared_values, parse_options, text
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-TRANSPORT_STATUS = 900  # aiodocker's status for "could not connect to the daemon"
 SIGKILL_EXIT = 128 + 9
 RUNTIME_REFUSED_EXIT = 126  # docker's exit code when the runtime could not start the exec'd command
 _DYING_HINTS = (b"stopped state", b"not running", b" not found: not found", b"container not found")
@@ -117,6 +124,10 @@ class _Sandbox:
     started: bool = False
     execs_ok: int = 0  # a container that dies before any command ran was never usable
     oom_kills: int = 0  # last cgroup oom_kill count seen, so an old OOM is not blamed on a new exit
+
+    def death(self, state: Mapping[str, Any], phase: Phase) -> ProviderError:
+        """This container found gone or stopped: OOM, or died before or after it ran a command."""
+        return container_death(state, phase, memory_mb=self.memory_mb, ran_a_command=self.execs_ok > 0)
 
 
 @dataclass(slots=True)
@@ -246,9 +257,9 @@ class DockerProvider(Provider):
                     await docker.images.pull(image)
             except DockerError as exc:
                 kind = FailureKind.TRANSPORT if exc.status == TRANSPORT_STATUS else FailureKind.IMAGE
-                raise ProviderError(kind, f"image {image}: {_short(exc)}") from None
+                raise ProviderError(kind, f"image {image}: {short_error(exc)}") from None
             except (aiohttp.ClientError, OSError) as exc:
-                raise ProviderError(FailureKind.TRANSPORT, f"image {image}: {_short(exc)}") from None
+                raise ProviderError(FailureKind.TRANSPORT, f"image {image}: {short_error(exc)}") from None
             self._images_ok.add(image)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -306,7 +317,7 @@ class DockerProvider(Provider):
         image = spec.image or self.options.image
         name = _container_name(spec) if self.options.name_containers else None
         timed_out = f"docker did not acknowledge the create within {self.options.api_timeout_s:g}s"
-        with _daemon_errors("create", Phase.CREATE, FailureKind.CREATE_ERROR, timed_out):
+        with daemon_errors("create", Phase.CREATE, FailureKind.CREATE_ERROR, timed_out):
             async with asyncio.timeout(self.options.api_timeout_s):
                 facts = await self._daemon_facts()
                 if _is_stampede_image(image) and image not in self._images_ok:
@@ -335,7 +346,7 @@ class DockerProvider(Provider):
         """Start the container (once) and return when it is running; a death or OOM is classified."""
         box = _box(ref)
         container = self._client().containers.container(box.container_id)
-        with _daemon_errors(
+        with daemon_errors(
             "start", Phase.READY, FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"
         ):
             async with asyncio.timeout(timeout):
@@ -352,7 +363,7 @@ class DockerProvider(Provider):
                         box.started = True
                         continue
                     if state.get("Status") in {"exited", "dead", "removing"}:
-                        raise _death(state, box, Phase.READY)
+                        raise box.death(state, Phase.READY)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 0.25)
 
@@ -367,8 +378,8 @@ class DockerProvider(Provider):
         try:
             async with asyncio.timeout(timeout):
                 execution = await container.exec([str(part) for part in argv], stdout=True, stderr=True)
-                stdout, stderr = await _collect(execution)
-                exit_code = await _exit_code(execution)
+                stdout, stderr = await collect_output(execution)
+                exit_code = await exec_exit_code(execution)
         except TimeoutError:
             if execution is not None and self.options.kill_on_exec_timeout:
                 await self._kill_exec(execution, box)
@@ -376,7 +387,7 @@ class DockerProvider(Provider):
         except DockerError as exc:
             raise await self._exec_failure(exc, box) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise ProviderError(FailureKind.TRANSPORT, f"exec: {_short(exc)}") from None
+            raise ProviderError(FailureKind.TRANSPORT, f"exec: {short_error(exc)}") from None
         if exit_code in (SIGKILL_EXIT, RUNTIME_REFUSED_EXIT):
             # SIGKILL: the OOM killer, or the container dying under the command. 126: the runtime could not
             # start the command; a dying container is one reason ("cannot exec in a stopped state").
@@ -393,7 +404,7 @@ class DockerProvider(Provider):
         """
         container = self._client().containers.container(ref.sandbox_id)
         timed_out = f"docker did not answer the remove within {self.options.api_timeout_s:g}s"
-        with _daemon_errors("remove", Phase.TERMINATE, FailureKind.TRANSPORT, timed_out):
+        with daemon_errors("remove", Phase.TERMINATE, FailureKind.TRANSPORT, timed_out):
             async with asyncio.timeout(self.options.api_timeout_s):
                 failures, pause = 0, 0.02
                 while True:
@@ -412,7 +423,7 @@ class DockerProvider(Provider):
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         """Every container (running or not) carrying this run's label (and the engine's, when given)."""
-        with _daemon_errors("list", None, FailureKind.TRANSPORT, "docker did not answer the container list"):
+        with daemon_errors("list", None, FailureKind.TRANSPORT, "docker did not answer the container list"):
             async with asyncio.timeout(self.options.api_timeout_s):
                 containers = await self._client().containers.list(
                     all=True, filters={"label": [f"{k}={v}" for k, v in owner_labels(run_id, engine).items()]}
@@ -435,7 +446,7 @@ class DockerProvider(Provider):
 
     async def list_all_owned(self) -> list[SandboxRef]:
         """Every container (running or not) carrying a run label, whatever the run: Docker filters by key alone."""
-        with _daemon_errors("list", None, FailureKind.TRANSPORT, "docker did not answer the container list"):
+        with daemon_errors("list", None, FailureKind.TRANSPORT, "docker did not answer the container list"):
             async with asyncio.timeout(self.options.api_timeout_s):
                 containers = await self._client().containers.list(all=True, filters={"label": [RUN_LABEL]})
         refs = []
@@ -471,16 +482,16 @@ class DockerProvider(Provider):
     async def _exec_failure(self, exc: DockerError, box: _Sandbox) -> ProviderError:
         """Why an exec call failed: a gone or stopped container is a death (or OOM), the rest exec_error."""
         if exc.status == TRANSPORT_STATUS:
-            return ProviderError(FailureKind.TRANSPORT, f"exec: {_short(exc)}")
+            return ProviderError(FailureKind.TRANSPORT, f"exec: {short_error(exc)}")
         if exc.status == 404 or "not running" in exc.message:
             try:
                 state = (await self._client().containers.container(box.container_id).show())["State"]
             except DockerError as again:
                 if again.status == TRANSPORT_STATUS:
-                    return ProviderError(FailureKind.TRANSPORT, f"exec: {_short(again)}")
+                    return ProviderError(FailureKind.TRANSPORT, f"exec: {short_error(again)}")
                 state = {"Status": "removed"}
-            return _death(state, box, Phase.EXEC)
-        return ProviderError(docker_error_kind(exc, Phase.EXEC), f"exec: {_short(exc)}")
+            return box.death(state, Phase.EXEC)
+        return ProviderError(docker_error_kind(exc, Phase.EXEC), f"exec: {short_error(exc)}")
 
     async def _check_killed(self, box: _Sandbox, *, count_ooms: bool, patient: bool) -> None:
         """Raise `oom` / `died_*` when an exec's end was the container dying or the OOM killer."""
@@ -495,11 +506,11 @@ class DockerProvider(Provider):
                 state = (await container.show())["State"]
             except DockerError as exc:
                 if exc.status == 404:
-                    raise _death({"Status": "removed"}, box, Phase.EXEC) from None
+                    raise box.death({"Status": "removed"}, Phase.EXEC) from None
                 return  # the command's exit code stands; the next call will tell what happened
             if not _running(state):
-                raise _death(state, box, Phase.EXEC)
-            gone = self._facts.local_pids and _main_process_gone(state)
+                raise box.death(state, Phase.EXEC)
+            gone = self._facts.local_pids and main_process_gone(state)
             if gone:
                 continue  # the daemon has yet to record how it ended (an OOM kill, say): look again
             kills = await self._oom_kills(state, box) if count_ooms else None
@@ -509,13 +520,13 @@ class DockerProvider(Provider):
                     FailureKind.OOM, f"command killed by the OOM killer (memory limit {box.memory_mb} MB)"
                 )
         if gone:  # the daemon still says running, but the host says its main process has exited
-            raise _death({"Status": "stopped (its main process is gone)"}, box, Phase.EXEC)
+            raise box.death({"Status": "stopped (its main process is gone)"}, Phase.EXEC)
 
     async def _oom_kills(self, state: Mapping[str, Any], box: _Sandbox) -> int | None:
         """The container's cgroup oom_kill count: read on the host when local, else from inside."""
         pid = int(state.get("Pid") or 0)
         if self._facts.local_pids and pid:
-            count = _host_oom_kills(pid)
+            count = host_oom_kills(pid)
             if count is not None:
                 return count
         try:
@@ -526,10 +537,10 @@ class DockerProvider(Provider):
                 stderr=False,
             )
             async with asyncio.timeout(10):
-                out, _ = await _collect(probe)
+                out, _ = await collect_output(probe)
         except (DockerError, aiohttp.ClientError, OSError, TimeoutError):
             return None
-        return _parse_oom_kills(out.decode("utf-8", "replace"))
+        return parse_oom_kills(out.decode("utf-8", "replace"))
 
     async def _kill_exec(self, execution: Exec, box: _Sandbox) -> None:
         """Best effort: SIGKILL the timed-out command and its children (Docker has no exec-kill call)."""
@@ -541,54 +552,7 @@ class DockerProvider(Provider):
         except (DockerError, aiohttp.ClientError, OSError, TimeoutError):
             return
         if pid:
-            await asyncio.to_thread(_kill_tree, pid, box.container_id)
-
-
-# -- classification -----------------------------------------------------------------------------------------
-
-
-def docker_error_kind(exc: DockerError, phase: Phase | None) -> FailureKind:
-    """Map a daemon answer (HTTP status + message) in a phase onto the taxonomy."""
-    status, message = exc.status, (exc.message or "").lower()
-    if status == TRANSPORT_STATUS:
-        return FailureKind.TRANSPORT
-    if status in (401, 403):
-        return FailureKind.AUTH
-    if status == 429:
-        return FailureKind.RATE_LIMITED
-    if phase is Phase.CREATE or phase is None:
-        if status == 404 and "image" in message:
-            return FailureKind.IMAGE
-        if status == 400 or (status == 404 and "network" in message):
-            return FailureKind.INVALID_REQUEST
-        if "no space left" in message:
-            return FailureKind.CAPACITY
-        return FailureKind.CREATE_ERROR  # conflicts (name in use), 5xx
-    if phase is Phase.READY:
-        if status in (404, 409):
-            return FailureKind.DIED_BEFORE_READY  # removed, or marked for removal, under our feet
-        if status == 400:
-            return FailureKind.INVALID_REQUEST  # e.g. the command is not in the image
-        return FailureKind.CREATE_ERROR  # the runtime could not create the container's process
-    if phase is Phase.EXEC:
-        if status == 404 or "not running" in message:
-            return FailureKind.DIED_DURING_EXEC
-        return FailureKind.EXEC_ERROR
-    return FailureKind.UNKNOWN  # terminate: a 5xx after retries (the taxonomy has no terminate kind)
-
-
-def _death(state: Mapping[str, Any], box: _Sandbox, phase: Phase) -> ProviderError:
-    """The container is gone or stopped: OOM, or died before/after it ever ran a command."""
-    status = state.get("Status", "removed")
-    code = state.get("ExitCode")
-    if state.get("OOMKilled"):
-        return ProviderError(FailureKind.OOM, f"container killed by the OOM killer (memory limit {box.memory_mb} MB)")
-    detail = f"container {status}" + (f" with code {code}" if status in {"exited", "dead"} else "")
-    if state.get("Error"):
-        detail += f": {str(state['Error'])[:200]}"
-    if phase is Phase.READY or box.execs_ok == 0:
-        return ProviderError(FailureKind.DIED_BEFORE_READY, f"{detail} before it was usable")
-    return ProviderError(FailureKind.DIED_DURING_EXEC, f"{detail} during exec")
+            await asyncio.to_thread(kill_tree, pid, box.container_id)
 
 
 # -- small helpers ------------------------------------------------------------------------------------------
@@ -603,19 +567,6 @@ def _box(ref: SandboxRef) -> _Sandbox:
     return box
 
 
-def _main_process_gone(state: Mapping[str, Any]) -> bool:
-    """The container's main process (its host pid, on a local daemon) has exited, whatever the daemon says yet."""
-    pid = int(state.get("Pid") or 0)
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return True
-    return bool(fields) and fields[0] in {"Z", "X"}  # a zombie waits for its shim: it has exited
-
-
 def _running(state: Mapping[str, Any]) -> bool:
     return bool(state.get("Running")) and not state.get("Restarting") and not state.get("Paused")
 
@@ -627,93 +578,3 @@ def _is_stampede_image(image: str) -> bool:
 def _container_name(spec: SandboxSpec) -> str:
     name = _NAME_BAD.sub("-", f"stampede-{spec.run_id}-{spec.rollout_id}").strip("-.")
     return name[:200]
-
-
-@contextlib.contextmanager
-def _daemon_errors(verb: str, phase: Phase | None, timeout_kind: FailureKind, timed_out: str) -> Iterator[None]:
-    """A daemon call's failures on the taxonomy: its own timeout, the daemon's answer, or no answer at all."""
-    try:
-        yield
-    except TimeoutError:  # before OSError, of which it is a subclass
-        raise ProviderError(timeout_kind, timed_out) from None
-    except DockerError as exc:
-        raise ProviderError(docker_error_kind(exc, phase), f"{verb}: {_short(exc)}") from None
-    except (aiohttp.ClientError, OSError) as exc:
-        raise ProviderError(FailureKind.TRANSPORT, f"{verb}: {_short(exc)}") from None
-
-
-def _short(exc: BaseException) -> str:
-    text = exc.message if isinstance(exc, DockerError) else (str(exc) or type(exc).__name__)
-    text = " ".join(str(text).split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-async def _collect(execution: Exec) -> tuple[bytes, bytes]:
-    """Start the exec attached and read its demultiplexed streams to the end."""
-    stdout, stderr = bytearray(), bytearray()
-    async with execution.start(detach=False) as stream:
-        while (message := await stream.read_out()) is not None:
-            (stderr if message.stream == 2 else stdout).extend(message.data)
-    return bytes(stdout), bytes(stderr)
-
-
-async def _exit_code(execution: Exec) -> int:
-    """The exit code; the attach stream can close a moment before the daemon records the exit."""
-    delay = 0.002
-    while True:
-        info = await execution.inspect()
-        if not info.get("Running") and info.get("ExitCode") is not None:
-            return int(info["ExitCode"])
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.1)
-
-
-def _parse_oom_kills(text: str) -> int | None:
-    """`oom_kill N` from cgroup v1 memory.oom_control or v2 memory.events."""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "oom_kill" and parts[1].isdigit():
-            return int(parts[1])
-    return None
-
-
-def _host_oom_kills(pid: int) -> int | None:
-    """Read the OOM counter of the cgroup a local container's process lives in."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    candidates = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            candidates.append(f"/sys/fs/cgroup/memory{path}/memory.oom_control")
-        elif controllers == "":
-            candidates.append(f"/sys/fs/cgroup{path}/memory.events")
-    for candidate in candidates:
-        try:
-            with open(candidate, encoding="utf-8") as handle:
-                count = _parse_oom_kills(handle.read())
-        except OSError:
-            continue
-        if count is not None:
-            return count
-    return None
-
-
-def _kill_tree(pid: int, container_id: str) -> None:
-    """SIGKILL a process and its descendants, after checking it is in this container's cgroup."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
-            if container_id not in handle.read():
-                return  # the pid was reused: never kill a stranger
-        root = psutil.Process(pid)
-        victims = [root, *root.children(recursive=True)]
-    except (OSError, psutil.Error):
-        return
-    for victim in victims:
-        try:
-            victim.kill()
-        except psutil.Error:
-            pass

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 
-from providers.docker import _main_process_gone
+from providers.docker_exec import main_process_gone
 
 
 def test_a_live_process_is_not_gone_and_an_unknown_pid_claims_nothing():
-    assert not _main_process_gone({"Pid": os.getpid()})
-    assert not _main_process_gone({"Pid": 0}) and not _main_process_gone({})
+    assert not main_process_gone({"Pid": os.getpid()})
+    assert not main_process_gone({"Pid": 0}) and not main_process_gone({})
 
 
 def test_an_exited_process_is_gone_while_a_zombie_and_once_reaped():
@@ -23,6 +23,6 @@ def test_an_exited_process_is_gone_while_a_zombie_and_once_reaped():
             if handle.read().rsplit(")", 1)[-1].split()[0] == "Z":
                 break
         time.sleep(0.01)
-    assert _main_process_gone({"Pid": child.pid})
+    assert main_process_gone({"Pid": child.pid})
     child.wait()
-    assert _main_process_gone({"Pid": child.pid})
+    assert main_process_gone({"Pid": child.pid})

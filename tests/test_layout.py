@@ -46,6 +46,8 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
     ("providers.docker", "adapters"),
+    ("providers.docker_errors", "adapters"),
+    ("providers.docker_exec", "adapters"),
     ("providers.e2b", "adapters"),
     ("providers.daytona", "adapters"),
     ("providers.sim", "sim-core"),
@@ -143,8 +145,9 @@ def room_of(module: str) -> str | None:
 
 
 def family_of(module: str, room: str) -> str | None:
+    """A family is a module, its submodules and its `<name>_*` siblings (`providers.docker_exec` is docker's)."""
     for family in SEPARATE_FAMILIES.get(room, ()):
-        if module == family or module.startswith(family + "."):
+        if module == family or module.startswith((family + ".", family + "_")):
             return family
     return None
 
