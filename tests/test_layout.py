@@ -43,6 +43,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.http1_client", "provider-support"),
     ("providers.preflight", "provider-support"),
     ("providers.stub", "adapters"),
+    ("providers.stub_status_poller", "adapters"),
     ("providers.prime", "adapters"),
     ("providers.modal", "adapters"),
     ("providers.docker", "adapters"),
