@@ -144,7 +144,7 @@ def test_one_sandbox_draws_do_not_depend_on_others() -> None:
 def test_rate_bucket_never_admits_more_than_burst_plus_rate_times_t() -> None:
     sim, admitted = _run_script(seed=1)
     rate, burst = sim.profile.create_rate.per_s, sim.profile.create_rate.burst
-    assert sim.rejections[RejectReason.RATE_LIMITED] > 0, "the script must hit the limiter"
+    assert sim.admission.rejections[RejectReason.RATE_LIMITED] > 0, "the script must hit the limiter"
     admitted.sort()
     # max over windows [t_i, t_j] of (j - i + 1) - rate * (t_j - t_i), in one pass
     best = -math.inf
@@ -156,7 +156,7 @@ def test_rate_bucket_never_admits_more_than_burst_plus_rate_times_t() -> None:
 def test_quota_never_exceeded_and_everything_ends() -> None:
     sim, _ = _run_script(seed=2, check=True)
     stats = sim.stats()
-    assert sim.rejections[RejectReason.QUOTA_EXHAUSTED] > 0, "the script must hit the quota"
+    assert sim.admission.rejections[RejectReason.QUOTA_EXHAUSTED] > 0, "the script must hit the quota"
     assert stats["peak_active"] <= sim.profile.quota.max_active
     assert stats["active"] == 0
     truth = sim.truth()

@@ -22,10 +22,10 @@ listener. A soak's memory then holds only the sandboxes of the last `retention_s
 Determinism: per-sandbox draws are keyed by (seed, acceptance number, purpose) and per-create draws by
 (seed, create-attempt number), so the same calls at the same virtual times give the same truth.
 
-The pieces: the records and errors (`records.py`, re-exported here for the fronts), the control plane (this
-module), one command's model (`commands.py`), and the offline burst experiments (`experiments.py`). The
-control plane stays one class (a little over 500 lines): create, placement, boot, deadlines and end share one
-state machine's queues and counters, and splitting it would scatter them.
+The pieces: the records and errors (`records.py`, re-exported here for the fronts), the control plane's
+lifecycle (this module: placement, pulls, boot, deadlines and end share one state machine's queues and counters),
+its admission (`admission.py`: validation, the create-rate bucket, quotas, capacity refusals), one command's model
+(`commands.py`), and the offline burst experiments (`experiments.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from providers.sim.core.admission import Admission
 from providers.sim.core.clock import LoopClock, SimClock, TimerHandle
 from providers.sim.core.commands import start_command
 from providers.sim.core.draws import Stream
@@ -120,9 +121,7 @@ class VendorSimulator:
         self._attempts = 0
         self._listeners: list[Callable[[SimSandbox], None]] = []
         self._closed = False
-        # create-rate bucket
-        self._tokens = profile.create_rate.burst
-        self._tokens_at = clock.now()
+        self.admission = Admission(profile, self.seed, clock.now())  # validation, create rate, quotas
         # pool and the start pipeline
         self.pool = NodePool(profile.pool.slots_per_node)
         self._queue: deque[SimSandbox] = deque()
@@ -133,12 +132,10 @@ class VendorSimulator:
         for _ in range(profile.pool.initial_nodes):
             self.pool.add(warm=profile.pool.initial_nodes_warm, now=clock.now())
         # bookkeeping
-        self.rejections: Counter[str] = Counter()
         self.ended: Counter[str] = Counter()
         self.exec_counts: Counter[str] = Counter()
         self.peak_active = 0
         self.peak_provisioning = 0
-        self.pool_used: tuple[float, float, float] = (0.0, 0.0, 0.0)  # vCPU, memory GiB, disk GiB of active sandboxes
 
     # --- public API ---------------------------------------------------------------------------------
 
@@ -166,36 +163,14 @@ class VendorSimulator:
             known = self._idempotency.get(req.idempotency_key)
             if known is not None:
                 return self._sandboxes[known]
-        self._validate(req)
+        self.admission.validate(req)
         now = self.clock.now()
         attempt = self._attempts
         self._attempts += 1
-        retry_after = self._take_token(now)
-        if retry_after is not None:
-            self.rejections[RejectReason.RATE_LIMITED] += 1
-            raise Rejected(
-                RejectReason.RATE_LIMITED,
-                f"Sandbox creation rate limit exceeded ({self.profile.create_rate.per_s:g}/s)",
-                retry_after=retry_after,
-                attempt=attempt,
-            )
-        if Stream(self.seed, "create", attempt).chance(self.profile.errors.create_transient_prob):
-            self.rejections[RejectReason.TRANSIENT] += 1
-            raise Rejected(RejectReason.TRANSIENT, "Internal error while creating the sandbox", attempt=attempt)
-        limit = self.profile.quota.max_active
-        if len(self._active) >= limit:
-            self.rejections[RejectReason.QUOTA_EXHAUSTED] += 1
-            raise Rejected(
-                RejectReason.QUOTA_EXHAUSTED,
-                f"Sandbox limit reached: {len(self._active)} active sandboxes, the account allows {limit:g}",
-                attempt=attempt,
-            )
-        self._check_resource_pool(req, attempt)
         pool = self.pool
         at_max = len(pool) + pool.booting >= self.profile.pool.max_nodes
-        if at_max and pool.free_slots < 1 and self._n_waiting >= self.profile.pool.max_queue:
-            self.rejections[RejectReason.CAPACITY] += 1
-            raise Rejected(RejectReason.CAPACITY, "Insufficient capacity to create sandbox", attempt=attempt)
+        no_room = at_max and pool.free_slots < 1 and self._n_waiting >= self.profile.pool.max_queue
+        self.admission.admit(req, now, attempt, active=len(self._active), no_room=no_room)
         return self._accept(req, now)
 
     def get(self, sandbox_id: str) -> SimSandbox:
@@ -290,10 +265,6 @@ class VendorSimulator:
     def stats(self) -> builtins.dict[str, Any]:
         """Counters for dashboards and tests: current occupancy, pool, tokens, end states, rejections."""
         now = self.clock.now()
-        tokens = min(
-            self.profile.create_rate.burst,
-            self._tokens + (now - self._tokens_at) * self.profile.create_rate.per_s,
-        )
         by_status: Counter[str] = Counter(sb.status for sb in self._active.values())
         return {
             "now": now,
@@ -311,9 +282,9 @@ class VendorSimulator:
             "nodes": len(self.pool),
             "nodes_booting": self.pool.booting,
             "free_slots": _finite_or_none(self.pool.free_slots),
-            "tokens": _finite_or_none(tokens),
+            "tokens": _finite_or_none(self.admission.tokens(now)),
             "ended": dict(self.ended),
-            "rejected": {str(k): v for k, v in self.rejections.items()},
+            "rejected": {str(k): v for k, v in self.admission.rejections.items()},
             "execs": dict(self.exec_counts),
         }
 
@@ -348,59 +319,6 @@ class VendorSimulator:
 
     # --- model --------------------------------------------------------------------------------------
 
-    def _validate(self, req: CreateRequest) -> None:
-        limits = self.profile.limits
-        problem = None
-        if not isinstance(req.image, str) or not req.image.strip():
-            problem = "image is required"
-        elif not req.cpu > 0 or req.cpu > limits.max_cpu:
-            problem = f"cpu must be in (0, {limits.max_cpu:g}], got {req.cpu:g}"
-        elif not req.memory_mb > 0 or req.memory_mb > limits.max_memory_mb:
-            problem = f"memory_mb must be in (0, {limits.max_memory_mb:g}], got {req.memory_mb:g}"
-        elif not req.lifetime_s > 0 or (
-            req.lifetime_s > limits.max_lifetime_s and math.isfinite(limits.max_lifetime_s)
-        ):
-            problem = f"lifetime_s must be in (0, {limits.max_lifetime_s:g}], got {req.lifetime_s:g}"
-        if problem is not None:
-            self.rejections[RejectReason.INVALID] += 1
-            raise Rejected(RejectReason.INVALID, problem)
-
-    def _check_resource_pool(self, req: CreateRequest, attempt: int) -> None:
-        """Refuse a create that would overdraw the account's vCPU, memory or disk pool (profile `[resource_pool]`)."""
-        pool = self.profile.resource_pool
-        if pool is None:
-            return
-        wanted = (req.cpu, req.memory_mb / 1024, req.disk_gb)
-        for resource, used, want, limit in zip(
-            ("cpu", "memory", "disk"), self.pool_used, wanted, (pool.cpu, pool.memory_gb, pool.disk_gb), strict=True
-        ):
-            if used + want > limit + 1e-9:
-                self.rejections[RejectReason.QUOTA_EXHAUSTED] += 1
-                raise Rejected(
-                    RejectReason.QUOTA_EXHAUSTED,
-                    f"Total {resource} limit exceeded: {used:g} in use, {want:g} asked, the account allows {limit:g}",
-                    attempt=attempt,
-                    resource=resource,
-                    limit=limit,
-                )
-
-    def _hold(self, sb: SimSandbox, sign: float) -> None:
-        """Take (+1) or give back (-1) a sandbox's share of the resource pool."""
-        cpu, memory, disk = self.pool_used
-        self.pool_used = (cpu + sign * sb.cpu, memory + sign * sb.memory_mb / 1024, disk + sign * sb.disk_gb)
-
-    def _take_token(self, now: float) -> float | None:
-        """Spend one create token; return None, or the vendor seconds until the next token."""
-        rate = self.profile.create_rate
-        if math.isinf(rate.burst) or math.isinf(rate.per_s):
-            return None
-        self._tokens = min(rate.burst, self._tokens + (now - self._tokens_at) * rate.per_s)
-        self._tokens_at = now
-        if self._tokens >= 1.0 - 1e-9:
-            self._tokens -= 1.0
-            return None
-        return (1.0 - self._tokens) / rate.per_s
-
     def _accept(self, req: CreateRequest, now: float) -> SimSandbox:
         self._prune(now)
         seq = self._accepted
@@ -426,7 +344,7 @@ class VendorSimulator:
         )
         self._sandboxes[sb.id] = sb
         self._active[sb.id] = sb
-        self._hold(sb, 1.0)
+        self.admission.hold(sb, 1.0)
         self.peak_active = max(self.peak_active, len(self._active))
         if req.idempotency_key is not None:
             self._idempotency[req.idempotency_key] = sb.id
@@ -625,7 +543,7 @@ class VendorSimulator:
         sb.ended_at = now
         sb.updated_at = now
         del self._active[sb.id]
-        self._hold(sb, -1.0)
+        self.admission.hold(sb, -1.0)
         for handle in sb._timers:
             handle.cancel()
         sb._timers.clear()
