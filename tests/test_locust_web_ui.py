@@ -152,13 +152,16 @@ def web_locust(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebLocust]:
         yield locust
 
 
-def test_the_form_shows_stampedes_settings_and_leaves_users_to_the_shape(web_locust: WebLocust) -> None:
+def test_the_form_starts_with_the_scenarios_settings_and_no_host_banner(web_locust: WebLocust) -> None:
     args = template_args(web_locust)
     options = args["extra_options"]
     for name in ("stages", "hold", "sim_profile", "commands", "provider", "burst_steps", "rates", "image", "cpu"):
         assert name in options, f"--{name} is not in the web form"
     assert options["stages"]["default_value"] == "2,3"  # what the command line said
-    assert args["hide_common_options"], "the form still asks for users and ramp-up the shape ignores"
+    # users and ramp-up start at the ramp's peak and spawn rate (-u, -r), not at a disabled 0
+    assert not args["hide_common_options"], "the form shows users and ramp-up as 0"
+    assert (args["num_users"], args["spawn_rate"]) == (3, 100.0)
+    assert not args["missing_host_warning"] and not args["override_host_warning"], "Locust's no-host banner shows"
 
 
 def test_each_test_started_from_the_form_runs_its_shape_into_its_own_run(web_locust: WebLocust) -> None:

@@ -104,6 +104,12 @@ class StampedeShape(LoadTestShape):
         """The most rollouts this shape keeps in flight at once under these settings (None: open model)."""
         return None
 
+    def form_values(self, settings: RunSettings) -> tuple[int, float] | None:
+        """The users and ramp-up the web UI's form starts with: this shape's peak and spawn rate under these
+        settings (what `-u` and `-r` would say); None for an open model, whose form hides both."""
+        peak = self.peak_users(settings)
+        return None if peak is None else (peak, settings.spawn_rate or DEFAULT_SPAWN_RATE)
+
     def live_stage(self, name: str) -> StageStats:
         state = self.state()
         return state.live.stage(name) if state is not None else StageStats()
@@ -324,6 +330,10 @@ class BurstShape(StampedeShape):
 
     def peak_users(self, settings: RunSettings) -> int | None:
         return self.burst_size(settings)
+
+    def form_values(self, settings: RunSettings) -> tuple[int, float] | None:
+        size = self.burst_size(settings)
+        return size, settings.spawn_rate or float(size)  # a step's users all at once
 
     def describe(self) -> dict[str, Any]:
         settings = self.settings()

@@ -72,7 +72,7 @@ def _coerce(action: argparse.Action, text: str) -> Any:
         return [text] if isinstance(action, argparse._AppendAction) else text
     try:
         value = action.type(text.strip())  # type: ignore[misc,operator]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, argparse.ArgumentTypeError):  # foundation.converters' range checks raise the last
         flag = action.option_strings[0] if action.option_strings else action.dest
         raise UsageError(f"{flag} takes a number (got {text!r} in the web form)") from None
     return value
