@@ -39,7 +39,7 @@ PAGES = (
     DOCS / "simulated-vendors.md",
     DOCS / "rl-frameworks.md",
 )
-RUN_BY_CI = "pip install -e '.[test]' && scripts/test"  # the test command itself: CI runs it
+RUN_BY_CI = "pip install -e '.[test,dev]' && scripts/test"  # the test command itself: CI runs it
 pytestmark = pytest.mark.slow
 
 
