@@ -131,3 +131,11 @@ def test_a_gateway_shaped_token_is_masked_without_being_known():
 def test_secret_options_are_found_by_their_names():
     options = {"token_secret": "a1", "api_key": "b2", "token": "c3", "fail": "exec:exec_error", "password": "d4"}
     assert sorted(secret_values(options)) == ["a1", "b2", "c3", "d4"]
+
+
+def test_a_hint_naming_a_credential_keeps_its_placeholder_and_its_parenthesis():
+    """`(or --provider-option api_key=...)` is advice, not a secret; a real value is masked, the sentence's bracket kept."""
+    hint = "no API key; set E2B_API_KEY (or --provider-option api_key=...), or use --local"
+    assert redact(hint) == hint
+    assert redact("refused (token=s3cr3t-value)") == "refused (token=***)"
+    assert redact("api_key=<your key>") == "api_key=<your key>"
