@@ -30,7 +30,7 @@ from locust.util.load_locustfile import load_locustfile
 
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
-from harness.locust.provider_check import check_provider
+from harness.locust.provider_check import check_provider, preflight
 from harness.locust.run_folder import check_results_writable
 from harness.locust.run_limits import (
     MachineRoom,
@@ -99,13 +99,21 @@ def _validate(args: argparse.Namespace) -> RunSettings:
                 profile.with_overrides(dict(settings.profile_overrides))
         except ProfileError as exc:
             raise UsageError(str(exc)) from None
-    elif settings.provider == "stub":
+    check_provider(settings, endpoint=False)  # the adapter built from the run's options: no traffic yet
+    return settings
+
+
+def _check_vendor(settings: RunSettings) -> None:
+    """The one check that talks to the vendor (a real endpoint's preflight; the stub's probe), made last: every
+    check this machine can make alone comes first, so a run refused for its own numbers sends nothing anywhere."""
+    if settings.embedded_vendor:
+        return
+    if settings.provider == "stub":
         problem = probe(settings.base_url or "", settings.token)
         if problem:
             raise UsageError(problem)
-    # the adapter built from the run's options, and a real endpoint's preflight (the stub's: the probe above)
-    check_provider(settings, endpoint=settings.provider != "stub")
-    return settings
+        return
+    preflight(settings)
 
 
 def _locust_options(args: argparse.Namespace, scenario: Path) -> Any:
@@ -241,12 +249,14 @@ def run(args: argparse.Namespace) -> int:
         check_in_flight(
             peak, what, MachineRoom.measure(), engines=max(1, args.workers), allow=settings.allow_oversubscribe
         )
-    if note:
-        print(f"stampede: {note}", file=sys.stderr, flush=True)
     if settings is not None and settings.trainer is None and isinstance(shape, RehearseShape):
         raise UsageError(
             f"scenario {scenario.name} needs an emulated trainer: run it with `stampede rehearse --config rl.toml`"
         )
+    if settings is not None:
+        _check_vendor(settings)
+    if note:
+        print(f"stampede: {note}", file=sys.stderr, flush=True)
     environment = Environment(
         user_classes=list(user_classes.values()),
         shape_class=shape,
