@@ -17,6 +17,7 @@ and, beside them, `harness.locust.worker_link`: records and live counters betwee
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,11 @@ from harness.locust.web_form import bind_web_ui_to_loopback
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
+    EXIT_ABORTED,
+    EXIT_INTERRUPTED,
     EXIT_RESULTS_NOT_WRITABLE,
     EXIT_THRESHOLDS_CROSSED,
+    exit_code_for,
 )
 
 log = logging.getLogger("stampede")
@@ -94,6 +98,7 @@ class StampedeSession:
         self._finishing: gevent.Greenlet | None = None
         self.stopping = RunStopping(self._stop_now, lambda: self.ended)  # signals, thresholds, the web UI's Stop
         self.exit_code: int | None = None  # the last run's exit status (harness.wire.run_endings), once concluded
+        self.counts_signals = False  # `locust -f`: this session counts Ctrl-C/SIGTERM and sets the exit status
         self._ending: gevent.Greenlet | None = None  # a run being finished off Locust's shape greenlet
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
@@ -158,6 +163,33 @@ class StampedeSession:
         if count >= 2 and self.record is not None:
             # the drain had already finished: the run.json the process exits with still says what was asked
             self.record.amend_ending(self.ending)
+        if self.counts_signals and self.environment.process_exit_code in (None, 0, EXIT_INTERRUPTED):
+            self.environment.process_exit_code = exit_code_for(self.ending)
+
+    def count_signals(self) -> None:
+        """`locust -f`: Locust's own main ends the process on Ctrl-C (a KeyboardInterrupt) and SIGTERM (its shutdown)
+        without a word to stampede, so the run was recorded `completed`, exit 0. Counted here as `stampede run` counts
+        them: the first interrupts (rollouts cancelled, sandboxes terminated, exit 130), a second aborts (every
+        engine hurries, a master's workers' too; exit 131). Ctrl-C then goes on to Locust as Python's own handler
+        would send it. SIGTERM too while Locust's headless main waits on the shape: it installs its own SIGTERM
+        handler only after the shape ends, so until then a SIGTERM killed the process outright (run.json left
+        `running`); elsewhere Locust's handler shuts down and this one only counts."""
+        self.counts_signals = True
+        received: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            self.environment.stop_timeout = 0  # stop now, as `stampede run` does: no stop timeout sat out
+            self.note_signal(len(received))
+            if len(received) == 1 and (signum == signal.SIGINT or waits_on_shape):
+                gevent.get_hub().parent.throw(KeyboardInterrupt)  # Locust's main catches it and shuts down
+
+        options = self.environment.parsed_options
+        waits_on_shape = (
+            bool(getattr(options, "headless", False)) and self.shape is not None and not self.role.is_worker
+        )
+        gevent.signal_handler(signal.SIGINT, on_signal, signal.SIGINT)
+        gevent.signal_handler(signal.SIGTERM, on_signal, signal.SIGTERM)
 
     def note_master_signal(self, count: int) -> None:
         """A worker hears its master's Ctrl-C/SIGTERM: its users stop at once, its engine aborts from the second."""
@@ -402,7 +434,8 @@ class StampedeSession:
         )
         conclusion = conclude(self.record, end, self.settings.thresholds, self.settings.seconds)
         self.exit_code = conclusion.exit_code
-        if conclusion.exit_code in (EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE):
+        cut_short = (EXIT_INTERRUPTED, EXIT_ABORTED) if self.counts_signals else ()
+        if conclusion.exit_code in (EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE, *cut_short):
             self.environment.process_exit_code = conclusion.exit_code
         self.summary_text = conclusion.text
         print(self.summary_text, flush=True)
@@ -414,6 +447,8 @@ class StampedeSession:
 
     def close(self) -> None:
         """At `quitting`: stop the engine and the local vendor."""
+        if self.counts_signals and not self.ended and self.run_id is not None and self._ending is None:
+            self.note_signal(max(1, self.stopping.signals))  # Locust quit mid-run under `locust -f`: its SIGTERM
         self.wait_for_last_run()
         if not self.ended and self.run_id is not None:
             self.end_run()
@@ -479,6 +514,9 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if session_of(environment) is not None:
         return
     settings = getattr(environment, _PARSED, None)
+    # Locust's own main runs this process (`locust -f`): stampede counts the signals. `stampede run` (its workers
+    # too) counts its own and never imports locust.main.
+    counts_signals = not isinstance(settings, RunSettings) and "locust.main" in sys.modules
     if not isinstance(settings, RunSettings):
         try:  # `locust -f`: the one parse of stampede's options (a web-form test, or a worker's run, reads its own)
             settings = RunSettings.from_options(environment.parsed_options)
@@ -490,6 +528,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
             return
     session = StampedeSession(environment, settings)
     setattr(environment, _ATTRIBUTE, session)
+    if counts_signals:
+        session.count_signals()
     logging.getLogger("locust.runners").addFilter(_UnaskedSpawnRateWarning(environment))
     try:
         session.offer_web_form()
