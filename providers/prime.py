@@ -130,6 +130,7 @@ _T = TypeVar("_T")
 _HTTP = re.compile(r"^HTTP (\d{3}): (.*)$", re.S)
 _CONNECT = re.compile(r"^Connect RPC failed \((\w+)\): (.*)$", re.S)
 _GATEWAY_TROUBLE = frozenset({ConnectCode.UNKNOWN.value, ConnectCode.UNAVAILABLE.value, ConnectCode.INTERNAL.value})
+_THROTTLED = re.compile(r"too many requests|rate limit", re.I)
 _UNREADABLE_CONNECT = re.compile(r"invalid content-type|protocol error|invalid message|unexpected EOF", re.I)
 _READY_TIMEOUT_TYPES = frozenset({"PROVISIONING_TIMEOUT", "GATEWAY_REACHABILITY_TIMEOUT"})
 _TRANSPORT_ERRORS = (
@@ -651,6 +652,10 @@ def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
 def _connect_code(code: str, exc: BaseException, phase: Phase | None) -> FailureKind:
     if code in (ConnectCode.UNAUTHENTICATED.value, ConnectCode.PERMISSION_DENIED.value):
         return FailureKind.AUTH
+    if code == ConnectCode.UNAVAILABLE.value and _THROTTLED.search(str(exc)):
+        # The Connect client maps a gateway's HTTP 429 onto `unavailable` with the status's phrase as the message
+        # (connectrpc's from_http_status): the vendor's rate limit, not the command or the sandbox failing.
+        return FailureKind.RATE_LIMITED
     if code == ConnectCode.CANCELED.value:
         return FailureKind.TRANSPORT  # not ours (that is re-raised as CancelledError): a stream the far end reset
     if code == ConnectCode.RESOURCE_EXHAUSTED.value:

@@ -310,3 +310,32 @@ async def test_the_end_of_run_sweep_survives_a_flaky_list_and_bulk_delete(client
     finally:
         await provider.aclose()
         await front.close()
+
+
+@pytest.mark.parametrize("retry_after_s", [0.2, 0.0], ids=["Retry-After", "bare"])
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+async def test_a_429_from_the_gateway_is_rate_limited_not_an_exec_error(client: str, retry_after_s: float) -> None:
+    """The gateway throttling a command (HTTP 429, with or without Retry-After) is the vendor's rate limit: the
+    rollout fails `rate_limited` in exec, not `exec_error` (which blames the command or the sandbox). The throttle
+    starts once the sandbox is ready (Prime's readiness probe runs through the same gateway)."""
+    overrides = {"faults.throttle_prob": 1.0, "faults.retry_after_s": retry_after_s, "faults.operations": "exec"}
+    front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=tuple(overrides.items())))
+    injector = front.app[FAULTS]
+    throttle, injector.faults = injector.faults, None
+    provider: Provider = CLIENTS[client](front)
+    wait_ready = provider.wait_ready
+
+    async def ready_then_throttled(*args: Any, **kwargs: Any) -> None:
+        await wait_ready(*args, **kwargs)
+        injector.faults = throttle
+
+    provider.wait_ready = ready_then_throttled  # type: ignore[method-assign]
+    try:
+        record = await run_rollout(provider, PLAN, context("r0", client), lambda op: None, SandboxRegistry())
+        alive = [sb.id for sb in front.simulator.list(labels=["stampede-run=faults"], active_only=True)]
+    finally:
+        await provider.aclose()
+        await front.close()
+    assert front.app[FAULTS].injected.get("exec:throttle", 0) > 0
+    assert (record.failure_kind, record.failure_phase) == ("rate_limited", "exec"), record.error
+    assert alive == []  # the throttled rollout's sandbox was terminated

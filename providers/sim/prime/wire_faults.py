@@ -112,6 +112,8 @@ async def transport_faults(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(status=status, text=f"{status} {text}", content_type="text/plain")
     if fault is FaultKind.THROTTLE:
         headers = {"Retry-After": f"{faults.retry_after_s:g}"} if faults.retry_after_s > 0 else {}
+        if operation == "exec":  # the gateway's proxy answers in plain text, as load balancers do (not Connect)
+            return web.Response(status=429, text="429 Too Many Requests", content_type="text/plain", headers=headers)
         return web.json_response({"detail": "Too Many Requests"}, status=429, headers=headers)
     if fault is FaultKind.HANG:
         with contextlib.suppress(TimeoutError):  # held until the hold ends or the front shuts down
