@@ -77,6 +77,7 @@ from providers.options import (
     text,
 )
 from providers.preflight import preflight_errors
+from providers.throttle_gate import ThrottleGate
 
 T = TypeVar("T")
 
@@ -190,6 +191,18 @@ MODAL_OPTIONS: dict[str, Option] = {
 """The modal provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
 
+HINT_MAX_S = 30.0  # the most a vendor's retry hint holds creates (the SDK's max_throttle_wait is 0 by default)
+
+
+def retry_hint(exc: BaseException) -> float | None:
+    """Modal's retry hint: the `RPCRetryPolicy` a RESOURCE_EXHAUSTED answer carries in its details (seconds)."""
+    for entry in getattr(exc, "details", None) or ():
+        seconds = getattr(entry, "retry_after_secs", None)
+        if isinstance(seconds, (int, float)) and seconds > 0:
+            return float(seconds)
+    return None
+
+
 class ModalProvider(Provider):
     """Modal Sandboxes through the `modal` SDK's async interface."""
 
@@ -197,6 +210,10 @@ class ModalProvider(Provider):
 
     def __init__(self, options: ModalOptions) -> None:
         self.options = options
+        # With max_throttle_wait 0 the SDK raises a throttled create at once and drops the vendor's retry hint:
+        # the hint holds every create here instead (bounded by HINT_MAX_S), so throttling still surfaces as
+        # `rate_limited` and a storm meets one create per hint, not every rollout's at once.
+        self._create_gate = ThrottleGate(HINT_MAX_S)
         self._client: Any = None
         self._app: Any = None
         self._images: dict[str | None, Any] = {}
@@ -293,12 +310,25 @@ class ModalProvider(Provider):
         if self.options.readiness == "probe":
             kwargs["readiness_probe"] = modal.Probe.with_exec("true")
         throttle_wait = self.options.max_throttle_wait
-        if self.options.sandbox_v2 and throttle_wait is not None:
-            # V2 answers at once, after the throttling waits the SDK was allowed; V1's create waits for
-            # scheduling, and an unlimited throttle wait is the user's choice: the engine's budget bounds those
-            sandbox = await self._bounded("create", modal.Sandbox.create.aio(**kwargs), extra_s=throttle_wait)
-        else:
-            sandbox = await modal.Sandbox.create.aio(**kwargs)
+        async with self._create_gate.passage():
+            try:
+                if self.options.sandbox_v2 and throttle_wait is not None:
+                    # V2 answers at once, after the throttling waits the SDK was allowed; V1's create waits for
+                    # scheduling, and an unlimited throttle wait is the user's choice: the engine's budget bounds those
+                    create = modal.Sandbox.create.aio(**kwargs)
+                    sandbox = await self._bounded("create", create, extra_s=throttle_wait)
+                else:
+                    sandbox = await modal.Sandbox.create.aio(**kwargs)
+            except (mexc.ResourceExhaustedError, grpclib.exceptions.GRPCError) as exc:
+                if classify_modal(exc, Phase.CREATE) is FailureKind.RATE_LIMITED:
+                    self._create_gate.throttled(retry_hint(exc))
+                else:
+                    self._create_gate.answered()
+                raise
+            except BaseException:
+                self._create_gate.answered()
+                raise
+            self._create_gate.answered()
         return SandboxRef(
             sandbox_id=sandbox.object_id,
             provider=self.name,

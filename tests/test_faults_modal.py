@@ -176,6 +176,21 @@ async def test_a_retry_hint_is_honoured_when_the_sdk_may_wait() -> None:
     assert waited[0] < 1.0  # and the others did not wait for it
 
 
+async def test_the_vendors_retry_hint_holds_the_next_create_by_default() -> None:
+    """Without max_throttle_wait (the SDK then drops the hint and raises at once) Modal's RPCRetryPolicy is still
+    honoured: a throttled create fails `rate_limited`, and the next create waits out the hint before it is sent."""
+    settings = faults("throttle_prob=1.0", "retry_after_s=1.5", "operations=create")
+    async with local_modal(*settings, rpc_timeout=RPC_TIMEOUT_S) as (server, provider):
+        first = await run_batch(server, provider, run_id="run-hint-1")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        second = await run_batch(server, provider, run_id="run-hint-2")
+        held_s = loop.time() - started
+    assert first.failures == second.failures == {"rate_limited"}
+    assert held_s >= 1.5  # the hint held the second batch's creates (before: all failed within milliseconds)
+    assert first.left == second.left == 0
+
+
 async def test_a_command_router_dying_mid_command_ends_as_transport() -> None:
     async with local_modal(*faults("gateway_death_prob=0.1"), rpc_timeout=RPC_TIMEOUT_S) as (server, provider):
         batch = await run_batch(server, provider)
