@@ -496,7 +496,7 @@ def _observe_sandbox_api(sdk: AsyncDaytona) -> None:
 
 
 def classify_daytona(exc: BaseException, phase: Phase | None) -> FailureKind:
-    """Every exception daytona 0.226.1 raises, onto the taxonomy (the README's Daytona section)."""
+    """Every exception daytona 0.226.1 raises, onto the taxonomy (docs/vendors.md, Daytona)."""
     if isinstance(exc, ProviderError):
         return exc.kind
     if isinstance(exc, DaytonaError):

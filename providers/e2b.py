@@ -327,7 +327,7 @@ class E2BProvider(Provider):
 
 
 def classify_e2b(exc: BaseException, phase: Phase | None) -> FailureKind:
-    """Every exception e2b 2.56.0 raises, onto the taxonomy (the README's E2B section has the table).
+    """Every exception e2b 2.56.0 raises, onto the taxonomy (docs/vendors.md, E2B).
 
     E2B's create is also its readiness wait, so a create that runs out of time is `ready_timeout`.
     """

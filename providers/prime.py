@@ -575,7 +575,7 @@ def _keep_auth_cache_in_memory(sdk: AsyncSandboxClient) -> None:
 
 
 def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
-    """Every exception prime-sandboxes 0.5.1 raises, onto the taxonomy (the README's table)."""
+    """Every exception prime-sandboxes 0.5.1 raises, onto the taxonomy (docs/vendors.md)."""
     if isinstance(exc, ProviderError):
         return exc.kind
     if isinstance(exc, UnauthorizedError):

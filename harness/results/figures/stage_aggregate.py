@@ -1,6 +1,6 @@
 """Per run and stage: counts, failures by kind and phase, phase-duration quantiles, start rate, concurrency.
 
-Conventions (the README states them too):
+Conventions (docs/reports-and-model.md states them too):
 - Phases (`PHASES`): TTI = create + ready + first command, per rollout, exactly: `first_command` is the rest of
   TTI (tti_s - create_s - ready_s: the first command's round trip plus the microseconds between phases).
   After TTI: `later_commands` (every command after the first: exec_s minus the first command; rollouts that ran
@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from foundation.quantiles import nearest_rank_index
-from harness.results.read.concurrency import concurrency_during, stage_concurrency
-from harness.results.read.dataset import RunInfo
 from harness.results.figures.engine_load import EngineLoad, stage_engine_load
 from harness.results.figures.quantiles import GroupedSample, group_sorted, quantile_summary
 from harness.results.figures.timing_error import TimingError, per_rollout_error_s, stage_timing_error
+from harness.results.read.concurrency import concurrency_during, stage_concurrency
+from harness.results.read.dataset import RunInfo
 from harness.results.read.vendor_time import DURATIONS, to_vendor_seconds
 
 TimeBasis = Literal["vendor", "wall"]
@@ -161,7 +161,8 @@ def compute_run_stats(info: RunInfo, frame: pd.DataFrame, basis: TimeBasis = "ve
     np.minimum.at(span_min, codes, t_submit)
     np.maximum.at(span_max, codes, t_submit)
     # The start rate is over the stage's submit span (its first submit to its last), as the report's footnote and
-    # the README say: a stage's tail (the last stage's: the run's drain) never dilutes it; a burst's is its release.
+    # docs/reports-and-model.md say: a stage's tail (the last stage's: the run's drain) never dilutes it; a burst's
+    # is its release.
     measured = concurrency_during(frame)
     measured_median = pd.Series(measured).groupby(codes).median().reindex(range(n)).to_numpy(dtype=float)
     target = pd.Series(frame["target_users"].to_numpy()).groupby(codes).max().reindex(range(n)).to_numpy()
