@@ -192,9 +192,18 @@ def test_every_documented_command_runs():
             if command == RUN_BY_CI:
                 continue
             command = command.removeprefix("pip install -e . && ")  # CI installed the package already
-            if command.startswith(("stampede stub serve", "stampede modal-local serve")):
+            # a serve command may set its token first (`STAMPEDE_SERVE_TOKEN=… stampede stub serve`: not in ps)
+            words = shlex.split(command)
+            assigned = dict(word.split("=", 1) for word in itertools.takewhile(lambda w: "=" in w, words))
+            served = " ".join(words[len(assigned) :])
+            if served.startswith(("stampede stub serve", "stampede modal-local serve")):
                 server = subprocess.Popen(
-                    shlex.split(command), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+                    words[len(assigned) :],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    cwd=REPO,
+                    env={**os.environ, **assigned},
                 )
                 servers.append(server)
                 assert json.loads(server.stdout.readline())["url"]
