@@ -145,3 +145,64 @@ def test_a_second_signal_aborts_every_workers_engine(tmp_path: Path) -> None:
     assert (manifest["status"], process.returncode) == ("aborted", 131), stderr[-2000:]
     engines = manifest["engines"]
     assert len(engines) == 2 and all(engine.get("aborted") is True for engine in engines), engines
+
+
+def test_a_second_signal_to_a_locust_f_master_aborts_every_workers_engine(tmp_path: Path) -> None:
+    """`locust -f --master` with two `locust -f --worker`s: the master tells its workers of each signal."""
+    ledger, out = tmp_path / "ledger.jsonl", tmp_path / "out"
+    port = free_port()
+    common = ["-f", "scenarios/steady.py", "--provider", SCRIPTED, "--provider-option", "exec_delay_s=60"]
+    common += ["--provider-option", "terminate_delay_s=60", "--provider-option", f"ledger={ledger}"]
+    as_master = ["--master", "--headless", "--expect-workers", "2", "-u", "4", "--master-bind-host", "127.0.0.1"]
+    as_master += ["--master-bind-port", str(port), "--hold", "120", "--out", str(out), "--run-id", "lf-two-sigs"]
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", *common, *as_master, "--progress-interval", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=True,
+    )
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                *common,
+                "--worker",
+                "--master-host",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        wait_for_creates(master, ledger, 4)
+        master.send_signal(signal.SIGINT)
+        time.sleep(2.0)
+        master.send_signal(signal.SIGINT)
+        stderr = finish(master, timeout=150)
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+    manifest = json.loads((out / "lf-two-sigs" / "run.json").read_text())
+    assert (manifest["status"], master.returncode) == ("aborted", 131), stderr[-2000:]
+    engines = manifest["engines"]
+    assert len(engines) == 2 and all(engine.get("aborted") is True for engine in engines), engines
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
