@@ -1,7 +1,7 @@
 """The `prime` provider: Prime Intellect sandboxes through Prime's own SDK (pinned: `prime-sandboxes==0.5.1`).
 
-It stays one module (~530 lines): the SDK adaptation and the classification of that SDK's exceptions
-are one adapter's two halves; HTTP statuses already live in `prime_statuses.py`, options in `options.py`.
+This module adapts the SDK; the classification of that SDK's exceptions is `prime_errors.py`, HTTP statuses
+(shared with the stub) `prime_statuses.py`, options `options.py`.
 
 One `AsyncSandboxClient` per provider. A rollout is `create` (labels `stampede-run=<run>`,
 `stampede-rollout=<rollout>`), `wait_for_creation` (the SDK's batching status coalescer, then its
@@ -53,7 +53,6 @@ import asyncio
 import contextvars
 import functools
 import math
-import re
 import shlex
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -63,21 +62,13 @@ from typing import Any, TypeVar
 import httpx
 import prime_sandboxes
 import pydantic
-import pyqwest
-from connectrpc.code import Code as ConnectCode
-from connectrpc.errors import ConnectError
 from prime_sandboxes import (
     APIError,
     APITimeoutError,
     AsyncSandboxClient,
-    CommandTimeoutError,
     Config,
     CreateSandboxRequest,
     PaymentRequiredError,
-    SandboxImagePullError,
-    SandboxNotRunningError,
-    SandboxOOMError,
-    SandboxTimeoutError,
     UnauthorizedError,
 )
 
@@ -91,11 +82,8 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
-    classify_common,
-    gone_kind,
     owner_labels,
     tagged_by_stampede,
-    vendor_error_kind,
 )
 from providers.cancellation import cancellable
 from providers.options import (
@@ -111,7 +99,8 @@ from providers.options import (
     text,
 )
 from providers.preflight import preflight_errors
-from providers.prime_statuses import error_from_response, retry_after_of, status_kind
+from providers.prime_errors import TRANSPORT_ERRORS, classify_prime
+from providers.prime_statuses import error_from_response, retry_after_of
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 
 PINNED_SDK = "0.5.1"
@@ -124,23 +113,6 @@ _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter 
 _RETRY_FIRST_S = 0.1  # the first pause before a terminate is asked again; doubled each time
 _RETRY_MAX_S = 2.0
 _T = TypeVar("_T")
-
-# The SDK's error texts (0.5.1): `APIError("HTTP <status>: <detail>")` from the control plane,
-# `APIError("Connect RPC failed (<code>): <message>")` from the gateway.
-_HTTP = re.compile(r"^HTTP (\d{3}): (.*)$", re.S)
-_CONNECT = re.compile(r"^Connect RPC failed \((\w+)\): (.*)$", re.S)
-_GATEWAY_TROUBLE = frozenset({ConnectCode.UNKNOWN.value, ConnectCode.UNAVAILABLE.value, ConnectCode.INTERNAL.value})
-_THROTTLED = re.compile(r"too many requests|rate limit", re.I)
-_UNREADABLE_CONNECT = re.compile(r"invalid content-type|protocol error|invalid message|unexpected EOF", re.I)
-_READY_TIMEOUT_TYPES = frozenset({"PROVISIONING_TIMEOUT", "GATEWAY_REACHABILITY_TIMEOUT"})
-_TRANSPORT_ERRORS = (
-    httpx.TransportError,
-    pyqwest.ReadError,
-    pyqwest.WriteError,
-    pyqwest.RemoteProtocolError,
-    OSError,
-    EOFError,
-)
 
 
 def label_strings(tags: Mapping[str, str]) -> list[str]:
@@ -495,7 +467,7 @@ class PrimeProvider(Provider):
                     raise
                 await asyncio.sleep(min(exc.retry_after or THROTTLE_DEFAULT_S, self.options.max_backoff_s))
                 continue
-            except (ValueError, *_TRANSPORT_ERRORS, httpx.TimeoutException):
+            except (ValueError, *TRANSPORT_ERRORS, httpx.TimeoutException):
                 if attempt == self.options.terminate_attempts:
                     raise
             await asyncio.sleep(delay)
@@ -569,115 +541,3 @@ def _keep_auth_cache_in_memory(sdk: AsyncSandboxClient) -> None:
 
     cache._loaded = True
     cache._save_cache = no_save  # type: ignore[method-assign]
-
-
-# --- classification ----------------------------------------------------------------------------------
-
-
-def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
-    """Every exception prime-sandboxes 0.5.1 raises, onto the taxonomy (docs/vendors.md)."""
-    if isinstance(exc, ProviderError):
-        return exc.kind
-    if isinstance(exc, UnauthorizedError):
-        return FailureKind.AUTH
-    if isinstance(exc, PaymentRequiredError):
-        return FailureKind.QUOTA_EXHAUSTED
-    if isinstance(exc, SandboxOOMError):
-        return FailureKind.OOM
-    if isinstance(exc, SandboxImagePullError):
-        return FailureKind.IMAGE
-    if isinstance(exc, CommandTimeoutError):
-        return FailureKind.READY_TIMEOUT if phase is Phase.READY else FailureKind.EXEC_TIMEOUT
-    if isinstance(exc, SandboxTimeoutError):  # the sandbox's lifetime ran out
-        return gone_kind(phase)
-    if isinstance(exc, SandboxNotRunningError):
-        return _not_running(exc, phase)
-    if isinstance(exc, APITimeoutError):
-        return classify_common(TimeoutError(), phase)
-    if isinstance(exc, APIError):
-        return _api_error(exc, phase)
-    if isinstance(exc, ConnectError):
-        return _connect_code(exc.code.value, exc, phase)
-    if isinstance(exc, pyqwest.ConnectTimeout):
-        return FailureKind.TRANSPORT
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):  # TimeoutError is an OSError: first
-        return classify_common(TimeoutError(), phase)
-    if isinstance(exc, _TRANSPORT_ERRORS):
-        return FailureKind.TRANSPORT
-    if type(exc).__name__ == "_BatcherClosedError":
-        return FailureKind.HARNESS  # the client was closed under a rollout still running: ours
-    if isinstance(exc, pydantic.ValidationError):
-        return vendor_error_kind(phase)  # the API answered something the SDK's models cannot read
-    if isinstance(exc, ValueError):  # not JSON at all (garbage, cut short, an HTML page): the answer was lost
-        return FailureKind.TRANSPORT if phase in (Phase.READY, Phase.TERMINATE) else vendor_error_kind(phase)
-    return classify_common(exc, phase)
-
-
-def _not_running(exc: SandboxNotRunningError, phase: Phase | None) -> FailureKind:
-    error_type = exc.error_type or ""
-    message = str(exc)
-    if error_type in _READY_TIMEOUT_TYPES or "did not reach RUNNING" in message or "image build" in message:
-        return FailureKind.READY_TIMEOUT
-    if error_type == "OOM_KILLED":
-        return FailureKind.OOM
-    if error_type == "IMAGE_PULL_FAILED":
-        return FailureKind.IMAGE
-    return gone_kind(phase)
-
-
-def _api_error(exc: APIError, phase: Phase | None) -> FailureKind:
-    message = str(exc)
-    if any(isinstance(cause, _TRANSPORT_ERRORS) for cause in _causes(exc)) or message.startswith("Request failed"):
-        return FailureKind.TRANSPORT  # httpx / pyqwest never got an answer
-    if match := _HTTP.match(message):
-        return status_kind(int(match.group(1)), phase, match.group(2))
-    if match := _CONNECT.match(message):
-        cause = exc.__cause__
-        if (
-            isinstance(cause, ConnectError)
-            and cause.__cause__ is not None
-            and not isinstance(cause.__cause__, ConnectError)
-        ):
-            return FailureKind.TRANSPORT  # minted client-side from a transport failure, not sent by the gateway
-        if _UNREADABLE_CONNECT.search(match.group(2)):  # minted client-side: the gateway's answer was not Connect
-            return FailureKind.EXEC_ERROR if phase is Phase.EXEC else FailureKind.TRANSPORT
-        return _connect_code(match.group(1), exc, phase)
-    if "status lookup failed" in message:  # a batch-status error item: NOT_FOUND, FORBIDDEN, MANAGED
-        return FailureKind.AUTH if "FORBIDDEN" in message else gone_kind(phase)
-    if "is being deleted" in message:
-        return FailureKind.HARNESS  # our own terminate raced our own call on the same sandbox
-    return vendor_error_kind(phase)
-
-
-def _connect_code(code: str, exc: BaseException, phase: Phase | None) -> FailureKind:
-    if code in (ConnectCode.UNAUTHENTICATED.value, ConnectCode.PERMISSION_DENIED.value):
-        return FailureKind.AUTH
-    if code == ConnectCode.UNAVAILABLE.value and _THROTTLED.search(str(exc)):
-        # The Connect client maps a gateway's HTTP 429 onto `unavailable` with the status's phrase as the message
-        # (connectrpc's from_http_status): the vendor's rate limit, not the command or the sandbox failing.
-        return FailureKind.RATE_LIMITED
-    if code == ConnectCode.CANCELED.value:
-        return FailureKind.TRANSPORT  # not ours (that is re-raised as CancelledError): a stream the far end reset
-    if code == ConnectCode.RESOURCE_EXHAUSTED.value:
-        return FailureKind.RATE_LIMITED
-    if code == ConnectCode.DEADLINE_EXCEEDED.value:
-        return classify_common(TimeoutError(), phase)
-    if code == ConnectCode.NOT_FOUND.value:
-        return gone_kind(phase)
-    if code in (ConnectCode.INVALID_ARGUMENT.value, ConnectCode.UNIMPLEMENTED.value, ConnectCode.OUT_OF_RANGE.value):
-        return FailureKind.INVALID_REQUEST
-    if phase is Phase.TERMINATE:
-        return FailureKind.TRANSPORT
-    if phase is Phase.READY and code in _GATEWAY_TROUBLE:
-        return FailureKind.TRANSPORT  # the readiness probe's gateway failed (a 5xx, a proxy): not the sandbox dying
-    return FailureKind.EXEC_ERROR if phase is Phase.EXEC else vendor_error_kind(phase)
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """The explicit `raise ... from` chain (what the SDK wraps), not incidental contexts."""
-    chain: list[BaseException] = []
-    current = exc.__cause__
-    while current is not None and current not in chain and len(chain) < 8:
-        chain.append(current)
-        current = current.__cause__
-    return chain

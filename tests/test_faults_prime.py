@@ -272,7 +272,7 @@ def test_a_gateway_5xx_or_garbage_while_waiting_is_transport_not_a_dead_sandbox(
     from prime_sandboxes import APIError
 
     from providers.base import Phase
-    from providers.prime import classify_prime
+    from providers.prime_errors import classify_prime
 
     for text in (
         "Connect RPC failed (unknown): Internal Server Error",

@@ -45,6 +45,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.stub", "adapters"),
     ("providers.stub_status_poller", "adapters"),
     ("providers.prime", "adapters"),
+    ("providers.prime_errors", "adapters"),
     ("providers.modal", "adapters"),
     ("providers.docker", "adapters"),
     ("providers.docker_errors", "adapters"),

@@ -38,7 +38,8 @@ from prime_sandboxes.core import client as sdk_core
 from harness.results.read.dataset import load_truth
 from providers import create_provider
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxRef, SandboxSpec
-from providers.prime import PrimeProvider, classify_prime
+from providers.prime import PrimeProvider
+from providers.prime_errors import classify_prime
 from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 from tests.support.prime_status_cases import PRIME_STATUS_CASES
 from tests.support.submits import wait_for_first_submit
