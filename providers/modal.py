@@ -195,11 +195,15 @@ HINT_MAX_S = 30.0  # the most a vendor's retry hint holds creates (the SDK's max
 
 
 def retry_hint(exc: BaseException) -> float | None:
-    """Modal's retry hint: the `RPCRetryPolicy` a RESOURCE_EXHAUSTED answer carries in its details (seconds)."""
-    for entry in getattr(exc, "details", None) or ():
-        seconds = getattr(entry, "retry_after_secs", None)
-        if isinstance(seconds, (int, float)) and seconds > 0:
-            return float(seconds)
+    """Modal's retry hint: the `RPCRetryPolicy` a RESOURCE_EXHAUSTED answer carries in its details (seconds). Read
+    from the gRPC error itself (the SDK's exception is raised from it; its own `details` is deprecated)."""
+    for error in (exc, exc.__cause__, exc.__context__):
+        if error is None or isinstance(error, mexc.Error):
+            continue
+        for entry in getattr(error, "details", None) or ():
+            seconds = getattr(entry, "retry_after_secs", None)
+            if isinstance(seconds, (int, float)) and seconds > 0:
+                return float(seconds)
     return None
 
 
