@@ -12,7 +12,9 @@ Two SDK settings are process-global (read by the SDK from the environment on eve
 sets them for its process (the engine runs one provider per process) and restores them on `aclose`:
 `MODAL_SANDBOX_V2` (option `sandbox_v2`; V2 is the 1.6 SDK's own backend) and `MODAL_MAX_THROTTLE_WAIT`
 (option `max_throttle_wait`), so that throttling surfaces as `rate_limited` instead of being
-absorbed into TTI by the SDK's server-directed retries.
+absorbed into TTI by the SDK's server-directed retries. The vendor's retry hint (`RPCRetryPolicy`) is honoured
+all the same: it holds every create for its length (at most `HINT_MAX_S`, a `ThrottleGate` shared with the other
+adapters' Retry-After), so a throttling storm meets one create per hint.
 
 Timing notes (why TTI, not create latency, is the comparable metric): on V1, `Sandbox.create` blocks until
 the sandbox is scheduled (polling `SandboxGetTaskId` every 0.5 s); on V2 it returns at once with a task
