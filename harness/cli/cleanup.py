@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.locust.settings import parse_key_values
+    from harness.locust.setting_values import parse_key_values
     from harness.wire.redact import redact, secret_values
     from providers import create_provider
     from providers.base import ProviderConfigError, ProviderError

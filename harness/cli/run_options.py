@@ -24,7 +24,8 @@ def workers_count(text: object) -> int | str:
 
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
-    from harness.locust.settings import DEFAULT_SPAWN_RATE, MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
+    from harness.locust.setting_values import MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
+    from harness.locust.settings import DEFAULT_SPAWN_RATE
     from harness.locust.settings import add_arguments as add_stampede_arguments
 
     run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")

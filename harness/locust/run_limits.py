@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 from foundation.open_files import FD_RESERVE, FDS_PER_ROLLOUT, reachable_open_files
 from harness.errors import UsageError
-from harness.locust.settings import MAX_IN_FLIGHT, RunSettings
+from harness.locust.setting_values import MAX_IN_FLIGHT
+from harness.locust.settings import RunSettings
 
 OVERRIDE_FLAG = "--allow-oversubscribe"
 BYTES_PER_ROLLOUT = (16 + 80 + 24) * 1024  # Locust user + engine + local vendor (measured 14, 26, 20 KB)

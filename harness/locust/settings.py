@@ -7,10 +7,7 @@ the harness uses, and is where bad values become one clear error line.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,6 +21,25 @@ from foundation.converters import (
 )
 from harness.errors import UsageError
 from harness.locust.run_folder import check_run_id
+from harness.locust.setting_values import (
+    MAX_CPU,
+    MAX_IN_FLIGHT,
+    MAX_MEMORY_MB,
+    MAX_RETRIES,
+    MAX_SECONDS,
+    as_list,
+    check_positive,
+    check_users_and_rate,
+    in_flight,
+    parse_argv,
+    parse_key_values,
+    parse_rates,
+    parse_stages,
+    parse_trainer,
+    parse_turns,
+    seconds,
+    seconds_or_zero,
+)
 from harness.results.figures.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 from harness.results.figures.thresholds import Threshold, parse_all
 from harness.results.render.cli_options import seconds_option, threshold_option
@@ -44,22 +60,6 @@ DEFAULT_STAGES = (60, 120, 240, 480, 960)
 DEFAULT_OUT = "results"
 DEFAULT_SPAWN_RATE = 100.0  # users a stage adds per second unless -r says (a burst: all of them at once)
 SECRET_OPTIONS = ("token",)
-
-# Ceilings no machine reaches, so a typo fails at parse time instead of exhausting memory, files or time.
-# harness.locust.run_limits holds a run's peak in flight against this machine's own (lower) budgets later,
-# and MAX_IN_FLIGHT is the one ceiling --allow-oversubscribe does not lift.
-MAX_IN_FLIGHT = 1_000_000  # users, stage levels, --max-inflight, --batch x --group
-MAX_SECONDS = 30 * 24 * 3600.0  # any duration: holds, timeouts, backoff, lifetime
-MAX_RATE = 100_000.0  # starts per second (-r, --rates)
-MAX_TURNS = 100_000
-MAX_RETRIES = 1000
-MAX_CPU = 1024.0
-MAX_MEMORY_MB = 1 << 24  # 16 TiB
-in_flight = bounded_int(1, MAX_IN_FLIGHT)
-seconds = bounded_float(0.0, MAX_SECONDS, low_open=True)
-seconds_or_zero = bounded_float(0.0, MAX_SECONDS)
-rate = bounded_float(0.0, MAX_RATE, low_open=True)
-
 
 DEFAULT_PROFILES = {"modal": "modal-like", "e2b": "e2b-like", "daytona": "daytona-like"}
 
@@ -392,120 +392,6 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
     )
 
 
-def _positive(name: str, value: float | None) -> None:
-    if value is None or not math.isfinite(value) or value <= 0:
-        raise UsageError(f"--{name} must be a positive number (got {value!r})")
-
-
-def _check_users_and_rate(users: Any, spawn_rate: Any) -> None:
-    """-u and -r as Locust parsed them under `locust -f` (a plain int and float: `-r nan` gets through)."""
-    if users is not None and not (isinstance(users, int) and 0 <= users <= MAX_IN_FLIGHT):
-        raise UsageError(f"--users must be a whole number from 1 to {MAX_IN_FLIGHT} (got {users!r})")
-    if spawn_rate is not None:
-        value = float(spawn_rate)
-        if not (math.isfinite(value) and 0 <= value <= MAX_RATE):
-            raise UsageError(f"--spawn-rate must be a positive number, at most {MAX_RATE:g} (got {spawn_rate!r})")
-
-
-MAX_STAGES = 64  # LOW..HIGH doubles at most this often
-MAX_LISTED_STAGES = 1000  # a longer list is a typo, and each stage holds for --hold seconds
-
-
-def parse_stages(text: str) -> tuple[int, ...]:
-    """`60,120,240` as given, or `60..3840`: doubling from the first to the last (the last always included)."""
-    text = str(text).replace(" ", "")
-    try:
-        if ".." in text:
-            low, high = (int(part) for part in text.split("..", 1))
-            if low <= 0 or high < low:
-                raise ValueError
-            if high > MAX_IN_FLIGHT:
-                raise UsageError(f"--stages levels must be at most {MAX_IN_FLIGHT} (got {text!r})")
-            stages: list[int] = []
-            level = low
-            while level < high and len(stages) < MAX_STAGES:
-                stages.append(level)
-                level *= 2
-            return (*stages, high)
-        parsed = tuple(int(part) for part in text.split(",") if part)
-    except ValueError:
-        raise UsageError(f"--stages must be whole numbers, A,B,C or LOW..HIGH (got {text!r})") from None
-    if not parsed or any(stage <= 0 for stage in parsed):
-        raise UsageError(f"--stages must list positive concurrency levels (got {text!r})")
-    if max(parsed) > MAX_IN_FLIGHT:
-        raise UsageError(f"--stages levels must be at most {MAX_IN_FLIGHT} (got {text!r})")
-    if len(parsed) > MAX_LISTED_STAGES:
-        raise UsageError(f"--stages lists {len(parsed)} stages, more than {MAX_LISTED_STAGES} (LOW..HIGH doubles)")
-    return parsed
-
-
-def parse_rates(text: str) -> tuple[float, ...]:
-    try:
-        rates = tuple(float(part) for part in str(text).replace(" ", "").split(",") if part)
-    except ValueError:
-        raise UsageError(f"--rates must be comma-separated numbers (got {text!r})") from None
-    if not rates or any(not (math.isfinite(rate) and 0 < rate <= MAX_RATE) for rate in rates):
-        raise UsageError(f"--rates must be positive starts per second, at most {MAX_RATE:g} (got {text!r})")
-    return rates
-
-
-def parse_turns(text: str) -> tuple[int, int | None]:
-    text = str(text).replace(" ", "")
-    try:
-        if ".." in text:
-            low, high = (int(part) for part in text.split("..", 1))
-        else:
-            low, high = int(text), None
-    except ValueError:
-        raise UsageError(f"--turns takes N or MIN..MAX (got {text!r})") from None
-    if low < 0 or (high is not None and high < low):
-        raise UsageError(f"--turns takes N >= 0 or MIN..MAX with MIN <= MAX (got {text!r})")
-    if max(low, high or 0) > MAX_TURNS:
-        raise UsageError(f"--turns must be at most {MAX_TURNS} (got {text!r})")
-    return low, high
-
-
-def parse_trainer(text: Any) -> dict[str, Any] | None:
-    if not text:
-        return None
-    if isinstance(text, dict):
-        return text
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise UsageError("--trainer takes a JSON object") from None
-    if not isinstance(value, dict):
-        raise UsageError("--trainer takes a JSON object")
-    return value
-
-
-def parse_argv(text: str | None, flag: str) -> tuple[str, ...] | None:
-    if not text:
-        return None
-    try:
-        words = tuple(shlex.split(text))
-    except ValueError as exc:
-        raise UsageError(f"--{flag}: {exc}") from None
-    return words or None
-
-
-def parse_key_values(items: list[str] | None, flag: str) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = str(item).partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--{flag} takes KEY=VALUE (got {item!r})")
-        result[key.strip()] = value.strip()
-    return result
-
-
-def _as_list(value: Any) -> list[str]:
-    """An appended option (a list), or one string from an environment variable."""
-    if not value:
-        return []
-    return [str(item) for item in value] if isinstance(value, (list, tuple)) else [str(value)]
-
-
 @dataclass(frozen=True, slots=True)
 class RunSettings:
     """Everything a run needs to know, typed and validated."""
@@ -555,10 +441,10 @@ class RunSettings:
             return getattr(options, name, default)
 
         for name in ("create_timeout", "ready_timeout", "exec_timeout", "cpu", "lifetime", "stagger_ms"):
-            _positive(name.replace("_", "-"), get(name, 1.0))
+            check_positive(name.replace("_", "-"), get(name, 1.0))
         for name in ("hold", "rollout_timeout", "knee_max_p99"):
             if get(name) is not None:
-                _positive(name.replace("_", "-"), get(name))
+                check_positive(name.replace("_", "-"), get(name))
         for name in ("batch", "group", "max_inflight"):
             if get(name) is not None and int(get(name)) <= 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be a positive whole number")
@@ -569,10 +455,10 @@ class RunSettings:
         if get("memory_mb") is None or int(get("memory_mb")) <= 0:
             raise UsageError("--memory-mb must be a positive whole number")
         if get("time_scale") is not None:
-            _positive("time-scale", get("time_scale"))
+            check_positive("time-scale", get("time_scale"))
         if int(get("burst_steps", 1)) <= 0:
             raise UsageError("--burst-steps must be a positive whole number")
-        _check_users_and_rate(get("num_users"), get("spawn_rate"))
+        check_users_and_rate(get("num_users"), get("spawn_rate"))
         turns, turns_max = parse_turns(get("turns", "0") or "0")
         plan = RolloutPlan(
             commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
@@ -594,7 +480,7 @@ class RunSettings:
             memory_mb=int(get("memory_mb")),
             lifetime_s=float(get("lifetime")),
         )
-        thresholds = parse_all(_as_list(get("threshold")))
+        thresholds = parse_all(as_list(get("threshold")))
         if get("batch") and get("group") and int(get("batch")) * int(get("group")) > MAX_IN_FLIGHT:
             raise UsageError(f"--batch x --group must be at most {MAX_IN_FLIGHT} rollouts a step")
         if get("abort_on_threshold", False) and not thresholds:
