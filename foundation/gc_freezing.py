@@ -1,6 +1,6 @@
 """The garbage collector, tuned so its pauses do not land in the latencies a run measures.
 
-Used by the engine and by every simulated vendor (`providers.sim.core.serve_cli`): a pause of either loop
+Used by the engine and by every simulated vendor (`providers.sim.core.serving.serve_cli`): a pause of either loop
 delays every rollout in flight, and a cyclic collection walks every tracked object it covers. Rollout garbage
 is almost all freed by reference counting (a young collection in the engine finds 6-12 cyclic objects among
 20,000 allocations; in the Prime-like vendor it is each closed connection's transport, five objects, and no

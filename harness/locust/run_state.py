@@ -16,7 +16,7 @@ from typing import Any
 import gevent.event
 
 from harness.errors import UsageError
-from harness.locust.live_view import LiveView
+from harness.locust.live.live_view import LiveView
 from harness.locust.settings import RunSettings
 
 MSG_STAGE = "stampede_stage"

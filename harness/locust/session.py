@@ -30,8 +30,8 @@ from locust.runners import WorkerRunner
 
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
-from harness.locust.live_vendor_seconds import LiveVendorSeconds
-from harness.locust.progress import ProgressPrinter
+from harness.locust.live.live_vendor_seconds import LiveVendorSeconds
+from harness.locust.live.progress import ProgressPrinter
 from harness.locust.provider_check import check_provider
 from harness.locust.run_folder import new_run_id
 from harness.locust.run_state import RunState, Stage

@@ -3,7 +3,7 @@
 - `completed` (exit 0): the shape (or `--run-time`) ran to its end; exit 99 (EXIT_THRESHOLDS_CROSSED) when a
   `--threshold` was crossed (run.json `thresholds` and summary.json say which).
 - `stopped_by_threshold` (exit 99): `--abort-on-threshold` saw a threshold crossed beyond doubt while the run went
-  (harness.locust.threshold_watch); drained as the first Ctrl-C drains: rollouts cancelled, sandboxes terminated.
+  (harness.locust.live.threshold_watch); drained as the first Ctrl-C drains: rollouts cancelled, sandboxes terminated.
 - usage error (exit 2): bad input, a vendor that cannot start; one line on stderr, no run.
 - `interrupted` (exit 130): the first Ctrl-C or SIGTERM (or, under Locust's web UI, its Stop button); rollouts
   cancelled, every sandbox terminated, the label swept.

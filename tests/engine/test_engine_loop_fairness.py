@@ -101,7 +101,7 @@ def test_survivors_are_frozen_each_interval_and_a_new_run_collects_cycles_among_
 def test_a_simulated_vendor_freezes_what_it_built_and_then_its_survivors() -> None:
     """The vendor's full collections walked every sandbox it held (287 ms at 8,000): it freezes them as the engine
     does, at its start and then every second."""
-    from providers.sim.core.serve_cli import serve_until_stopped
+    from providers.sim.core.serving.serve_cli import serve_until_stopped
 
     class Server:
         closed = False

@@ -18,8 +18,8 @@ import pytest
 from foundation.quantiles import hdr_quantile, nearest_rank
 from harness.engine.health import LoopHealth
 from harness.engine.run import EngineRun
-from harness.locust.live_view import LiveView
-from harness.locust.progress import format_progress
+from harness.locust.live.live_view import LiveView
+from harness.locust.live.progress import format_progress
 from harness.results.figures.run_figures import load_aggregate
 from harness.wire.messages import EngineConfig, EngineStats
 from harness.wire.records import RolloutRecord

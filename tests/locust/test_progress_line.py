@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from harness.locust.live_view import LiveView
-from harness.locust.progress import format_progress
+from harness.locust.live.live_view import LiveView
+from harness.locust.live.progress import format_progress
 from harness.wire.messages import EngineStats
 from harness.wire.stage_counters import StageStats
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from harness.locust import progress
-from harness.locust.live_view import LiveView
+from harness.locust.live import progress
+from harness.locust.live.live_view import LiveView
 from harness.wire.messages import EngineStats
 from harness.wire.stage_counters import StageStats
 

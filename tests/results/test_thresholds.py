@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.locust.live_view import LiveView
-from harness.locust.threshold_watch import crossed_for_good, unwatched_note
+from harness.locust.live.live_view import LiveView
+from harness.locust.live.threshold_watch import crossed_for_good, unwatched_note
 from harness.results.export.summary_json import validate_summary
 from harness.results.figures.stage_aggregate import PHASES
 from harness.results.figures.thresholds import RunFigures, evaluate, failure_kinds, parse, parse_all

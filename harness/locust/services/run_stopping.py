@@ -1,7 +1,7 @@
 """Why a run stops before its shape's end, and so how it ended (`harness.wire.run_endings` holds the table).
 
 Three things stop a run early: the user's Ctrl-C / SIGTERM (one interrupts, two abort), a threshold crossed for
-good (`--abort-on-threshold`, watched live by `harness.locust.threshold_watch`), and the web UI's Stop button. A
+good (`--abort-on-threshold`, watched live by `harness.locust.live.threshold_watch`), and the web UI's Stop button. A
 signal wins: the user stopped it, whatever else happened. Except over results that cannot be written (a full disk):
 an engine reporting so stops the run at once, and that is how it ended.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from harness.locust.live_view import LiveView
-from harness.locust.periodic import Periodic
-from harness.locust.threshold_watch import ThresholdWatch
+from harness.locust.live.live_view import LiveView
+from harness.locust.live.periodic import Periodic
+from harness.locust.live.threshold_watch import ThresholdWatch
 from harness.results.figures.thresholds import Threshold, Verdict
 from harness.wire.run_endings import INTERRUPTED, RESULTS_NOT_WRITABLE, STOPPED_BY_THRESHOLD, ending_for_signals
 

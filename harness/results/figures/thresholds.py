@@ -20,7 +20,7 @@ is crossed once it is not. A threshold that cannot be checked (no such stage in 
 phase) is `no_data` and counts as crossed: a misspelt stage must not pass a CI gate.
 
 Upper bounds on counts (`failures<N`, `failures.KIND<=N`) can never un-cross while a run goes (counts only
-grow): they are the ones `--abort-on-threshold` acts on live (`harness.locust.threshold_watch`).
+grow): they are the ones `--abort-on-threshold` acts on live (`harness.locust.live.threshold_watch`).
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from providers.sim.core.openapi_parts import STRING_MAP as _STRINGS
-from providers.sim.core.openapi_parts import document, self_path
-from providers.sim.core.openapi_parts import json_content as _json
-from providers.sim.core.openapi_parts import schema_ref as _ref
+from providers.sim.core.serving.openapi_parts import STRING_MAP as _STRINGS
+from providers.sim.core.serving.openapi_parts import document, self_path
+from providers.sim.core.serving.openapi_parts import json_content as _json
+from providers.sim.core.serving.openapi_parts import schema_ref as _ref
 from providers.sim.daytona.shapes import MAX_INT
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.listening import stampede_stats, stampede_truth
+from providers.sim.core.serving.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import NotFound, Rejected, RejectReason, SandboxStatus
 from providers.sim.daytona.front import Front, error, front_of
 from providers.sim.daytona.openapi import openapi_document

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from providers.sim.core.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand
 from providers.sim.daytona.server import DEFAULT_PROFILE, DaytonaSettings, RunningDaytona, start_daytona
 from providers.sim.daytona.shapes import REGION
 

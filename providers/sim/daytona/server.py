@@ -16,9 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
-from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen, vendor_middleware
+from providers.sim.core.serving.bearer import bearer_matches
+from providers.sim.core.serving.listening import SIMULATOR, RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.daytona import rest, toolbox

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from providers.sim.core.listening import SIMULATOR
+from providers.sim.core.serving.listening import SIMULATOR
 from providers.sim.core.simulator import VendorSimulator
 
 SIM = SIMULATOR

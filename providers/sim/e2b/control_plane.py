@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.listening import stampede_stats, stampede_truth
+from providers.sim.core.serving.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import (
     CreateRequest,
     ErrorType,

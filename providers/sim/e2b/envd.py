@@ -35,9 +35,9 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.bearer import tokens_equal
 from providers.sim.core.commands import RunningCommands
-from providers.sim.core.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
+from providers.sim.core.serving.bearer import tokens_equal
+from providers.sim.core.serving.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,

@@ -11,11 +11,11 @@ import copy
 import math
 from typing import Any
 
-from providers.sim.core.openapi_parts import STRING_MAP as _STRINGS
-from providers.sim.core.openapi_parts import document, self_path
-from providers.sim.core.openapi_parts import json_content as _json
-from providers.sim.core.openapi_parts import schema_ref as _ref
 from providers.sim.core.profile import Limits
+from providers.sim.core.serving.openapi_parts import STRING_MAP as _STRINGS
+from providers.sim.core.serving.openapi_parts import document, self_path
+from providers.sim.core.serving.openapi_parts import json_content as _json
+from providers.sim.core.serving.openapi_parts import schema_ref as _ref
 from providers.sim.e2b.shapes import MAX_TIMEOUT_S
 
 _ERROR = _json(_ref("Error"), "error")

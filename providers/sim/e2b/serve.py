@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from providers.sim.core.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand
 from providers.sim.e2b.server import DEFAULT_PROFILE, E2BSettings, RunningE2B, start_e2b
 
 PROG = "python -m providers.sim.e2b.serve"

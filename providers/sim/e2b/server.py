@@ -18,9 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.bearer import tokens_equal
 from providers.sim.core.clock import LoopClock
-from providers.sim.core.listening import RunningApp, http_url, listen, vendor_middleware
+from providers.sim.core.serving.bearer import tokens_equal
+from providers.sim.core.serving.listening import RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.e2b import control_plane, envd

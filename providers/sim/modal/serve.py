@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from foundation.converters import port
-from providers.sim.core.serve_cli import ServeCommand, UsageError
+from providers.sim.core.serving.serve_cli import ServeCommand, UsageError
 from providers.sim.modal.server import DEFAULT_PROFILE, ModalSettings, RunningModal, start_modal
 from providers.sim.modal.tokens import DEFAULT_TOKEN_ID
 

@@ -19,11 +19,11 @@ from typing import Any
 import grpclib.server
 from aiohttp import web
 
-from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.faults import FaultInjector
-from providers.sim.core.listening import http_url, listen
 from providers.sim.core.profile import Profile
+from providers.sim.core.serving.bearer import bearer_matches
+from providers.sim.core.serving.listening import http_url, listen
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.modal.control_plane import ModalControlPlane

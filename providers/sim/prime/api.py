@@ -40,10 +40,17 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.bearer import bearer_matches
 from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.faults import FaultInjector
-from providers.sim.core.listening import SIMULATOR, RunningApp, http_url, listen, stampede_truth, vendor_middleware
+from providers.sim.core.serving.bearer import bearer_matches
+from providers.sim.core.serving.listening import (
+    SIMULATOR,
+    RunningApp,
+    http_url,
+    listen,
+    stampede_truth,
+    vendor_middleware,
+)
 from providers.sim.core.simulator import (
     NotFound,
     Rejected,

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.connect import ConnectService
+from providers.sim.core.serving.connect import ConnectService
 from providers.sim.prime.command_session import SERVICE, connect_handler
 from providers.sim.prime.gateway import GatewayTokens
 

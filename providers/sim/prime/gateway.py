@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.bearer import bearer_matches
+from providers.sim.core.serving.bearer import bearer_matches
 from providers.sim.core.simulator import (
     ExecError,
     ExecTimedOut,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from providers.sim.core.openapi_parts import json_content as _json
-from providers.sim.core.openapi_parts import schema_ref as _ref
+from providers.sim.core.serving.openapi_parts import json_content as _json
+from providers.sim.core.serving.openapi_parts import schema_ref as _ref
 from providers.sim.prime.gateway import MAX_EXEC_TIMEOUT_S
 from providers.sim.prime.openapi_connect import connect_paths
 from providers.sim.prime.shapes import LIMITS

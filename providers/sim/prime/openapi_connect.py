@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from providers.sim.core.openapi_parts import json_content as _json
-from providers.sim.core.openapi_parts import schema_ref as _ref
+from providers.sim.core.serving.openapi_parts import json_content as _json
+from providers.sim.core.serving.openapi_parts import schema_ref as _ref
 
 _CONNECT_BASE = "/gateway/{user_ns}/{job_id}/command_session.CommandSession"
 _GATEWAY_PARAMS = [

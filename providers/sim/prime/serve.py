@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from providers.sim.core.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand
 from providers.sim.prime.api import StubSettings, start_stub
 
 PROG = "python -m providers.sim.prime.serve"

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.locust.live_view import LiveTotals, LiveView
-from harness.locust.periodic import Periodic
+from harness.locust.live.live_view import LiveTotals, LiveView
+from harness.locust.live.periodic import Periodic
 from harness.locust.run_state import RunState
 from harness.results.figures.engine_load import stall_text
 from harness.wire.messages import RECENT_WINDOW_S
@@ -117,7 +117,7 @@ def format_progress(
     vendor_tti: tuple[float, ...] | None = None,
 ) -> str:
     """One line; TTI in vendor seconds, unit stated: `vendor_tti` (p50, p99) when the rows were converted by the
-    summary's rule (harness.locust.live_vendor_seconds), else wall / time scale, said to be an estimate.
+    summary's rule (harness.locust.live.live_vendor_seconds), else wall / time scale, said to be an estimate.
     With a `plan`: elapsed of the planned total, stage i/N and the ETA lead it."""
     totals = live.totals()
     ended = live.stage(stage).ended if stage and plan is not None and plan.step_size else 0

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from harness.locust.live_view import LiveView
-from harness.locust.periodic import Periodic
+from harness.locust.live.live_view import LiveView
+from harness.locust.live.periodic import Periodic
 from harness.results.figures.thresholds import COUNT_METRIC, RunFigures, Threshold, Verdict, evaluate
 
 CHECK_INTERVAL_S = 1.0
