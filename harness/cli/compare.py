@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from foundation.converters import bounded_int, non_negative_float
 from harness.errors import UsageError, one_line_errors
 from harness.results.render.cli_options import seconds_option, threshold_option
 
@@ -25,26 +26,6 @@ def _fraction(text: str) -> float:
         value /= 100.0
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction between 0 and 1 (or a percentage)")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _resamples(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 100 <= value <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 100 to 1000000 resamples")
     return value
 
 
@@ -75,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--min-seconds",
-        type=_non_negative,
+        type=non_negative_float,
         default=0.01,
         metavar="SECONDS",
         help="smallest duration change that can be worse/better (default 0.01)",
@@ -95,7 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="confidence level of the intervals (default 0.95)",
     )
     parser.add_argument(
-        "--resamples", type=_resamples, default=2000, metavar="N", help="bootstrap resamples (default 2000)"
+        "--resamples",
+        type=bounded_int(100, 1_000_000),
+        default=2000,
+        metavar="N",
+        help="bootstrap resamples (default 2000)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="bootstrap seed: the same seed, the same intervals (default 0)"

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from foundation.converters import positive_finite_float
 from harness.errors import UsageError, one_line_errors
 from harness.results.figures.knee import DEFAULT_MAX_FAILURE_RATE, DEFAULT_P99_FACTOR
 from harness.results.render.cli_options import seconds_option, threshold_option
@@ -20,16 +21,6 @@ def _fraction(text: str) -> float:
         value /= 100.0  # "5" means 5%
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a rate between 0 and 1 (or a percentage)")
-    return value
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
 
 
@@ -54,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--knee-p99-ratio",
-        type=_positive,
+        type=positive_finite_float,
         default=DEFAULT_P99_FACTOR,
         metavar="X",
         help="knee: TTI p99 at most X times the lowest stage's "
@@ -62,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--knee-max-p99",
-        type=_positive,
+        type=positive_finite_float,
         default=None,
         metavar="SECONDS",
         help="knee: TTI p99 at most this many seconds, instead of the ratio (default: the ratio)",
