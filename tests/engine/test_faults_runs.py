@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,8 @@ import psutil
 import pytest
 
 from tests.engine.test_security_disk_full import needs_root, small_filesystem
+from tests.support import stub_vendor
+from tests.support.stub_vendor import rollout_label
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "fault-suite-token"
@@ -50,20 +51,7 @@ def stub_url() -> Iterator[str]:
 
 
 def vendor_sandboxes(url: str, run_id: str | None, *, active: bool) -> list[dict]:
-    """The vendor's own list: a run's live sandboxes, or every one it ever made for it (any run: `run_id` None)."""
-    found: list[dict] = []
-    labels = f"&labels=stampede-run%3D{run_id}" if run_id else ""
-    for page in range(1, 500):
-        request = urllib.request.Request(
-            f"{url}/api/v1/sandbox?is_active={'true' if active else 'false'}&per_page=100&page={page}{labels}",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = json.loads(response.read())
-        found += body["sandboxes"]
-        if not body["hasNext"]:
-            break
-    return found
+    return stub_vendor.vendor_sandboxes(url, TOKEN, run_id, active=active)
 
 
 def run_command(url: str, out: Path, run_id: str, *extra: str) -> list[str]:
@@ -94,14 +82,6 @@ def rollout_rows(*run_dirs: Path) -> pd.DataFrame:
     """Every row of these runs' rollouts tables (shards or compacted), as a reader with pandas sees them."""
     frames = [pd.read_parquet(run_dir / "rollouts") for run_dir in run_dirs if (run_dir / "rollouts").exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["rollout_id", "sandbox_id"])
-
-
-def rollout_label(sandbox: dict) -> str | None:
-    """The attempt a vendor's sandbox belongs to: its `stampede-rollout` label (a list of KEY=VALUE, or a dict)."""
-    labels = sandbox.get("labels") or []
-    if isinstance(labels, dict):
-        return labels.get("stampede-rollout")
-    return next((label.split("=", 1)[1] for label in labels if label.startswith("stampede-rollout=")), None)
 
 
 def assert_nothing_left_and_every_attempt_in_the_tables(url: str, run_id: str, *tables: pd.DataFrame) -> None:

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 from harness.results.read.dataset import load_rollouts
 from harness.results.render.report import build_report
 from tests.support.commands import stampede
+from tests.support.stub_vendor import rollout_label, vendor_sandboxes
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "endings-token"
@@ -65,20 +65,7 @@ def stub_url():
 
 
 def sandboxes(url: str, run_id: str, *, active: bool) -> list[dict]:
-    """The vendor's own list: the run's live sandboxes, or every one it ever made for the run."""
-    found: list[dict] = []
-    for page in range(1, 200):
-        request = urllib.request.Request(
-            f"{url}/api/v1/sandbox?is_active={'true' if active else 'false'}&per_page=100&page={page}"
-            f"&labels=stampede-run%3D{run_id}",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = json.loads(response.read())
-        found += body["sandboxes"]
-        if not body["hasNext"]:
-            break
-    return found
+    return vendor_sandboxes(url, TOKEN, run_id, active=active)
 
 
 def start_run(url: str, out: Path, run_id: str, workers: int = 0) -> subprocess.Popen:
@@ -258,12 +245,7 @@ def test_every_interruption_records_its_ending_and_loses_no_rollout(stub_url, in
     made = {sandbox["id"] for sandbox in vendor}
     # every rollout the vendor made a sandbox for (its own label says which) has a row; a rollout cancelled while
     # its create was on the wire has one too, without the sandbox id it never received
-    rollout_of = {
-        label.partition("=")[2]
-        for sandbox in vendor
-        for label in sandbox["labels"]
-        if label.startswith("stampede-rollout=")
-    }
+    rollout_of = {rollout_label(sandbox) for sandbox in vendor}
     without_row = rollout_of - set(rows["rollout_id"])
     assert len(rollout_of) == len(made) and without_row == set()
     unfinished = int((rows["outcome"] == "unfinished").sum())
