@@ -17,7 +17,7 @@ from typing import TypeVar
 from harness.engine.outage_gate import OutageGate
 from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
-from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutRecord
+from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutIdentity, RolloutRecord
 from harness.wire.redact import short_error
 from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
 
@@ -30,20 +30,9 @@ WATCHDOG_GRACE_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class RolloutContext:
-    """Who this rollout is and what the load looked like when it was submitted."""
+    """Who this rollout is and what the load looked like when it was submitted, and what the engine lends it."""
 
-    run_id: str
-    worker: str
-    rollout_id: str
-    provider: str
-    profile: str
-    scenario: str
-    stage: str
-    target_users: int
-    inflight_at_submit: int
-    sdk_version: str = ""
-    t_intended: float | None = None
-    attempt: int = 1
+    identity: RolloutIdentity
     secrets: tuple[str, ...] = ()
     # the engine loop's current lag, the part after a monotonic instant (harness.engine.health.LoopHealth.lag_since)
     loop_lag: Callable[[float], float] | None = None
@@ -53,21 +42,7 @@ class RolloutContext:
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
-        return RolloutRecord(
-            run_id=self.run_id,
-            worker=self.worker,
-            rollout_id=self.rollout_id,
-            provider=self.provider,
-            profile=self.profile,
-            scenario=self.scenario,
-            stage=self.stage,
-            target_users=self.target_users,
-            inflight_at_submit=self.inflight_at_submit,
-            t_submit=time.time(),
-            sdk_version=self.sdk_version,
-            t_intended=self.t_intended,
-            attempt=self.attempt,
-        )
+        return self.identity.record(time.time())
 
 
 def sandbox_spec(plan: RolloutPlan, run_id: str, rollout_id: str, engine: str = "") -> SandboxSpec:
@@ -131,7 +106,7 @@ class _Rollout:
         self.ref: SandboxRef | None = None
         self.phase = Phase.CREATE
         # Generation times and turn counts are drawn per rollout and attempt: reproducible for a seed.
-        self.rng = random.Random(f"{plan.seed}:{ctx.rollout_id}:{ctx.attempt}")
+        self.rng = random.Random(f"{plan.seed}:{ctx.identity.rollout_id}:{ctx.identity.attempt}")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -163,14 +138,14 @@ class _Rollout:
     ) -> None:
         self.on_op(
             OpRecord(
-                run_id=self.ctx.run_id,
-                rollout_id=self.ctx.rollout_id,
+                run_id=self.ctx.identity.run_id,
+                rollout_id=self.ctx.identity.rollout_id,
                 op=op,
                 t_start=t_wall,
                 dur_s=time.monotonic() - start,
                 ok=ok,
                 failure_kind=str(kind) if kind else None,
-                worker=self.ctx.worker,
+                worker=self.ctx.identity.worker,
                 sandbox_id=sandbox_id or (self.ref.sandbox_id if self.ref else None),
             )
         )
@@ -185,7 +160,7 @@ class _Rollout:
 
     async def lifecycle(self) -> None:
         plan, record = self.plan, self.record
-        spec = sandbox_spec(plan, self.ctx.run_id, self.ctx.rollout_id, self.ctx.worker)
+        spec = sandbox_spec(plan, self.ctx.identity.run_id, self.ctx.identity.rollout_id, self.ctx.identity.worker)
         self.phase = Phase.CREATE
         create: Awaitable[SandboxRef]
         if self.ctx.outage is None:
@@ -197,7 +172,7 @@ class _Rollout:
                 plan.create_timeout_s,
             )
         self.ref = await self.timed("create", Phase.CREATE, create, plan.create_timeout_s)
-        self.registry.add(self.ref, self.ctx.rollout_id)
+        self.registry.add(self.ref, self.ctx.identity.rollout_id)
         record.sandbox_id = self.ref.sandbox_id
         record.create_s = self.elapsed()
 

@@ -29,7 +29,14 @@ from harness.engine.submit_log import SubmitLog
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
 from harness.wire.messages import RECENT_WINDOW_S, EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.plan import RolloutPlan
-from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OUTCOME_OK, RolloutRecord
+from harness.wire.records import (
+    OUTCOME_CANCELLED,
+    OUTCOME_FAILED,
+    OUTCOME_OK,
+    RUN_IDENTITY_FIELDS,
+    RolloutIdentity,
+    RolloutRecord,
+)
 from harness.wire.redact import secret_values, short_error
 from harness.wire.stage_counters import StageStats
 from providers.base import INIT_FAILURE_KINDS, INIT_PHASES, Provider, SandboxRef
@@ -56,14 +63,7 @@ class EngineRun:
         self.submits = SubmitLog(
             config.run_dir,
             safe_name(config.worker),
-            {
-                "run_id": config.run_id,
-                "worker": config.worker,
-                "provider": config.provider,
-                "profile": config.profile,
-                "scenario": config.scenario,
-                "pid": os.getpid(),
-            },
+            {**{name: getattr(config, name) for name in RUN_IDENTITY_FIELDS}, "pid": os.getpid()},
             rotate_s=config.flush_interval_s,
         )
         self.hurried = asyncio.Event()  # set by an abort: the drain gives rollouts no grace
@@ -147,8 +147,7 @@ class EngineRun:
         self.inflight += 1
         self.started += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
-        self._write_ahead(rollout_id, 1, request.stage, request.target_users, request.t_intended)
-        ctx = RolloutContext(
+        identity = RolloutIdentity(
             run_id=self.config.run_id,
             worker=self.config.worker,
             rollout_id=rollout_id,
@@ -161,6 +160,10 @@ class EngineRun:
             sdk_version=self.sdk_version,
             t_intended=request.t_intended,
             attempt=request.attempt,
+        )
+        self._write_ahead(identity)
+        ctx = RolloutContext(
+            identity=identity,
             secrets=self.secrets,
             loop_lag=self.health.lag_since,
             outage=self.outage,
@@ -182,26 +185,30 @@ class EngineRun:
                 record = await self._attempt(ctx)
                 self.record_row(record)
                 outcome = record.outcome
-                if not self._retryable(record) or ctx.attempt > self.plan.retries:
+                if not self._retryable(record) or ctx.identity.attempt > self.plan.retries:
                     return record
-                ctx = dataclasses.replace(ctx, attempt=ctx.attempt + 1, inflight_at_submit=self.inflight)
-                self._write_ahead(ctx.rollout_id, ctx.attempt, ctx.stage, ctx.target_users, ctx.t_intended)
+                identity = dataclasses.replace(
+                    ctx.identity, attempt=ctx.identity.attempt + 1, inflight_at_submit=self.inflight
+                )
+                ctx = dataclasses.replace(ctx, identity=identity)
+                self._write_ahead(identity)
                 await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
         finally:
-            self.tasks.pop(ctx.rollout_id, None)
+            rollout_id = ctx.identity.rollout_id
+            self.tasks.pop(rollout_id, None)
             self.inflight -= 1
-            self._stage(ctx.stage).ended += 1
-            ticket = self.tickets.pop(ctx.rollout_id, None)
+            self._stage(ctx.identity.stage).ended += 1
+            ticket = self.tickets.pop(rollout_id, None)
             if ticket is not None and self.trainer is not None:
-                killed = ctx.rollout_id in self.killed
-                self.killed.discard(ctx.rollout_id)
+                killed = rollout_id in self.killed
+                self.killed.discard(rollout_id)
                 self.trainer.finished(ticket, outcome, killed)
 
     async def _attempt(self, ctx: RolloutContext) -> RolloutRecord:
         try:
             return await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
         except RolloutCancelled as cancelled:
-            if ctx.rollout_id in self.killed:
+            if ctx.identity.rollout_id in self.killed:
                 cancelled.record.error = "killed: the step already had its samples (oversampling)"
             return cancelled.record
         except Exception as exc:  # a bug of ours: recorded as `harness`, never a crash
@@ -210,20 +217,9 @@ class EngineRun:
             record.error = short_error(exc, self.secrets)
             return record
 
-    def _write_ahead(
-        self, rollout_id: str, attempt: int, stage: str, target_users: int, t_intended: float | None
-    ) -> None:
-        self.submits.submitted(
-            rollout_id,
-            attempt,
-            {
-                "stage": stage,
-                "target_users": target_users,
-                "inflight_at_submit": self.inflight,
-                "t_intended": t_intended,
-                "sdk_version": self.sdk_version,
-            },
-        )
+    def _write_ahead(self, identity: RolloutIdentity) -> None:
+        """The attempt on disk before its first vendor call: its identity (the run's part is each segment's header)."""
+        self.submits.submitted(identity.rollout_id, identity.attempt, identity.submit_fields())
 
     def _sandbox_acknowledged(self, ref: SandboxRef, rollout_id: str) -> None:
         self.submits.created(rollout_id, ref.sandbox_id)

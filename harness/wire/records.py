@@ -7,6 +7,7 @@ null when the phase never happened.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -29,8 +30,13 @@ OUTCOME_CANCELLED = "cancelled"
 
 
 @dataclass(slots=True)
-class RolloutRecord:
-    """One rollout: create -> ready -> exec x N -> terminate, timed inside the engine's event loop."""
+class RolloutIdentity:
+    """Who a rollout attempt is and the load it met when submitted: the one list of those fields.
+
+    The engine's rollout context holds one, the write-ahead of submits writes one (`submit_fields`, with the run's
+    part in each segment's header: `RUN_IDENTITY_FIELDS`), and every rollout row starts as one (`RolloutRecord`).
+    Not frozen only because RolloutRecord, which is mutable, extends it; nothing assigns these fields.
+    """
 
     run_id: str
     worker: str
@@ -41,6 +47,26 @@ class RolloutRecord:
     stage: str
     target_users: int
     inflight_at_submit: int
+    sdk_version: str = ""
+    t_intended: float | None = None  # open model: when the schedule wanted this rollout to start (epoch s)
+    attempt: int = 1
+
+    def record(self, t_submit: float) -> RolloutRecord:
+        """The attempt's row, its identity copied (a tuple, not a dict: the engine's hot path) and stamped."""
+        return RolloutRecord(*_identity_values(self), t_submit=t_submit)
+
+    def submit_fields(self) -> dict[str, Any]:
+        """What the write-ahead of submits keeps per attempt, beyond rollout_id and attempt (its line's keys)."""
+        return {name: getattr(self, name) for name in SUBMIT_IDENTITY_FIELDS}
+
+
+@dataclass(slots=True, kw_only=True)
+class RolloutRecord(RolloutIdentity):
+    """One rollout: create -> ready -> exec x N -> terminate, timed inside the engine's event loop.
+
+    Its identity is inherited; the columns' order is the schema's (`ROLLOUT_SCHEMA`), not this class's field order.
+    """
+
     t_submit: float  # epoch seconds: the one wall-clock anchor of the rollout
     create_s: float | None = None  # submit -> vendor acknowledged an id
     ready_s: float | None = None  # acknowledged -> usable
@@ -54,9 +80,6 @@ class RolloutRecord:
     failure_phase: str | None = None
     error: str | None = None  # short, secrets redacted
     sandbox_id: str | None = None
-    sdk_version: str = ""
-    t_intended: float | None = None  # open model: when the schedule wanted this rollout to start (epoch s)
-    attempt: int = 1
     turns: int = 0  # agentic turns completed
     gen_s: float | None = None  # emulated model generation time, summed over turns (wall seconds)
     ready_poll_s: float | None = None  # of ready_s, the window in which the provider's polling may have lagged
@@ -86,7 +109,15 @@ class OpRecord:
         return {name: getattr(self, name) for name in _OP_FIELDS}
 
 
-_ROLLOUT_FIELDS = tuple(f.name for f in fields(RolloutRecord))
+IDENTITY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RolloutIdentity))
+"""The identity's fields in declaration order: the rollouts table's columns who a row is about."""
+RUN_IDENTITY_FIELDS: tuple[str, ...] = ("run_id", "worker", "provider", "profile", "scenario")
+"""The part of the identity one engine's run fixes: written once per write-ahead segment (its `run` header)."""
+SUBMIT_IDENTITY_FIELDS: tuple[str, ...] = tuple(
+    name for name in IDENTITY_FIELDS if name not in {*RUN_IDENTITY_FIELDS, "rollout_id", "attempt"}
+)
+"""The rest, written on each write-ahead `submit` line beside its rollout_id, attempt and t_submit."""
+_identity_values = operator.attrgetter(*IDENTITY_FIELDS)
 
 LIVE_FIELDS: tuple[str, ...] = (
     "rollout_id",
@@ -208,6 +239,8 @@ columns, then each duration in vendor seconds (`VENDOR_SECONDS_COLUMNS`, field m
 
 OP_SCHEMA = pa.schema(_op_fields(WALL_CLOCK, LOW_CARDINALITY), metadata=_table_metadata(OPS_TABLE))
 
+_ROLLOUT_FIELDS = tuple(ROLLOUT_SCHEMA.names)  # a row's keys in column order (the record inherits its identity)
+
 ROLLOUT_READ_SCHEMA = pa.schema(
     _rollout_fields(pa.float64(), pa.string()), metadata=_table_metadata(ROLLOUTS_TABLE, version=1)
 )
@@ -308,13 +341,20 @@ SCHEMA_V1_ROLLOUT_COLUMNS: tuple[str, ...] = (
 SCHEMA_V1_OP_COLUMNS: tuple[str, ...] = ("run_id", "rollout_id", "op", "t_start", "dur_s", "ok", "failure_kind")
 
 
-def _check_schema_matches(record_type: type, schema: pa.Schema) -> None:
+def _check_schema_matches(record_type: type, schema: pa.Schema, *, ordered: bool = True) -> None:
     names = [f.name for f in fields(record_type)]
-    if names != schema.names:
+    if (names if ordered else sorted(names)) != (schema.names if ordered else sorted(schema.names)):
         raise AssertionError(f"{record_type.__name__} fields {names} != schema {schema.names}")
 
 
-_check_schema_matches(RolloutRecord, ROLLOUT_SCHEMA)
+def _check_identity() -> None:
+    names = [name for name in ROLLOUT_SCHEMA.names if name in IDENTITY_FIELDS]
+    if names != list(IDENTITY_FIELDS) or not set(RUN_IDENTITY_FIELDS) <= set(IDENTITY_FIELDS):
+        raise AssertionError(f"identity {IDENTITY_FIELDS} out of the rollouts columns' order {names}")
+
+
+_check_schema_matches(RolloutRecord, ROLLOUT_SCHEMA, ordered=False)  # inherited identity first: order is the schema's
 _check_schema_matches(OpRecord, OP_SCHEMA)
-_check_schema_matches(RolloutRecord, ROLLOUT_READ_SCHEMA)
+_check_schema_matches(RolloutRecord, ROLLOUT_READ_SCHEMA, ordered=False)
 _check_schema_matches(OpRecord, OP_READ_SCHEMA)
+_check_identity()

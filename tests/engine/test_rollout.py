@@ -9,21 +9,23 @@ import pytest
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.errors import UsageError
 from harness.wire.plan import RolloutPlan, parse_commands
-from harness.wire.records import OpRecord
+from harness.wire.records import OpRecord, RolloutIdentity
 from tests.support.scripted_provider import ScriptedProvider
 
 
 def context(rollout_id: str = "r1", secrets: tuple[str, ...] = ()) -> RolloutContext:
     return RolloutContext(
-        run_id="run",
-        worker="w",
-        rollout_id=rollout_id,
-        provider="scripted",
-        profile="p",
-        scenario="s",
-        stage="01-x",
-        target_users=10,
-        inflight_at_submit=3,
+        RolloutIdentity(
+            run_id="run",
+            worker="w",
+            rollout_id=rollout_id,
+            provider="scripted",
+            profile="p",
+            scenario="s",
+            stage="01-x",
+            target_users=10,
+            inflight_at_submit=3,
+        ),
         secrets=secrets,
     )
 

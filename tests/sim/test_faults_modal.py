@@ -19,7 +19,7 @@ import pytest
 
 from harness.engine.rollout import RolloutContext, SandboxRegistry, run_rollout
 from harness.wire.plan import RolloutPlan
-from harness.wire.records import RolloutRecord
+from harness.wire.records import RolloutIdentity, RolloutRecord
 from providers.modal import ModalProvider
 from providers.sim.modal.server import RunningModal
 from tests.support.local_modal import local_modal
@@ -59,15 +59,17 @@ async def run_batch(server: RunningModal, provider: ModalProvider, run_id: str =
 
     async def one(i: int) -> RolloutRecord:
         ctx = RolloutContext(
-            run_id=run_id,
-            worker="w0",
-            rollout_id=f"r{i}",
-            provider="modal",
-            profile="ideal",
-            scenario="faults",
-            stage="s1",
-            target_users=ROLLOUTS,
-            inflight_at_submit=ROLLOUTS,
+            RolloutIdentity(
+                run_id=run_id,
+                worker="w0",
+                rollout_id=f"r{i}",
+                provider="modal",
+                profile="ideal",
+                scenario="faults",
+                stage="s1",
+                target_users=ROLLOUTS,
+                inflight_at_submit=ROLLOUTS,
+            ),
         )
         return await run_rollout(provider, plan, ctx, lambda op: None, registry)
 

@@ -22,7 +22,7 @@ import pytest
 
 from harness.engine.rollout import RolloutContext, SandboxRegistry, run_rollout
 from harness.wire.plan import RolloutPlan
-from harness.wire.records import RolloutRecord
+from harness.wire.records import RolloutIdentity, RolloutRecord
 from providers.base import FailureKind, Provider, ProviderError, SandboxSpec
 from providers.prime import PrimeProvider
 from providers.sim.core.simulator import SandboxStatus
@@ -116,15 +116,17 @@ class FleetResult:
 
 def context(rollout_id: str, provider: str) -> RolloutContext:
     return RolloutContext(
-        run_id="faults",
-        worker="w",
-        rollout_id=rollout_id,
-        provider=provider,
-        profile="ideal",
-        scenario="faults",
-        stage="01",
-        target_users=FLEET,
-        inflight_at_submit=FLEET,
+        RolloutIdentity(
+            run_id="faults",
+            worker="w",
+            rollout_id=rollout_id,
+            provider=provider,
+            profile="ideal",
+            scenario="faults",
+            stage="01",
+            target_users=FLEET,
+            inflight_at_submit=FLEET,
+        ),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from harness.wire.records import ROLLOUT_READ_SCHEMA
+from harness.wire.records import IDENTITY_FIELDS, ROLLOUT_READ_SCHEMA
 
 OUTCOME_UNFINISHED = "unfinished"
 UNFINISHED_ERROR = "no record: the run ended (crashed or aborted) before this rollout's row was written"
@@ -77,28 +77,19 @@ def unfinished_records(run_dir: Path, recorded: set[tuple[str, int]]) -> list[di
         if key in recorded:
             continue
         f = submit.fields
-        rows.append(
-            {
-                "run_id": f.get("run_id"),
-                "worker": f.get("worker"),
-                "rollout_id": key[0],
-                "provider": f.get("provider"),
-                "profile": f.get("profile"),
-                "scenario": f.get("scenario"),
-                "stage": f.get("stage"),
-                "target_users": f.get("target_users"),
-                "inflight_at_submit": f.get("inflight_at_submit"),
-                "t_submit": f.get("t_submit"),
-                "exec_count": 0,
-                "outcome": OUTCOME_UNFINISHED,
-                "error": UNFINISHED_ERROR,
-                "sandbox_id": submit.sandbox_id,
-                "sdk_version": f.get("sdk_version") or "",
-                "t_intended": f.get("t_intended"),
-                "attempt": key[1],
-                "turns": 0,
-            }
+        row = {name: f.get(name) for name in IDENTITY_FIELDS}  # the header's run part, the submit line's rest
+        row.update(
+            rollout_id=key[0],
+            attempt=key[1],
+            sdk_version=f.get("sdk_version") or "",
+            t_submit=f.get("t_submit"),
+            exec_count=0,
+            outcome=OUTCOME_UNFINISHED,
+            error=UNFINISHED_ERROR,
+            sandbox_id=submit.sandbox_id,
+            turns=0,
         )
+        rows.append(row)
     return rows
 
 
