@@ -24,13 +24,15 @@ from harness.results.figures.run_figures import load_aggregate
 from harness.wire.messages import EngineConfig, EngineStats
 from harness.wire.records import RolloutRecord
 from harness.wire.stage_counters import StageStats, new_histogram
+from tests.support.rollout_rows import finished_rollout
 from tests.support.scripted_provider import ScriptedProvider
 
 STAGE = "01-hold"
 
 
 def _record(index: int, tti_s: float) -> RolloutRecord:
-    return RolloutRecord(
+    return finished_rollout(
+        index,
         run_id="quantiles",
         worker="t0",
         rollout_id=f"r{index:03d}",
@@ -38,17 +40,14 @@ def _record(index: int, tti_s: float) -> RolloutRecord:
         profile="scripted",
         scenario="test",
         stage=STAGE,
-        target_users=10,
         inflight_at_submit=1,
         t_submit=time.time() - 200 + index,
         create_s=0.001,
         ready_s=tti_s - 0.002,
         tti_s=tti_s,
-        exec_count=1,
         exec_s=0.001,
         terminate_s=0.001,
         total_s=tti_s + 0.001,
-        sandbox_id=f"sb{index}",
     )
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from harness.engine.shards import ShardWriter
 from harness.wire.records import OpRecord, RolloutRecord
+from tests.support.rollout_rows import finished_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
@@ -41,24 +42,11 @@ def small_filesystem(where: Path, size: str, *, read_only: bool = False) -> Iter
 
 
 def rollout(i: int) -> RolloutRecord:
-    return RolloutRecord(
-        run_id="run",
+    return finished_rollout(
+        i,
         worker="local",
         rollout_id=f"local-{i:07d}",
-        provider="stub",
-        profile="ideal",
-        scenario="ramp",
-        stage="01-ramp",
-        target_users=10,
         inflight_at_submit=1,
-        t_submit=1.8e9 + i,
-        create_s=0.1,
-        ready_s=0.2,
-        tti_s=0.3,
-        exec_count=1,
-        exec_s=0.05,
-        terminate_s=0.01,
-        total_s=0.4,
         sandbox_id=f"sandbox-{i}-{os.urandom(12).hex()}",  # incompressible enough to fill the disk
         error=os.urandom(40).hex(),
     )

@@ -26,6 +26,7 @@ from harness.results.read.dataset import load_ops, load_rollout_frame, load_roll
 from harness.results.read.layout import files_to_ship, shipped_path
 from harness.results.read.run_pointer import resolve_run_dir
 from harness.wire.records import OP_READ_SCHEMA, ROLLOUT_READ_SCHEMA, OpRecord, RolloutRecord
+from tests.support.rollout_rows import finished_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = ("rollouts", "ops", "truth")
@@ -176,25 +177,12 @@ def test_the_analysis_reads_v2_timestamps_as_float_epoch_seconds(real_run):
 
 
 def rollout(i: int) -> RolloutRecord:
-    return RolloutRecord(
-        run_id="run",
-        worker="w0",
-        rollout_id=f"w0-{i:07d}",
-        provider="stub",
-        profile="ideal",
+    return finished_rollout(
+        i,
         scenario="burst",
         stage="01-burst",
-        target_users=10,
-        inflight_at_submit=i + 1,
         t_submit=1.8e9 + i / 8,
-        create_s=0.1,
-        ready_s=0.2,
         tti_s=0.3 + i / 100,
-        exec_count=1,
-        exec_s=0.05,
-        terminate_s=0.01,
-        total_s=0.4,
-        sandbox_id=f"sb{i}",
         t_intended=1.8e9 + i / 8 - 0.001,
     )
 

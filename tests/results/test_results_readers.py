@@ -11,22 +11,15 @@ import pyarrow.dataset as ds
 
 from harness.engine.shards import ShardWriter
 from harness.wire.records import ROLLOUT_SCHEMA, SCHEMA_V1_ROLLOUT_COLUMNS, OpRecord, RolloutRecord
+from tests.support.rollout_rows import finished_rollout
 
 
 def record(i: int, outcome: str = "ok") -> RolloutRecord:
     failed = outcome == "failed"
-    return RolloutRecord(
-        run_id="run",
-        worker="w0",
-        rollout_id=f"w0-{i:07d}",
-        provider="stub",
-        profile="ideal",
-        scenario="ramp",
+    return finished_rollout(
+        i,
         stage="01-ramp60" if i < 5 else "02-ramp120",
         target_users=60,
-        inflight_at_submit=i + 1,
-        t_submit=1.8e9 + i,
-        create_s=0.1,
         ready_s=None if failed else 0.2,
         tti_s=None if failed else 0.35 + i / 100,
         exec_count=0 if failed else 3,
@@ -37,7 +30,6 @@ def record(i: int, outcome: str = "ok") -> RolloutRecord:
         failure_kind="ready_timeout" if failed else None,
         failure_phase="ready" if failed else None,
         error="ProviderError: ready_timeout" if failed else None,
-        sandbox_id=f"sb{i}",
     )
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from harness.engine.shards import ShardWriter
 from harness.results.read.compaction import compact_run
-from harness.wire.records import VENDOR_SECONDS_COLUMNS, RolloutRecord
+from harness.wire.records import VENDOR_SECONDS_COLUMNS
+from tests.support.rollout_rows import finished_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 LEVELS = (0.5, 0.99)
@@ -89,22 +90,22 @@ def write_shards(run_dir: Path, time_scale: float | None) -> None:
         for i in range(8):
             failed = i == 3
             writer.add_rollout(
-                RolloutRecord(
+                finished_rollout(
+                    i,
                     run_id="r",
-                    worker="w0",
                     rollout_id=f"w0-{i}",
                     provider="prime",
                     profile="",
                     scenario="burst",
                     stage="01-burst",
                     target_users=8,
-                    inflight_at_submit=i + 1,
-                    t_submit=1.8e9 + i,
-                    create_s=0.1,
                     ready_s=None if failed else 0.2,
                     tti_s=None if failed else 0.3 + i / 100,
+                    exec_count=0,
+                    exec_s=None,
+                    terminate_s=None,
+                    total_s=None,
                     outcome="failed" if failed else "ok",
-                    sandbox_id=f"sb{i}",
                 )
             )
             if i == 4:
