@@ -15,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 6  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+CONTRACT_VERSION = 7  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
 # 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run); 5: from_options is a
 # classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options);
 # 6: an engine's sandboxes also carry its process's INVOCATION_LABEL, and `list_owned(run, engine)` means this
-# invocation's engine (two runs given one --run-id never sweep each other's sandboxes)
+# invocation's engine (two runs given one --run-id never sweep each other's sandboxes); 7: optional file and
+# snapshot steps `upload_file`, `download_file` (FileNotFoundError for a missing file), `snapshot` (an image name
+# `create` accepts as `SandboxSpec.image`), each raising `UnsupportedFeature` where the adapter has none
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
@@ -184,6 +186,15 @@ class ProviderConfigError(Exception):
     """A problem the user can fix before any load runs: missing credentials, bad options, no daemon."""
 
 
+class UnsupportedFeature(NotImplementedError):
+    """A step this vendor (or its adapter) does not offer: said, never disguised as a failure of the sandbox."""
+
+    def __init__(self, provider: str, feature: str) -> None:
+        super().__init__(f"{feature} is not supported by the {provider} provider")
+        self.provider = provider
+        self.feature = feature
+
+
 class Provider(abc.ABC):
     """One vendor behind one asynchronous interface (contract).
 
@@ -240,6 +251,20 @@ class Provider(abc.ABC):
         refs = await self.list_all_owned()
         results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
         return sum(1 for result in results if not isinstance(result, BaseException))
+
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """Write `data` to `path` in the sandbox (parents created, an existing file replaced), through the
+        vendor's own files API. A relative path is the vendor's: relative to the sandbox user's home or workdir."""
+        raise UnsupportedFeature(self.name, "file upload")
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        """The bytes of the file at `path` in the sandbox; `FileNotFoundError` when there is none (the vendor's
+        own exception as its `__cause__`)."""
+        raise UnsupportedFeature(self.name, "file download")
+
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """Capture the sandbox's files; returns an image name that `create(SandboxSpec(image=...))` starts from."""
+        raise UnsupportedFeature(self.name, "snapshot")
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         """Map any exception raised by this adapter (or its SDK) onto the taxonomy.

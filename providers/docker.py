@@ -16,7 +16,7 @@ silently queue requests client-side and make the daemon look faster (or slower) 
 
 This module is the lifecycle (create, start, exec, remove, list) on one daemon client; the daemon's errors on the
 taxonomy are `docker_errors.py`, a command's streams, exit code and host-side end (OOM count, kill) `docker_exec.py`,
-image building `docker_image.py`.
+image building `docker_image.py`, files and snapshots (archive API, commit) `docker_files.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from providers.base import (
     ProviderError,
     SandboxRef,
     SandboxSpec,
+    UnsupportedFeature,
     classify_common,
     owner_labels,
 )
@@ -59,6 +60,7 @@ from providers.docker_exec import (
     main_process_gone,
     parse_oom_kills,
 )
+from providers.docker_files import commit, file_errors, read_file, sandbox_path, via_exec, write_file
 from providers.docker_image import DEFAULT_IMAGE, SCRATCH_DIR, default_host, ensure_image, image_id
 from providers.options import Option, declare, declared_options, declared_values, parse_options, text
 
@@ -267,10 +269,7 @@ class DockerProvider(Provider):
     def container_config(self, spec: SandboxSpec, ncpu: int = 0) -> dict[str, Any]:
         """The `POST /containers/create` body for a spec: the sandbox's isolation and limits live here."""
         lifetime = str(max(1, math.ceil(spec.lifetime_s)))
-        command = [part.replace("{lifetime}", lifetime) for part in self.options.command] or [
-            "sleep",
-            lifetime,
-        ]
+        command = [part.replace("{lifetime}", lifetime) for part in self.options.command] or ["sleep", lifetime]
         cpu = min(spec.cpu, ncpu) if ncpu else spec.cpu  # the daemon refuses more cpus than the host has
         memory = int(spec.memory_mb) * MIB
         host_config: dict[str, Any] = {
@@ -420,6 +419,26 @@ class DockerProvider(Provider):
                                 raise
                     await asyncio.sleep(pause)  # in progress elsewhere, or "device or resource busy"
                     pause = min(pause * 2, 0.5)
+
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """The archive API, or the command's streams where it cannot reach (`docker_files.py`)."""
+        path = sandbox_path(path)
+        streams = via_exec(path, read_only=self.options.read_only, write=True, tmpfs=(self.options.scratch,))
+        async with file_errors("upload", path, self.options.api_timeout_s):
+            await write_file(self._client().containers.container(ref.sandbox_id), path, data, streams=streams)
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        path = sandbox_path(path)
+        streams = via_exec(path, read_only=self.options.read_only, write=False, tmpfs=(self.options.scratch,))
+        async with file_errors("download", path, self.options.api_timeout_s):
+            return await read_file(self._client().containers.container(ref.sandbox_id), path, streams=streams)
+
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """`commit` (an image `create` takes as `SandboxSpec.image`); a read-only root leaves nothing to commit."""
+        if self.options.read_only:
+            raise UnsupportedFeature(self.name, "snapshot with read_only=true (the scratch tmpfs is never committed)")
+        async with file_errors("commit", ref.sandbox_id, self.options.api_timeout_s):
+            return await commit(self._client().containers.container(ref.sandbox_id), {RUN_LABEL: ref.run_id})
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         """Every container (running or not) carrying this run's label (and the engine's, when given)."""

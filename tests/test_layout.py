@@ -50,6 +50,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.docker", "adapters"),
     ("providers.docker_errors", "adapters"),
     ("providers.docker_exec", "adapters"),
+    ("providers.docker_files", "adapters"),
     ("providers.e2b", "adapters"),
     ("providers.daytona", "adapters"),
     ("providers.sim", "sim-core"),
