@@ -41,6 +41,16 @@ def ledger_balance(tmp_path: Path) -> tuple[int, int]:
     return len(created), len(created - terminated)
 
 
+def rollouts_waiting_for_ready(client: EngineClient, tmp_path: Path, count: int) -> list[gevent.Greenlet]:
+    """`count` rollouts in flight, each holding a created sandbox that takes 30 s to be ready: what a stop ends."""
+    client.configure(config(tmp_path, ready_delay_s=30))
+    greenlets = [gevent.spawn(client.run_rollout, RolloutRequest("01-s", count)) for _ in range(count)]
+    deadline = time.monotonic() + 10
+    while ledger_balance(tmp_path)[0] < count and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    return greenlets
+
+
 @pytest.fixture
 def engine():
     client = EngineClient.spawn("t0")
@@ -68,11 +78,7 @@ def test_concurrent_rollouts_come_back_and_land_in_parquet(engine, tmp_path):
 
 
 def test_killing_waiting_users_cancels_rollouts_and_terminates_their_sandboxes(engine, tmp_path):
-    engine.configure(config(tmp_path, ready_delay_s=30))
-    greenlets = [gevent.spawn(engine.run_rollout, RolloutRequest("01-s", 20)) for _ in range(20)]
-    deadline = time.monotonic() + 10
-    while ledger_balance(tmp_path)[0] < 20 and time.monotonic() < deadline:
-        gevent.sleep(0.05)
+    greenlets = rollouts_waiting_for_ready(engine, tmp_path, 20)
     gevent.killall(greenlets)  # what Locust does to users at stop
     summary = engine.drain()
     assert summary["outcomes"] == {"cancelled": 20}
@@ -83,12 +89,7 @@ def test_killing_waiting_users_cancels_rollouts_and_terminates_their_sandboxes(e
 
 def test_parent_death_drains_the_engine(tmp_path):
     client = EngineClient.spawn("t0")
-    client.configure(config(tmp_path, ready_delay_s=30))
-    for _ in range(10):
-        gevent.spawn(client.run_rollout, RolloutRequest("01-s", 10))
-    deadline = time.monotonic() + 10
-    while ledger_balance(tmp_path)[0] < 10 and time.monotonic() < deadline:
-        gevent.sleep(0.05)
+    rollouts_waiting_for_ready(client, tmp_path, 10)
     client.process.stdin.close()  # exactly what the OS does when the Locust process dies
     assert client.process.wait(timeout=30) == 0
     assert ledger_balance(tmp_path) == (10, 0)
@@ -98,12 +99,7 @@ def test_parent_death_drains_the_engine(tmp_path):
 
 def test_sigterm_drains_the_engine(tmp_path):
     client = EngineClient.spawn("t0")
-    client.configure(config(tmp_path, ready_delay_s=30))
-    for _ in range(5):
-        gevent.spawn(client.run_rollout, RolloutRequest("01-s", 5))
-    deadline = time.monotonic() + 10
-    while ledger_balance(tmp_path)[0] < 5 and time.monotonic() < deadline:
-        gevent.sleep(0.05)
+    rollouts_waiting_for_ready(client, tmp_path, 5)
     os.kill(client.process.pid, signal.SIGTERM)
     assert client.process.wait(timeout=30) == 0
     assert ledger_balance(tmp_path) == (5, 0)
