@@ -225,39 +225,12 @@ def test_the_same_vendor_at_nearby_levels_is_no_regression(folders, tmp_path):
     assert not saved["candidates"][0]["unmatched_baseline"] and not saved["candidates"][0]["unmatched_candidate"]
 
 
-def test_gate_chooses_what_fails_the_comparison(folders, tmp_path):
-    assert (
-        stampede(
-            "compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path), "--no-figures", "--gate", "none"
-        ).returncode
-        == 0
+@pytest.mark.parametrize(("gate", "code"), [("none", 0), ("failure_rate", 0), ("ready.p90", EXIT_REGRESSION)])
+def test_gate_chooses_what_fails_the_comparison(folders, tmp_path, gate, code):
+    compared = stampede(
+        "compare", str(folders["base"]), str(folders["slow"]), "-o", str(tmp_path), "--no-figures", "--gate", gate
     )
-    assert (
-        stampede(
-            "compare",
-            str(folders["base"]),
-            str(folders["slow"]),
-            "-o",
-            str(tmp_path),
-            "--no-figures",
-            "--gate",
-            "failure_rate",
-        ).returncode
-        == 0
-    )
-    assert (
-        stampede(
-            "compare",
-            str(folders["base"]),
-            str(folders["slow"]),
-            "-o",
-            str(tmp_path),
-            "--no-figures",
-            "--gate",
-            "ready.p90",
-        ).returncode
-        == EXIT_REGRESSION
-    )
+    assert compared.returncode == code, compared.stderr[-2000:]
 
 
 def test_thresholds_are_checked_on_the_candidates_and_come_before_a_regression(folders, tmp_path):
