@@ -1,17 +1,26 @@
 """One command in a simulated sandbox: its fate drawn per (seed, sandbox, command number), its output from
 the tiny shell (`shell.py`), its outcome (done, timeout, transient error, crash, OOM) scheduled on the clock.
+
+With the profile's `[sandbox] commands = "real"` on a live clock, the command runs for real in the sandbox's
+own tree (`isolated_shell.py`): the drawn overhead comes first (vendor seconds), then the process; its exit
+code, output and vendor-second duration make the ExecOutcome. The drawn fates still apply: a transient error
+answers at the end of the overhead instead of starting it; a crash or OOM ends the sandbox when the process
+ends (its answer never arrives); the timeout (vendor seconds) kills the process. On a VirtualClock nothing
+real can run in virtual time, so commands stay modelled there (the offline experiments).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
-from providers.sim.core.clock import SimClock
+from providers.sim.core.clock import LoopClock, SimClock, TimerHandle
 from providers.sim.core.draws import Stream
+from providers.sim.core.isolated_shell import MISSING, IsolatedShell, RealProcess
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
     _RUNNING,
@@ -24,6 +33,7 @@ from providers.sim.core.records import (
     SandboxStatus,
     SimSandbox,
 )
+from providers.sim.core.sandbox_tree import SandboxTree
 from providers.sim.core.shell import DEFAULT_PATH, run_shell
 
 
@@ -70,8 +80,13 @@ class CommandHost(Protocol):
     seed: int
     clock: SimClock
     exec_counts: Counter[str]
+    real_shell: IsolatedShell | None
 
     def _end(self, sb: SimSandbox, status: SandboxStatus, error_type: str | None, message: str | None) -> None: ...
+
+    def tree(self, sandbox_id: str) -> SandboxTree: ...
+
+    def add_listener(self, callback: Callable[[SimSandbox], None]) -> None: ...
 
 
 def start_command(
@@ -83,8 +98,15 @@ def start_command(
     on_done: Callable[[ExecOutcome | BaseException], None],
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    on_stdout: Callable[[bytes], None] | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+    stdin: bool = False,
+    pty: tuple[int, int] | None = None,
 ) -> ExecTicket:
-    """`VendorSimulator.exec_start` for a sandbox it found: draw the command's fate, schedule its outcome."""
+    """`VendorSimulator.exec_start` for a sandbox it found: draw the command's fate, schedule its outcome.
+
+    `on_stdout`, `on_stderr`, `stdin` and `pty` (cols, rows) matter to real commands only: a modelled command's
+    output arrives whole in its ExecOutcome."""
     if sb._phase != _RUNNING:
         raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
     if not timeout_s > 0:
@@ -98,6 +120,9 @@ def start_command(
     dies = draws.chance(errors.exec_death_prob)
     ooms = draws.chance(errors.exec_oom_prob)
     when_frac = draws.uniform()
+    if sim.profile.sandbox.commands == "real" and isinstance(sim.clock, LoopClock):
+        real = _RealCommand(sim, sb, command, overhead, fails, dies or ooms, ooms, timeout_s, on_done)
+        return real.start(env=env, cwd=cwd, on_stdout=on_stdout, on_stderr=on_stderr, stdin=stdin, pty=pty)
     full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": sb.id[:12], **sb.env, **(env or {})}
     result = run_shell(command, env=full_env, cwd=cwd or sim.profile.exec.default_cwd, memory_mb=sb.memory_mb)
     total = overhead + result.duration_s
@@ -154,3 +179,140 @@ def start_command(
     if math.isfinite(when):
         ticket.timer = sim.clock.call_at(when, fire)
     return ticket
+
+
+def real_shell_of(sim: CommandHost) -> IsolatedShell:
+    """The simulator's real shell, made on its first real command; a sandbox that stops RUNNING (ended, paused)
+    loses its processes. Raises RuntimeError naming the Debian package when bubblewrap is missing."""
+    shell = sim.real_shell
+    if shell is None:
+        if not IsolatedShell.available():
+            raise RuntimeError(MISSING)
+        shell = sim.real_shell = IsolatedShell(time_scale=sim.clock.time_scale)
+
+        def stopped(sb: SimSandbox) -> None:
+            if sb.status != SandboxStatus.RUNNING:
+                shell.stop(sb.id)
+
+        sim.add_listener(stopped)
+    return shell
+
+
+class _Timers:
+    """Both of a real command's pending timers (its start after the overhead, its timeout), as one handle."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self) -> None:
+        self.handles: list[TimerHandle] = []
+
+    def cancel(self) -> None:
+        for handle in self.handles:
+            handle.cancel()
+
+
+class _RealCommand:
+    """One real command's course: overhead, then the process in the sandbox's tree, its fates on the clock."""
+
+    def __init__(
+        self,
+        sim: CommandHost,
+        sb: SimSandbox,
+        command: str,
+        overhead: float,
+        fails: bool,
+        dies: bool,
+        ooms: bool,
+        timeout_s: float,
+        on_done: Callable[[ExecOutcome | BaseException], None],
+    ) -> None:
+        self.sim = sim
+        self.sb = sb
+        self.command = command
+        self.overhead = overhead
+        self.fails = fails
+        self.dies = dies
+        self.ooms = ooms
+        self.timeout_s = timeout_s
+        self.ticket = ExecTicket(sb, on_done)
+        self.accepted_at = sim.clock.now()
+        self.started_at = self.accepted_at
+
+    def start(
+        self,
+        *,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        on_stdout: Callable[[bytes], None] | None,
+        on_stderr: Callable[[bytes], None] | None,
+        stdin: bool,
+        pty: tuple[int, int] | None,
+    ) -> ExecTicket:
+        sim, sb, ticket = self.sim, self.sb, self.ticket
+        shell = real_shell_of(sim)
+        tree = sim.tree(sb.id)
+        workdir = cwd or sim.profile.exec.default_cwd
+        if not cwd:
+            with contextlib.suppress(OSError):
+                tree.writable(workdir).mkdir(parents=True, exist_ok=True)
+        process = RealProcess(on_stdout=on_stdout, on_stderr=on_stderr, pty=pty is not None)
+        process.add_exit_callback(self._exited)
+        ticket.process = process
+        sb._execs[ticket] = None
+        timers = _Timers()
+        ticket.timer = timers
+        now = self.accepted_at
+
+        def begin() -> None:
+            if ticket.done:
+                return
+            if self.fails:
+                sim.exec_counts["error"] += 1
+                ticket.resolve(ExecError(sb.id, "Transient error while running the command"))
+                return
+            self.started_at = sim.clock.now()
+            shell.start(
+                tree,
+                self.command,
+                env={**sb.env, **(env or {})},
+                cwd=workdir,
+                stdin=stdin,
+                pty=pty,
+                memory_mb=sb.memory_mb,
+                key=sb.id,
+                process=process,
+            )
+
+        def timed_out() -> None:
+            if not ticket.done:
+                sim.exec_counts["timeout"] += 1
+                ticket.resolve(ExecTimedOut(sb.id, self.timeout_s))  # resolving kills the process
+
+        timers.handles.append(sim.clock.call_at(now + self.overhead, begin))
+        if math.isfinite(self.timeout_s):
+            timers.handles.append(sim.clock.call_at(now + self.timeout_s, timed_out))
+        return ticket
+
+    def _exited(self, process: RealProcess) -> None:
+        sim, sb, ticket = self.sim, self.sb, self.ticket
+        if ticket.done:
+            return
+        now = sim.clock.now()
+        total = self.overhead + (now - self.started_at)
+        if self.dies:
+            kind = "oom" if self.ooms else "died"
+            sim.exec_counts[kind] += 1
+            if self.ooms:
+                message = f"Sandbox was killed: out of memory, limit {sb.memory_mb} MiB"
+                sim._end(sb, SandboxStatus.ERROR, ErrorType.OOM_KILLED, message)
+            else:
+                message = "Sandbox crashed while running a command"
+                sim._end(sb, SandboxStatus.ERROR, ErrorType.SANDBOX_CRASHED, message)
+            return
+        sim.exec_counts["ok"] += 1
+        sb.exec_busy_s += total
+        if sb.first_exec_done_at is None:
+            sb.first_exec_done_at = now
+            sb.first_exec_started_at = self.accepted_at
+        code = process.returncode if process.returncode is not None else 1
+        ticket.resolve(ExecOutcome(code, process.stdout_text, process.stderr_text, total))

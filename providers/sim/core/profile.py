@@ -206,6 +206,39 @@ class Limits:
         _positive(self, "max_cpu", "max_memory_mb", "max_lifetime_s")
 
 
+COMMAND_MODES = ("modelled", "real")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """What a sandbox holds beyond its lifecycle: how its commands run and what pause, resume, snapshot and fork
+    cost (vendor seconds, each a lognormal draw of median x exp(sigma z) keyed like every other draw).
+
+    `commands`: "modelled" (the sandbox shell in-process: a load test wants no processes) or "real" (a real shell
+    in the sandbox's own file tree, `isolated_shell.py`). A pause takes `pause_median_s + pause_per_gib_s x memory
+    GiB` at the median (E2B documents a pause time that grows with RAM). A profile without the section gets these
+    defaults, each with an "assumption:" source.
+    """
+
+    commands: str = "modelled"
+    pause_median_s: float = 1.0
+    pause_per_gib_s: float = 0.0
+    resume_median_s: float = 1.0
+    snapshot_median_s: float = 1.0
+    fork_median_s: float = 1.0
+    sigma: float = 0.3
+
+    def __post_init__(self) -> None:
+        if self.commands not in COMMAND_MODES:
+            raise ValueError(f"commands must be one of {', '.join(COMMAND_MODES)}, got {self.commands!r}")
+        _non_negative(
+            self, "pause_median_s", "pause_per_gib_s", "resume_median_s", "snapshot_median_s", "fork_median_s", "sigma"
+        )
+        for name in ("pause_median_s", "pause_per_gib_s", "resume_median_s", "snapshot_median_s", "fork_median_s"):
+            if math.isinf(getattr(self, name)):
+                raise ValueError(f"{name} must be finite, got inf")
+
+
 _SECTIONS: dict[str, type] = {
     "create_rate": CreateRate,
     "quota": Quota,
@@ -219,7 +252,10 @@ _SECTIONS: dict[str, type] = {
 }
 _OPTIONAL_SECTIONS: dict[str, type] = {"resource_pool": ResourcePool, "faults": TransportFaults}
 """Sections a profile may leave out (None on the Profile: the behaviour is not modelled)."""
-_ALL_SECTIONS: dict[str, type] = {**_SECTIONS, **_OPTIONAL_SECTIONS}
+_DEFAULTED_SECTIONS: dict[str, type] = {"sandbox": SandboxSpec}
+"""Sections a profile may leave out and still has (their defaults, each number sourced as an assumption)."""
+DEFAULTED_SOURCE = "assumption: the profile has no [{section}] section; the simulator's default"
+_ALL_SECTIONS: dict[str, type] = {**_SECTIONS, **_OPTIONAL_SECTIONS, **_DEFAULTED_SECTIONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +276,7 @@ class Profile:
     limits: Limits
     resource_pool: ResourcePool | None = None
     faults: TransportFaults | None = None
+    sandbox: SandboxSpec = field(default_factory=SandboxSpec)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
 
@@ -421,6 +458,11 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
     for section, cls in _OPTIONAL_SECTIONS.items():
         if section in data:
             sections[section] = _build_section(cls, data[section], section, sources, where)
+    for section, cls in _DEFAULTED_SECTIONS.items():
+        sections[section] = _build_section(cls, data.get(section, {}), section, sources, where)
+        for f in dataclasses.fields(cls):
+            if isinstance(getattr(sections[section], f.name), (int, float)):
+                sources.setdefault(f"{section}.{f.name}", DEFAULTED_SOURCE.format(section=section))
     return Profile(
         name=name,
         description=description,

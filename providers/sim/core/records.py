@@ -10,9 +10,13 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from providers.sim.core.clock import SimClock, TimerHandle
+from providers.sim.core.sandbox_tree import SandboxUser
+
+if TYPE_CHECKING:
+    from providers.sim.core.isolated_shell import RealProcess
 
 
 class SandboxStatus(enum.StrEnum):
@@ -21,12 +25,16 @@ class SandboxStatus(enum.StrEnum):
     PENDING = "PENDING"  # accepted, waiting for a slot
     PROVISIONING = "PROVISIONING"  # pulling the image / booting
     RUNNING = "RUNNING"
+    PAUSED = "PAUSED"  # kept (files, id) without a node slot; `resume` queues it again
     ERROR = "ERROR"
     TERMINATED = "TERMINATED"  # by the user
     TIMEOUT = "TIMEOUT"  # lifetime reached
 
 
-ACTIVE_STATUSES = frozenset({SandboxStatus.PENDING, SandboxStatus.PROVISIONING, SandboxStatus.RUNNING})
+ACTIVE_STATUSES = frozenset(
+    {SandboxStatus.PENDING, SandboxStatus.PROVISIONING, SandboxStatus.RUNNING, SandboxStatus.PAUSED}
+)
+"""Not ended (a PAUSED sandbox lives on: it holds no node slot and no concurrency quota, but its files and id)."""
 
 
 class ErrorType(enum.StrEnum):
@@ -81,6 +89,15 @@ class NotFound(Exception):
         self.sandbox_id = sandbox_id
 
 
+class SnapshotNotFound(NotFound):
+    """No snapshot by that id or name (a NotFound, so a front that answers "not found" for both needs no more)."""
+
+    def __init__(self, snapshot_id: str) -> None:
+        Exception.__init__(self, f"snapshot {snapshot_id!r} not found")
+        self.sandbox_id = snapshot_id
+        self.snapshot_id = snapshot_id
+
+
 class NotRunning(Exception):
     """Exec on a sandbox that is not RUNNING now (still starting, or ended)."""
 
@@ -132,6 +149,23 @@ class CreateRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     start_command: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)  # front-specific fields echoed back (disk, team...)
+    user: SandboxUser | None = None  # who commands run as; None: root in /root (E2B and Daytona pass SandboxUser())
+    from_snapshot: str | None = None  # start with a copy of this snapshot's files (id or name)
+    fork_of: str | None = None  # start with a copy of this running or paused sandbox's files; boots in fork time
+
+
+@dataclass(frozen=True, slots=True)
+class SimSnapshot:
+    """A copy of one sandbox's files, kept until deleted or the simulator closes. `duration_s`: the vendor seconds
+    taking it costs (drawn from the profile's `[sandbox]`; the front waits that long before answering)."""
+
+    id: str
+    name: str
+    source_sandbox_id: str
+    image: str
+    created_at: float
+    size_bytes: int
+    duration_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +176,7 @@ class ExecOutcome:
     duration_s: float
 
 
-_QUEUED, _PULLING, _BOOTING, _RUNNING, _ENDED = range(5)
+_QUEUED, _PULLING, _BOOTING, _RUNNING, _ENDED, _PAUSED = range(6)
 
 
 @dataclass(slots=True, eq=False)
@@ -179,11 +213,43 @@ class SimSandbox:
     first_exec_done_at: float | None = None  # the first command that completed: what a client calls TTI
     first_exec_started_at: float | None = None  # when that command reached the vendor
     exec_busy_s: float = 0.0  # vendor seconds spent running commands that completed (overhead + own time)
+    user: SandboxUser | None = None  # None: root
+    from_snapshot: str | None = None  # the snapshot id it started from
+    fork_of: str | None = None  # the sandbox it was forked from
+    pause_count: int = 0
+    paused_s: float = 0.0  # vendor seconds spent PAUSED (ended pauses; the current one is `now - paused_at`)
+    paused_at: float | None = None  # when the current pause began (None while not paused)
+    resumed_at: float | None = None  # when the last resume was asked for
     _phase: int = field(default=_QUEUED, repr=False)
     _timers: list[TimerHandle] = field(default_factory=list, repr=False)
     _lifetime_timer: TimerHandle | None = field(default=None, repr=False)  # also in _timers; replaced by set_lifetime
+    _remaining_s: float = field(default=0.0, repr=False)  # lifetime left when paused
+    _resuming: bool = field(default=False, repr=False)  # placed again after a pause: boots in resume time, no pull
     # commands in flight, in start order (a dict, not a set: resolution order must not depend on id())
     _execs: dict[ExecTicket, None] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def accepted(cls, req: CreateRequest, sandbox_id: str, seq: int, now: float) -> SimSandbox:
+        """The record of a create just accepted (PENDING)."""
+        return cls(
+            id=sandbox_id,
+            seq=seq,
+            name=req.name or f"sandbox-{seq}",
+            image=req.image,
+            labels=tuple(req.labels),
+            cpu=float(req.cpu),
+            memory_mb=int(req.memory_mb),
+            lifetime_s=float(req.lifetime_s),
+            disk_gb=float(req.disk_gb),
+            status=SandboxStatus.PENDING,
+            created_at=now,
+            updated_at=now,
+            idempotency_key=req.idempotency_key,
+            env=dict(req.env),
+            start_command=tuple(req.start_command),
+            meta=dict(req.meta),
+            user=req.user,
+        )
 
     @property
     def active(self) -> bool:
@@ -225,6 +291,8 @@ class SimSandbox:
             "first_exec_start_s": self.first_exec_started_at,
             "exec_busy_s": self.exec_busy_s,
             "exec_count": self.exec_count,
+            "pause_count": self.pause_count,
+            "paused_s": self.paused_s,
         }
 
 
@@ -239,13 +307,15 @@ def iso(clock: SimClock, t: float | None) -> str | None:
 class ExecTicket:
     """One command in flight; resolved once with an ExecOutcome or an exception."""
 
-    __slots__ = ("done", "on_done", "sb", "timer")
+    __slots__ = ("done", "on_done", "process", "sb", "timer")
 
     def __init__(self, sb: SimSandbox, on_done: Callable[[ExecOutcome | BaseException], None]) -> None:
         self.sb = sb
         self.timer: TimerHandle | None = None
         self.on_done = on_done
         self.done = False
+        # a real command's process (`isolated_shell.RealProcess`: stdin, signals, pty size); None when modelled
+        self.process: RealProcess | None = None
 
     def resolve(self, result: ExecOutcome | BaseException) -> None:
         if self.done:
@@ -258,4 +328,6 @@ class ExecTicket:
         self.done = True
         if self.timer is not None:
             self.timer.cancel()
+        if self.process is not None:
+            self.process.kill()  # a real command outlives no answer: timed out, its sandbox ended, caller gone
         self.sb._execs.pop(self, None)
