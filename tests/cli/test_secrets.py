@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from harness.wire.redact import redact, redact_data, secret_values, short_error
+from tests.support.commands import stampede
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
 MARK = "canary7xw"  # in every planted secret; searched for in any case
 TOKEN = "tokCanary7Xw-q1"
@@ -44,45 +42,37 @@ def test_a_canary_in_every_input_path_is_in_no_output(tmp_path):
     out = tmp_path / "results"
     env = {**os.environ, "STAMPEDE_PROVIDER_OPTION": f"api_key={ENV_KEY}"}
     env.pop("STAMPEDE_TOKEN", None)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--scenario",
-            "ramp",
-            "--stages",
-            "3",
-            "--hold",
-            "1",
-            "--provider",
-            SCRIPTED,
-            "--token",
-            TOKEN,
-            "--out",
-            str(out),
-            "--progress-interval",
-            "0.5",
-            "--provider-option",
-            f"token_secret={SECRET}",
-            "--provider-option",
-            "echo=1",
-            "--provider-option",
-            "fail=exec:exec_error",
-            "--provider-option",
-            "fail_every=2",
-            "--provider-option",
-            "terminate_fail=1",
-            "--provider-option",
-            "cleanup_fail=1",
-            "--provider-option",
-            f"ledger={ledger}",
-        ],
-        capture_output=True,
-        text=True,
+    result = stampede(
+        "run",
+        "--scenario",
+        "ramp",
+        "--stages",
+        "3",
+        "--hold",
+        "1",
+        "--provider",
+        SCRIPTED,
+        "--token",
+        TOKEN,
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0.5",
+        "--provider-option",
+        f"token_secret={SECRET}",
+        "--provider-option",
+        "echo=1",
+        "--provider-option",
+        "fail=exec:exec_error",
+        "--provider-option",
+        "fail_every=2",
+        "--provider-option",
+        "terminate_fail=1",
+        "--provider-option",
+        "cleanup_fail=1",
+        "--provider-option",
+        f"ledger={ledger}",
         timeout=180,
-        cwd=REPO,
         env=env,
     )
     assert result.returncode == 0, result.stderr[-2000:]

@@ -5,9 +5,6 @@ measured values."""
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +19,8 @@ from harness.results.render.colours import FAILURE_KIND_COLOURS, IN_FLIGHT_COLOU
 from harness.results.render.report import build_report
 from harness.results.render.report_tables import phase_table, stage_table
 from providers.base import FailureKind
+from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -41,30 +37,20 @@ def synthetic(tmp_path_factory) -> Path:
 def real_run(tmp_path_factory) -> Path:
     """A real `stampede run`: a simulated Modal-like vendor (time scale 0.1, its truth recorded), a burst of 40."""
     out = tmp_path_factory.mktemp("results")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--profile",
-            "modal-like",
-            "--scenario",
-            "burst",
-            "--users",
-            "40",
-            "--out",
-            str(out),
-            "--run-id",
-            "phases",
-            "--progress-interval",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env={**os.environ},
+    result = stampede(
+        "run",
+        "--profile",
+        "modal-like",
+        "--scenario",
+        "burst",
+        "--users",
+        "40",
+        "--out",
+        str(out),
+        "--run-id",
+        "phases",
+        "--progress-interval",
+        "0",
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return out / "phases"

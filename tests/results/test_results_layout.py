@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import glob
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -26,9 +24,9 @@ from harness.results.read.dataset import load_ops, load_rollout_frame, load_roll
 from harness.results.read.layout import files_to_ship, shipped_path
 from harness.results.read.run_pointer import resolve_run_dir
 from harness.wire.records import OP_READ_SCHEMA, ROLLOUT_READ_SCHEMA, OpRecord, RolloutRecord
+from tests.support.commands import stampede
 from tests.support.rollout_rows import finished_rollout
 
-REPO = Path(__file__).resolve().parents[2]
 TABLES = ("rollouts", "ops", "truth")
 WALL_CLOCK_COLUMNS = {
     "rollouts": ("t_submit", "t_intended"),
@@ -41,30 +39,20 @@ WALL_CLOCK_COLUMNS = {
 def real_run(tmp_path_factory) -> Path:
     """One real short run against the embedded simulated vendor; its out folder."""
     out = tmp_path_factory.mktemp("layout-out")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--profile",
-            "ideal",
-            "--scenario",
-            "burst",
-            "--users",
-            "30",
-            "--out",
-            str(out),
-            "--run-id",
-            "r1",
-            "--progress-interval",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
+    result = stampede(
+        "run",
+        "--profile",
+        "ideal",
+        "--scenario",
+        "burst",
+        "--users",
+        "30",
+        "--out",
+        str(out),
+        "--run-id",
+        "r1",
+        "--progress-interval",
+        "0",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return out
@@ -145,14 +133,7 @@ def test_latest_is_a_file_naming_the_run_and_commands_still_take_it(real_run):
     assert latest.read_text().strip() == "r1"
     assert resolve_run_dir(latest) == real_run / "r1"
     assert read_run_info(latest).run_id == "r1"
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "summary", str(latest)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        check=False,
-    )
+    result = stampede("summary", str(latest), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "ended: completed" in result.stdout
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,9 +25,8 @@ from harness.rlmodel.prices import published_prices, vendor_key
 from harness.rlmodel.result import ModelResult
 from harness.rlmodel.simulation import simulate
 from harness.rlmodel.sweep import SweepPoint, recommend
+from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
-
-REPO = Path(__file__).resolve().parents[2]
 
 TINY: dict[str, Any] = {
     "step": {"prompts": 4, "group_size": 2},
@@ -119,25 +116,17 @@ def test_an_unknown_price_leaves_the_dollars_unknown_and_says_so(flaky_model, tm
     del data["trainer"]["gpus"]
     config_path = tmp_path / "unpriced.toml"
     config_path.write_text(_toml(data))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "model",
-            "--latency",
-            str(flaky_model),
-            "--config",
-            str(config_path),
-            "--engine",
-            "closed",
-            "-o",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
+    out = stampede(
+        "model",
+        "--latency",
+        str(flaky_model),
+        "--config",
+        str(config_path),
+        "--engine",
+        "closed",
+        "-o",
+        str(tmp_path / "out"),
         timeout=120,
-        cwd=REPO,
     )
     assert out.returncode == 0, out.stderr
     assert "sandbox dollars unknown: config has no published rate" in out.stdout
