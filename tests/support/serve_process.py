@@ -11,7 +11,8 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from subprocess import Popen
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +26,30 @@ def spawn_serve(module: str, *args: str) -> subprocess.Popen[bytes]:
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def spawn_serve_logged(module: str, stderr: IO[bytes], *args: str, env: dict[str, str] | None = None) -> Popen[bytes]:
+    """`spawn_serve`, its stderr written to a file (a pipe nobody reads would block a server that logs much)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+
+
+def stop_serve(proc: Popen[bytes], timeout: float = 15.0) -> int:
+    """Close its stdin (`--exit-on-stdin-eof`) and wait for the exit, killing it if it hangs; its status."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def ready_line(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> dict[str, Any]:

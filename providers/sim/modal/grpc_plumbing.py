@@ -6,6 +6,9 @@
 - `ModalDetailsCodec`: error details as Modal's servers send them (`modal.client.RPCStatus` whose `Any`
   entries carry e.g. an `RPCRetryPolicy` under the `type.modal.com/` prefix), which is how the SDK learns
   a server-directed retry delay for throttling.
+- `RequestCodec`: a request that is not the RPC's protobuf answers INVALID_ARGUMENT, as the one bad call it is;
+  grpclib's own codec let the `DecodeError` through, which answered UNKNOWN "Internal Server Error" and logged a
+  traceback per call (found by tests/sim/test_fuzz_modal_grpc.py).
 - `start_grpc_server`: a grpclib server that allows many concurrent streams per connection. The h2
   default of 100 would queue a 960-wide burst's calls inside one client connection, a limit Modal's
   front ends do not impose, and it would show up as vendor latency.
@@ -20,9 +23,10 @@ from typing import Any, TypeVar, cast
 
 import grpclib.server
 from google.protobuf import any_pb2
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from grpclib import GRPCError, Status
 from grpclib.encoding.base import StatusDetailsCodecBase
+from grpclib.encoding.proto import ProtoCodec
 from grpclib.protocol import H2Protocol
 from h2.settings import SettingCodes
 from modal_proto import api_pb2
@@ -75,6 +79,17 @@ class ModalDetailsCodec(StatusDetailsCodecBase):
         return decoded
 
 
+class RequestCodec(ProtoCodec):
+    """grpclib's protobuf codec, but a request that does not parse is the client's error, not the server's."""
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        try:
+            return super().decode(data, message_type)
+        except DecodeError:
+            name = getattr(getattr(message_type, "DESCRIPTOR", None), "full_name", "the request type")
+            raise GRPCError(Status.INVALID_ARGUMENT, f"the request message is not a valid {name}") from None
+
+
 class _WideProtocol(H2Protocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -91,7 +106,7 @@ class _WideServer(grpclib.server.Server):
 
 async def start_grpc_server(handlers: Collection[Any], host: str, port: int) -> tuple[grpclib.server.Server, int]:
     """Start a grpclib server for `handlers` on host:port (0: a free port); returns it and the bound port."""
-    server = _WideServer(list(handlers), status_details_codec=ModalDetailsCodec())
+    server = _WideServer(list(handlers), codec=RequestCodec(), status_details_codec=ModalDetailsCodec())
     await server.start(host, port, backlog=4096, reuse_address=True)
     listening = cast(asyncio.Server, server._server)
     return server, int(listening.sockets[0].getsockname()[1])
