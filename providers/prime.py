@@ -53,10 +53,14 @@ import asyncio
 import contextvars
 import functools
 import math
+import os
+import posixpath
 import shlex
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -429,6 +433,23 @@ class PrimeProvider(Provider):
         except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {seconds + _EXEC_GRACE_S:g}s") from None
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """`upload_bytes`: the gateway's multipart upload (a relative path is root's home's)."""
+        await cancellable(self.sdk.upload_bytes(ref.sandbox_id, path, bytes(data), posixpath.basename(path) or "file"))
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        """`download_file` into a temporary file (the SDK writes to a local path), read back."""
+        with tempfile.TemporaryDirectory(prefix="stampede-prime-") as folder:
+            local = os.path.join(folder, "download")
+            try:
+                await cancellable(self.sdk.download_file(ref.sandbox_id, path, local))
+            except APIError as exc:
+                response = getattr(exc.__cause__, "response", None)
+                if getattr(response, "status_code", None) == 404:
+                    raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+                raise
+            return await asyncio.to_thread(Path(local).read_bytes)
 
     async def terminate(self, ref: SandboxRef) -> None:
         """Done once the API confirmed the delete (a JSON object; 404: already gone). A transient failure (the

@@ -61,6 +61,7 @@ from providers.sim.core.simulator import (
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.prime.command_session import build_service
 from providers.sim.prime.connect_routes import add_connect_routes
+from providers.sim.prime.files import add_file_routes
 from providers.sim.prime.gateway import GATEWAY_PREFIX, GatewayTokens, exec_handler
 from providers.sim.prime.openapi import openapi_document
 from providers.sim.prime.shapes import (
@@ -445,6 +446,7 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
     r.add_get(f"{p}/_stampede/truth", stampede_truth)
     r.add_get(f"{p}/_stampede/stats", stampede_stats)
     r.add_post(f"{GATEWAY_PREFIX}/{{user_ns}}/{{job_id}}/exec", exec_handler(_sim, _tokens))
+    add_file_routes(r, GATEWAY_PREFIX, _sim, _tokens)
     add_connect_routes(r, GATEWAY_PREFIX, build_service(_sim, _tokens), _tokens)
     r.add_get("/openapi.json", openapi)
     return app

@@ -1,0 +1,141 @@
+"""The Prime-like gateway's file routes, on each simulated sandbox's own file tree.
+
+prime-sandboxes 0.5.1 moves files through the same gateway as commands, with the same per-sandbox token:
+- `POST {gateway_url}/{user_ns}/{job_id}/upload?path=&sandbox_id=`, a multipart form whose `file` part is the
+  content (`upload_file`, `upload_bytes`), answered `FileUploadResponse` (`success`, `path`, `size`, `timestamp`);
+- `GET .../download?path=&sandbox_id=`, the raw bytes (`download_file`);
+- `GET .../read-file?path=&offset=&length=`, `ReadFileResponse` (`content` as text, `size`, `total_size`,
+  `offset`, `truncated`: a byte window of the file, `read_file`).
+Paths are the sandbox's (a relative one is relative to root's home, `/root`: Prime's sandboxes run as root).
+Errors, in the gateway's shapes: 401 a bad token; 409 while the sandbox is not running yet; 410
+`{"error": "sandbox_terminated"}` once it ended (the SDK raises `SandboxNotRunningError`); 404 a missing file,
+400 a folder where a file was asked for, 403 a write under the host's read-only system folders. The SDK turns
+the last three into its `APIError` with the status and our detail.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from providers.sim.core.sandbox_tree import SandboxTree
+from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, VendorSimulator
+from providers.sim.prime.gateway import GatewayTokens
+
+_STATUS_BY_ERRNO = {errno.ENOENT: 404, errno.EISDIR: 400, errno.ENOTDIR: 400, errno.EROFS: 403, errno.EACCES: 403}
+Getter = Callable[[web.Request], Any]
+
+
+def add_file_routes(router: web.UrlDispatcher, prefix: str, get_sim: Getter, get_tokens: Getter) -> None:
+    """Register upload, download and read-file under the gateway prefix."""
+    base = f"{prefix}/{{user_ns}}/{{job_id}}"
+    router.add_post(f"{base}/upload", _guarded(get_sim, get_tokens, _upload))
+    router.add_get(f"{base}/download", _guarded(get_sim, get_tokens, _download))
+    router.add_get(f"{base}/read-file", _guarded(get_sim, get_tokens, _read_file))
+
+
+Operation = Callable[[web.Request, SandboxTree, str], Any]
+
+
+def _guarded(get_sim: Getter, get_tokens: Getter, operation: Operation) -> Callable[[web.Request], Any]:
+    """Token, sandbox state and path checks shared by the three routes; file errors in the gateway's shapes."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        user_ns, job_id = request.match_info["user_ns"], request.match_info["job_id"]
+        tokens: GatewayTokens = get_tokens(request)
+        if not tokens.check(user_ns, job_id, request.headers.get("Authorization")):
+            return web.json_response({"detail": "Invalid or expired gateway token"}, status=401)
+        path = request.query.get("path")
+        if not path:
+            return web.json_response({"detail": "Query parameter 'path' is required"}, status=422)
+        sim: VendorSimulator = get_sim(request)
+        try:
+            tree = sim.tree(job_id)
+        except NotFound:
+            return _terminated("unknown sandbox")
+        except NotRunning as exc:
+            if exc.status in (SandboxStatus.PENDING, SandboxStatus.PROVISIONING):
+                return web.json_response({"detail": "Sandbox is not running"}, status=409)
+            return _terminated(exc.message or str(exc.status))
+        try:
+            response: web.StreamResponse = await operation(request, tree, path)
+        except OSError as exc:
+            status = _STATUS_BY_ERRNO.get(exc.errno or 0, 500)
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            return web.json_response({"detail": f"{reason}: {tree.sandbox_path(path)}"}, status=status)
+        return response
+
+    return handle
+
+
+def _terminated(message: str) -> web.Response:
+    return web.json_response({"error": "sandbox_terminated", "detail": f"Sandbox terminated: {message}"}, status=410)
+
+
+def _regular_file(tree: SandboxTree, path: str) -> str:
+    host = tree.host_path(path)
+    if host.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    return str(host)
+
+
+async def _upload(request: web.Request, tree: SandboxTree, path: str) -> web.Response:
+    if not request.content_type.startswith("multipart/"):
+        return web.json_response({"detail": "Expected a multipart form with a 'file' part"}, status=422)
+    reader = await request.multipart()
+    content: bytearray | None = None
+    while (part := await reader.next()) is not None:
+        if getattr(part, "name", None) == "file":
+            content = bytearray()
+            while chunk := await part.read_chunk():  # type: ignore[union-attr]
+                content.extend(chunk)
+    if content is None:
+        return web.json_response({"detail": "The form has no 'file' part"}, status=422)
+    tree.writable(path)  # the host's system folders are read-only in the sandbox
+    host = tree.host_path(path)  # a symlink is written through, inside the tree
+    if host != tree.root and tree.root not in host.parents:
+        raise PermissionError(errno.EROFS, "Read-only file system", path)
+    if host.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    host.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(content)
+    timestamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    body = {"success": True, "path": tree.sandbox_path(path), "size": len(content), "timestamp": timestamp}
+    return web.json_response(body)
+
+
+async def _download(request: web.Request, tree: SandboxTree, path: str) -> web.Response:
+    with open(_regular_file(tree, path), "rb") as source:
+        data = source.read()
+    name = tree.sandbox_path(path).rsplit("/", 1)[-1]
+    headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+    return web.Response(body=data, content_type="application/octet-stream", headers=headers)
+
+
+async def _read_file(request: web.Request, tree: SandboxTree, path: str) -> web.Response:
+    try:
+        offset = int(request.query.get("offset", 0))
+        length = int(request.query["length"]) if "length" in request.query else None
+    except ValueError:
+        return web.json_response({"detail": "offset and length must be integers"}, status=422)
+    if offset < 0 or (length is not None and length < 0):
+        return web.json_response({"detail": "offset and length must not be negative"}, status=422)
+    with open(_regular_file(tree, path), "rb") as source:
+        total = os.fstat(source.fileno()).st_size
+        source.seek(offset)
+        data = source.read() if length is None else source.read(length)
+    body = {
+        "content": data.decode("utf-8", "replace"),
+        "size": len(data),
+        "total_size": total,
+        "offset": offset,
+        "truncated": offset + len(data) < total,
+    }
+    return web.json_response(body)
