@@ -78,12 +78,24 @@ class Admission:
             self.rejections[RejectReason.INVALID] += 1
             raise Rejected(RejectReason.INVALID, problem)
 
-    def _check_resource_pool(self, req: CreateRequest, attempt: int) -> None:
+    def readmit(self, sb: SimSandbox, *, active: int) -> None:
+        """Raise `Rejected` unless a paused sandbox may resume: it counts against the quota again (`active`: the
+        sandboxes that count now) and takes back its vCPU and memory (its disk it kept). No create token is spent."""
+        limit = self.profile.quota.max_active
+        if active >= limit:
+            self.rejections[RejectReason.QUOTA_EXHAUSTED] += 1
+            raise Rejected(
+                RejectReason.QUOTA_EXHAUSTED,
+                f"Sandbox limit reached: {active} running sandboxes, the account allows {limit:g}",
+            )
+        self._check_resource_pool(sb, None, disk=False)
+
+    def _check_resource_pool(self, req: CreateRequest | SimSandbox, attempt: int | None, *, disk: bool = True) -> None:
         """Refuse a create that would overdraw the account's vCPU, memory or disk pool (profile `[resource_pool]`)."""
         pool = self.profile.resource_pool
         if pool is None:
             return
-        wanted = (req.cpu, req.memory_mb / 1024, req.disk_gb)
+        wanted = (req.cpu, req.memory_mb / 1024, req.disk_gb if disk else 0.0)
         for resource, used, want, limit in zip(
             ("cpu", "memory", "disk"), self.pool_used, wanted, (pool.cpu, pool.memory_gb, pool.disk_gb), strict=True
         ):
@@ -97,10 +109,13 @@ class Admission:
                     limit=limit,
                 )
 
-    def hold(self, sb: SimSandbox, sign: float) -> None:
-        """Take (+1) or give back (-1) a sandbox's share of the resource pool."""
-        cpu, memory, disk = self.pool_used
-        self.pool_used = (cpu + sign * sb.cpu, memory + sign * sb.memory_mb / 1024, disk + sign * sb.disk_gb)
+    def hold(self, sb: SimSandbox, sign: float, *, compute: bool = True, disk: bool = True) -> None:
+        """Take (+1) or give back (-1) a sandbox's share of the resource pool: its vCPU and memory (`compute`, what a
+        pause gives back) and its disk (what a paused sandbox keeps)."""
+        cpu, memory, used_disk = self.pool_used
+        c = sign if compute else 0.0
+        d = sign if disk else 0.0
+        self.pool_used = (cpu + c * sb.cpu, memory + c * sb.memory_mb / 1024, used_disk + d * sb.disk_gb)
 
     def _take_token(self, now: float) -> float | None:
         """Spend one create token; return None, or the vendor seconds until the next token."""

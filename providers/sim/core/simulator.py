@@ -40,14 +40,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from providers.sim.core.admission import Admission
+from providers.sim.core.autoscale import Autoscaler
 from providers.sim.core.clock import LoopClock, SimClock, TimerHandle
 from providers.sim.core.commands import start_command
 from providers.sim.core.draws import Stream
+from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.pausing import Pausing
 from providers.sim.core.pool import Node, NodePool, Pull
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
     _BOOTING,
     _ENDED,
+    _PAUSED,
     _PULLING,
     _QUEUED,
     _RUNNING,
@@ -65,8 +69,12 @@ from providers.sim.core.records import (
     SandboxDied,
     SandboxStatus,
     SimSandbox,
+    SimSnapshot,
+    SnapshotNotFound,
     iso,
 )
+from providers.sim.core.sandbox_tree import SandboxTree, SandboxTrees
+from providers.sim.core.snapshots import Snapshots, user_of
 from providers.sim.core.truth_archive import TruthArchive
 
 __all__ = [
@@ -83,6 +91,8 @@ __all__ = [
     "SandboxDied",
     "SandboxStatus",
     "SimSandbox",
+    "SimSnapshot",
+    "SnapshotNotFound",
     "VendorSimulator",
     "iso",
 ]
@@ -122,13 +132,17 @@ class VendorSimulator:
         self._listeners: list[Callable[[SimSandbox], None]] = []
         self._closed = False
         self.admission = Admission(profile, self.seed, clock.now())  # validation, create rate, quotas
+        self._trees: SandboxTrees | None = None  # made on first use: a load test that touches no file makes none
+        self.real_shell: IsolatedShell | None = None  # real commands' processes (`commands.real_shell_of`)
+        self._pausing = Pausing(self)
+        self._snapshots = Snapshots(self, self._id_nonce)
         # pool and the start pipeline
         self.pool = NodePool(profile.pool.slots_per_node)
         self._queue: deque[SimSandbox] = deque()
         self._n_waiting = 0
         self._n_provisioning = 0
         self._dispatch_timer: TimerHandle | None = None
-        self._scale_timers: set[TimerHandle] = set()
+        self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self._dispatch)
         for _ in range(profile.pool.initial_nodes):
             self.pool.add(warm=profile.pool.initial_nodes_warm, now=clock.now())
         # bookkeeping
@@ -163,6 +177,8 @@ class VendorSimulator:
             known = self._idempotency.get(req.idempotency_key)
             if known is not None:
                 return self._sandboxes[known]
+        if req.from_snapshot is not None or req.fork_of is not None:
+            self._snapshots.check_source(req)
         self.admission.validate(req)
         now = self.clock.now()
         attempt = self._attempts
@@ -170,7 +186,7 @@ class VendorSimulator:
         pool = self.pool
         at_max = len(pool) + pool.booting >= self.profile.pool.max_nodes
         no_room = at_max and pool.free_slots < 1 and self._n_waiting >= self.profile.pool.max_queue
-        self.admission.admit(req, now, attempt, active=len(self._active), no_room=no_room)
+        self.admission.admit(req, now, attempt, active=self._quota_count(), no_room=no_room)
         return self._accept(req, now)
 
     def get(self, sandbox_id: str) -> SimSandbox:
@@ -202,17 +218,47 @@ class VendorSimulator:
             raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
         if not remaining_s > 0:
             raise ValueError(f"remaining_s must be > 0, got {remaining_s!r}")
-        now = self.clock.now()
         old = sb._lifetime_timer
         if old is not None:
             old.cancel()
             sb._timers.remove(old)
         sb._lifetime_timer = None
-        sb.lifetime_s = now - sb.created_at + remaining_s
-        if math.isfinite(remaining_s):
-            sb._lifetime_timer = self.clock.call_at(now + remaining_s, lambda: self._lifetime(sb))
-            sb._timers.append(sb._lifetime_timer)
+        sb._remaining_s = remaining_s  # a PAUSED sandbox's lifetime runs again from its resume
+        self._arm_lifetime(sb, remaining_s, timer=sb._phase != _PAUSED)
         return sb
+
+    @property
+    def trees(self) -> SandboxTrees:
+        """Every sandbox's files and every snapshot, under one temporary folder (made on first use, removed by close)."""
+        if self._trees is None:
+            self._trees = SandboxTrees()
+        return self._trees
+
+    def tree(self, sandbox_id: str) -> SandboxTree:
+        """The sandbox's `/` (a PAUSED one's too): NotFound, or NotRunning once ended (its files went with it)."""
+        sb = self.get(sandbox_id)
+        if sb._phase == _ENDED:
+            raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
+        return self.trees.get(sb.id, user_of(sb))
+
+    # pause and resume (`pausing.Pausing`), snapshots (`snapshots.Snapshots`): what each does and raises is said there
+    def pause(self, sandbox_id: str) -> float:
+        return self._pausing.pause(sandbox_id)
+
+    def resume(self, sandbox_id: str, lifetime_s: float | None = None) -> SimSandbox:
+        return self._pausing.resume(sandbox_id, lifetime_s)
+
+    def snapshot(self, sandbox_id: str, name: str | None = None) -> SimSnapshot:
+        return self._snapshots.take(sandbox_id, name)
+
+    def snapshots(self) -> builtins.list[SimSnapshot]:
+        return self._snapshots.all()
+
+    def get_snapshot(self, id_or_name: str) -> SimSnapshot:
+        return self._snapshots.get(id_or_name)
+
+    def delete_snapshot(self, id_or_name: str) -> SimSnapshot:
+        return self._snapshots.delete(id_or_name)
 
     def exec_start(
         self,
@@ -223,14 +269,35 @@ class VendorSimulator:
         on_done: Callable[[ExecOutcome | BaseException], None],
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+        on_stderr: Callable[[bytes], None] | None = None,
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
     ) -> ExecTicket:
         """Start a command; `on_done` later receives an ExecOutcome or ExecTimedOut / SandboxDied / ExecError.
 
         Raises NotFound or NotRunning at once. The callback form works on any clock (the VirtualClock
         included); `exec` is the awaitable form for a live loop. The model of a command: `commands.py`.
+        With real commands (profile `[sandbox] commands = "real"`, live clock) `on_stdout`/`on_stderr` get output
+        as it comes, `stdin=True` gives it a pipe, `pty=(cols, rows)` a terminal, and `ticket.process` is the
+        `RealProcess` a front writes stdin and sends signals to.
         """
         sb = self.get(sandbox_id)
-        return start_command(self, sb, command, timeout_s=timeout_s, on_done=on_done, env=env, cwd=cwd)
+        if on_stdout is None and on_stderr is None and not stdin and pty is None:
+            return start_command(self, sb, command, timeout_s=timeout_s, on_done=on_done, env=env, cwd=cwd)
+        return start_command(
+            self,
+            sb,
+            command,
+            timeout_s=timeout_s,
+            on_done=on_done,
+            env=env,
+            cwd=cwd,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            stdin=stdin,
+            pty=pty,
+        )
 
     async def exec(
         self,
@@ -240,15 +307,26 @@ class VendorSimulator:
         timeout_s: float,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+        on_stderr: Callable[[bytes], None] | None = None,
     ) -> ExecOutcome:
-        """Run one command (needs a clock that advances while awaiting: LoopClock)."""
+        """Run one command (needs a clock that advances while awaiting: LoopClock); cancelling kills a real one."""
         fut: asyncio.Future[ExecOutcome | BaseException] = asyncio.get_running_loop().create_future()
 
         def done(result: ExecOutcome | BaseException) -> None:
             if not fut.done():
                 fut.set_result(result)
 
-        ticket = self.exec_start(sandbox_id, command, timeout_s=timeout_s, on_done=done, env=env, cwd=cwd)
+        ticket = self.exec_start(
+            sandbox_id,
+            command,
+            timeout_s=timeout_s,
+            on_done=done,
+            env=env,
+            cwd=cwd,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
         try:
             result = await fut
         except asyncio.CancelledError:
@@ -276,6 +354,10 @@ class VendorSimulator:
             "pending": by_status[SandboxStatus.PENDING],
             "provisioning": by_status[SandboxStatus.PROVISIONING],
             "running": by_status[SandboxStatus.RUNNING],
+            "paused": self._pausing.count,
+            "pauses": self._pausing.pauses,
+            "resumes": self._pausing.resumes,
+            "snapshots": len(self._snapshots),
             "waiting_for_slot": self._n_waiting,
             "peak_active": self.peak_active,
             "peak_provisioning": self.peak_provisioning,
@@ -298,16 +380,13 @@ class VendorSimulator:
         return sorted(archived + live, key=lambda row: int(row["seq"]))
 
     def close(self) -> None:
-        """Cancel every timer; commands in flight fail with SandboxDied. Sandboxes keep their state."""
+        """Cancel every timer; commands in flight fail with SandboxDied. Sandboxes keep their state; their files and
+        the snapshots are removed."""
         self._closed = True
         if self._dispatch_timer is not None:
             self._dispatch_timer.cancel()
-        for handle in self._scale_timers:
-            handle.cancel()
-        self._scale_timers.clear()
+        self.autoscaler.close()
         for node in list(self.pool.nodes.values()):
-            if node.idle_timer is not None:
-                node.idle_timer.cancel()
             for pull in node.pulls.values():
                 if pull.timer is not None:
                     pull.timer.cancel()
@@ -316,6 +395,11 @@ class VendorSimulator:
                 handle.cancel()
             for ticket in list(sb._execs):
                 ticket.resolve(SandboxDied(sb.id, str(sb.status), None, "the simulator shut down"))
+        self._snapshots.close()
+        if self.real_shell is not None:
+            self.real_shell.close()  # every real command and background job ends with its namespace
+        if self._trees is not None:
+            self._trees.close()  # every sandbox's files and every snapshot go with it
 
     # --- model --------------------------------------------------------------------------------------
 
@@ -324,44 +408,45 @@ class VendorSimulator:
         seq = self._accepted
         self._accepted += 1
         digest = hashlib.blake2b(f"{self.seed}:{seq}{self._id_nonce}".encode(), digest_size=12).hexdigest()
-        sb = SimSandbox(
-            id=f"sb{digest}",
-            seq=seq,
-            name=req.name or f"sandbox-{seq}",
-            image=req.image,
-            labels=tuple(req.labels),
-            cpu=float(req.cpu),
-            memory_mb=int(req.memory_mb),
-            lifetime_s=float(req.lifetime_s),
-            disk_gb=float(req.disk_gb),
-            status=SandboxStatus.PENDING,
-            created_at=now,
-            updated_at=now,
-            idempotency_key=req.idempotency_key,
-            env=dict(req.env),
-            start_command=tuple(req.start_command),
-            meta=dict(req.meta),
-        )
+        sb = SimSandbox.accepted(req, f"sb{digest}", seq, now)
+        if req.from_snapshot is not None or req.fork_of is not None:
+            self._snapshots.seed_tree(sb, req)
         self._sandboxes[sb.id] = sb
         self._active[sb.id] = sb
         self.admission.hold(sb, 1.0)
         self.peak_active = max(self.peak_active, len(self._active))
         if req.idempotency_key is not None:
             self._idempotency[req.idempotency_key] = sb.id
+        self._arm_timers(sb, sb.lifetime_s)
+        self._enqueue(sb)
+        self._notify(sb)
+        return sb
+
+    def _arm_timers(self, sb: SimSandbox, remaining_s: float) -> None:
+        """The startup deadline (counted from now) and the lifetime (`remaining_s` from now) of a sandbox queued."""
         deadline = self.profile.startup.deadline_s
         if math.isfinite(deadline):
-            sb._timers.append(self.clock.call_at(now + deadline, lambda: self._deadline(sb)))
-        if math.isfinite(sb.lifetime_s):
-            sb._lifetime_timer = self.clock.call_at(now + sb.lifetime_s, lambda: self._lifetime(sb))
+            sb._timers.append(self.clock.call_at(self.clock.now() + deadline, lambda: self._deadline(sb)))
+        self._arm_lifetime(sb, remaining_s)
+
+    def _arm_lifetime(self, sb: SimSandbox, remaining_s: float, *, timer: bool = True) -> None:
+        now = self.clock.now()
+        sb.lifetime_s = now - sb.created_at + remaining_s
+        if timer and math.isfinite(remaining_s):
+            sb._lifetime_timer = self.clock.call_at(now + remaining_s, lambda: self._lifetime(sb))
             sb._timers.append(sb._lifetime_timer)
+
+    def _enqueue(self, sb: SimSandbox) -> None:
         self._queue.append(sb)
         self._n_waiting += 1
         if self._dispatch_timer is None:
             # placement happens just after the create returns, as on a real scheduler: a create
             # response always shows PENDING, and a burst of creates at one instant is placed in order
-            self._dispatch_timer = self.clock.call_at(now, self._dispatch_soon)
-        self._notify(sb)
-        return sb
+            self._dispatch_timer = self.clock.call_at(self.clock.now(), self._dispatch_soon)
+
+    def _quota_count(self) -> int:
+        """The sandboxes the account's concurrency quota counts: every one not ended, but the PAUSED."""
+        return len(self._active) - self._pausing.count
 
     def _dispatch_soon(self) -> None:
         self._dispatch_timer = None
@@ -382,57 +467,9 @@ class VendorSimulator:
             self._n_waiting -= 1
             self._place(sb, node)
         if self._n_waiting > 0:
-            self._scale_up()
+            self.autoscaler.scale_up(self._n_waiting)
         elif queue:
             queue.clear()  # only sandboxes that ended while waiting are left in it
-
-    def _scale_up(self) -> None:
-        pool = self.pool
-        spec = self.profile.pool
-        slots = spec.slots_per_node
-        deficit = self._n_waiting - pool.booting * slots
-        if deficit <= 0:
-            return
-        need = 1 if math.isinf(slots) else math.ceil(deficit / slots)
-        room = spec.max_nodes - len(pool) - pool.booting
-        add = int(min(need, room))
-        if add <= 0:
-            return
-        pool.booting += add
-        handle: TimerHandle | None = None
-
-        def arrive() -> None:
-            if handle is not None:
-                self._scale_timers.discard(handle)
-            pool.booting -= add
-            now = self.clock.now()
-            for _ in range(add):
-                node = pool.add(warm=False, now=now)
-                self._maybe_idle(node)
-            self._dispatch()
-
-        handle = self.clock.call_at(self.clock.now() + spec.scale_up_lag_s, arrive)
-        self._scale_timers.add(handle)
-
-    def _maybe_idle(self, node: Node) -> None:
-        """Schedule scale-down of a node that has nothing to do, if the pool may shrink."""
-        spec = self.profile.pool
-        if node.used or not math.isfinite(spec.scale_down_idle_s) or math.isinf(node.slots):
-            return
-        now = self.clock.now()
-        node.idle_since = now
-
-        def check() -> None:
-            node.idle_timer = None
-            if node.alive and node.used == 0 and node.idle_since == now and len(self.pool) > spec.initial_nodes:
-                for pull in node.pulls.values():
-                    if pull.timer is not None:
-                        pull.timer.cancel()
-                self.pool.remove(node)
-
-        if node.idle_timer is not None:
-            node.idle_timer.cancel()
-        node.idle_timer = self.clock.call_at(now + spec.scale_down_idle_s, check)
 
     def _place(self, sb: SimSandbox, node: Node) -> None:
         now = self.clock.now()
@@ -442,11 +479,12 @@ class VendorSimulator:
             node.idle_timer = None
         sb.node = node.id
         sb.status = SandboxStatus.PROVISIONING
-        sb.started_at = now
+        if sb.started_at is None:  # a resume keeps the first start (TTI is the create's)
+            sb.started_at = now
         sb.updated_at = now
         self._n_provisioning += 1
         self.peak_provisioning = max(self.peak_provisioning, self._n_provisioning)
-        if node.has_image(sb.image):
+        if sb._resuming or node.has_image(sb.image):
             self._notify(sb)
             self._start_boot(sb)
             return
@@ -485,6 +523,10 @@ class VendorSimulator:
         spec = self.profile.boot
         now = self.clock.now()
         sb._phase = _BOOTING
+        resumed_or_forked = self._pausing.boot_time(sb)
+        if resumed_or_forked is not None:
+            sb._timers.append(self.clock.call_at(now + resumed_or_forked, lambda: self._boot_done(sb)))
+            return
         n = self._n_provisioning
         congestion = max(1.0, n / spec.congestion_knee) ** spec.congestion_exponent
         draws = Stream(self.seed, "boot", sb.seq)
@@ -503,7 +545,9 @@ class VendorSimulator:
         now = self.clock.now()
         sb._phase = _RUNNING
         sb.status = SandboxStatus.RUNNING
-        sb.running_at = now
+        if sb.running_at is None:
+            sb.running_at = now
+        sb._resuming = False
         sb.updated_at = now
         self._n_provisioning -= 1
         self._notify(sb)
@@ -543,19 +587,20 @@ class VendorSimulator:
         sb.ended_at = now
         sb.updated_at = now
         del self._active[sb.id]
-        self.admission.hold(sb, -1.0)
+        self.admission.hold(sb, -1.0, compute=phase != _PAUSED)
         for handle in sb._timers:
             handle.cancel()
         sb._timers.clear()
         if phase == _QUEUED:
             self._n_waiting -= 1
+        elif phase == _PAUSED:
+            self._pausing.ended(sb, phase)
         else:
-            if phase in (_PULLING, _BOOTING):
-                self._n_provisioning -= 1
-            node = self.pool.nodes.get(sb.node) if sb.node is not None else None
-            if node is not None:
-                self.pool.release_slot(node)
-                self._maybe_idle(node)
+            self._release_node(sb, phase)
+        if self.real_shell is not None:
+            self.real_shell.stop(sb.id)  # its processes first, so none writes into the tree being removed
+        if self._trees is not None:
+            self._trees.remove(sb.id)  # its files go with it (snapshots taken of it stay)
         self.ended[f"{status}/{sb.error_type}" if sb.error_type else str(status)] += 1
         self._ended_fifo.append(sb)
         if sb._execs:
@@ -563,8 +608,17 @@ class VendorSimulator:
             for ticket in list(sb._execs):
                 ticket.resolve(died)
         self._notify(sb)
-        if phase != _QUEUED and self._n_waiting > 0:
+        if phase not in (_QUEUED, _PAUSED) and self._n_waiting > 0:
             self._dispatch()
+
+    def _release_node(self, sb: SimSandbox, phase: int) -> None:
+        """A placed sandbox (in `phase`) leaves its node, ended or paused: the slot goes back, the node may go idle."""
+        if phase in (_PULLING, _BOOTING):
+            self._n_provisioning -= 1
+        node = self.pool.nodes.get(sb.node) if sb.node is not None else None
+        if node is not None:
+            self.pool.release_slot(node)
+            self.autoscaler.maybe_idle(node)
 
     def _prune(self, now: float) -> None:
         """Forget the sandboxes that ended more than `retention_s` ago; archive their truth rows first."""
