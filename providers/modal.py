@@ -30,7 +30,7 @@ start, a terminate, a list; the SDK waits on such calls without a deadline, so a
 rollout until the engine's watchdog).
 
 Hostile transport: the SDK retries resets, UNAVAILABLE/INTERNAL/UNKNOWN and timeouts itself (3 times on the
-control plane; the command router until the call's deadline). What it gives up on is classified here: a
+control plane; the command router until the call's deadline). What it gives up on is classified (`modal_errors.py`): a
 reply that does not decode or a unary call that ended without one is `transport`; RESOURCE_EXHAUSTED
 without a named cause is `rate_limited`. `terminate` and `list_owned` retry such transient failures a few
 times themselves (a sandbox a failed terminate left would otherwise run until the run's final sweep).
@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import math
 import os
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -51,7 +50,6 @@ import grpclib
 import grpclib.exceptions
 import modal
 import modal.exception as mexc
-from google.protobuf.message import DecodeError
 from modal_proto import api_pb2
 
 from providers.base import (
@@ -63,10 +61,10 @@ from providers.base import (
     ProviderError,
     SandboxRef,
     SandboxSpec,
-    classify_common,
     owner_labels,
     tagged_by_stampede,
 )
+from providers.modal_errors import classify_modal
 from providers.options import (
     Option,
     choice,
@@ -94,17 +92,7 @@ MODAL_PREFLIGHT_S = 180.0  # against the real Modal: a first image build may be 
 _POLL_AFTER_OVERRUN_S = 5.0
 _CONTROL_ATTEMPTS = 4  # terminate / list: the first try and 3 retries of a transient failure
 _CONTROL_BACKOFF_S = 0.25
-_GRPCLIB_DIR = os.path.dirname(grpclib.__file__)
 _TRANSIENT_KINDS = frozenset({"transport", "rate_limited"})
-
-# Message patterns, checked against the SDK's exception text (Modal's wording where it is known).
-_DID_NOT_START = re.compile(r"did not start within|not scheduled within", re.I)
-_OOM = re.compile(r"out of memory|\boom(?:_killed)?\b|oom kill", re.I)
-_IMAGE = re.compile(r"pull image|image pull|image_pull|image build|build failed", re.I)
-_CAPACITY = re.compile(r"insufficient capacity|no capacity", re.I)
-_RATE = re.compile(r"rate limit|creation rate|too many requests|throttl", re.I)
-_QUOTA = re.compile(r"limit reached|concurrent|quota|maximum number of|max containers|allows \d", re.I)
-_DEATH = re.compile(r"terminated|finished|not running|timed out|lifetime|shut down|crashed|killed|exited", re.I)
 
 
 def _throttle_wait(raw: Any) -> int | None:
@@ -493,110 +481,6 @@ class ModalProvider(Provider):
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         return classify_modal(exc, phase)
-
-
-def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKind:
-    """`modal.exception` classes, raw gRPC statuses and Modal's messages onto the taxonomy."""
-    if isinstance(exc, ProviderError):
-        return exc.kind
-    message = str(exc)
-    if isinstance(exc, mexc.ResourceExhaustedError):
-        if _CAPACITY.search(message):
-            return FailureKind.CAPACITY
-        if _RATE.search(message):
-            return FailureKind.RATE_LIMITED
-        if _QUOTA.search(message):
-            return FailureKind.QUOTA_EXHAUSTED
-        return FailureKind.RATE_LIMITED
-    if isinstance(exc, (mexc.AuthError, mexc.PermissionDeniedError)):
-        return FailureKind.AUTH
-    if isinstance(exc, mexc.ImageBuildError):
-        return FailureKind.IMAGE
-    if isinstance(exc, mexc.ExecTimeoutError):
-        return FailureKind.EXEC_TIMEOUT
-    if isinstance(exc, (mexc.SandboxTimeoutError, mexc.SandboxTerminatedError)):
-        return _ended(message, phase, died=True)
-    if isinstance(exc, mexc.TimeoutError):
-        if _DID_NOT_START.search(message) or phase is Phase.READY:
-            return FailureKind.READY_TIMEOUT
-        if phase is Phase.EXEC:
-            return FailureKind.EXEC_TIMEOUT
-        return FailureKind.TRANSPORT
-    if isinstance(exc, mexc.ConflictError):  # e.g. V1 create: "Sandbox already finished" / the reason it ended
-        return _ended(message, phase, died=False)
-    if isinstance(exc, (mexc.NotFoundError, mexc.ExecutionError)):
-        if phase is Phase.CREATE and _cause(message) is None:
-            return FailureKind.CREATE_ERROR  # the App or image is missing: nothing was started
-        return _ended(message, phase, died=False)
-    if isinstance(exc, (mexc.InvalidError, mexc.AlreadyExistsError, mexc.UnimplementedError)):
-        return FailureKind.INVALID_REQUEST
-    if isinstance(
-        exc,
-        (mexc.ServiceError, mexc.InternalError, mexc.DataLossError, mexc.ConnectionError, mexc.ClientClosed),
-    ):
-        if _DID_NOT_START.search(message):
-            return FailureKind.READY_TIMEOUT
-        return FailureKind.TRANSPORT
-    if isinstance(exc, grpclib.GRPCError):
-        return _grpc_status(exc, phase)
-    if isinstance(exc, (grpclib.exceptions.StreamTerminatedError, grpclib.exceptions.ProtocolError)):
-        return FailureKind.TRANSPORT
-    if isinstance(exc, DecodeError) or _unanswered_unary_call(exc):
-        return FailureKind.TRANSPORT  # a reply the client could not decode, or a call that ended without one
-    return classify_common(exc, phase)
-
-
-def _unanswered_unary_call(exc: BaseException) -> bool:
-    """grpclib's unary call asserts it got a reply: a server that sent OK trailers without one trips it."""
-    if not isinstance(exc, AssertionError) or exc.__traceback__ is None:
-        return False
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return os.path.dirname(tb.tb_frame.f_code.co_filename) == _GRPCLIB_DIR
-
-
-def _cause(message: str) -> FailureKind | None:
-    """A cause named in the message (Modal's startup deadline, an OOM kill, an image failure), if any."""
-    if _DID_NOT_START.search(message):
-        return FailureKind.READY_TIMEOUT
-    if _OOM.search(message):
-        return FailureKind.OOM
-    if _IMAGE.search(message):
-        return FailureKind.IMAGE
-    return None
-
-
-def _ended(message: str, phase: Phase | None, *, died: bool) -> FailureKind:
-    """A sandbox (or command) that is gone: why, from the message; when, from the phase."""
-    cause = _cause(message)
-    if cause is not None:
-        return cause
-    if phase is Phase.EXEC:
-        return FailureKind.DIED_DURING_EXEC if died or _DEATH.search(message) else FailureKind.EXEC_ERROR
-    if phase is Phase.TERMINATE:
-        return FailureKind.TRANSPORT
-    return FailureKind.DIED_BEFORE_READY
-
-
-def _grpc_status(exc: grpclib.GRPCError, phase: Phase | None) -> FailureKind:
-    status = exc.status
-    if status is grpclib.Status.RESOURCE_EXHAUSTED:
-        return classify_modal(mexc.ResourceExhaustedError(exc.message or ""), phase)
-    if status in (grpclib.Status.UNAUTHENTICATED, grpclib.Status.PERMISSION_DENIED):
-        return FailureKind.AUTH
-    if status in (
-        grpclib.Status.INVALID_ARGUMENT,
-        grpclib.Status.OUT_OF_RANGE,
-        grpclib.Status.UNIMPLEMENTED,
-        grpclib.Status.ALREADY_EXISTS,
-    ):
-        return FailureKind.INVALID_REQUEST
-    if status in (grpclib.Status.NOT_FOUND, grpclib.Status.FAILED_PRECONDITION, grpclib.Status.ABORTED):
-        return _ended(exc.message or "", phase, died=False)
-    if status is grpclib.Status.DEADLINE_EXCEEDED and phase in (Phase.READY, Phase.EXEC):
-        return FailureKind.READY_TIMEOUT if phase is Phase.READY else FailureKind.EXEC_TIMEOUT
-    return FailureKind.TRANSPORT
 
 
 def _short(exc: BaseException) -> str:

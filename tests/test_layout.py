@@ -47,6 +47,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.prime", "adapters"),
     ("providers.prime_errors", "adapters"),
     ("providers.modal", "adapters"),
+    ("providers.modal_errors", "adapters"),
     ("providers.docker", "adapters"),
     ("providers.docker_errors", "adapters"),
     ("providers.docker_exec", "adapters"),
