@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.commands import stampede_started
 from tests.support.serve_process import finish, get_json, ready_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,29 +76,20 @@ def _free_port() -> int:
 
 
 def test_the_embedded_vendor_gets_its_token_by_environment_not_argv(tmp_path: Path) -> None:
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--profile",
-            "ideal",
-            "--stages",
-            "4",
-            "--hold",
-            "4",
-            "--commands",
-            "true",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
+    run = stampede_started(
+        "run",
+        "--profile",
+        "ideal",
+        "--stages",
+        "4",
+        "--hold",
+        "4",
+        "--commands",
+        "true",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
     )
     vendor: list[str] = []
     try:

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ import pandas as pd
 import psutil
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.commands import stampede, stampede_started
+
 pytestmark = pytest.mark.slow
 STOP_S = 4.0
 
@@ -41,31 +41,22 @@ def engine_of(run: subprocess.Popen[str]) -> psutil.Process:
 @pytest.fixture(scope="module")
 def frozen_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, float]:
     out = tmp_path_factory.mktemp("runs")
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--profile",
-            "ideal",
-            "--run-id",
-            "frozen",
-            "--stages",
-            "20",
-            "--hold",
-            "14",
-            "--commands",
-            "true",
-            "--out",
-            str(out),
-            "--progress-interval",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
+    run = stampede_started(
+        "run",
+        "--profile",
+        "ideal",
+        "--run-id",
+        "frozen",
+        "--stages",
+        "20",
+        "--hold",
+        "14",
+        "--commands",
+        "true",
+        "--out",
+        str(out),
+        "--progress-interval",
+        "1",
     )
     try:
         engine = engine_of(run)
@@ -103,9 +94,7 @@ def test_the_progress_line_shows_the_stall(frozen_run: tuple[Path, str, str, flo
 
 def test_the_summary_engine_column_shows_the_stall(frozen_run: tuple[Path, str, str, float]) -> None:
     run_dir, _, _, measured = frozen_run
-    summary = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "summary", str(run_dir)], capture_output=True, text=True, cwd=REPO
-    )
+    summary = stampede("summary", str(run_dir))
     assert summary.returncode == 0, summary.stderr
     stalls = [float(s) for s in re.findall(r"stalled ([0-9.]+)\s?s", summary.stdout)]
     assert stalls and 0.8 * measured <= max(stalls) <= measured + 1.0, summary.stdout

@@ -24,6 +24,7 @@ import pytest
 
 from harness.engine.outage_gate import MAX_BACKOFF_S
 from harness.results.read.submit_ledger import read_submits
+from tests.support.commands import stampede_started
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "outage-token"
@@ -66,33 +67,24 @@ def outage_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, f
     out = tmp_path_factory.mktemp("runs")
     port = free_port()
     vendor = serve(port)
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--base-url",
-            f"http://127.0.0.1:{port}",
-            "--token",
-            TOKEN,
-            "--run-id",
-            "outage",
-            "--stages",
-            str(USERS),
-            "--hold",
-            "16",
-            "--commands",
-            "true",
-            "--out",
-            str(out),
-            "--progress-interval",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
+    run = stampede_started(
+        "run",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--token",
+        TOKEN,
+        "--run-id",
+        "outage",
+        "--stages",
+        str(USERS),
+        "--hold",
+        "16",
+        "--commands",
+        "true",
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
     )
     run_dir = out / "outage"
     try:

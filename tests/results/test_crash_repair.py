@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,40 +17,32 @@ import pytest
 
 from harness.results.read.dataset import load_rollouts
 from harness.results.read.submit_ledger import OUTCOME_UNFINISHED, read_submits
-from tests.support.commands import stampede
+from tests.support.commands import stampede, stampede_started
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
 def killed_mid_flight(out: Path) -> Path:
     """A run with 30 rollouts in flight (each holds its sandbox 5 s), some rows on disk, then kill -9 of every one
     of its processes."""
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--profile",
-            "ideal",
-            "--run-id",
-            "killed",
-            "--stages",
-            "30",
-            "--hold",
-            "120",
-            "--commands",
-            "true; sleep 5",
-            "--out",
-            str(out),
-            "--progress-interval",
-            "0",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=REPO,
-        start_new_session=True,
+    run = stampede_started(
+        "run",
+        "--profile",
+        "ideal",
+        "--run-id",
+        "killed",
+        "--stages",
+        "30",
+        "--hold",
+        "120",
+        "--commands",
+        "true; sleep 5",
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
+        quiet=True,
+        new_session=True,
     )
     run_dir = out / "killed"
     try:

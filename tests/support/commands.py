@@ -24,3 +24,20 @@ def stampede(
         env=env,
         check=False,
     )
+
+
+def stampede_started(
+    *args: str, quiet: bool = False, new_session: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`stampede …` left running, to watch, signal or kill: output piped as text (`quiet`: discarded); `new_session`
+    puts it and its children in a process group of their own (a test then kills them all at once)."""
+    output = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *args],
+        stdout=output,
+        stderr=output,
+        text=True,
+        cwd=REPO,
+        env=env,
+        start_new_session=new_session,
+    )
