@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.sandbox_tree import SandboxUser
 from providers.sim.core.serving.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import (
     CreateRequest,
@@ -172,6 +173,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
         lifetime_s=float(new.timeout_s),
         env=new.env,
         meta={META_METADATA: new.metadata, META_TEMPLATE: new.template, META_ENVD_TOKEN: secrets.token_urlsafe(18)},
+        user=SandboxUser(),  # E2B's commands and files act as `user` in /home/user
     )
     try:
         sb = sim.create(req)

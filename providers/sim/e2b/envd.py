@@ -49,7 +49,9 @@ from providers.sim.core.simulator import (
     SimSandbox,
     VendorSimulator,
 )
+from providers.sim.e2b import envd_files
 from providers.sim.e2b.app_state import SIM, simulator
+from providers.sim.e2b.envd_watch import Watchers
 from providers.sim.e2b.shapes import META_ENVD_TOKEN, error_body
 
 SERVICE = "process.Process"
@@ -95,6 +97,7 @@ class ProcessTable(RunningCommands[Process]):
 
 
 PROCESSES = web.AppKey("e2b_processes", ProcessTable)
+WATCHERS = web.AppKey("e2b_watchers", Watchers)
 
 
 # --- the proxy in front of envd ----------------------------------------------------------------
@@ -295,7 +298,26 @@ def process_handler(service: ConnectService) -> Any:
 
 
 def add_routes(app: web.Application) -> None:
+    """envd's routes: /health, `process.Process`, `filesystem.Filesystem` and the HTTP `/files`."""
     processes = ProcessTable()
     app[PROCESSES] = processes
+    watchers = Watchers(envd_files.entry_info)
+    app[WATCHERS] = watchers
     app.router.add_get("/health", health)
     app.router.add_post(f"/{SERVICE}/{{method}}", process_handler(build_service(processes)))
+    app.router.add_post(f"/{envd_files.SERVICE}/{{method}}", process_handler(envd_files.build_service(watchers)))
+    app.router.add_get(envd_files.FILES_ROUTE, envd_files.files_handler("read", routed_sandbox))
+    app.router.add_post(envd_files.FILES_ROUTE, envd_files.files_handler("write", routed_sandbox))
+
+    async def on_startup(app: web.Application) -> None:
+        def ended(sb: SimSandbox) -> None:
+            if not sb.active:
+                watchers.forget(sb.id)  # its tree is gone: so are the watches on it
+
+        app[SIM].add_listener(ended)
+
+    async def on_cleanup(app: web.Application) -> None:
+        watchers.close_all()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)

@@ -23,14 +23,15 @@ from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.listening import RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
-from providers.sim.e2b import control_plane, envd
+from providers.sim.e2b import control_plane, envd, envd_files
 from providers.sim.e2b.app_state import API_KEY, SIM
 from providers.sim.e2b.shapes import error_body
 
 DEFAULT_PROFILE = "e2b-like"
 STAMPEDE_PREFIX = "/api/v1/_stampede/"
+UPLOAD_MAX_BYTES = 256 * 1024 * 1024  # an octet-stream upload to /files is read whole
 # the proxy and envd (each sandbox's own token, not the API key), and the API's own description
-_OPEN_PATHS = ("/health", f"/{envd.SERVICE}/", "/openapi.json")
+_OPEN_PATHS = ("/health", f"/{envd.SERVICE}/", f"/{envd_files.SERVICE}/", envd_files.FILES_ROUTE, "/openapi.json")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def create_app(settings: E2BSettings) -> web.Application:
     middleware = vendor_middleware(
         lambda request, status, message: _error(status, message), _authorize, front="local e2b"
     )
-    app = web.Application(middlewares=[middleware], client_max_size=4 * 1024 * 1024)
+    app = web.Application(middlewares=[middleware], client_max_size=UPLOAD_MAX_BYTES)
     app[API_KEY] = settings.token
 
     async def on_startup(app: web.Application) -> None:
