@@ -3,14 +3,17 @@ the tiny shell (`shell.py`), its outcome (done, timeout, transient error, crash,
 
 With the profile's `[sandbox] commands = "real"` on a live clock, the command runs for real in the sandbox's
 own tree (`isolated_shell.py`): the drawn overhead comes first (vendor seconds), then the process; its exit
-code, output and vendor-second duration make the ExecOutcome. The drawn fates still apply: a transient error
-answers at the end of the overhead instead of starting it; a crash or OOM ends the sandbox when the process
-ends (its answer never arrives); the timeout (vendor seconds) kills the process. On a VirtualClock nothing
-real can run in virtual time, so commands stay modelled there (the offline experiments).
+code, output and duration make the ExecOutcome (the process's real time over the time scale: vendor seconds as
+the sleep shim counts them, even while the clock plays a burst's opening wave 1:1). The drawn fates still
+apply: a transient error answers at the end of the overhead instead of starting it; a crash or OOM ends the
+sandbox when the process ends (its answer never arrives); the timeout (vendor seconds, on the same measure)
+kills the process. On a VirtualClock nothing real can run in virtual time, so commands stay modelled there
+(the offline experiments).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import math
@@ -236,7 +239,8 @@ class _RealCommand:
         self.timeout_s = timeout_s
         self.ticket = ExecTicket(sb, on_done)
         self.accepted_at = sim.clock.now()
-        self.started_at = self.accepted_at
+        self.loop = asyncio.get_running_loop()
+        self.started_real = self.loop.time()
 
     def start(
         self,
@@ -270,7 +274,7 @@ class _RealCommand:
                 sim.exec_counts["error"] += 1
                 ticket.resolve(ExecError(sb.id, "Transient error while running the command"))
                 return
-            self.started_at = sim.clock.now()
+            self.started_real = self.loop.time()
             shell.start(
                 tree,
                 self.command,
@@ -290,7 +294,9 @@ class _RealCommand:
 
         timers.handles.append(sim.clock.call_at(now + self.overhead, begin))
         if math.isfinite(self.timeout_s):
-            timers.handles.append(sim.clock.call_at(now + self.timeout_s, timed_out))
+            # on the process's own time, as the sleep shim: `sleep 5` with a 3 s timeout times out even while the
+            # clock plays a burst's opening wave 1:1 (clock.py)
+            timers.handles.append(self.loop.call_later(self.timeout_s * sim.clock.time_scale, timed_out))
         return ticket
 
     def _exited(self, process: RealProcess) -> None:
@@ -298,7 +304,8 @@ class _RealCommand:
         if ticket.done:
             return
         now = sim.clock.now()
-        total = self.overhead + (now - self.started_at)
+        # vendor seconds as the command lived them: real time over the time scale (the sleep shim's measure)
+        total = self.overhead + (self.loop.time() - self.started_real) / sim.clock.time_scale
         if self.dies:
             kind = "oom" if self.ooms else "died"
             sim.exec_counts[kind] += 1

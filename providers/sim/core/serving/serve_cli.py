@@ -27,7 +27,9 @@ from foundation.converters import integer, port, positive_finite_float
 from foundation.errors import EXIT_USAGE, UsageError
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
-from providers.sim.core.profile import ProfileError, profile_names
+from providers.sim.core.isolated_shell import MISSING as MISSING_BWRAP
+from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.profile import COMMAND_MODES, ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
 
 if TYPE_CHECKING:
@@ -92,6 +94,13 @@ def add_simulator_arguments(parser: argparse.ArgumentParser, default_profile: st
         default=[],
         metavar="KEY=VALUE",
         help="override one profile value, e.g. --set quota.max_active=100 (repeatable)",
+    )
+    parser.add_argument(
+        "--commands",
+        choices=COMMAND_MODES,
+        default=None,
+        help="run sandbox commands for real (a shell in each sandbox's own tree, under bubblewrap) or modelled "
+        "(in-process, no processes: the load path) (default: the profile's [sandbox] commands, modelled)",
     )
     parser.add_argument(
         "--exit-on-stdin-eof",
@@ -159,7 +168,10 @@ def serve_main(
     listens, and a port that cannot be bound counts as bad input too: one line on stderr either way."""
     try:
         args, settings = parse()
-        settings.resolved_time_scale(settings.resolved_profile())
+        profile = settings.resolved_profile()
+        settings.resolved_time_scale(profile)
+        if profile.sandbox.commands == "real" and not IsolatedShell.available():
+            raise UsageError(MISSING_BWRAP)
     except (UsageError, ProfileError, ValueError) as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         return EXIT_USAGE
@@ -253,7 +265,8 @@ class ServeCommand(Generic[Settings, Front]):
             "time_scale": args.time_scale,
             "host": args.host,
             "port": args.port,
-            "overrides": parse_overrides(args.overrides),
+            "overrides": parse_overrides(args.overrides)
+            + ((("sandbox.commands", args.commands),) if getattr(args, "commands", None) else ()),
         }
         token = served_token(args, self.prog)
         if token:
