@@ -204,6 +204,27 @@ async def test_background_jobs_outlive_their_command_until_the_sandbox_ends(sim:
     assert not shell.has_holder(sb) and shell.running(sb) == 0
 
 
+async def test_a_pause_ends_the_processes_and_keeps_the_files(sim: VendorSimulator) -> None:
+    sb = await running(sim, SandboxUser())
+    await run(sim, sb, "echo kept > ~/state")
+    ticket, done = start(sim, sb, "echo ready; sleep 1000")
+    assert ticket.process is not None
+    while b"ready" not in ticket.process.stdout:
+        await asyncio.sleep(0.01)
+    command_pid = ticket.process._group()
+    assert command_pid is not None
+    sim.pause(sb)
+    assert isinstance(await done, SandboxDied)
+    assert await gone(command_pid)
+    sim.resume(sb)
+    for _ in range(1000):
+        if sim.get(sb).status == SandboxStatus.RUNNING:
+            break
+        await asyncio.sleep(0.01)
+    out = await run(sim, sb, "cat ~/state; pgrep -c sleep || true")
+    assert out.stdout == "kept\n0\n"
+
+
 async def test_sandboxes_are_isolated(sim: VendorSimulator) -> None:
     a, b = await running(sim, SandboxUser()), await running(sim, SandboxUser())
     await run(sim, a, "echo secret > /tmp/only-a; echo home > ~/only-a")

@@ -159,11 +159,19 @@ class RealProcess:
         if self.pid is None:
             self._early.append(("signal", sig))
             return
+        self._signal_group(sig, tries=200)
+
+    def _signal_group(self, sig: int, tries: int) -> None:
+        if self.done:
+            return
         target = self._group()
+        if target is None and tries > 0:  # nsenter has not forked the command yet: a moment later
+            asyncio.get_running_loop().call_later(0.005, self._signal_group, sig, tries - 1)
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if target is not None:
                 os.killpg(target, sig)
-            else:
+            elif self.pid is not None:
                 os.kill(self.pid, sig)
 
     def kill(self) -> None:
@@ -322,6 +330,7 @@ class _HolderProtocol(asyncio.SubprocessProtocol):
     def __init__(self) -> None:
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.stderr = bytearray()
+        self.exited = False
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1 and not self.ready.done():
@@ -330,6 +339,7 @@ class _HolderProtocol(asyncio.SubprocessProtocol):
             self.stderr += data
 
     def process_exited(self) -> None:
+        self.exited = True
         if not self.ready.done():
             self.ready.set_exception(RuntimeError("the holder exited"))
             self.ready.exception()
@@ -338,14 +348,19 @@ class _HolderProtocol(asyncio.SubprocessProtocol):
 class _Holder:
     """One sandbox's init: its namespaces live while this process does."""
 
-    def __init__(self, transport: asyncio.SubprocessTransport, init_pid: int) -> None:
+    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _HolderProtocol, init_pid: int) -> None:
         self.transport = transport
+        self.protocol = protocol
         self.init_pid = init_pid
 
+    @property
+    def alive(self) -> bool:
+        return not self.protocol.exited
+
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, RuntimeError):  # RuntimeError: the loop is already closed
             self.transport.kill()
-        self.transport.close()
+            self.transport.close()
 
 
 class IsolatedShell:
@@ -506,6 +521,8 @@ class IsolatedShell:
 
     async def _holder(self, key: str, tree: SandboxTree, scale: float) -> _Holder:
         future = self._holders.get(key)
+        if future is not None and future.done() and (future.exception() is not None or not future.result().alive):
+            future = None  # its init died (killed from outside): the sandbox's processes went with it; start anew
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._holders[key] = future
@@ -580,7 +597,7 @@ class IsolatedShell:
             transport.close()
             reason = protocol.stderr.decode(errors="replace").strip() or info[:200].decode(errors="replace")
             raise RuntimeError(f"bwrap did not start the sandbox: {reason}") from None
-        return _Holder(transport, init_pid)
+        return _Holder(transport, protocol, init_pid)
 
     async def _spawn(
         self,
