@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import math
 import os
+import posixpath
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -262,7 +263,12 @@ class ModalProvider(Provider):
             found = self._images.get(name)
             if found is None:
                 app = await self.app()
-                image = modal.Image.debian_slim() if name is None else modal.Image.from_registry(name)
+                if name is None:
+                    image = modal.Image.debian_slim()
+                elif name.startswith("im-"):  # an Image by id: a `snapshot` of ours, or one the user built
+                    image = modal.Image.from_id(name)
+                else:
+                    image = modal.Image.from_registry(name)
                 found = await image.build.aio(app)
                 self._images[name] = found
         return found
@@ -443,6 +449,28 @@ class ModalProvider(Provider):
                     raise
             await asyncio.sleep(_CONTROL_BACKOFF_S * 2**n)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- files and snapshots -------------------------------------------------------------------------------
+
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """`Sandbox.filesystem.write_bytes` (parents made). Modal's sandboxes run as root in `/`: a relative path
+        is taken from `/` (the SDK itself takes absolute paths only)."""
+        sandbox = await self._sandbox(ref)
+        await sandbox.filesystem.write_bytes.aio(bytes(data), posixpath.join("/", path))
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        sandbox = await self._sandbox(ref)
+        try:
+            data: bytes = await sandbox.filesystem.read_bytes.aio(posixpath.join("/", path))
+        except mexc.SandboxFilesystemNotFoundError as exc:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+        return data
+
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """`snapshot_filesystem`: the Image id (`im-...`) a later `create` starts from."""
+        sandbox = await self._sandbox(ref)
+        image = await sandbox.snapshot_filesystem.aio()
+        return str(image.object_id)
 
     async def _sandbox(self, ref: SandboxRef) -> Any:
         if isinstance(ref.handle, modal.Sandbox):

@@ -5,8 +5,10 @@ section 1.4), and answers UNIMPLEMENTED to every other RPC:
 
 - session: `ClientHello`, `AuthTokenGet` (an HS256 JWT with `exp`, sent back by V2 calls);
 - objects: `AppGetOrCreate`, `EnvironmentGetOrCreate` (a supported image builder version),
-  `ImageGetOrCreate` (always already built, so no build ever runs), `SecretGetOrCreate` (anonymous
-  Secrets only: V1 sends a sandbox's `env` that way; V2 sends it inline);
+  `ImageGetOrCreate` (always already built, so no build ever runs), `ImageFromId`, `SecretGetOrCreate`
+  (anonymous Secrets only: V1 sends a sandbox's `env` that way; V2 sends it inline);
+- filesystem snapshots: `SandboxSnapshotFs` (the legacy path; SDK 1.6 asks the router's
+  `TaskSnapshotFilesystem`): an Image id whose creates start with a copy of the snapshot's tree;
 - V1: `SandboxCreate`, `SandboxGetTaskId` (the task id appears once the simulator has scheduled the
   sandbox; a sandbox that ended first gets its reason in `task_result`), `TaskGetCommandRouterAccess`,
   `SandboxWait`, `SandboxTerminate`, `SandboxList`, `SandboxTagsGet`;
@@ -129,6 +131,21 @@ class ModalControlPlane(with_unimplemented(api_grpc.ModalClientBase)):  # type: 
         success = api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS)
         await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=success))
 
+    async def ImageFromId(self, stream: Any) -> None:
+        request: api_pb2.ImageFromIdRequest = await stream.recv_message()
+        self._check_token(stream)
+        if request.image_id not in self.registry.images:
+            raise GRPCError(Status.NOT_FOUND, f"Image {request.image_id or '(none)'} not found")
+        await stream.send_message(api_pb2.ImageFromIdResponse(image_id=request.image_id))
+
+    async def SandboxSnapshotFs(self, stream: Any) -> None:
+        """The legacy snapshot (`MODAL_USE_LEGACY_FILESYSTEM_SNAPSHOT=1`); SDK 1.6 asks the command router."""
+        request: api_pb2.SandboxSnapshotFsRequest = await stream.recv_message()
+        self._check_token(stream)
+        image_id = await self.registry.snapshot_image(self._sandbox(request.sandbox_id))
+        success = api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS)
+        await stream.send_message(api_pb2.SandboxSnapshotFsResponse(image_id=image_id, result=success))
+
     async def SecretGetOrCreate(self, stream: Any) -> None:
         request: api_pb2.SecretGetOrCreateRequest = await stream.recv_message()
         self._check_token(stream)
@@ -164,6 +181,7 @@ class ModalControlPlane(with_unimplemented(api_grpc.ModalClientBase)):  # type: 
             env=self.registry.environment(definition.secret_ids, getattr(request, "secret_sources", ())),
             start_command=tuple(definition.entrypoint_args),
             meta={"modal_backend": f"v{version}", "app_id": request.app_id},
+            from_snapshot=self.registry.snapshots.get(definition.image_id),
         )
         try:
             sb = self.sim.create(create)

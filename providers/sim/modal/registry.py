@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from providers.sim.core.simulator import SandboxStatus, SimSandbox, VendorSimulator
+from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, SimSandbox, VendorSimulator
+from providers.sim.modal.errors import task_gone_error
 from providers.sim.modal.tokens import base62_id
 
 Predicate = Callable[[SimSandbox], bool]
@@ -83,6 +84,7 @@ class ModalRegistry:
         self.apps: dict[tuple[str, str], App] = {}
         self.apps_by_id: dict[str, App] = {}
         self.images: dict[str, str] = {}  # image id -> the image name the simulator pulls
+        self.snapshots: dict[str, str] = {}  # image id of a filesystem snapshot -> the simulator's snapshot id
         self.secrets: dict[str, dict[str, str]] = {}  # secret id -> its environment variables
         self._waiters: dict[str, list[_Waiter]] = {}
         self._last_created = 0.0
@@ -163,6 +165,19 @@ class ModalRegistry:
             else:
                 env.update(dict(source.env.contents))
         return env
+
+    async def snapshot_image(self, record: ModalSandbox) -> str:
+        """`snapshot_filesystem`: the sandbox's tree copied by the simulator (its profile's time, waited here),
+        named as an Image a later create may start from. A sandbox that is gone answers as a gone task."""
+        try:
+            snapshot = self.sim.snapshot(record.sim.id)
+        except (NotFound, NotRunning):
+            raise task_gone_error(record.task_id, record.sim) from None
+        await self.sim.clock.sleep(snapshot.duration_s)
+        image_id = base62_id("im", f"{self.seed}:snapshot:{snapshot.id}")
+        self.images[image_id] = self.images.get(record.image_id, record.image_id)
+        self.snapshots[image_id] = snapshot.id
+        return image_id
 
     def modal_id_of(self, sim_id: str) -> str:
         record = self.by_sim.get(sim_id)

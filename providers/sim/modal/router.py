@@ -4,7 +4,10 @@ Since SDK 1.2.3 `Sandbox.exec` talks to a router on the worker, not to the contr
 with the URL and per-task JWT the control plane handed out, then `TaskExecStart`, reads stdout and stderr
 with `TaskExecStdioRead` (server streams, resumable at a byte offset), and `TaskExecWait` (or
 `TaskExecPoll`). `Sandbox.wait_until_ready` is `SandboxWaitUntilReady` here too. Those five RPCs are
-implemented; the rest answer UNIMPLEMENTED. The SDK only allows a plain-http router when its control
+implemented, and for `Sandbox.filesystem` (an exec of Modal's filesystem tool, played on the sandbox's tree by
+`fs_tools.py`, after the profile's per-command cost) the tool's stdin (`TaskExecStdinWriteStream`,
+`TaskExecStdinWrite`, `TaskExecStdinStatus`), and `TaskSnapshotFilesystem` (`snapshot_filesystem`); the rest
+answer UNIMPLEMENTED (stdin to an ordinary command too, naming it). The SDK only allows a plain-http router when its control
 plane is on localhost, which is how this runs.
 
 Commands run in the simulator's shell (`shell.py`): `argv` is joined into one shell word list, so
@@ -35,11 +38,13 @@ from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
     ExecTimedOut,
+    NotFound,
     NotRunning,
     SandboxDied,
     SandboxStatus,
     SimSandbox,
 )
+from providers.sim.modal import fs_tools
 from providers.sim.modal.errors import task_gone_error
 from providers.sim.modal.grpc_plumbing import with_unimplemented
 from providers.sim.modal.registry import ModalRegistry, ModalSandbox, is_usable_or_ended
@@ -63,6 +68,9 @@ class _Exec:
     signal: int | None = None
     error: GRPCError | None = None
     ticket: Any = field(default=None, repr=False)
+    tool: fs_tools.ToolCall | None = None  # the filesystem tool, played here (`fs_tools.py`)
+    stdin: bytearray = field(default_factory=bytearray)
+    stdin_closed: asyncio.Future[None] | None = None
 
 
 class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommandRouterBase)):  # type: ignore[misc]
@@ -117,7 +125,8 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
             await self.registry.wait_for(record, is_usable_or_ended, None)
             if not record.sim.active:
                 raise task_gone_error(request.task_id, record.sim)
-            execs[request.exec_id] = self._start(record, request)
+            tool = fs_tools.parse(list(request.command_args))
+            execs[request.exec_id] = self._start(record, request) if tool is None else self._tool(record, request, tool)
         await stream.send_message(sr_pb2.TaskExecStartResponse())
 
     def _start(self, record: ModalSandbox, request: sr_pb2.TaskExecStartRequest) -> _Exec:
@@ -158,6 +167,80 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
             raise task_gone_error(request.task_id, record.sim) from None
         return ex
 
+    def _tool(self, record: ModalSandbox, request: sr_pb2.TaskExecStartRequest, tool: fs_tools.ToolCall) -> _Exec:
+        """The filesystem tool: the vendor's per-command cost first (a drawn `true`), then the operation on
+        the sandbox's tree, once its stdin is closed when it reads one (`WriteFile`)."""
+        loop = asyncio.get_running_loop()
+        ex = _Exec(exec_id=request.exec_id, task_id=request.task_id, done=loop.create_future(), tool=tool)
+        if tool.reads_stdin:
+            ex.stdin_closed = loop.create_future()
+        ex.ticket = loop.create_task(self._run_tool(record, ex, tool))
+        return ex
+
+    async def _run_tool(self, record: ModalSandbox, ex: _Exec, tool: fs_tools.ToolCall) -> None:
+        try:
+            await self.sim.exec(record.sim.id, "true", timeout_s=math.inf)
+            if ex.stdin_closed is not None:
+                await ex.stdin_closed
+            result = fs_tools.run(self.sim.tree(record.sim.id), tool, bytes(ex.stdin))
+            ex.code, ex.stdout, ex.stderr = result.code, result.stdout, result.stderr
+        except (SandboxDied, NotFound, NotRunning):
+            ex.error = task_gone_error(ex.task_id, record.sim)
+        except ExecError as exc:
+            ex.error = GRPCError(Status.ABORTED, f"Exec {ex.exec_id} failed: {exc.message}")
+        finally:
+            if not ex.done.done():
+                ex.done.set_result(None)
+
+    def _stdin_target(self, stream: Any, task_id: str, exec_id: str) -> _Exec:
+        ex = self._exec(stream, task_id, exec_id)
+        if ex.stdin_closed is None:
+            raise GRPCError(
+                Status.UNIMPLEMENTED, "Writing to a command's stdin is not supported by the local Modal plane"
+            )
+        return ex
+
+    @staticmethod
+    def _take_stdin(ex: _Exec, offset: int, data: bytes, eof: bool) -> None:
+        """Bytes at `offset` of the stream (a resumed write repeats some: they are kept once)."""
+        assert ex.stdin_closed is not None
+        if ex.stdin_closed.done():
+            if data:
+                raise GRPCError(Status.FAILED_PRECONDITION, f"Exec {ex.exec_id}: stdin is already closed")
+            return
+        if offset > len(ex.stdin):
+            raise GRPCError(Status.OUT_OF_RANGE, f"Exec {ex.exec_id}: stdin offset {offset} is past {len(ex.stdin)}")
+        ex.stdin[offset:] = data
+        if eof:
+            ex.stdin_closed.set_result(None)
+
+    async def TaskExecStdinWrite(self, stream: Any) -> None:
+        request: sr_pb2.TaskExecStdinWriteRequest = await stream.recv_message()
+        ex = self._stdin_target(stream, request.task_id, request.exec_id)
+        self._take_stdin(ex, int(request.offset), bytes(request.data), bool(request.eof))
+        await stream.send_message(sr_pb2.TaskExecStdinWriteResponse())
+
+    async def TaskExecStdinWriteStream(self, stream: Any) -> None:
+        first: sr_pb2.TaskExecStdinWriteStreamRequest | None = await stream.recv_message()
+        if first is None or first.WhichOneof("payload") != "start":
+            raise GRPCError(Status.INVALID_ARGUMENT, "The stdin stream must begin with a start message")
+        ex = self._stdin_target(stream, first.start.task_id, first.start.exec_id)
+        offset = int(first.start.offset)
+        async for message in stream:
+            kind = message.WhichOneof("payload")
+            if kind == "data":
+                self._take_stdin(ex, offset, bytes(message.data), False)
+                offset += len(message.data)
+            elif kind == "end":
+                self._take_stdin(ex, offset, b"", True)
+        await stream.send_message(sr_pb2.TaskExecStdinWriteStreamResponse())
+
+    async def TaskExecStdinStatus(self, stream: Any) -> None:
+        request: sr_pb2.TaskExecStdinStatusRequest = await stream.recv_message()
+        ex = self._stdin_target(stream, request.task_id, request.exec_id)
+        closed = ex.stdin_closed is not None and ex.stdin_closed.done()
+        await stream.send_message(sr_pb2.TaskExecStdinStatusResponse(num_bytes_written=len(ex.stdin), closed=closed))
+
     async def TaskExecStdioRead(self, stream: Any) -> None:
         request: sr_pb2.TaskExecStdioReadRequest = await stream.recv_message()
         ex = self._exec(stream, request.task_id, request.exec_id)
@@ -193,6 +276,12 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
             await stream.send_message(sr_pb2.TaskExecPollResponse(signal=ex.signal))
         else:
             await stream.send_message(sr_pb2.TaskExecPollResponse(code=ex.code or 0))
+
+    async def TaskSnapshotFilesystem(self, stream: Any) -> None:
+        request: sr_pb2.TaskSnapshotFilesystemRequest = await stream.recv_message()
+        record = self._task(stream, request.task_id)
+        image_id = await self.registry.snapshot_image(record)
+        await stream.send_message(sr_pb2.TaskSnapshotFilesystemResponse(image_id=image_id))
 
     async def SandboxWaitUntilReady(self, stream: Any) -> None:
         request: sr_pb2.SandboxWaitUntilReadyTcrRequest = await stream.recv_message()

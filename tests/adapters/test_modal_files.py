@@ -1,0 +1,123 @@
+"""Modal's sandbox filesystem API and `snapshot_filesystem`, through the real `modal` SDK, against the local plane.
+
+SDK 1.6 runs `Sandbox.filesystem` as an exec of Modal's filesystem tool on the command router; the local router
+plays that tool on the simulated sandbox's own file tree, so what one call writes the next reads, a real command
+(under bubblewrap, where it runs) sees it, a snapshot copies it, and no other sandbox sees it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import modal
+import modal.exception as mexc
+import pytest
+
+from providers.base import SandboxSpec
+from providers.sim.core.isolated_shell import IsolatedShell
+from tests.support.local_modal import local_modal
+
+BINARY = bytes(range(256)) * 3 + b"\x00\r\n\xff"
+COMMANDS = "sandbox.commands=" + ("real" if IsolatedShell.available() else "modelled")
+
+
+def spec(rollout: str, image: str | None = None) -> SandboxSpec:
+    return SandboxSpec(run_id="files", rollout_id=rollout, image=image)
+
+
+async def test_bytes_round_trip_and_a_command_sees_them() -> None:
+    async with local_modal(COMMANDS) as (_server, provider):
+        ref = await provider.create(spec("r1"))
+        await provider.wait_ready(ref, 30)
+        big = os.urandom(1 << 20)
+        await provider.upload_file(ref, "/data/deep/binary.bin", BINARY)
+        await provider.upload_file(ref, "/data/big.bin", big)
+        assert await provider.download_file(ref, "/data/deep/binary.bin") == BINARY
+        assert await provider.download_file(ref, "/data/big.bin") == big
+        await provider.upload_file(ref, "/data/big.bin", b"short")  # replaced, not appended
+        assert await provider.download_file(ref, "/data/big.bin") == b"short"
+        with pytest.raises(FileNotFoundError) as missing:
+            await provider.download_file(ref, "/data/none.txt")
+        assert isinstance(missing.value.__cause__, mexc.SandboxFilesystemNotFoundError)
+        if IsolatedShell.available():
+            seen = await provider.exec(ref, ["sh", "-c", "cat /data/big.bin; echo made > /data/made.txt"], 30)
+            assert seen.stdout == "short"
+            assert await provider.download_file(ref, "/data/made.txt") == b"made\n"
+
+
+async def test_the_sdk_filesystem_namespace(tmp_path: Path) -> None:
+    async with local_modal() as (_server, provider):
+        ref = await provider.create(spec("r2"))
+        await provider.wait_ready(ref, 30)
+        fs: Any = ref.handle.filesystem
+        await fs.make_directory.aio("/work/a/b")
+        await fs.write_text.aio("hello\n", "/work/a/hello.txt")
+        local = tmp_path / "in.bin"
+        local.write_bytes(BINARY)
+        await fs.copy_from_local.aio(local, "/work/a/b/in.bin")
+        await fs.copy_to_local.aio("/work/a/b/in.bin", tmp_path / "out" / "back.bin")
+        assert (tmp_path / "out" / "back.bin").read_bytes() == BINARY
+        assert await fs.read_text.aio("/work/a/hello.txt") == "hello\n"
+        listing = {entry.name: entry for entry in await fs.list_files.aio("/work/a")}
+        assert sorted(listing) == ["b", "hello.txt"]
+        assert listing["b"].is_dir() and listing["hello.txt"].size == 6
+        assert (listing["hello.txt"].path, listing["hello.txt"].owner) == ("/work/a/hello.txt", "root")
+        info = await fs.stat.aio("/work/a/b/in.bin")
+        assert (info.is_file(), info.size, info.permissions) == (True, len(BINARY), "rw-r--r--")
+
+        with pytest.raises(mexc.SandboxFilesystemNotFoundError):
+            await fs.read_bytes.aio("/work/missing")
+        with pytest.raises(mexc.SandboxFilesystemIsADirectoryError):
+            await fs.read_bytes.aio("/work/a")
+        with pytest.raises(mexc.SandboxFilesystemNotADirectoryError):
+            await fs.list_files.aio("/work/a/hello.txt")
+        with pytest.raises(mexc.SandboxFilesystemPathAlreadyExistsError):
+            await fs.make_directory.aio("/work/a", create_parents=False)
+        with pytest.raises(mexc.SandboxFilesystemDirectoryNotEmptyError):
+            await fs.remove.aio("/work/a")
+        with pytest.raises(mexc.SandboxFilesystemPermissionError):
+            await fs.write_bytes.aio(b"x", "/usr/bin/planted")  # the host's system folders are read-only
+        with pytest.raises(mexc.SandboxFilesystemError, match="watch is not supported"):
+            async for _event in fs.watch.aio("/work", timeout=1):
+                pass
+        await fs.remove.aio("/work/a", recursive=True)
+        assert await fs.list_files.aio("/work") == []
+
+
+@pytest.mark.parametrize("backend", ["v2", "v1"])
+async def test_snapshot_then_create_from_it_sees_the_files(backend: str) -> None:
+    async with local_modal(sandbox_v2="1" if backend == "v2" else "0") as (_server, provider):
+        ref = await provider.create(spec("origin"))
+        await provider.wait_ready(ref, 30)
+        await provider.upload_file(ref, "/state/kept.bin", BINARY)
+        image_id = await provider.snapshot(ref)
+        assert image_id.startswith("im-")
+        await provider.upload_file(ref, "/state/kept.bin", b"changed after the snapshot")
+
+        copy = await provider.create(spec("copy", image=image_id))  # an Image by id, as Image.from_id
+        await provider.wait_ready(copy, 30)
+        assert await provider.download_file(copy, "/state/kept.bin") == BINARY
+        assert await provider.download_file(ref, "/state/kept.bin") == b"changed after the snapshot"
+
+        # the SDK's own way: the Image object snapshot_filesystem returns, passed to Sandbox.create
+        image = await ref.handle.snapshot_filesystem.aio()
+        app = await provider.app()
+        direct = await modal.Sandbox.create.aio(app=app, image=image, client=await provider.client())
+        assert await direct.filesystem.read_bytes.aio("/state/kept.bin") == b"changed after the snapshot"
+        await direct.terminate.aio()
+
+
+async def test_sandboxes_do_not_share_files() -> None:
+    async with local_modal() as (_server, provider):
+        one, two = await provider.create(spec("a")), await provider.create(spec("b"))
+        await provider.wait_ready(one, 30)
+        await provider.wait_ready(two, 30)
+        await provider.upload_file(one, "/tmp/mine.txt", b"one")
+        with pytest.raises(FileNotFoundError):
+            await provider.download_file(two, "/tmp/mine.txt")
+        await provider.terminate(one)
+        again = await modal.Sandbox.from_id.aio(one.sandbox_id, client=await provider.client())
+        with pytest.raises(mexc.NotFoundError, match="unavailable"):  # an ended sandbox's files are gone with it
+            await again.filesystem.read_bytes.aio("/tmp/mine.txt")
