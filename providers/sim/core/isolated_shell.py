@@ -73,7 +73,7 @@ t=$(/usr/bin/awk -v scale={scale} 'BEGIN {{
     else if (u == "m") {{ m = 60; a = substr(a, 1, length(a) - 1) }}
     else if (u == "h") {{ m = 3600; a = substr(a, 1, length(a) - 1) }}
     else if (u == "d") {{ m = 86400; a = substr(a, 1, length(a) - 1) }}
-    if (a !~ /^([0-9]+\\.?[0-9]*|\\.[0-9]+)$/) exit 1
+    if (a !~ /^([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?$/) exit 1
     s += a * m
   }}
   printf "%.6f", s * scale
