@@ -429,6 +429,17 @@ class DaytonaProvider(Provider):
         if sdk is not None:
             await sdk.close()
 
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """`fs.upload_file` from bytes (a relative path is the sandbox's working directory's)."""
+        await (await self._sandbox(ref)).fs.upload_file(bytes(data), path)
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        try:
+            data: bytes = await (await self._sandbox(ref)).fs.download_file(path)
+        except DaytonaNotFoundError as exc:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+        return data
+
     async def _sandbox(self, ref: SandboxRef) -> AsyncSandbox:
         if ref.handle is not None and not isinstance(ref.handle, _Start):
             return ref.handle  # type: ignore[no-any-return]  # a listed sandbox (list_owned)

@@ -60,6 +60,7 @@ from e2b import (
     AuthenticationException,
     CommandExitException,
     ConnectionConfig,
+    FileNotFoundException,
     InvalidArgumentException,
     NotEnoughSpaceException,
     NotFoundException,
@@ -289,6 +290,21 @@ class E2BProvider(Provider):
         except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + _EXEC_GRACE_S:g}s") from None
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """`files.write` (envd's upload, as the sandbox's user: a relative path is that user's home's)."""
+        sandbox = await self._sandbox(ref)
+        await cancellable(sandbox.files.write(path, bytes(data), request_timeout=self.options.request_timeout_s))
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        sandbox = await self._sandbox(ref)
+        try:
+            data = await cancellable(
+                sandbox.files.read(path, format="bytes", request_timeout=self.options.request_timeout_s)
+            )
+        except FileNotFoundException as exc:
+            raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+        return bytes(data)
 
     async def terminate(self, ref: SandboxRef) -> None:
         await cancellable(AsyncSandbox.kill(ref.sandbox_id, **self._params()))  # False: already gone
