@@ -121,3 +121,22 @@ async def test_sandboxes_do_not_share_files() -> None:
         again = await modal.Sandbox.from_id.aio(one.sandbox_id, client=await provider.client())
         with pytest.raises(mexc.NotFoundError, match="unavailable"):  # an ended sandbox's files are gone with it
             await again.filesystem.read_bytes.aio("/tmp/mine.txt")
+
+
+async def test_paths_never_leave_the_sandbox_and_special_files_are_refused() -> None:
+    async with local_modal() as (server, provider):
+        ref = await provider.create(spec("hostile"))
+        await provider.wait_ready(ref, 30)
+        fs: Any = ref.handle.filesystem
+        root = server.registry.sim.tree(server.registry.by_id[ref.sandbox_id].sim.id).root
+        await fs.write_bytes.aio(b"kept inside", "/../../../tmp/escape.txt")  # `..` stops at the sandbox's `/`
+        assert (root / "tmp/escape.txt").read_bytes() == b"kept inside"
+        (root / "tmp/link").symlink_to("/etc/hostname")  # an absolute target names the sandbox's own /etc
+        assert await fs.read_text.aio("/tmp/link") == "sandbox\n"
+        await fs.write_text.aio("through the link\n", "/tmp/link")
+        assert (root / "etc/hostname").read_text() == "through the link\n"
+        os.mkfifo(root / "tmp/pipe")
+        with pytest.raises(mexc.SandboxFilesystemError, match="Not a regular file"):
+            await fs.read_bytes.aio("/tmp/pipe")  # would block the router's loop if it were opened
+        await fs.remove.aio("/tmp/link")  # the link goes, not its target
+        assert (root / "etc/hostname").exists() and not (root / "tmp/link").exists()

@@ -95,3 +95,21 @@ async def test_sandboxes_do_not_share_files(local_prime: tuple[RunningStub, Prim
     await provider.upload_file(one, "/data/mine.txt", b"one")
     with pytest.raises(FileNotFoundError):
         await provider.download_file(two, "/data/mine.txt")
+
+
+async def test_paths_never_leave_the_sandbox_and_special_files_are_refused(
+    local_prime: tuple[RunningStub, PrimeProvider], tmp_path: Path
+) -> None:
+    stub, provider = local_prime
+    ref = await provider.create(SandboxSpec(run_id="files", rollout_id="h", lifetime_s=600))
+    await provider.wait_ready(ref, timeout=10)
+    root = stub.simulator.tree(ref.sandbox_id).root
+    await provider.upload_file(ref, "/../../../tmp/escape.txt", b"kept inside")  # `..` stops at the sandbox's `/`
+    assert (root / "tmp/escape.txt").read_bytes() == b"kept inside"
+    (root / "tmp/link").symlink_to("/etc/hostname")  # an absolute target names the sandbox's own /etc
+    assert await provider.download_file(ref, "/tmp/link") == b"sandbox\n"
+    os.mkfifo(root / "tmp/pipe")
+    with pytest.raises(APIError, match=r"400.*Not a regular file"):
+        await provider.download_file(ref, "/tmp/pipe")  # would block the gateway if it were opened
+    with pytest.raises(APIError, match="422"):
+        await provider.sdk.download_file(ref.sandbox_id, "/tmp/a\x00b", str(tmp_path / "z"))

@@ -86,8 +86,8 @@ def run(tree: SandboxTree, call: ToolCall, stdin: bytes = b"") -> ToolResult:
         return _error("Unsupported", "Sandbox.filesystem.watch is not supported by the local Modal plane")
     if call.operation not in OPERATIONS:
         return _error("InvalidArgument", f"unknown modal-sandbox-fs-tools command: {call.operation}")
-    if not path.startswith("/"):
-        return _error("InvalidArgument", f"path must be absolute: {path!r}")
+    if not path.startswith("/") or "\x00" in path:
+        return _error("InvalidArgument", f"path must be absolute, without NUL: {path!r}")
     try:
         if call.operation == "ReadFile":
             return ToolResult(0, _read(tree, path))
@@ -103,7 +103,7 @@ def run(tree: SandboxTree, call: ToolCall, stdin: bytes = b"") -> ToolResult:
             _remove(tree, path, recursive=bool(call.args.get("recursive", False)))
     except OSError as exc:
         kind = _KINDS.get(exc.errno or 0, "Other")
-        return _error(kind, os.strerror(exc.errno) if exc.errno else str(exc))
+        return _error(kind, exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc)))
     return ToolResult(0)
 
 
@@ -122,6 +122,8 @@ def _read(tree: SandboxTree, path: str) -> bytes:
     host = tree.host_path(path)
     if host.is_dir():
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    if host.exists() and not host.is_file():  # a FIFO or device would block the router: not a file to read
+        raise OSError(errno.EINVAL, "Not a regular file", path)
     return host.read_bytes()
 
 

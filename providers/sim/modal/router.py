@@ -188,6 +188,8 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
             ex.error = task_gone_error(ex.task_id, record.sim)
         except ExecError as exc:
             ex.error = GRPCError(Status.ABORTED, f"Exec {ex.exec_id} failed: {exc.message}")
+        except Exception as exc:  # our bug: the client gets an error, never a silent exit 0
+            ex.error = GRPCError(Status.INTERNAL, f"Exec {ex.exec_id} failed: {type(exc).__name__}: {exc}")
         finally:
             if not ex.done.done():
                 ex.done.set_result(None)

@@ -27,7 +27,14 @@ from providers.sim.core.sandbox_tree import SandboxTree
 from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, VendorSimulator
 from providers.sim.prime.gateway import GatewayTokens
 
-_STATUS_BY_ERRNO = {errno.ENOENT: 404, errno.EISDIR: 400, errno.ENOTDIR: 400, errno.EROFS: 403, errno.EACCES: 403}
+_STATUS_BY_ERRNO = {
+    errno.ENOENT: 404,
+    errno.EISDIR: 400,
+    errno.ENOTDIR: 400,
+    errno.EINVAL: 400,
+    errno.EROFS: 403,
+    errno.EACCES: 403,
+}
 Getter = Callable[[web.Request], Any]
 
 
@@ -51,8 +58,8 @@ def _guarded(get_sim: Getter, get_tokens: Getter, operation: Operation) -> Calla
         if not tokens.check(user_ns, job_id, request.headers.get("Authorization")):
             return web.json_response({"detail": "Invalid or expired gateway token"}, status=401)
         path = request.query.get("path")
-        if not path:
-            return web.json_response({"detail": "Query parameter 'path' is required"}, status=422)
+        if not path or "\x00" in path:
+            return web.json_response({"detail": "Query parameter 'path' is required, without NUL"}, status=422)
         sim: VendorSimulator = get_sim(request)
         try:
             tree = sim.tree(job_id)
@@ -66,7 +73,7 @@ def _guarded(get_sim: Getter, get_tokens: Getter, operation: Operation) -> Calla
             response: web.StreamResponse = await operation(request, tree, path)
         except OSError as exc:
             status = _STATUS_BY_ERRNO.get(exc.errno or 0, 500)
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
             return web.json_response({"detail": f"{reason}: {tree.sandbox_path(path)}"}, status=status)
         return response
 
@@ -81,6 +88,8 @@ def _regular_file(tree: SandboxTree, path: str) -> str:
     host = tree.host_path(path)
     if host.is_dir():
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    if host.exists() and not host.is_file():  # a FIFO or device would block the gateway: not a file to read
+        raise OSError(errno.EINVAL, "Not a regular file", path)
     return str(host)
 
 
