@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from providers.sim.core.records import SimSnapshot
 from providers.sim.core.simulator import NotFound, SimSandbox, VendorSimulator
-from providers.sim.daytona.shapes import SOURCE_API, Lifecycle, error_body, requested, sandbox_body
+from providers.sim.daytona.shapes import SOURCE_API, Lifecycle, error_body, requested, sandbox_body, state_of
 
 API_PREFIX = "/api"
 TOOLBOX_PREFIX = "/toolbox"
@@ -58,6 +59,20 @@ class Front:
                 raise
             return self.sim.get(known)
 
+    def find_live(self, id_or_name: str) -> SimSandbox:
+        """`find`, but a destroyed sandbox is gone: the API answers 404 for it (the SDK's delete waits for that)."""
+        sb = self.find(id_or_name)
+        if state_of(sb, self.life.get(sb.id)) == "destroyed":
+            raise NotFound(sb.id)
+        return sb
+
+    def snapshot_named(self, id_or_name: str) -> SimSnapshot | None:
+        """A snapshot taken of a sandbox here (`sandbox.create_snapshot`), by id or name."""
+        try:
+            return self.sim.get_snapshot(id_or_name)
+        except NotFound:
+            return None
+
     def body(self, sb: SimSandbox, *, full: bool = True) -> dict[str, object]:
         return sandbox_body(sb, self.sim.clock, self.toolbox_url, self.life.get(sb.id), full=full)
 
@@ -94,3 +109,11 @@ def error(
     """An error in the envelope of the Daytona service named by `source`."""
     body = error_body(status, message, path=request.path_qs, method=request.method, code=code, source=source)
     return web.json_response(body, status=status, headers=headers)
+
+
+def served_elsewhere(request: web.Request, rest: str, served: tuple[str, ...]) -> web.Response | None:
+    """For a catch-all route: a path that is served, asked with a method it does not take, gets the answer NestJS
+    gives a wrong method (404 "Cannot TRACE /path"), not the 501 of a call that is not modelled."""
+    if any(rest == name or rest.startswith(name + "/") for name in served):
+        return error(request, 404, f"Cannot {request.method} {request.path}")
+    return None

@@ -166,6 +166,16 @@ def openapi_document() -> dict[str, Any]:
                 parameters=one,
             )
         },
+        f"{p}/sandbox/{{id}}/archive": {
+            "post": _op(
+                "archiveSandbox",
+                "Archive a stopped sandbox",
+                {"200": sandbox, "400": bad, "404": not_found},
+                parameters=one,
+            )
+        },
+        **_changes(p, one, sandbox, bad, not_found),
+        **_snapshots(p, bad),
         f"{p}/config": {"get": _op("config", "The API's configuration", {"200": _json({"type": "object"}, "it")})},
         f"{p}/shared-regions": {"get": _op("sharedRegions", "The regions", {"200": _json({"type": "array"}, "them")})},
         f"{p}/v1/_stampede/truth": {
@@ -178,3 +188,129 @@ def openapi_document() -> dict[str, Any]:
     }
     security = {"bearer": {"type": "http", "scheme": "bearer", "description": "the API key"}}
     return document("stampede local Daytona control plane", paths, copy.deepcopy(_SCHEMAS), security)
+
+
+def _changes(p: str, one: list[Any], sandbox: Any, bad: Any, not_found: Any) -> dict[str, Any]:
+    """The setters, fork and snapshot-of-a-sandbox (changes.py)."""
+
+    def minutes(minimum: int) -> list[Any]:
+        schema = {"type": "integer", "minimum": minimum, "maximum": MAX_INT}
+        return [*one, {"name": "minutes", "in": "path", "required": True, "schema": schema}]
+
+    def setter(op_id: str, summary: str, minimum: int) -> dict[str, Any]:
+        answers = {"200": sandbox, "400": bad, "404": not_found}
+        return {"post": _op(op_id, summary, answers, parameters=minutes(minimum))}
+
+    named = {"type": "object", "properties": {"name": _opt({"type": "string"})}}
+    snapshot_name = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string", "pattern": "\\S"}},
+    }
+    created = {
+        "200": sandbox,
+        "400": bad,
+        "403": _json(_ref("Error"), "above the organization's limit"),
+        "404": not_found,
+        "409": _json(_ref("Error"), "the name is in use"),
+        "429": _json(_ref("Error"), "the sandbox-create throttler"),
+        "500": _json(_ref("Error"), "an injected transient failure"),
+    }
+    labels = {"type": "object", "required": ["labels"], "properties": {"labels": _STRINGS}}
+    public = [*one, {"name": "public", "in": "path", "required": True, "schema": {"type": "boolean"}}]
+    return {
+        f"{p}/sandbox/{{id}}/labels": {
+            "put": _op(
+                "replaceLabels",
+                "Replace its labels",
+                {"200": _json(labels, "the labels"), "400": bad, "404": not_found},
+                parameters=one,
+                requestBody={"required": True, "content": {"application/json": {"schema": labels}}},
+            )
+        },
+        f"{p}/sandbox/{{id}}/autostop/{{minutes}}": setter("setAutostopInterval", "Auto-stop after idle minutes", 0),
+        f"{p}/sandbox/{{id}}/autoarchive/{{minutes}}": setter("setAutoArchiveInterval", "Auto-archive (0: max)", 0),
+        f"{p}/sandbox/{{id}}/autodelete/{{minutes}}": setter(
+            "setAutoDeleteInterval", "Auto-delete after stopped minutes (-1: never)", -MAX_INT - 1
+        ),
+        f"{p}/sandbox/{{id}}/ttl/{{minutes}}": setter("setTtl", "Destroy this many minutes from now (0: never)", 0),
+        f"{p}/sandbox/{{id}}/public/{{public}}": {
+            "post": _op(
+                "updatePublicStatus",
+                "Public previews",
+                {"200": sandbox, "400": bad, "404": not_found},
+                parameters=public,
+            )
+        },
+        f"{p}/sandbox/{{id}}/last-activity": {
+            "post": _op(
+                "updateLastActivity",
+                "Note activity",
+                {"201": {"description": "noted"}, "404": not_found},
+                parameters=one,
+            )
+        },
+        f"{p}/sandbox/{{id}}/fork": {
+            "post": _op(
+                "forkSandbox",
+                "A new sandbox with a copy of its files",
+                created,
+                parameters=one,
+                requestBody={"content": {"application/json": {"schema": named}}},
+            )
+        },
+        f"{p}/sandbox/{{id}}/snapshot": {
+            "post": _op(
+                "createSandboxSnapshot",
+                "Snapshot its files under a name",
+                {"200": sandbox, "400": bad, "404": not_found, "409": created["409"]},
+                parameters=one,
+                requestBody={
+                    "required": True,
+                    "content": {"application/json": {"schema": snapshot_name}},
+                },
+            )
+        },
+    }
+
+
+def _snapshots(p: str, bad: Any) -> dict[str, Any]:
+    """The snapshot registry (snapshots.py)."""
+    snap = {"type": "object", "required": ["id", "name", "state"]}
+    page = {"type": "object", "required": ["items", "total", "page", "totalPages"]}
+    one = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "id or name"}]
+    missing = _json(_ref("Error"), "no such snapshot")
+    not_built = _json(_ref("Error"), "building snapshots from images is not modelled")
+    query = [
+        {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_INT}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+        {"name": "name", "in": "query", "schema": {"type": "string"}},
+        {"name": "sourceSandboxId", "in": "query", "schema": {"type": "string"}},
+    ]
+    body = {"content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        f"{p}/snapshots": {
+            "get": _op(
+                "getAllSnapshots",
+                "Snapshots, newest first",
+                {"200": _json(page, "a page"), "400": bad},
+                parameters=query,
+            ),
+            "post": _op("createSnapshot", "Build a snapshot from an image", {"501": not_built}, requestBody=body),
+        },
+        f"{p}/snapshots/{{id}}": {
+            "get": _op("getSnapshot", "One snapshot", {"200": _json(snap, "it"), "404": missing}, parameters=one),
+            "delete": _op(
+                "removeSnapshot",
+                "Delete a snapshot taken here",
+                {"200": {"description": "deleted"}, "403": _json(_ref("Error"), "a general one"), "404": missing},
+                parameters=one,
+            ),
+        },
+        f"{p}/snapshots/{{id}}/activate": {
+            "post": _op("activateSnapshot", "Activate", {"501": not_built}, parameters=one)
+        },
+        f"{p}/snapshots/{{id}}/deactivate": {
+            "post": _op("deactivateSnapshot", "Deactivate", {"501": not_built}, parameters=one)
+        },
+    }

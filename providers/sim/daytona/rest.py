@@ -3,7 +3,9 @@
 `POST /api/sandbox` (create), `GET /api/sandbox` (cursor pages, `labels` as a JSON object), `GET|DELETE
 /api/sandbox/{idOrName}`, `POST .../start|stop`, `GET /api/sandbox/{id}/toolbox-proxy-url`, `GET /api/config`,
 `GET /api/shared-regions`; and the simulator's own `GET /api/v1/_stampede/truth|stats`; `GET /openapi.json`
-describes them (openapi.py).
+describes them (openapi.py). A destroyed sandbox is gone, as on the real API: `get`, `start`, `stop` answer 404
+(`delete` waits for exactly that). `stop` keeps the disk (the simulator's pause) and `start` resumes it; `archive`
+marks a stopped one archived. A create naming a snapshot taken here (`changes.py`) starts with its files.
 
 A create the simulator refuses is answered as the API would, so the SDK raises its own class:
 - the create rate (the API's `sandbox-create` throttler): 429, `RATE_LIMIT_EXCEEDED`, "ThrottlerException: Too
@@ -18,6 +20,7 @@ A create the simulator refuses is answered as the API would, so the SDK raises i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -35,6 +38,7 @@ from providers.sim.daytona.shapes import (
     UPGRADE_TIER,
     label_strings,
     parse_create,
+    requested,
     state_of,
 )
 
@@ -88,6 +92,9 @@ async def create_sandbox(request: web.Request) -> web.Response:
         return error(request, 403, problem)
     if req.name and req.name in front.names:
         return error(request, 409, f"Sandbox with name {req.name} already exists")
+    taken = front.snapshot_named(req.image)  # a snapshot taken here: the sandbox starts with its files
+    if taken is not None:
+        req = dataclasses.replace(req, image=taken.image, from_snapshot=taken.id)
     try:
         sb = front.sim.create(req)
     except Rejected as exc:
@@ -102,7 +109,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
 async def get_sandbox(request: web.Request) -> web.Response:
     front = front_of(request)
     try:
-        sb = front.find(request.match_info["id"])
+        sb = front.find_live(request.match_info["id"])
     except NotFound:
         return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
     return web.json_response(front.body(sb))
@@ -168,34 +175,69 @@ async def delete_sandbox(request: web.Request) -> web.Response:
 
 
 async def stop_sandbox(request: web.Request) -> web.Response:
+    """A stop keeps the sandbox's disk (the simulator's pause: its slot and quota freed, its files kept) until a
+    `start`; an ephemeral sandbox (`autoDeleteInterval` 0) is deleted by its stop, as on the API."""
     front = front_of(request)
     try:
-        sb = front.find(request.match_info["id"])
+        sb = front.find_live(request.match_info["id"])
     except NotFound:
         return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
     if sb.status is not SandboxStatus.RUNNING:
         return error(request, 400, f"Sandbox is not started (state: {state_of(sb, front.life.get(sb.id))})")
-    front.lifecycle(sb).stopped = True
-    front.sim.terminate(sb.id)
+    life = front.lifecycle(sb)
+    life.stopped = True
+    if requested(sb).auto_delete == 0:
+        front.sim.terminate(sb.id)
+        return web.json_response(front.body(sb))
+    seconds = front.sim.pause(sb.id)  # the simulator's listener announces "stopped"
+    await front.sim.clock.sleep(seconds)
     return web.json_response(front.body(sb))
 
 
 async def start_sandbox(request: web.Request) -> web.Response:
+    """A stopped (or archived) sandbox is queued again and boots in the profile's resume time, files as it left
+    them; the SDK waits for `started` as after a create."""
     front = front_of(request)
     try:
-        sb = front.find(request.match_info["id"])
+        sb = front.find_live(request.match_info["id"])
     except NotFound:
         return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
     state = state_of(sb, front.life.get(sb.id))
     if state in ("creating", "starting", "started"):
         return web.json_response(front.body(sb))
-    return error(request, 400, f"Sandbox is {state}: the simulator does not restart sandboxes")
+    if sb.status is not SandboxStatus.PAUSED:
+        return error(request, 400, f"Sandbox is {state}: it cannot be started")
+    try:
+        front.sim.resume(sb.id)
+    except Rejected as exc:
+        return rejection(request, front, exc)
+    life = front.lifecycle(sb)
+    life.stopped = life.archived = False
+    front.changed(sb)
+    return web.json_response(front.body(sb))
+
+
+async def archive_sandbox(request: web.Request) -> web.Response:
+    """Archive a stopped sandbox (its disk moves to cheaper storage on the API; here a state, nothing more)."""
+    front = front_of(request)
+    try:
+        sb = front.find_live(request.match_info["id"])
+    except NotFound:
+        return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
+    state = state_of(sb, front.life.get(sb.id))
+    if state == "archived":
+        return web.json_response(front.body(sb))
+    if state != "stopped":
+        return error(request, 400, f"Sandbox must be stopped to archive (state: {state})")
+    front.lifecycle(sb).archived = True
+    front.changed(sb)
+    return web.json_response(front.body(sb))
 
 
 async def toolbox_proxy_url(request: web.Request) -> web.Response:
     front = front_of(request)
     try:
-        front.find(request.match_info["id"])
+        front.find_live(request.match_info["id"])
     except NotFound:
         return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
     return web.json_response({"url": front.toolbox_url})
@@ -248,6 +290,7 @@ def add_routes(app: web.Application, prefix: str) -> None:
     r.add_delete(f"{prefix}/sandbox/{{id}}", delete_sandbox)
     r.add_post(f"{prefix}/sandbox/{{id}}/start", start_sandbox)
     r.add_post(f"{prefix}/sandbox/{{id}}/stop", stop_sandbox)
+    r.add_post(f"{prefix}/sandbox/{{id}}/archive", archive_sandbox)
     r.add_get(f"{prefix}/sandbox/{{id}}/toolbox-proxy-url", toolbox_proxy_url)
     r.add_get(f"{prefix}/config", config)
     r.add_get(f"{prefix}/shared-regions", shared_regions)

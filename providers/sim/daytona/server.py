@@ -21,7 +21,7 @@ from providers.sim.core.serving.bearer import bearer_matches
 from providers.sim.core.serving.listening import SIMULATOR, RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
-from providers.sim.daytona import rest, toolbox
+from providers.sim.daytona import changes, files, rest, sessions, snapshots, toolbox
 from providers.sim.daytona.events import SOCKETIO_PATH, EventGateway
 from providers.sim.daytona.front import API_PREFIX, FRONT, TOOLBOX_PREFIX, Front, error
 
@@ -80,7 +80,12 @@ def create_app(settings: DaytonaSettings) -> web.Application:
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
     rest.add_routes(app, API_PREFIX)
-    forget_sessions = toolbox.add_routes(app, TOOLBOX_PREFIX)
+    changes.add_routes(app, API_PREFIX)  # after rest: its last route answers every sandbox call not served
+    snapshots.add_routes(app, API_PREFIX)
+    toolbox.add_routes(app, TOOLBOX_PREFIX)
+    forget_sessions = sessions.add_routes(app, TOOLBOX_PREFIX)
+    files.add_routes(app, TOOLBOX_PREFIX)
+    toolbox.add_fallback(app, TOOLBOX_PREFIX)  # last: every toolbox call not served answers 501
     gateway = EventGateway(settings.token)
     gateway.attach(app)
     return app

@@ -6,13 +6,14 @@ Shapes follow daytona 0.226.1's generated clients (`daytona_api_client.models.Sa
 for its error class (status first, then `(source, code)` for the daemon's codes).
 
 States, from the simulator's: PENDING (waiting for a runner) -> `creating`, PROVISIONING -> `starting`,
-RUNNING -> `started`, ERROR -> `error` (with `errorReason`; `destroyed` once deleted), TERMINATED ->
+RUNNING -> `started`, PAUSED (a stop, which keeps the disk) -> `stopped` (`archived` once archived), ERROR -> `error` (with `errorReason`; `destroyed` once deleted), TERMINATED ->
 `destroyed` (or `stopped` after a stop of a sandbox that is not ephemeral), TIMEOUT (its TTL ran out) ->
 `destroyed`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from http import HTTPStatus
 from typing import Any
 
 from providers.sim.core.clock import SimClock
+from providers.sim.core.sandbox_tree import SandboxUser
 from providers.sim.core.simulator import CreateRequest, SandboxStatus, SimSandbox, iso
 
 ORGANIZATION_ID = "stampede-local-org"
@@ -31,6 +33,9 @@ DEFAULT_AUTO_STOP_MIN = 15  # the API's defaults when a create leaves them out
 DEFAULT_AUTO_ARCHIVE_MIN = 7 * 24 * 60
 DEFAULT_AUTO_DELETE_MIN = -1
 OS_USER = "daytona"
+SANDBOX_USER = SandboxUser(OS_USER, 1000, "/home/daytona")
+"""Who a Daytona sandbox's commands run as: the default snapshot's `daytona` (uid 1000) in `/home/daytona`, which is
+also its work dir (the image sets no other WORKDIR)."""
 SOURCE_API = "DAYTONA_API"
 SOURCE_DAEMON = "DAYTONA_DAEMON"
 SOURCE_PROXY = "DAYTONA_PROXY"
@@ -82,7 +87,7 @@ class Requested:
     auto_stop: int
     auto_archive: int
     auto_delete: int
-    ttl_minutes: int | None
+    ttl_minutes: float | None  # a TTL set later counts from the create: fractional minutes
     queue_timeout: int | None
 
 
@@ -92,6 +97,7 @@ class Lifecycle:
 
     stopped: bool = False
     deleted: bool = False
+    archived: bool = False  # a stopped (PAUSED) sandbox the user archived: `start` resumes it all the same
     announced: str | None = None  # the state the last `sandbox.state.updated` event carried
 
 
@@ -99,6 +105,16 @@ def requested(sb: SimSandbox) -> Requested:
     found = sb.meta.get("daytona")
     assert isinstance(found, Requested)
     return found
+
+
+def update_requested(sb: SimSandbox, **changes: Any) -> Requested:
+    """A setter's change (labels, the auto-stop/archive/delete intervals) kept on the record; labels also
+    become the simulator's label strings, so a list by labels sees the new ones."""
+    want = dataclasses.replace(requested(sb), **changes)
+    sb.meta = {**sb.meta, "daytona": want}
+    if "labels" in changes:
+        sb.labels = label_strings(want.labels)
+    return want
 
 
 def state_of(sb: SimSandbox, life: Lifecycle | None) -> str:
@@ -110,6 +126,8 @@ def state_of(sb: SimSandbox, life: Lifecycle | None) -> str:
         return "starting"
     if status is SandboxStatus.RUNNING:
         return "started"
+    if status is SandboxStatus.PAUSED:  # a stop keeps the disk: the simulator's pause
+        return "archived" if life is not None and life.archived else "stopped"
     if status is SandboxStatus.ERROR:
         return "destroyed" if life is not None and life.deleted else "error"
     if status is SandboxStatus.TERMINATED and life is not None and life.stopped and not life.deleted:
@@ -118,7 +136,7 @@ def state_of(sb: SimSandbox, life: Lifecycle | None) -> str:
 
 
 def _desired(state: str) -> str:
-    return {"destroyed": "destroyed", "stopped": "stopped"}.get(state, "started")
+    return {"destroyed": "destroyed", "stopped": "stopped", "archived": "archived"}.get(state, "started")
 
 
 def sandbox_body(
@@ -283,8 +301,16 @@ def parse_create(body: Any, lifetime_cap_s: float) -> tuple[CreateRequest | None
         name=name or "",
         env=env,
         meta={"daytona": want},
+        user=sandbox_user(user),
     )
     return request, []
+
+
+def sandbox_user(name: str) -> SandboxUser:
+    """The OS user a create names (`user`), as the simulator's: `daytona` by default, `root` in `/root`."""
+    if name == OS_USER:
+        return SANDBOX_USER
+    return SandboxUser.root() if name == "root" else SandboxUser(name, 1000, f"/home/{name}")
 
 
 def label_strings(labels: Mapping[str, str]) -> tuple[str, ...]:

@@ -1,17 +1,19 @@
-"""Daytona's toolbox (the sandbox daemon behind the proxy) over the simulator: one-shot commands and sessions.
+"""Daytona's toolbox (the sandbox daemon behind the proxy) over the simulator: one-shot commands, code-run, info.
 
-The SDK calls `{toolboxProxyUrl}/{sandboxId}/process/...` with the API key. Commands run in the simulator's
-tiny shell (`providers/sim/core/shell.py`), under the sandbox's vendor-time model:
+The SDK calls `{toolboxProxyUrl}/{sandboxId}/...` with the API key. Commands run as the profile says
+(`[sandbox] commands`): modelled by the simulator's shell (`providers/sim/core/shell.py`), or for real in the
+sandbox's own tree (`isolated_shell.py`) as `daytona` in `/home/daytona`; either way under the sandbox's
+vendor-time model (the profile's per-command overhead and drawn fates first):
 
 - `POST /process/execute` `{"command", "cwd", "envs", "timeout"}` -> `{"exitCode", "result"}`: stdout and
-  stderr in one stream, as the daemon gives them (here stdout first, then stderr: the shell does not
-  interleave). `timeout` is the client's real seconds; past it the daemon kills the command and answers
-  408 `PROCESS_EXECUTION_TIMEOUT` (-> `DaytonaProcessExecutionTimeoutError`). No timeout: none.
-- sessions: `POST /process/session` `{"sessionId"}`, `GET|DELETE /process/session/{id}`, `GET /process/session`,
-  `POST /process/session/{id}/exec` `{"command", "runAsync"}` -> `{"cmdId", "output", "stdout", "stderr",
-  "exitCode"}` (202 `{"cmdId"}` when `runAsync`), `GET .../command/{cmdId}` and `.../command/{cmdId}/logs`.
-  Session commands have no server-side timeout (the SDK's `timeout` is its own HTTP deadline). Divergence:
-  each command starts afresh (a `cd` or `export` does not carry over to the next command of the session).
+  stderr in one stream, as the daemon gives them (a modelled command: stdout first, then stderr). `timeout` is
+  the client's real seconds; past it the daemon kills the command and answers 408 `PROCESS_EXECUTION_TIMEOUT`
+  (-> `DaytonaProcessExecutionTimeoutError`). No timeout: none.
+- `POST /process/code-run` `{"code", "language", "argv", "envs", "timeout"}` -> `{"exitCode", "result",
+  "artifacts"}`: `python3 -c CODE` (python, the default), `node -e` (javascript); no charts are extracted.
+- `GET /user-home-dir`, `GET /work-dir` -> `{"dir"}`: the sandbox user's home (`/home/daytona`), also the work dir.
+- sessions: `sessions.py`; the file system: `files.py`. Every other toolbox call (git, LSP, PTY, the code
+  interpreter, computer use) answers 501 naming it: the sandbox is alive, so never a 404.
 
 Errors: an unknown or destroyed sandbox -> 404 (proxy); one not started yet, or in error -> 409 (proxy); the
 sandbox died under the command -> 502 (proxy; "OOM killed" when it ran out of memory); an injected transient
@@ -20,65 +22,31 @@ failure -> 502 "Command failed: ..."; an unknown session or command -> 404 (daem
 
 from __future__ import annotations
 
-import itertools
 import math
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import shlex
 from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.sandbox_tree import SandboxUser
 from providers.sim.core.simulator import (
     ErrorType,
     ExecError,
-    ExecOutcome,
     ExecTimedOut,
     NotFound,
     NotRunning,
     SandboxDied,
     SimSandbox,
 )
-from providers.sim.daytona.front import Front, error, front_of
-from providers.sim.daytona.shapes import SOURCE_DAEMON, SOURCE_PROXY, state_of
+from providers.sim.daytona.front import Front, error, front_of, served_elsewhere
+from providers.sim.daytona.shapes import SANDBOX_USER, SOURCE_DAEMON, SOURCE_PROXY, state_of
+
+SERVED = ("files", "user-home-dir", "work-dir", "version", "process/execute", "process/code-run", "process/session")
+"""The toolbox calls served (here, files.py, sessions.py): another method on them is a wrong method."""
+INTERPRETERS = {"python": ("python3", "-c"), "javascript": ("node", "-e"), "typescript": ("node", "-e")}
 
 
-@dataclass(slots=True)
-class SessionCommand:
-    id: str
-    command: str
-    outcome: ExecOutcome | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "command": self.command,
-            "exitCode": None if self.outcome is None else self.outcome.exit_code,
-        }
-
-
-@dataclass(slots=True)
-class Sessions:
-    """Sessions per sandbox (forgotten when the sandbox ends)."""
-
-    by_sandbox: dict[str, dict[str, dict[str, SessionCommand]]] = field(default_factory=dict)
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
-
-    def of(self, sandbox_id: str) -> dict[str, dict[str, SessionCommand]]:
-        return self.by_sandbox.setdefault(sandbox_id, {})
-
-    def new_command_id(self) -> str:
-        return f"cmd-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
-
-    def forget(self, sb: SimSandbox, *_: Any) -> None:
-        if not sb.active:
-            self.by_sandbox.pop(sb.id, None)
-
-
-SESSIONS = web.AppKey("stampede_daytona_sessions", Sessions)
-
-
-def _running(request: web.Request) -> tuple[Front, SimSandbox | None, web.Response | None]:
+def running(request: web.Request) -> tuple[Front, SimSandbox | None, web.Response | None]:
     """The sandbox of the path, if a command may run in it now; else the proxy's answer."""
     front = front_of(request)
     try:
@@ -98,7 +66,7 @@ def _running(request: web.Request) -> tuple[Front, SimSandbox | None, web.Respon
     )
 
 
-def _failure(request: web.Request, exc: BaseException, timeout_s: float | None) -> web.Response:
+def failure(request: web.Request, exc: BaseException, timeout_s: float | None) -> web.Response:
     """A command that did not complete, in the daemon's or the proxy's words."""
     if isinstance(exc, ExecTimedOut):
         seconds = f"{timeout_s:g}" if timeout_s is not None else "?"
@@ -125,7 +93,7 @@ def _failure(request: web.Request, exc: BaseException, timeout_s: float | None) 
     raise exc
 
 
-async def _json_object(request: web.Request) -> dict[str, Any] | None:
+async def json_object(request: web.Request) -> dict[str, Any] | None:
     try:
         body = await request.json()
     except ValueError:
@@ -134,11 +102,11 @@ async def _json_object(request: web.Request) -> dict[str, Any] | None:
 
 
 async def execute(request: web.Request) -> web.Response:
-    front, sb, refused = _running(request)
+    front, sb, refused = running(request)
     if refused is not None:
         return refused
     assert sb is not None
-    body = await _json_object(request)
+    body = await json_object(request)
     command = body.get("command") if body is not None else None
     if not isinstance(command, str) or not command.strip():
         return error(request, 400, "command is required", source=SOURCE_DAEMON)
@@ -156,147 +124,93 @@ async def execute(request: web.Request) -> web.Response:
     try:
         outcome = await front.sim.exec(sb.id, command, timeout_s=vendor_timeout, env=envs, cwd=cwd)
     except (ExecTimedOut, SandboxDied, ExecError, NotRunning, NotFound) as exc:
-        return _failure(request, exc, timeout)
+        return failure(request, exc, timeout)
     return web.json_response({"exitCode": outcome.exit_code, "result": outcome.stdout + outcome.stderr})
 
 
-async def create_session(request: web.Request) -> web.Response:
-    _, sb, refused = _running(request)
+async def code_run(request: web.Request) -> web.Response:
+    """`process.code_run`: the daemon writes the code to a file and runs the language's interpreter on it."""
+    front, sb, refused = running(request)
     if refused is not None:
         return refused
     assert sb is not None
-    body = await _json_object(request)
-    session_id = body.get("sessionId") if body is not None else None
-    if not isinstance(session_id, str) or not session_id:
-        return error(request, 400, "sessionId is required", source=SOURCE_DAEMON)
-    sessions = request.app[SESSIONS].of(sb.id)
-    if session_id in sessions:
-        return error(request, 409, f"session {session_id} already exists", source=SOURCE_DAEMON)
-    sessions[session_id] = {}
-    return web.Response(status=201)
-
-
-def _session(request: web.Request) -> tuple[dict[str, SessionCommand] | None, web.Response | None]:
-    sessions = request.app[SESSIONS].of(request.match_info["sandbox_id"])
-    found = sessions.get(request.match_info["session_id"])
-    if found is None:
-        return None, error(request, 404, "session not found", source=SOURCE_DAEMON)
-    return found, None
-
-
-def _session_body(session_id: str, commands: dict[str, SessionCommand]) -> dict[str, Any]:
-    return {"sessionId": session_id, "commands": [c.as_dict() for c in commands.values()]}
-
-
-async def list_sessions(request: web.Request) -> web.Response:
-    _, sb, refused = _running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
-    sessions = request.app[SESSIONS].of(sb.id)
-    return web.json_response([_session_body(sid, commands) for sid, commands in sessions.items()])
-
-
-async def get_session(request: web.Request) -> web.Response:
-    commands, missing = _session(request)
-    if missing is not None:
-        return missing
-    assert commands is not None
-    return web.json_response(_session_body(request.match_info["session_id"], commands))
-
-
-async def delete_session(request: web.Request) -> web.Response:
-    _commands, missing = _session(request)
-    if missing is not None:
-        return missing
-    request.app[SESSIONS].of(request.match_info["sandbox_id"]).pop(request.match_info["session_id"], None)
-    return web.Response(status=204)
-
-
-async def session_exec(request: web.Request) -> web.Response:
-    front, sb, refused = _running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
-    commands, missing = _session(request)
-    if missing is not None:
-        return missing
-    assert commands is not None
-    body = await _json_object(request)
-    command = body.get("command") if body is not None else None
-    if not isinstance(command, str) or not command.strip():
-        return error(request, 400, "command is required", source=SOURCE_DAEMON)
-    record = SessionCommand(request.app[SESSIONS].new_command_id(), command)
-    commands[record.id] = record
-    run_async = bool(body.get("runAsync") or body.get("async")) if body is not None else False
-    if run_async:
-
-        def done(result: ExecOutcome | BaseException) -> None:
-            if isinstance(result, ExecOutcome):
-                record.outcome = result
-
-        try:
-            front.sim.exec_start(sb.id, command, timeout_s=math.inf, on_done=done)
-        except (NotRunning, NotFound) as exc:
-            return _failure(request, exc, None)
-        return web.json_response({"cmdId": record.id}, status=202)
+    body = await json_object(request)
+    code = body.get("code") if body is not None else None
+    if not isinstance(code, str):
+        return error(request, 400, "code is required", source=SOURCE_DAEMON)
+    language = (body.get("language") if body is not None else None) or "python"
+    interpreter = INTERPRETERS.get(str(language).lower())
+    if interpreter is None:
+        return error(request, 400, f"unsupported language: {language}", source=SOURCE_DAEMON)
+    argv = body.get("argv") if body is not None else None
+    envs = body.get("envs") if body is not None else None
+    timeout = body.get("timeout") if body is not None else None
+    if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return error(request, 400, "argv must be a list of strings", source=SOURCE_DAEMON)
+    if envs is not None and not (isinstance(envs, dict) and all(isinstance(v, str) for v in envs.values())):
+        return error(request, 400, "envs must be an object of strings", source=SOURCE_DAEMON)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
+        return error(request, 400, "timeout must be a non-negative integer", source=SOURCE_DAEMON)
+    # the code travels in the command itself (a heredoc would clash with code that reads stdin)
+    command = shlex.join([*interpreter, code, *(argv or [])])
+    vendor_timeout = timeout / front.time_scale if timeout else math.inf
     try:
-        outcome = await front.sim.exec(sb.id, command, timeout_s=math.inf)
+        outcome = await front.sim.exec(sb.id, command, timeout_s=vendor_timeout, env=envs)
     except (ExecTimedOut, SandboxDied, ExecError, NotRunning, NotFound) as exc:
-        return _failure(request, exc, None)
-    record.outcome = outcome
+        return failure(request, exc, timeout)
     return web.json_response(
-        {
-            "cmdId": record.id,
-            "output": outcome.stdout + outcome.stderr,
-            "stdout": outcome.stdout,
-            "stderr": outcome.stderr,
-            "exitCode": outcome.exit_code,
-        }
+        {"exitCode": outcome.exit_code, "result": outcome.stdout + outcome.stderr, "artifacts": {"charts": []}}
     )
 
 
-def _command(request: web.Request) -> tuple[SessionCommand | None, web.Response | None]:
-    commands, missing = _session(request)
-    if missing is not None:
-        return None, missing
-    assert commands is not None
-    found = commands.get(request.match_info["command_id"])
-    if found is None:
-        return None, error(request, 404, "command not found", source=SOURCE_DAEMON)
-    return found, None
+async def user_home_dir(request: web.Request) -> web.Response:
+    _, sb, refused = running(request)
+    if refused is not None:
+        return refused
+    assert sb is not None
+    return web.json_response({"dir": _user(sb).home})
 
 
-async def get_command(request: web.Request) -> web.Response:
-    found, missing = _command(request)
-    if missing is not None:
-        return missing
-    assert found is not None
-    return web.json_response(found.as_dict())
+async def work_dir(request: web.Request) -> web.Response:
+    return await user_home_dir(request)  # the default snapshot sets no other WORKDIR
 
 
-async def command_logs(request: web.Request) -> web.Response:
-    found, missing = _command(request)
-    if missing is not None:
-        return missing
-    assert found is not None
-    out = found.outcome
-    stdout, stderr = (out.stdout, out.stderr) if out is not None else ("", "")
-    return web.json_response({"output": stdout + stderr, "stdout": stdout, "stderr": stderr})
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": "stampede-sim"})
 
 
-def add_routes(app: web.Application, prefix: str) -> Callable[[SimSandbox, Any], None]:
-    """The toolbox under `prefix/{sandbox_id}`; returns the callback that forgets an ended sandbox's sessions."""
-    sessions = Sessions()
-    app[SESSIONS] = sessions
-    base = f"{prefix}/{{sandbox_id}}/process"
+def _user(sb: SimSandbox) -> SandboxUser:
+    return sb.user or SANDBOX_USER
+
+
+async def unsupported(request: web.Request) -> web.Response:
+    """A toolbox call not modelled here (git, LSP, PTY, the code interpreter, computer use...): 501 naming it."""
+    _, _sb, refused = running(request)
+    if refused is not None:
+        return refused
+    what = request.match_info["rest"]
+    wrong = served_elsewhere(request, what, SERVED)
+    if wrong is not None:
+        return wrong
+    return error(
+        request,
+        501,
+        f"{request.method} /{what}: '{what.split('/')[0]}' is not modelled by the local Daytona (stampede's simulator)",
+        code="NOT_IMPLEMENTED",
+        source=SOURCE_DAEMON,
+    )
+
+
+def add_routes(app: web.Application, prefix: str) -> None:
+    """One-shot commands, code-run and the info calls under `prefix/{sandbox_id}`."""
     r = app.router
-    r.add_post(f"{base}/execute", execute)
-    r.add_post(f"{base}/session", create_session)
-    r.add_get(f"{base}/session", list_sessions)
-    r.add_get(f"{base}/session/{{session_id}}", get_session)
-    r.add_delete(f"{base}/session/{{session_id}}", delete_session)
-    r.add_post(f"{base}/session/{{session_id}}/exec", session_exec)
-    r.add_get(f"{base}/session/{{session_id}}/command/{{command_id}}", get_command)
-    r.add_get(f"{base}/session/{{session_id}}/command/{{command_id}}/logs", command_logs)
-    return sessions.forget
+    r.add_post(f"{prefix}/{{sandbox_id}}/process/execute", execute)
+    r.add_post(f"{prefix}/{{sandbox_id}}/process/code-run", code_run)
+    r.add_get(f"{prefix}/{{sandbox_id}}/user-home-dir", user_home_dir)
+    r.add_get(f"{prefix}/{{sandbox_id}}/work-dir", work_dir)
+    r.add_get(f"{prefix}/{{sandbox_id}}/version", version)
+
+
+def add_fallback(app: web.Application, prefix: str) -> None:
+    """Register last: every other toolbox call of a sandbox answers 501, not a 404 the SDK reads as "not found"."""
+    app.router.add_route("*", f"{prefix}/{{sandbox_id}}/{{rest:.+}}", unsupported)
