@@ -7,6 +7,7 @@ plays that tool on the simulated sandbox's own file tree, so what one call write
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import modal
 import modal.exception as mexc
 import pytest
+from modal.types import FileWatchEventType
 
 from providers.base import SandboxSpec
 from providers.sim.core.isolated_shell import IsolatedShell
@@ -79,9 +81,6 @@ async def test_the_sdk_filesystem_namespace(tmp_path: Path) -> None:
             await fs.remove.aio("/work/a")
         with pytest.raises(mexc.SandboxFilesystemPermissionError):
             await fs.write_bytes.aio(b"x", "/usr/bin/planted")  # the host's system folders are read-only
-        with pytest.raises(mexc.SandboxFilesystemError, match="watch is not supported"):
-            async for _event in fs.watch.aio("/work", timeout=1):
-                pass
         await fs.remove.aio("/work/a", recursive=True)
         assert await fs.list_files.aio("/work") == []
 
@@ -140,3 +139,51 @@ async def test_paths_never_leave_the_sandbox_and_special_files_are_refused() -> 
             await fs.read_bytes.aio("/tmp/pipe")  # would block the router's loop if it were opened
         await fs.remove.aio("/tmp/link")  # the link goes, not its target
         assert (root / "etc/hostname").exists() and not (root / "tmp/link").exists()
+
+
+async def test_watch_streams_changes_until_the_caller_stops() -> None:
+    async with local_modal() as (_server, provider):
+        ref = await provider.create(spec("watch"))
+        await provider.wait_ready(ref, 30)
+        fs: Any = ref.handle.filesystem
+        await fs.make_directory.aio("/watched/sub")
+        await fs.write_text.aio("old", "/watched/edited.txt")
+        with pytest.raises(mexc.SandboxFilesystemNotFoundError):
+            async for _event in fs.watch.aio("/nowhere", timeout=5):
+                pass
+
+        seen: list[tuple[str, str]] = []
+
+        async def saw(kind: str, path: str) -> None:
+            while (kind, path) not in seen:
+                await asyncio.sleep(0.02)
+
+        async def change() -> None:
+            probes = 0
+            while not seen:  # until the watch reports something, it may not have taken its first look
+                await fs.write_text.aio("probe", f"/watched/probe-{probes}.txt")
+                probes += 1
+                await asyncio.sleep(0.05)
+            # a look every 50 ms: a file made and removed between two looks would be no event at all
+            await fs.write_text.aio("new", "/watched/created.txt")
+            await saw("Create", "/watched/created.txt")
+            await fs.write_text.aio("changed", "/watched/edited.txt")
+            await fs.write_text.aio("deep", "/watched/sub/deep.txt")
+            await saw("Create", "/watched/sub/deep.txt")
+            await fs.remove.aio("/watched/created.txt")
+
+        changer = asyncio.create_task(change())
+        async for event in fs.watch.aio("/watched", recursive=True, timeout=60):
+            seen.extend((event.type.value, path) for path in event.paths)
+            if ("Remove", "/watched/created.txt") in seen:
+                break  # the SDK closes the tool's stdin: the watch ends
+        if ("Remove", "/watched/created.txt") not in seen:  # the watch ended on its own: it missed a change
+            changer.cancel()
+            pytest.fail(f"the watch ended without the removal; it saw {seen}")
+        await changer
+        assert ("Modify", "/watched/edited.txt") in seen
+
+        only_creates = []
+        async for event in fs.watch.aio("/watched", filter=[FileWatchEventType.Create], timeout=1):
+            only_creates.append(event)  # nothing changes: the timeout (vendor seconds) ends it
+        assert only_creates == []

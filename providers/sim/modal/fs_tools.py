@@ -8,12 +8,15 @@ stderr and exits 1, and the SDK raises the matching `SandboxFilesystem*Error` fr
 the file from stdin (the SDK streams it with `TaskExecStdinWriteStream`).
 
 Here the router does not start a process for it: the operation runs in this module on the simulated sandbox's
-tree (`SandboxTree`, contract C2), as root (Modal's sandboxes run as root in `/`). `Watch` needs a stream of
-events while it runs: not served; it answers a `SandboxFilesystemError` naming the feature.
+tree (`SandboxTree`, contract C2), as root (Modal's sandboxes run as root in `/`). `Watch` streams its events
+while it runs: a `Watcher` compares the watched folder's listing (names, sizes, mtimes) at each look and prints
+one JSON line per change (`{"event_type": "Create" | "Modify" | "Remove", "paths": [...]}`), as the tool does; the
+router looks every `WATCH_POLL_S` real seconds until its timeout or until the SDK closes its stdin.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -26,6 +29,7 @@ from typing import Any
 from providers.sim.core.sandbox_tree import SandboxPathError, SandboxTree
 
 FS_TOOLS_PATH = "/__modal/.bin/modal-sandbox-fs-tools"
+WATCH_POLL_S = 0.05  # real seconds between two looks of a watch
 OPERATIONS = ("ReadFile", "WriteFile", "ListFiles", "MakeDirectory", "Remove", "Stat", "Watch")
 
 _KINDS = {
@@ -83,7 +87,7 @@ def run(tree: SandboxTree, call: ToolCall, stdin: bytes = b"") -> ToolResult:
     """Carry out one call on the sandbox's tree."""
     path = call.path
     if call.operation == "Watch":
-        return _error("Unsupported", "Sandbox.filesystem.watch is not supported by the local Modal plane")
+        return _error("InvalidArgument", "Watch streams its events: the router runs it with a `Watcher`")
     if call.operation not in OPERATIONS:
         return _error("InvalidArgument", f"unknown modal-sandbox-fs-tools command: {call.operation}")
     if not path.startswith("/") or "\x00" in path:
@@ -102,9 +106,14 @@ def run(tree: SandboxTree, call: ToolCall, stdin: bytes = b"") -> ToolResult:
         else:
             _remove(tree, path, recursive=bool(call.args.get("recursive", False)))
     except OSError as exc:
-        kind = _KINDS.get(exc.errno or 0, "Other")
-        return _error(kind, exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc)))
+        return failure(exc)
     return ToolResult(0)
+
+
+def failure(exc: OSError) -> ToolResult:
+    """The tool's answer to a file error: its kind (from the errno) and message on stderr, exit 1."""
+    kind = _KINDS.get(exc.errno or 0, "Other")
+    return _error(kind, exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc)))
 
 
 def _error(kind: str, message: str) -> ToolResult:
@@ -207,3 +216,55 @@ def _entry(tree: SandboxTree, path: str, host: Path) -> dict[str, Any]:
         "modified_time": info.st_mtime,
         "symlink_target": os.readlink(host) if kind == "symlink" else None,
     }
+
+
+class Watcher:
+    """`Watch`: what changed under a path between two looks, as the tool's JSON event lines."""
+
+    def __init__(self, tree: SandboxTree, call: ToolCall) -> None:
+        path = call.path
+        if not path.startswith("/") or "\x00" in path:
+            raise OSError(errno.EINVAL, "path must be absolute, without NUL", path)
+        self.tree = tree
+        self.base = tree.sandbox_path(path)
+        self.host = tree.host_path(path)  # a symlink is followed: events name paths under its target
+        if not self.host.exists():
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        self.recursive = bool(call.args.get("recursive", False))
+        wanted = call.args.get("filter")
+        self.wanted = None if wanted is None else {str(kind) for kind in wanted}
+        self.seen = self._look()
+
+    def _look(self) -> dict[str, tuple[int, int]]:
+        """Every watched entry's (mtime ns, size), by sandbox path."""
+        found: dict[str, tuple[int, int]] = {}
+        if not self.host.is_dir():
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                info = self.host.stat()
+                found[self.base] = (info.st_mtime_ns, info.st_size)
+            return found
+        pending = [(self.host, self.base.rstrip("/"))]
+        while pending:
+            folder, name = pending.pop()
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for child in os.scandir(folder):
+                    info = child.stat(follow_symlinks=False)
+                    path = f"{name}/{child.name}"
+                    found[path] = (info.st_mtime_ns, info.st_size)
+                    if self.recursive and child.is_dir(follow_symlinks=False):
+                        pending.append((Path(child.path), path))
+        return found
+
+    def poll(self) -> bytes:
+        """The event lines since the last look (b"" when nothing changed)."""
+        now = self._look()
+        events = [("Create", p) for p in now if p not in self.seen]
+        events += [("Modify", p) for p in now if p in self.seen and now[p] != self.seen[p]]
+        events += [("Remove", p) for p in self.seen if p not in now]
+        self.seen = now
+        lines = [
+            json.dumps({"event_type": kind, "paths": [path]}) + "\n"
+            for kind, path in events
+            if self.wanted is None or kind in self.wanted
+        ]
+        return "".join(lines).encode()

@@ -6,8 +6,9 @@ with `TaskExecStdioRead` (server streams, resumable at a byte offset), and `Task
 `TaskExecPoll`). `Sandbox.wait_until_ready` is `SandboxWaitUntilReady` here too. Those five RPCs are
 implemented, and for `Sandbox.filesystem` (an exec of Modal's filesystem tool, played on the sandbox's tree by
 `fs_tools.py`, after the profile's per-command cost) the tool's stdin (`TaskExecStdinWriteStream`,
-`TaskExecStdinWrite`, `TaskExecStdinStatus`), and `TaskSnapshotFilesystem` (`snapshot_filesystem`); the rest
-answer UNIMPLEMENTED (stdin to an ordinary command too, naming it). The SDK only allows a plain-http router when its control
+`TaskExecStdinWrite`, `TaskExecStdinStatus`; a watch's events stream on `TaskExecStdioRead` as they come), and
+`TaskSnapshotFilesystem` (`snapshot_filesystem`); the rest answer UNIMPLEMENTED (stdin to an ordinary command too,
+naming it). The SDK only allows a plain-http router when its control
 plane is on localhost, which is how this runs.
 
 Commands run in the simulator's shell (`shell.py`): `argv` is joined into one shell word list, so
@@ -71,6 +72,7 @@ class _Exec:
     tool: fs_tools.ToolCall | None = None  # the filesystem tool, played here (`fs_tools.py`)
     stdin: bytearray = field(default_factory=bytearray)
     stdin_closed: asyncio.Future[None] | None = None
+    changed: asyncio.Future[None] | None = None  # output that streams while it runs (a watch): set on growth
 
 
 class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommandRouterBase)):  # type: ignore[misc]
@@ -172,14 +174,19 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
         the sandbox's tree, once its stdin is closed when it reads one (`WriteFile`)."""
         loop = asyncio.get_running_loop()
         ex = _Exec(exec_id=request.exec_id, task_id=request.task_id, done=loop.create_future(), tool=tool)
-        if tool.reads_stdin:
+        if tool.reads_stdin or tool.operation == "Watch":  # a watch ends when the SDK closes its stdin
             ex.stdin_closed = loop.create_future()
+        if tool.operation == "Watch":
+            ex.changed = loop.create_future()
         ex.ticket = loop.create_task(self._run_tool(record, ex, tool))
         return ex
 
     async def _run_tool(self, record: ModalSandbox, ex: _Exec, tool: fs_tools.ToolCall) -> None:
         try:
             await self.sim.exec(record.sim.id, "true", timeout_s=math.inf)
+            if tool.operation == "Watch":
+                await self._watch(record, ex, tool)
+                return
             if ex.stdin_closed is not None:
                 await ex.stdin_closed
             result = fs_tools.run(self.sim.tree(record.sim.id), tool, bytes(ex.stdin))
@@ -193,6 +200,31 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
         finally:
             if not ex.done.done():
                 ex.done.set_result(None)
+
+    async def _watch(self, record: ModalSandbox, ex: _Exec, tool: fs_tools.ToolCall) -> None:
+        """Look for changes until the watch's timeout (vendor seconds), its stdin closing, or the sandbox ending."""
+        try:
+            watcher = fs_tools.Watcher(self.sim.tree(record.sim.id), tool)
+        except OSError as exc:
+            result = fs_tools.failure(exc)
+            ex.code, ex.stderr = result.code, result.stderr
+            return
+        loop = asyncio.get_running_loop()
+        timeout = tool.args.get("timeout_secs")
+        until = loop.time() + float(timeout) * self.sim.clock.time_scale if timeout else math.inf
+        assert ex.stdin_closed is not None
+        while not ex.stdin_closed.done() and record.sim.active and loop.time() < until:
+            await asyncio.wait([ex.stdin_closed], timeout=min(fs_tools.WATCH_POLL_S, until - loop.time()))
+            lines = watcher.poll() if record.sim.active else b""
+            if lines:
+                ex.stdout += lines
+                assert ex.changed is not None
+                ex.changed.set_result(None)
+                ex.changed = loop.create_future()
+        if not record.sim.active:
+            ex.error = task_gone_error(ex.task_id, record.sim)
+            return
+        ex.code = 0
 
     def _stdin_target(self, stream: Any, task_id: str, exec_id: str) -> _Exec:
         ex = self._exec(stream, task_id, exec_id)
@@ -246,6 +278,9 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
     async def TaskExecStdioRead(self, stream: Any) -> None:
         request: sr_pb2.TaskExecStdioReadRequest = await stream.recv_message()
         ex = self._exec(stream, request.task_id, request.exec_id)
+        if ex.changed is not None:
+            await self._stream_output(stream, ex, request)
+            return
         await asyncio.shield(ex.done)
         if ex.error is not None:
             raise ex.error
@@ -255,6 +290,25 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
             data = ex.stdout
         for start in range(max(0, int(request.offset)), len(data), STDIO_CHUNK_BYTES):
             await stream.send_message(sr_pb2.TaskExecStdioReadResponse(data=data[start : start + STDIO_CHUNK_BYTES]))
+
+    async def _stream_output(self, stream: Any, ex: _Exec, request: sr_pb2.TaskExecStdioReadRequest) -> None:
+        """Output sent as it grows (a watch's events), to the end once the command finished."""
+        stderr = request.file_descriptor == sr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDERR
+        offset = max(0, int(request.offset))
+        while True:
+            finished, changed = ex.done.done(), ex.changed
+            data = ex.stderr if stderr else ex.stdout
+            for start in range(offset, len(data), STDIO_CHUNK_BYTES):
+                await stream.send_message(
+                    sr_pb2.TaskExecStdioReadResponse(data=data[start : start + STDIO_CHUNK_BYTES])
+                )
+            offset = max(offset, len(data))
+            if finished:
+                if ex.error is not None:
+                    raise ex.error
+                return
+            assert changed is not None
+            await asyncio.wait([changed, ex.done], return_when=asyncio.FIRST_COMPLETED)
 
     async def TaskExecWait(self, stream: Any) -> None:
         request: sr_pb2.TaskExecWaitRequest = await stream.recv_message()
