@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,27 @@ def decompress(data: bytes, encoding: str) -> bytes:
     raise RpcError(Code.UNIMPLEMENTED, f"unknown compression {encoding!r}; supported: gzip, identity")
 
 
+HTTP_DECODED = frozenset({"gzip", "deflate"})
+"""`Content-Encoding`s aiohttp has already undone when a handler reads the body: decoding them again refused
+every gzip unary request (tests/sim/test_fuzz_connect_streams.py)."""
+
+
+class UnreadableBody(RpcError):
+    """A body aiohttp could not decode (a `Content-Encoding: gzip` that is not gzip): `invalid_argument`, once a
+    500 with a traceback. The connection is closed after the answer: its parser cannot find the next request."""
+
+    def __init__(self, exc: RequestPayloadError) -> None:
+        super().__init__(Code.INVALID_ARGUMENT, f"cannot read the request body: {str(exc).strip()}")
+
+
+async def read_body(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except RequestPayloadError as exc:
+        request.content.feed_eof()  # else aiohttp reads the broken body again after the answer, and logs that
+        raise UnreadableBody(exc) from None
+
+
 def parse_timeout_ms(value: str | None) -> float | None:
     """`connect-timeout-ms` as seconds (None: no deadline)."""
     if value is None or value == "":
@@ -283,7 +305,9 @@ class ConnectService:
     async def _serve_unary(self, request: web.Request, procedure: Procedure, codec: Codec) -> web.StreamResponse:
         try:
             timeout_s, encoding = self._preamble(request, "Content-Encoding")
-            body = decompress(await request.read(), encoding)
+            body = await read_body(request)
+            if encoding not in HTTP_DECODED:
+                body = decompress(body, encoding)
             message = codec.decode(body, procedure.input_type)
             ctx = CallContext(request, procedure.name, codec, timeout_s)
             handler: UnaryHandler = procedure.handler  # type: ignore[assignment]
@@ -309,7 +333,7 @@ class ConnectService:
         error: RpcError | None = None
         try:
             timeout_s, encoding = self._preamble(request, "connect-content-encoding")
-            envelopes = split_envelopes(await request.read())
+            envelopes = split_envelopes(await read_body(request))
             if len(envelopes) != 1 or envelopes[0].end_stream:
                 raise RpcError(
                     Code.INVALID_ARGUMENT, f"a server-streaming call takes 1 request message, got {len(envelopes)}"
@@ -345,6 +369,8 @@ class ConnectService:
                     await messages.aclose()  # type: ignore[attr-defined]
         with contextlib.suppress(ConnectionResetError, ConnectionError):
             if not response.prepared:
+                if isinstance(error, UnreadableBody):
+                    response.force_close()
                 await response.prepare(request)
             await response.write(end_stream_envelope(error))
             await response.write_eof()
@@ -352,4 +378,7 @@ class ConnectService:
 
 
 def _unary_error(error: RpcError, status: int | None = None) -> web.Response:
-    return web.json_response(error.to_dict(), status=status or HTTP_STATUS[error.code])
+    response = web.json_response(error.to_dict(), status=status or HTTP_STATUS[error.code])
+    if isinstance(error, UnreadableBody):
+        response.force_close()
+    return response
