@@ -3,14 +3,15 @@
 What the vendors document, and so what is modelled: a pause saves the sandbox and frees its host (E2B: "only
 running sandboxes count toward your concurrency limit", so a PAUSED sandbox holds no quota; Daytona's stopped
 sandboxes give back vCPU and memory but keep their disk, so the resource pool keeps only the disk). Commands in
-flight die with the pause; the lifetime clock stops and restarts on resume with what was left, or with the
+flight die with the pause (real ones too: E2B's memory snapshot, processes kept across a pause, is not modelled;
+Daytona's stop behaves so); the lifetime clock stops and restarts on resume with what was left, or with the
 lifetime the resume asks for (E2B's `connect(timeout=...)`). A resume is admitted again (QUOTA_EXHAUSTED when the
 account is full), queues for a slot like a create, and boots in the profile's `sandbox.resume_median_s` instead of
 a cold boot (no image pull: the snapshot travels with it). `created_at`, `started_at` and `running_at` keep the
 first start, so a truth row's TTI is the create's; `pause_count` and `paused_s` say how long it was away.
 
-The simulator composes one `Pausing`; the state machine's own steps (a node slot back, a place in the queue) stay
-the simulator's (`PauseHost`).
+The simulator composes one `Pausing`; a node slot back and a place in the queue are the start pipeline's
+(`pipeline.py`), the timers the simulator's (`PauseHost`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Protocol
 from providers.sim.core.admission import Admission
 from providers.sim.core.clock import SimClock
 from providers.sim.core.draws import Stream
+from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.pipeline import StartPipeline
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
     _PAUSED,
@@ -40,16 +43,12 @@ class PauseHost(Protocol):
     seed: int
     clock: SimClock
     admission: Admission
+    real_shell: IsolatedShell | None
+    _pipeline: StartPipeline
 
     def get(self, sandbox_id: str) -> SimSandbox: ...
 
-    def _release_node(self, sb: SimSandbox, phase: int) -> None: ...
-
-    def _dispatch(self) -> None: ...
-
-    def _enqueue(self, sb: SimSandbox) -> None: ...
-
-    def _arm_timers(self, sb: SimSandbox, remaining_s: float) -> None: ...
+    def _arm_timers(self, sb: SimSandbox, remaining_s: float, now: float) -> None: ...
 
     def _notify(self, sb: SimSandbox) -> None: ...
 
@@ -79,7 +78,7 @@ class Pausing:
             handle.cancel()
         sb._timers.clear()
         sb._lifetime_timer = None
-        host._release_node(sb, _RUNNING)
+        host._pipeline.leave(sb, _RUNNING)
         sb._phase = _PAUSED
         sb.status = SandboxStatus.PAUSED
         sb.node = None
@@ -89,6 +88,8 @@ class Pausing:
         self.count += 1
         self.pauses += 1
         host.admission.hold(sb, -1.0, disk=False)
+        if host.real_shell is not None:
+            host.real_shell.stop(sb.id)  # real commands and background jobs end too: memory is not kept
         if sb._execs:
             died = SandboxDied(sb.id, str(SandboxStatus.PAUSED), None, "the sandbox was paused")
             for ticket in list(sb._execs):
@@ -96,7 +97,7 @@ class Pausing:
         spec = host.profile.sandbox
         factor = Stream(host.seed, "pause", sb.seq, sb.pause_count).lognormal(1.0, spec.sigma)
         host._notify(sb)
-        host._dispatch()  # the freed slot goes to a sandbox that waits for one
+        host._pipeline.refill()  # the freed slot goes to a sandbox that waits for one
         return factor * (spec.pause_median_s + spec.pause_per_gib_s * sb.memory_mb / 1024)
 
     def resume(self, sandbox_id: str, lifetime_s: float | None = None) -> SimSandbox:
@@ -122,19 +123,17 @@ class Pausing:
         sb._phase = _QUEUED
         sb._resuming = True
         sb.status = SandboxStatus.PENDING
-        host._arm_timers(sb, sb._remaining_s if lifetime_s is None else float(lifetime_s))
-        host._enqueue(sb)
+        host._arm_timers(sb, sb._remaining_s if lifetime_s is None else float(lifetime_s), now)
+        host._pipeline.enqueue(sb, now)
         host._notify(sb)
         return sb
 
-    def boot_time(self, sb: SimSandbox) -> float | None:
-        """The vendor seconds a resumed or forked sandbox boots in (None: a plain create's cold boot)."""
+    def boot_time(self, sb: SimSandbox) -> float:
+        """The vendor seconds a resumed (else a forked) sandbox boots in, instead of a cold boot's."""
         spec = self.host.profile.sandbox
         if sb._resuming:
             return Stream(self.host.seed, "resume", sb.seq, sb.pause_count).lognormal(spec.resume_median_s, spec.sigma)
-        if sb.fork_of is not None:
-            return Stream(self.host.seed, "fork", sb.seq).lognormal(spec.fork_median_s, spec.sigma)
-        return None
+        return Stream(self.host.seed, "fork", sb.seq).lognormal(spec.fork_median_s, spec.sigma)
 
     def ended(self, sb: SimSandbox, phase: int) -> None:
         """A sandbox ended from `phase`: a PAUSED one gives its place back (it held no slot and no quota)."""

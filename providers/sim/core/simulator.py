@@ -35,18 +35,16 @@ import builtins
 import hashlib
 import math
 import secrets
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from providers.sim.core.admission import Admission
-from providers.sim.core.autoscale import Autoscaler
-from providers.sim.core.clock import LoopClock, SimClock, TimerHandle
+from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.commands import start_command
-from providers.sim.core.draws import Stream
 from providers.sim.core.isolated_shell import IsolatedShell
 from providers.sim.core.pausing import Pausing
-from providers.sim.core.pool import Node, NodePool, Pull
+from providers.sim.core.pipeline import StartPipeline
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
     _BOOTING,
@@ -54,7 +52,6 @@ from providers.sim.core.records import (
     _PAUSED,
     _PULLING,
     _QUEUED,
-    _RUNNING,
     ACTIVE_STATUSES,
     CreateRequest,
     ErrorType,
@@ -75,7 +72,7 @@ from providers.sim.core.records import (
 )
 from providers.sim.core.sandbox_tree import SandboxTree, SandboxTrees
 from providers.sim.core.snapshots import Snapshots, user_of
-from providers.sim.core.truth_archive import TruthArchive
+from providers.sim.core.truth_archive import Retention
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -116,16 +113,13 @@ class VendorSimulator:
         if retention_s is None:
             retention_s = RETENTION_S if isinstance(clock, LoopClock) else math.inf
         # in vendor seconds on this clock (one vendor second lasts `time_scale` real seconds)
-        self.retention_s = float(retention_s) / clock.time_scale
+        self._retention = Retention(float(retention_s) / clock.time_scale, clock.wall, self._forget)
         # A served vendor (live clock) mixes a per-instance nonce into its ids: one restarted mid-run with the same
         # seed must never hand a second rollout an id already recorded. Offline (virtual clock) ids stay a function of
         # the seed and counter alone, so a seed's truth is reproducible; every draw stays seeded either way.
         self._id_nonce = secrets.token_hex(8) if isinstance(clock, LoopClock) else ""
         self._sandboxes: dict[str, SimSandbox] = {}  # known sandboxes, in acceptance order
         self._accepted = 0
-        self._ended_fifo: deque[SimSandbox] = deque()  # ended, known sandboxes in the order they ended
-        self._archive = TruthArchive()  # the truth rows of pruned sandboxes
-        self._prune_listeners: list[Callable[[SimSandbox, builtins.dict[str, Any]], None]] = []
         self._active: dict[str, SimSandbox] = {}
         self._idempotency: dict[str, str] = {}
         self._attempts = 0
@@ -136,27 +130,27 @@ class VendorSimulator:
         self.real_shell: IsolatedShell | None = None  # real commands' processes (`commands.real_shell_of`)
         self._pausing = Pausing(self)
         self._snapshots = Snapshots(self, self._id_nonce)
-        # pool and the start pipeline
-        self.pool = NodePool(profile.pool.slots_per_node)
-        self._queue: deque[SimSandbox] = deque()
-        self._n_waiting = 0
-        self._n_provisioning = 0
-        self._dispatch_timer: TimerHandle | None = None
-        self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self._dispatch)
-        for _ in range(profile.pool.initial_nodes):
-            self.pool.add(warm=profile.pool.initial_nodes_warm, now=clock.now())
+        # the queue, the node pool and boots
+        notify, boot = self._notify, self._pausing.boot_time
+        self._pipeline = StartPipeline(profile, self.seed, clock, end=self._end, notify=notify, special_boot=boot)
+        self.pool = self._pipeline.pool
+        self.autoscaler = self._pipeline.autoscaler
         # bookkeeping
         self.ended: Counter[str] = Counter()
         self.exec_counts: Counter[str] = Counter()
         self.peak_active = 0
-        self.peak_provisioning = 0
 
     # --- public API ---------------------------------------------------------------------------------
 
     def add_prune_listener(self, callback: Callable[[SimSandbox, builtins.dict[str, Any]], None]) -> None:
         """Call `callback(sandbox, truth_row)` when an ended sandbox is forgotten: a front drops its own state
         for it, and may add its fields to the truth row before the row is archived."""
-        self._prune_listeners.append(callback)
+        self._retention.listeners.append(callback)
+
+    @property
+    def retention_s(self) -> float:
+        """Vendor seconds an ended sandbox stays known (inf: never pruned)."""
+        return self._retention.retention_s
 
     @property
     def known(self) -> int:
@@ -183,10 +177,8 @@ class VendorSimulator:
         now = self.clock.now()
         attempt = self._attempts
         self._attempts += 1
-        pool = self.pool
-        at_max = len(pool) + pool.booting >= self.profile.pool.max_nodes
-        no_room = at_max and pool.free_slots < 1 and self._n_waiting >= self.profile.pool.max_queue
-        self.admission.admit(req, now, attempt, active=self._quota_count(), no_room=no_room)
+        active = len(self._active) - self._pausing.count  # a PAUSED sandbox holds no quota (E2B)
+        self.admission.admit(req, now, attempt, active=active, no_room=self._pipeline.no_room())
         return self._accept(req, now)
 
     def get(self, sandbox_id: str) -> SimSandbox:
@@ -224,7 +216,7 @@ class VendorSimulator:
             sb._timers.remove(old)
         sb._lifetime_timer = None
         sb._remaining_s = remaining_s  # a PAUSED sandbox's lifetime runs again from its resume
-        self._arm_lifetime(sb, remaining_s, timer=sb._phase != _PAUSED)
+        self._arm_timers(sb, remaining_s, self.clock.now(), deadline=False, lifetime=sb._phase != _PAUSED)
         return sb
 
     @property
@@ -348,7 +340,7 @@ class VendorSimulator:
             "now": now,
             "created": self._accepted,
             "known": len(self._sandboxes),
-            "pruned": self._archive.count,
+            "pruned": self._retention.archive.count,
             "create_attempts": self._attempts,
             "active": len(self._active),
             "pending": by_status[SandboxStatus.PENDING],
@@ -358,9 +350,9 @@ class VendorSimulator:
             "pauses": self._pausing.pauses,
             "resumes": self._pausing.resumes,
             "snapshots": len(self._snapshots),
-            "waiting_for_slot": self._n_waiting,
+            "waiting_for_slot": self._pipeline.n_waiting,
             "peak_active": self.peak_active,
-            "peak_provisioning": self.peak_provisioning,
+            "peak_provisioning": self._pipeline.peak_provisioning,
             "nodes": len(self.pool),
             "nodes_booting": self.pool.booting,
             "free_slots": _finite_or_none(self.pool.free_slots),
@@ -373,23 +365,13 @@ class VendorSimulator:
     def truth(self) -> builtins.list[builtins.dict[str, Any]]:
         """The vendor's own record of every sandbox (pruned ones included), in acceptance order: lifecycle
         times in vendor seconds and epoch seconds."""
-        live = [sb.truth_row(self.clock.wall) for sb in self._sandboxes.values()]
-        archived = self._archive.rows()
-        if not archived:
-            return live
-        return sorted(archived + live, key=lambda row: int(row["seq"]))
+        return self._retention.truth([sb.truth_row(self.clock.wall) for sb in self._sandboxes.values()])
 
     def close(self) -> None:
         """Cancel every timer; commands in flight fail with SandboxDied. Sandboxes keep their state; their files and
         the snapshots are removed."""
         self._closed = True
-        if self._dispatch_timer is not None:
-            self._dispatch_timer.cancel()
-        self.autoscaler.close()
-        for node in list(self.pool.nodes.values()):
-            for pull in node.pulls.values():
-                if pull.timer is not None:
-                    pull.timer.cancel()
+        self._pipeline.close()
         for sb in list(self._active.values()):
             for handle in sb._timers:
                 handle.cancel()
@@ -404,7 +386,7 @@ class VendorSimulator:
     # --- model --------------------------------------------------------------------------------------
 
     def _accept(self, req: CreateRequest, now: float) -> SimSandbox:
-        self._prune(now)
+        self._retention.prune(now)
         seq = self._accepted
         self._accepted += 1
         digest = hashlib.blake2b(f"{self.seed}:{seq}{self._id_nonce}".encode(), digest_size=12).hexdigest()
@@ -417,149 +399,26 @@ class VendorSimulator:
         self.peak_active = max(self.peak_active, len(self._active))
         if req.idempotency_key is not None:
             self._idempotency[req.idempotency_key] = sb.id
-        self._arm_timers(sb, sb.lifetime_s)
-        self._enqueue(sb)
+        self._arm_timers(sb, sb.lifetime_s, now)
+        self._pipeline.enqueue(sb, now)
         self._notify(sb)
         return sb
 
-    def _arm_timers(self, sb: SimSandbox, remaining_s: float) -> None:
+    def _arm_timers(
+        self, sb: SimSandbox, remaining_s: float, now: float, *, deadline: bool = True, lifetime: bool = True
+    ) -> None:
         """The startup deadline (counted from now) and the lifetime (`remaining_s` from now) of a sandbox queued."""
-        deadline = self.profile.startup.deadline_s
-        if math.isfinite(deadline):
-            sb._timers.append(self.clock.call_at(self.clock.now() + deadline, lambda: self._deadline(sb)))
-        self._arm_lifetime(sb, remaining_s)
-
-    def _arm_lifetime(self, sb: SimSandbox, remaining_s: float, *, timer: bool = True) -> None:
-        now = self.clock.now()
+        deadline_s = self.profile.startup.deadline_s
+        if deadline and math.isfinite(deadline_s):
+            sb._timers.append(self.clock.call_at(now + deadline_s, lambda: self._deadline(sb)))
         sb.lifetime_s = now - sb.created_at + remaining_s
-        if timer and math.isfinite(remaining_s):
+        if lifetime and math.isfinite(remaining_s):
             sb._lifetime_timer = self.clock.call_at(now + remaining_s, lambda: self._lifetime(sb))
             sb._timers.append(sb._lifetime_timer)
-
-    def _enqueue(self, sb: SimSandbox) -> None:
-        self._queue.append(sb)
-        self._n_waiting += 1
-        if self._dispatch_timer is None:
-            # placement happens just after the create returns, as on a real scheduler: a create
-            # response always shows PENDING, and a burst of creates at one instant is placed in order
-            self._dispatch_timer = self.clock.call_at(self.clock.now(), self._dispatch_soon)
 
     def _quota_count(self) -> int:
         """The sandboxes the account's concurrency quota counts: every one not ended, but the PAUSED."""
         return len(self._active) - self._pausing.count
-
-    def _dispatch_soon(self) -> None:
-        self._dispatch_timer = None
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        """Place waiting sandboxes, oldest first, on free slots; ask for nodes when some must wait."""
-        queue = self._queue
-        pool = self.pool
-        while self._n_waiting > 0 and pool.free_slots >= 1:
-            sb = queue.popleft()
-            if sb._phase != _QUEUED:
-                continue  # ended while waiting
-            node = pool.pick(sb.image)
-            if node is None:  # pragma: no cover - free_slots says otherwise
-                queue.appendleft(sb)
-                break
-            self._n_waiting -= 1
-            self._place(sb, node)
-        if self._n_waiting > 0:
-            self.autoscaler.scale_up(self._n_waiting)
-        elif queue:
-            queue.clear()  # only sandboxes that ended while waiting are left in it
-
-    def _place(self, sb: SimSandbox, node: Node) -> None:
-        now = self.clock.now()
-        self.pool.take_slot(node)
-        if node.idle_timer is not None:
-            node.idle_timer.cancel()
-            node.idle_timer = None
-        sb.node = node.id
-        sb.status = SandboxStatus.PROVISIONING
-        if sb.started_at is None:  # a resume keeps the first start (TTI is the create's)
-            sb.started_at = now
-        sb.updated_at = now
-        self._n_provisioning += 1
-        self.peak_provisioning = max(self.peak_provisioning, self._n_provisioning)
-        if sb._resuming or node.has_image(sb.image):
-            self._notify(sb)
-            self._start_boot(sb)
-            return
-        sb._phase = _PULLING
-        pull = node.pulls.get(sb.image)
-        if pull is None:
-            spec = self.profile.image
-            draws = Stream(self.seed, "pull", sb.seq)
-            duration = draws.lognormal(spec.pull_median_s, spec.pull_sigma)
-            pull = Pull(image=sb.image, ends_at=now + duration, fails=draws.chance(spec.pull_failure_prob))
-            node.pulls[sb.image] = pull
-            self.pool.index_image(node, sb.image)
-            pull.timer = self.clock.call_at(pull.ends_at, lambda: self._pull_done(node, pull))
-        pull.waiters.append(sb)
-        self._notify(sb)
-
-    def _pull_done(self, node: Node, pull: Pull) -> None:
-        node.pulls.pop(pull.image, None)
-        if pull.fails:
-            for sb in pull.waiters:
-                if sb._phase == _PULLING:
-                    self._end(
-                        sb,
-                        SandboxStatus.ERROR,
-                        ErrorType.IMAGE_PULL_FAILED,
-                        f"Failed to pull image {sb.image!r}",
-                    )
-            return
-        node.images.add(pull.image)
-        self.pool.index_image(node, pull.image)
-        for sb in pull.waiters:
-            if sb._phase == _PULLING:
-                self._start_boot(sb)
-
-    def _start_boot(self, sb: SimSandbox) -> None:
-        spec = self.profile.boot
-        now = self.clock.now()
-        sb._phase = _BOOTING
-        resumed_or_forked = self._pausing.boot_time(sb)
-        if resumed_or_forked is not None:
-            sb._timers.append(self.clock.call_at(now + resumed_or_forked, lambda: self._boot_done(sb)))
-            return
-        n = self._n_provisioning
-        congestion = max(1.0, n / spec.congestion_knee) ** spec.congestion_exponent
-        draws = Stream(self.seed, "boot", sb.seq)
-        load = min(spec.load_delay_s * max(n - 1, 0), spec.load_delay_max_s)
-        duration = draws.lognormal(spec.median_s, spec.sigma) * congestion + load
-        crashes = draws.chance(self.profile.errors.boot_crash_prob)
-        crash_frac = draws.uniform()
-        if crashes:
-            sb._timers.append(self.clock.call_at(now + crash_frac * duration, lambda: self._boot_crash(sb)))
-        else:
-            sb._timers.append(self.clock.call_at(now + duration, lambda: self._boot_done(sb)))
-
-    def _boot_done(self, sb: SimSandbox) -> None:
-        if sb._phase != _BOOTING:
-            return
-        now = self.clock.now()
-        sb._phase = _RUNNING
-        sb.status = SandboxStatus.RUNNING
-        if sb.running_at is None:
-            sb.running_at = now
-        sb._resuming = False
-        sb.updated_at = now
-        self._n_provisioning -= 1
-        self._notify(sb)
-
-    def _boot_crash(self, sb: SimSandbox) -> None:
-        if sb._phase == _BOOTING:
-            self._end(
-                sb,
-                SandboxStatus.ERROR,
-                ErrorType.BOOT_FAILED,
-                "Sandbox failed to start: the container exited during boot",
-            )
 
     def _deadline(self, sb: SimSandbox) -> None:
         if sb._phase in (_QUEUED, _PULLING, _BOOTING):
@@ -591,49 +450,31 @@ class VendorSimulator:
         for handle in sb._timers:
             handle.cancel()
         sb._timers.clear()
-        if phase == _QUEUED:
-            self._n_waiting -= 1
-        elif phase == _PAUSED:
+        if phase == _PAUSED:
             self._pausing.ended(sb, phase)
         else:
-            self._release_node(sb, phase)
+            self._pipeline.leave(sb, phase)
         if self.real_shell is not None:
             self.real_shell.stop(sb.id)  # its processes first, so none writes into the tree being removed
         if self._trees is not None:
             self._trees.remove(sb.id)  # its files go with it (snapshots taken of it stay)
         self.ended[f"{status}/{sb.error_type}" if sb.error_type else str(status)] += 1
-        self._ended_fifo.append(sb)
+        self._retention.ended(sb)
         if sb._execs:
             died = SandboxDied(sb.id, str(status), sb.error_type, message or f"Sandbox is {status}")
             for ticket in list(sb._execs):
                 ticket.resolve(died)
         self._notify(sb)
-        if phase not in (_QUEUED, _PAUSED) and self._n_waiting > 0:
-            self._dispatch()
+        if phase not in (_QUEUED, _PAUSED) and self._pipeline.n_waiting > 0:
+            self._pipeline.dispatch()  # the freed slot goes to the oldest waiting
 
-    def _release_node(self, sb: SimSandbox, phase: int) -> None:
-        """A placed sandbox (in `phase`) leaves its node, ended or paused: the slot goes back, the node may go idle."""
-        if phase in (_PULLING, _BOOTING):
-            self._n_provisioning -= 1
-        node = self.pool.nodes.get(sb.node) if sb.node is not None else None
-        if node is not None:
-            self.pool.release_slot(node)
-            self.autoscaler.maybe_idle(node)
-
-    def _prune(self, now: float) -> None:
-        """Forget the sandboxes that ended more than `retention_s` ago; archive their truth rows first."""
-        fifo = self._ended_fifo
-        horizon = now - self.retention_s
-        while fifo and (fifo[0].ended_at or 0.0) <= horizon:
-            sb = fifo.popleft()
-            if self._sandboxes.pop(sb.id, None) is None:
-                continue
-            if sb.idempotency_key is not None and self._idempotency.get(sb.idempotency_key) == sb.id:
-                del self._idempotency[sb.idempotency_key]
-            row = sb.truth_row(self.clock.wall)
-            for callback in self._prune_listeners:
-                callback(sb, row)
-            self._archive.append(row)
+    def _forget(self, sb: SimSandbox) -> bool:
+        """Drop an ended sandbox from memory (its truth row is archived by `Retention.prune`)."""
+        if self._sandboxes.pop(sb.id, None) is None:
+            return False
+        if sb.idempotency_key is not None and self._idempotency.get(sb.idempotency_key) == sb.id:
+            del self._idempotency[sb.idempotency_key]
+        return True
 
     def _notify(self, sb: SimSandbox) -> None:
         for callback in self._listeners:

@@ -1,0 +1,215 @@
+"""The start pipeline: accepted sandboxes wait in one queue, are placed oldest first on free node slots, pull their
+image (one shared pull per node and image), and boot (the half of the control plane between PENDING and RUNNING).
+
+Boot time = lognormal(median, sigma) x `max(1, n_provisioning / knee) ** exponent` + a load delay, n_provisioning
+counted when the boot starts; a resumed or forked sandbox boots in its `[sandbox]` time instead (`pausing.py`) and
+pulls nothing. Sandboxes that must wait ask the autoscaler (`autoscale.py`) for nodes. How a sandbox ends (and so
+leaves the pipeline) is the simulator's (`simulator.py`, `_end`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from providers.sim.core.autoscale import Autoscaler
+from providers.sim.core.clock import SimClock, TimerHandle
+from providers.sim.core.draws import Stream
+from providers.sim.core.pool import Node, NodePool, Pull
+from providers.sim.core.profile import Profile
+from providers.sim.core.records import (
+    _BOOTING,
+    _PULLING,
+    _QUEUED,
+    _RUNNING,
+    ErrorType,
+    SandboxStatus,
+    SimSandbox,
+)
+
+EndSandbox = Callable[[SimSandbox, SandboxStatus, str | None, str | None], None]
+
+
+class StartPipeline:
+    """One account's queue, node pool and boots. `end` ends a sandbox (pull failed, boot crashed), `notify` reports a
+    status change, `special_boot` gives a resumed or forked sandbox's boot time."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        seed: int,
+        clock: SimClock,
+        *,
+        end: EndSandbox,
+        notify: Callable[[SimSandbox], None],
+        special_boot: Callable[[SimSandbox], float],
+    ) -> None:
+        self.profile = profile
+        self.seed = seed
+        self.clock = clock
+        self._end = end
+        self._notify = notify
+        self._special_boot = special_boot
+        self.pool = NodePool(profile.pool.slots_per_node)
+        self.queue: deque[SimSandbox] = deque()
+        self.n_waiting = 0
+        self.n_provisioning = 0
+        self.peak_provisioning = 0
+        self._dispatch_timer: TimerHandle | None = None
+        self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self.dispatch)
+        for _ in range(profile.pool.initial_nodes):
+            self.pool.add(warm=profile.pool.initial_nodes_warm, now=clock.now())
+
+    def no_room(self) -> bool:
+        """The pool is at its size limit, full, and so is its queue (a create is refused as CAPACITY)."""
+        pool = self.pool
+        spec = self.profile.pool
+        at_max = len(pool) + pool.booting >= spec.max_nodes
+        return at_max and pool.free_slots < 1 and self.n_waiting >= spec.max_queue
+
+    def enqueue(self, sb: SimSandbox, now: float) -> None:
+        self.queue.append(sb)
+        self.n_waiting += 1
+        if self._dispatch_timer is None:
+            # placement happens just after the create returns, as on a real scheduler: a create
+            # response always shows PENDING, and a burst of creates at one instant is placed in order
+            self._dispatch_timer = self.clock.call_at(now, self._dispatch_soon)
+
+    def leave(self, sb: SimSandbox, phase: int) -> None:
+        """A sandbox in `phase` leaves the pipeline (ended or paused): out of the queue's count, or its slot back."""
+        if phase == _QUEUED:
+            self.n_waiting -= 1
+            return
+        if phase in (_PULLING, _BOOTING):
+            self.n_provisioning -= 1
+        node = self.pool.nodes.get(sb.node) if sb.node is not None else None
+        if node is not None:
+            self.pool.release_slot(node)
+            self.autoscaler.maybe_idle(node)
+
+    def refill(self) -> None:
+        """A slot came free: place whoever waits for one."""
+        if self.n_waiting > 0:
+            self.dispatch()
+
+    def close(self) -> None:
+        """Cancel every pending placement, node arrival, scale-down and pull."""
+        if self._dispatch_timer is not None:
+            self._dispatch_timer.cancel()
+        self.autoscaler.close()
+        for node in list(self.pool.nodes.values()):
+            for pull in node.pulls.values():
+                if pull.timer is not None:
+                    pull.timer.cancel()
+
+    def _dispatch_soon(self) -> None:
+        self._dispatch_timer = None
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Place waiting sandboxes, oldest first, on free slots; ask for nodes when some must wait."""
+        queue = self.queue
+        pool = self.pool
+        while self.n_waiting > 0 and pool.free_slots >= 1:
+            sb = queue.popleft()
+            if sb._phase != _QUEUED:
+                continue  # ended while waiting
+            node = pool.pick(sb.image)
+            if node is None:  # pragma: no cover - free_slots says otherwise
+                queue.appendleft(sb)
+                break
+            self.n_waiting -= 1
+            self._place(sb, node)
+        if self.n_waiting > 0:
+            self.autoscaler.scale_up(self.n_waiting)
+        elif queue:
+            queue.clear()  # only sandboxes that ended while waiting are left in it
+
+    def _place(self, sb: SimSandbox, node: Node) -> None:
+        now = self.clock.now()
+        self.pool.take_slot(node)
+        if node.idle_timer is not None:
+            node.idle_timer.cancel()
+            node.idle_timer = None
+        sb.node = node.id
+        sb.status = SandboxStatus.PROVISIONING
+        if sb.started_at is None:  # a resume keeps the first start (TTI is the create's)
+            sb.started_at = now
+        sb.updated_at = now
+        self.n_provisioning += 1
+        self.peak_provisioning = max(self.peak_provisioning, self.n_provisioning)
+        if sb._resuming or node.has_image(sb.image):
+            self._notify(sb)
+            self._start_boot(sb)
+            return
+        sb._phase = _PULLING
+        pull = node.pulls.get(sb.image)
+        if pull is None:
+            spec = self.profile.image
+            draws = Stream(self.seed, "pull", sb.seq)
+            duration = draws.lognormal(spec.pull_median_s, spec.pull_sigma)
+            pull = Pull(image=sb.image, ends_at=now + duration, fails=draws.chance(spec.pull_failure_prob))
+            node.pulls[sb.image] = pull
+            self.pool.index_image(node, sb.image)
+            pull.timer = self.clock.call_at(pull.ends_at, lambda: self._pull_done(node, pull))
+        pull.waiters.append(sb)
+        self._notify(sb)
+
+    def _pull_done(self, node: Node, pull: Pull) -> None:
+        node.pulls.pop(pull.image, None)
+        if pull.fails:
+            for sb in pull.waiters:
+                if sb._phase == _PULLING:
+                    self._end(
+                        sb,
+                        SandboxStatus.ERROR,
+                        ErrorType.IMAGE_PULL_FAILED,
+                        f"Failed to pull image {sb.image!r}",
+                    )
+            return
+        node.images.add(pull.image)
+        self.pool.index_image(node, pull.image)
+        for sb in pull.waiters:
+            if sb._phase == _PULLING:
+                self._start_boot(sb)
+
+    def _start_boot(self, sb: SimSandbox) -> None:
+        spec = self.profile.boot
+        now = self.clock.now()
+        sb._phase = _BOOTING
+        if sb._resuming or sb.fork_of is not None:  # boots in the profile's [sandbox] resume or fork time
+            sb._timers.append(self.clock.call_at(now + self._special_boot(sb), lambda: self._boot_done(sb)))
+            return
+        n = self.n_provisioning
+        congestion = max(1.0, n / spec.congestion_knee) ** spec.congestion_exponent
+        draws = Stream(self.seed, "boot", sb.seq)
+        load = min(spec.load_delay_s * max(n - 1, 0), spec.load_delay_max_s)
+        duration = draws.lognormal(spec.median_s, spec.sigma) * congestion + load
+        crashes = draws.chance(self.profile.errors.boot_crash_prob)
+        crash_frac = draws.uniform()
+        if crashes:
+            sb._timers.append(self.clock.call_at(now + crash_frac * duration, lambda: self._boot_crash(sb)))
+        else:
+            sb._timers.append(self.clock.call_at(now + duration, lambda: self._boot_done(sb)))
+
+    def _boot_done(self, sb: SimSandbox) -> None:
+        if sb._phase != _BOOTING:
+            return
+        now = self.clock.now()
+        sb._phase = _RUNNING
+        sb.status = SandboxStatus.RUNNING
+        if sb.running_at is None:
+            sb.running_at = now
+        sb._resuming = False
+        sb.updated_at = now
+        self.n_provisioning -= 1
+        self._notify(sb)
+
+    def _boot_crash(self, sb: SimSandbox) -> None:
+        if sb._phase == _BOOTING:
+            self._end(
+                sb,
+                SandboxStatus.ERROR,
+                ErrorType.BOOT_FAILED,
+                "Sandbox failed to start: the container exited during boot",
+            )
