@@ -5,14 +5,15 @@ translate it to wire protocols. All times are vendor seconds on a `SimClock`; th
 reports say breaks fleets at scale:
 
 - a create-rate token bucket (429 `RATE_LIMITED` with the time until the next token);
-- an account concurrency quota counting every sandbox not yet ended, leaked ones included;
+- an account concurrency quota counting every sandbox not yet ended, leaked ones included (but the PAUSED);
 - a node pool with slots, autoscaling after a lag, idle scale-down, and an optional CAPACITY rejection;
 - cold image pulls shared per node and image, with an optional failure probability;
 - lognormal boot times slowed by start-pipeline congestion: `max(1, n_starting/knee) ** exponent`,
   with n_starting the account's sandboxes in PROVISIONING when the boot starts, so a 960-wide burst
   collapses into "Runtime did not start within 299s" while a 100-wide one does not;
 - a startup deadline, lifetimes, injected create/boot/exec failures, exec overhead plus the command's
-  own duration from the tiny shell (`shell.py`).
+  own duration from the tiny shell (`shell.py`), or a real one in the sandbox's own files (`isolated_shell.py`);
+- each sandbox's file tree (made on first use, removed when it ends), pause and resume, snapshots and forks.
 
 Memory: on a live clock an ended sandbox is forgotten `retention_s` real seconds after it ended (vendors forget them too; a
 client asking about it later gets NotFound). Its truth row moves to a `TruthArchive` on disk first, so
@@ -23,9 +24,11 @@ Determinism: per-sandbox draws are keyed by (seed, acceptance number, purpose) a
 (seed, create-attempt number), so the same calls at the same virtual times give the same truth.
 
 The pieces: the records and errors (`records.py`, re-exported here for the fronts), the control plane's
-lifecycle (this module: placement, pulls, boot, deadlines and end share one state machine's queues and counters),
-its admission (`admission.py`: validation, the create-rate bucket, quotas, capacity refusals), one command's model
-(`commands.py`), and the offline burst experiments (`experiments.py`).
+lifecycle (this module: accept, deadlines, lifetimes and end), its start pipeline (`pipeline.py`: queue, placement,
+pulls, boots; `autoscale.py` adds and removes nodes), its admission (`admission.py`: validation, the create-rate
+bucket, quotas, capacity refusals), pause and resume (`pausing.py`), snapshots and forks (`snapshots.py`, the files
+in `sandbox_tree.py`), one command's model (`commands.py`), the memory of ended sandboxes (`truth_archive.py`), and
+the offline burst experiments (`experiments.py`).
 """
 
 from __future__ import annotations
