@@ -457,3 +457,34 @@ def test_a_body_that_is_not_its_content_encoding_is_invalid_argument(
         assert answer.status == 400 and json.loads(answer.body)["code"] == "invalid_argument", answer
     assert answer.headers.get("connection") == "close", answer  # the parser cannot find the next request
     _still_serving(front)
+
+
+@pytest.mark.parametrize(
+    ("procedure", "body"),
+    [
+        ("SendSignal", {"signal": "SIGNAL_SIGKILL", "process": {"pid": 1e400}}),  # JSON's 1e400: an infinite float
+        ("SendSignal", {"signal": "SIGNAL_SIGKILL", "process": {"pid": float("inf")}}),
+        ("SendSignal", {"signal": "SIGNAL_SIGTERM", "process": {"pid": -1e400}}),
+    ],
+)
+def test_envd_answers_an_infinite_pid_with_invalid_argument(
+    fronts: dict[str, Front], procedure: str, body: dict[str, Any]
+) -> None:
+    """Once HTTP 500 "simulator bug": int() of an infinite float overflowed."""
+    front = fronts["e2b"]
+    headers = {**front.headers, "Content-Type": "application/json"}
+    answer = front.post(f"/process.Process/{procedure}", json.dumps(body).encode(), headers)
+    assert answer.status == 400 and json.loads(answer.body)["code"] == "invalid_argument", answer
+    _still_serving(front)
+
+
+@pytest.mark.parametrize("args", [5, {"a": 1}, "-c", True])
+def test_envd_answers_process_args_that_are_no_list_with_invalid_argument(fronts: dict[str, Front], args: Any) -> None:
+    """Once `internal` "simulator bug" ('int' object is not iterable); a string ran as its characters."""
+    front = fronts["e2b"]
+    headers = {**front.headers, "Content-Type": "application/connect+json", "connect-timeout-ms": "5000"}
+    payload = json.dumps({"process": {"cmd": "/bin/bash", "args": args}}).encode()
+    answer = front.post("/process.Process/Start", envelope(payload), headers)
+    assert answer.status == 200 and answer.body.startswith(b"\x02"), answer
+    assert json.loads(answer.body[5:])["error"]["code"] == "invalid_argument", answer
+    _still_serving(front)

@@ -134,7 +134,10 @@ async def health(request: web.Request) -> web.StreamResponse:
 def shell_command(config: dict[str, Any]) -> str:
     """The command line the simulator's shell runs for a `ProcessConfig`."""
     cmd = config.get("cmd")
-    args = [str(arg) for arg in config.get("args") or ()]
+    raw_args = config.get("args") or []
+    if not isinstance(raw_args, list):  # once a 500 ("'int' object is not iterable"), or a string's characters
+        raise RpcError(Code.INVALID_ARGUMENT, "process.args must be a list of strings")
+    args = [str(arg) for arg in raw_args]
     if not isinstance(cmd, str) or not cmd:
         raise RpcError(Code.INVALID_ARGUMENT, "process.cmd must not be empty")
     shell = cmd.rsplit("/", 1)[-1]
@@ -149,7 +152,7 @@ def shell_command(config: dict[str, Any]) -> str:
 def _int(value: Any) -> int:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's 1e400 is an infinite float (once a 500)
         raise RpcError(Code.INVALID_ARGUMENT, f"not an integer: {value!r}") from None
 
 
