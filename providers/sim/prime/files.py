@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from providers.sim.core.sandbox_tree import SandboxTree
 from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, VendorSimulator
@@ -32,10 +33,13 @@ _STATUS_BY_ERRNO = {
     errno.EISDIR: 400,
     errno.ENOTDIR: 400,
     errno.EINVAL: 400,
+    errno.ENAMETOOLONG: 400,
+    errno.ELOOP: 400,
     errno.EROFS: 403,
     errno.EACCES: 403,
 }
 Getter = Callable[[web.Request], Any]
+MAX_OFFSET = 2**62  # a larger seek does not fit the host's off_t
 
 
 def add_file_routes(router: web.UrlDispatcher, prefix: str, get_sim: Getter, get_tokens: Getter) -> None:
@@ -96,13 +100,16 @@ def _regular_file(tree: SandboxTree, path: str) -> str:
 async def _upload(request: web.Request, tree: SandboxTree, path: str) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         return web.json_response({"detail": "Expected a multipart form with a 'file' part"}, status=422)
-    reader = await request.multipart()
     content: bytearray | None = None
-    while (part := await reader.next()) is not None:
-        if getattr(part, "name", None) == "file":
-            content = bytearray()
-            while chunk := await part.read_chunk():  # type: ignore[union-attr]
-                content.extend(chunk)
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if getattr(part, "name", None) == "file":
+                content = bytearray()
+                while chunk := await part.read_chunk():  # type: ignore[union-attr]
+                    content.extend(chunk)
+    except (HttpProcessingError, ValueError) as exc:  # a malformed form is the client's error
+        return web.json_response({"detail": f"The multipart form does not parse: {exc}"}, status=422)
     if content is None:
         return web.json_response({"detail": "The form has no 'file' part"}, status=422)
     tree.writable(path)  # the host's system folders are read-only in the sandbox
@@ -134,8 +141,8 @@ async def _read_file(request: web.Request, tree: SandboxTree, path: str) -> web.
         length = int(request.query["length"]) if "length" in request.query else None
     except ValueError:
         return web.json_response({"detail": "offset and length must be integers"}, status=422)
-    if offset < 0 or (length is not None and length < 0):
-        return web.json_response({"detail": "offset and length must not be negative"}, status=422)
+    if not 0 <= offset <= MAX_OFFSET or (length is not None and not 0 <= length <= MAX_OFFSET):
+        return web.json_response({"detail": f"offset and length must be within 0..{MAX_OFFSET}"}, status=422)
     with open(_regular_file(tree, path), "rb") as source:
         total = os.fstat(source.fileno()).st_size
         source.seek(offset)

@@ -15,6 +15,7 @@ from providers.sim.core.serving.openapi_parts import json_content as _json
 from providers.sim.core.serving.openapi_parts import schema_ref as _ref
 from providers.sim.prime.gateway import MAX_EXEC_TIMEOUT_S
 from providers.sim.prime.openapi_connect import connect_paths
+from providers.sim.prime.openapi_files import file_paths
 from providers.sim.prime.shapes import LIMITS
 
 _ERR = _json(_ref("Error"), "error")
@@ -551,6 +552,7 @@ def openapi_document(maxima: dict[str, int | float] | None = None) -> dict[str, 
             )
         },
         **connect_paths(),
+        **file_paths(),
         "/openapi.json": {
             "get": _op("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}, auth="none", tag="meta")
         },
