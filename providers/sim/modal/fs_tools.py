@@ -11,7 +11,9 @@ Here the router does not start a process for it: the operation runs in this modu
 tree (`SandboxTree`, contract C2), as root (Modal's sandboxes run as root in `/`). `Watch` streams its events
 while it runs: a `Watcher` compares the watched folder's listing (names, sizes, mtimes) at each look and prints
 one JSON line per change (`{"event_type": "Create" | "Modify" | "Remove", "paths": [...]}`), as the tool does; the
-router looks every `WATCH_POLL_S` real seconds until its timeout or until the SDK closes its stdin.
+router looks every `WATCH_POLL_S` real seconds until its timeout or until the SDK closes its stdin. Unlike the
+kernel's notifications the tool uses, a file made and removed between two looks is no event, and a rename is a
+Remove and a Create.
 """
 
 from __future__ import annotations
