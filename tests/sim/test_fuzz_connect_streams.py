@@ -488,3 +488,14 @@ def test_envd_answers_process_args_that_are_no_list_with_invalid_argument(fronts
     assert answer.status == 200 and answer.body.startswith(b"\x02"), answer
     assert json.loads(answer.body[5:])["error"]["code"] == "invalid_argument", answer
     _still_serving(front)
+
+
+@pytest.mark.parametrize("timeout", [10**400, 2**32, -1])
+def test_the_toolbox_answers_a_timeout_past_uint32_with_400(fronts: dict[str, Front], timeout: int) -> None:
+    """Once HTTP 500: `timeout / time_scale` of 10**400 overflowed a float (the daemon takes a uint32)."""
+    front = fronts["daytona"]
+    body = json.dumps({"command": "echo hi", "timeout": timeout}).encode()
+    path = f"/toolbox/{front.known['sandbox_id'][0]}/process/execute"
+    answer = front.post(path, body, {**front.headers, "Content-Type": "application/json"})
+    assert answer.status == 400, answer
+    _no_leak(front, answer)

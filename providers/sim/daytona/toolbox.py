@@ -113,7 +113,7 @@ async def execute(request: web.Request) -> web.Response:
     timeout = body.get("timeout") if body is not None else None
     envs = body.get("envs") if body is not None else None
     cwd = body.get("cwd") if body is not None else None
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout < 2**32):
         return error(request, 400, "timeout must be a non-negative integer", source=SOURCE_DAEMON)
     if envs is not None and not (isinstance(envs, dict) and all(isinstance(v, str) for v in envs.values())):
         return error(request, 400, "envs must be an object of strings", source=SOURCE_DAEMON)
@@ -149,7 +149,7 @@ async def code_run(request: web.Request) -> web.Response:
         return error(request, 400, "argv must be a list of strings", source=SOURCE_DAEMON)
     if envs is not None and not (isinstance(envs, dict) and all(isinstance(v, str) for v in envs.values())):
         return error(request, 400, "envs must be an object of strings", source=SOURCE_DAEMON)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout < 2**32):
         return error(request, 400, "timeout must be a non-negative integer", source=SOURCE_DAEMON)
     # the code travels in the command itself (a heredoc would clash with code that reads stdin)
     command = shlex.join([*interpreter, code, *(argv or [])])
