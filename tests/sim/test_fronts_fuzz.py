@@ -317,7 +317,13 @@ async def test_the_local_e2b_document_describes_every_control_plane_route() -> N
             for route in e2b.app.router.routes()
             if route.method != "HEAD" and route.resource is not None
         }
-        envd = {("get", "/health"), ("post", "/process.Process/{method}")}  # envd's, behind the sandbox proxy
+        envd = {  # envd's, behind the sandbox proxy
+            ("get", "/health"),
+            ("post", "/process.Process/{method}"),
+            ("post", "/filesystem.Filesystem/{method}"),
+            ("get", "/files"),
+            ("post", "/files"),
+        }
         described = {(method, path) for path, ops in doc["paths"].items() for method in ops}
         assert served - envd == described
         create = doc["components"]["schemas"]["NewSandbox"]["properties"]["timeout"]

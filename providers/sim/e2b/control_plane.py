@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -36,15 +37,18 @@ from providers.sim.core.simulator import (
     CreateRequest,
     ErrorType,
     NotFound,
+    NotRunning,
     Rejected,
     RejectReason,
     SandboxStatus,
     SimSandbox,
     VendorSimulator,
+    iso,
 )
 from providers.sim.e2b.app_state import SIM, simulator
 from providers.sim.e2b.openapi import max_timeout_s, openapi_document
 from providers.sim.e2b.shapes import (
+    DEFAULT_TIMEOUT_S,
     META_ENVD_TOKEN,
     META_METADATA,
     META_TEMPLATE,
@@ -60,6 +64,7 @@ from providers.sim.e2b.shapes import (
     parse_metadata_query,
     parse_new_sandbox,
     parse_timeout,
+    state_of,
 )
 
 PLACEMENT = "Failed to place sandbox"
@@ -165,6 +170,10 @@ async def create_sandbox(request: web.Request) -> web.Response:
     except BadRequest as exc:
         return error(400, str(exc))
     sim = simulator(request)
+    try:  # a snapshot's id or name is a template to E2B: the sandbox starts from a copy of its files
+        from_snapshot: str | None = sim.get_snapshot(new.template).id
+    except NotFound:
+        from_snapshot = None
     req = CreateRequest(
         image=new.template,
         labels=tuple(f"{key}={value}" for key, value in sorted(new.metadata.items())),
@@ -174,6 +183,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
         env=new.env,
         meta={META_METADATA: new.metadata, META_TEMPLATE: new.template, META_ENVD_TOKEN: secrets.token_urlsafe(18)},
         user=SandboxUser(),  # E2B's commands and files act as `user` in /home/user
+        from_snapshot=from_snapshot,
     )
     try:
         sb = sim.create(req)
@@ -185,7 +195,23 @@ async def create_sandbox(request: web.Request) -> web.Response:
     return start_failure(sb)
 
 
+def _started_bound(query: Any, key: str) -> float | None:
+    """`startedAfter` / `startedBefore` (RFC 3339, as the SDK's `datetime.isoformat()` writes it) as epoch seconds."""
+    if key not in query:
+        return None
+    text = query[key]
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(f"{key} must be an RFC 3339 timestamp, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
 async def list_sandboxes(request: web.Request) -> web.Response:
+    """Newest first unless `order=asc` (E2B's default); `state`, `metadata`, `template`, `startedAfter` and
+    `startedBefore` filter (a sandbox's start is its creation's wall time, as `startedAt` shows it)."""
     query = request.query
     try:
         wanted = parse_metadata_query(query.get("metadata"))
@@ -194,24 +220,44 @@ async def list_sandboxes(request: web.Request) -> web.Response:
     states = {s for s in (query.get("state") or "running,paused").split(",") if s}
     if not states <= _STATES:
         return error(400, f"state must be running and/or paused, got {query.get('state')!r}")
-    order = query.get("order") or "asc"
+    order = query.get("order") or "desc"
     if order not in ("asc", "desc"):
         return error(400, f"order must be asc or desc, got {order!r}")
-    limit_text, token = query.get("limit") or str(DEFAULT_LIMIT), query.get("nextToken") or "0"
+    try:
+        after, before = _started_bound(query, "startedAfter"), _started_bound(query, "startedBefore")
+    except BadRequest as exc:
+        return error(400, str(exc))
+    limit_text, token = query.get("limit", str(DEFAULT_LIMIT)), query.get("nextToken") or "0"
     if not (limit_text.isdigit() and 1 <= int(limit_text) <= MAX_LIMIT):
         return error(400, f"limit must be a whole number in 1..{MAX_LIMIT}, got {limit_text!r}")
     if not token.isdigit():
         return error(400, "invalid nextToken")
     limit, offset = int(limit_text), int(token)
     sim = simulator(request)
+    template = query.get("template")
     found: list[SimSandbox] = []
-    if "running" in states:  # nothing pauses here: every active sandbox is running
-        found = [sb for sb in sim.list(active_only=True) if wanted.items() <= metadata_of(sb).items()]
+    for sb in sim.list(active_only=True):  # acceptance order: oldest first
+        started = _started_at(sim, sb)
+        if (
+            state_of(sb) in states
+            and wanted.items() <= metadata_of(sb).items()
+            and (not template or template in (sb.meta.get(META_TEMPLATE), sb.image))
+            and (after is None or started >= after)
+            and (before is None or started <= before)
+        ):
+            found.append(sb)
     if order == "desc":
         found.reverse()
     page = found[offset : offset + limit]
     headers = {"X-Next-Token": str(offset + limit)} if offset + limit < len(found) else None
     return web.json_response([listed_body(sb, sim.clock) for sb in page], headers=headers)
+
+
+def _started_at(sim: VendorSimulator, sb: SimSandbox) -> float:
+    """The start the list shows (`startedAt`, microseconds), so a filter by a listed time includes that sandbox."""
+    stamp = iso(sim.clock, sb.created_at)
+    assert stamp is not None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 async def get_sandbox(request: web.Request) -> web.Response:
@@ -242,6 +288,7 @@ async def set_timeout(request: web.Request) -> web.Response:
 
 
 async def connect_sandbox(request: web.Request) -> web.Response:
+    """A running sandbox: 200 (its timeout only ever lengthens); a paused one resumes: 201 once it runs again."""
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
         timeout = parse_timeout(await _body(request), required=False)
@@ -250,6 +297,19 @@ async def connect_sandbox(request: web.Request) -> web.Response:
     sb = _active(sim, sandbox_id)
     if sb is None:
         return not_found(sandbox_id)
+    if sb.status is SandboxStatus.PAUSED:
+        try:
+            sb = sim.resume(sandbox_id, float(timeout if timeout is not None else DEFAULT_TIMEOUT_S))
+        except Rejected as exc:
+            return rejection_response(exc, sim)
+        except NotRunning:
+            return not_found(sandbox_id)
+        sb = await request.app[STARTS].wait(sb)
+        return (
+            web.json_response(created_body(sb), status=201)
+            if sb.status is SandboxStatus.RUNNING
+            else (start_failure(sb))
+        )
     sb = await request.app[STARTS].wait(sb)
     if sb.status is not SandboxStatus.RUNNING:
         return not_found(sandbox_id)

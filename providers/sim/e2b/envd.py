@@ -1,5 +1,6 @@
 """envd, the daemon inside an E2B sandbox, as e2b 2.56.0 reaches it through E2B's sandbox proxy: `GET /health` and
-the Connect RPC service `process.Process` (JSON codec: the SDK's envd client speaks nothing else).
+the Connect RPC services `process.Process` and `filesystem.Filesystem` (envd_files.py), and `/files` (JSON codec:
+the SDK's envd client speaks nothing else).
 
 One host serves every sandbox, as E2B's shared proxy does: the SDK names the sandbox in `E2b-Sandbox-Id` and
 sends the create answer's `envdAccessToken` as `X-Access-Token`.
@@ -10,16 +11,19 @@ The proxy's answers: no `E2b-Sandbox-Id`, 400; a sandbox that never existed or h
 plain text (`AuthenticationException`); `GET /health`, 204.
 
 `process.Process/Start` (server stream): `start{pid}`; `keepalive` every `Keepalive-Ping-Interval` real seconds
-while the command runs; then its output as `data{stdout}` / `data{stderr}` chunks (base64, at most 32 KiB each,
-stdout first: the simulator runs a command atomically); then `end{exitCode, exited, status "exit status N"}`,
-with `error` set when N is not 0, as envd does. The command is the simulator's shell: `/bin/bash -l -c C` (what
-the SDK sends) runs `bash -c C` (there are no login profiles to read); any other argv runs as one shell-quoted
-line. Its deadline is the call's `connect-timeout-ms` (real seconds; the command gets that many over the time
-scale in vendor seconds); past it, `deadline_exceeded`. A sandbox that ends under a command ends the stream
-`unavailable` "the connection to sandbox <id> ended before the stream completed" (the SDK then asks /health,
-finds the sandbox gone: `SandboxNotRunningException`); an injected exec failure is `internal`. `List` and
-`SendSignal` (SIGKILL/SIGTERM: `end{exitCode -1, exited false, status "signal: killed"}`) are served; stdin,
-PTYs and the other methods answer `unimplemented`.
+while the command runs; its output as `data{stdout}` / `data{stderr}` (`data{pty}` with a PTY) chunks (base64, at
+most 32 KiB each); then `end{exitCode, exited, status "exit status N"}`, with `error` set when N is not 0, as envd
+does. With real commands (`serve --commands real`: a shell in the sandbox's own tree, as `user` in /home/user)
+output streams as it comes, and `stdin: true` / `pty{size}` are served: `SendInput` (stdin or pty bytes),
+`CloseStdin`, `Update` (pty resize), `Connect` (a second stream on a running command, from now on). Modelled
+commands (the load path) run atomically, stdout then stderr at the end, and refuse stdin and PTYs
+(`unimplemented`, naming `--commands real`). `/bin/bash -l -c C` (what the SDK sends) runs `bash -c C`; any other
+argv runs as one shell-quoted line. The deadline is the call's `connect-timeout-ms` (real seconds; the command
+gets that many over the time scale in vendor seconds); past it, `deadline_exceeded`. A sandbox that ends under a
+command ends the stream `unavailable` "the connection to sandbox <id> ended before the stream completed" (the SDK
+then asks /health, finds the sandbox gone: `SandboxNotRunningException`); an injected exec failure is `internal`.
+`List` and `SendSignal` (SIGKILL/SIGTERM: `end{exitCode -1, exited false, status "signal: killed"}`) are served;
+`StreamInput` (client streaming, which the SDK does not use) answers `unimplemented`. Files: envd_files.py.
 """
 
 from __future__ import annotations
@@ -30,17 +34,19 @@ import math
 import shlex
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from providers.sim.core.commands import RunningCommands
+from providers.sim.core.isolated_shell import RealProcess
 from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,
     ExecOutcome,
+    ExecTicket,
     ExecTimedOut,
     NotFound,
     NotRunning,
@@ -63,24 +69,38 @@ MIN_KEEPALIVE_S = 1.0
 _SHELLS = frozenset({"bash", "sh", "dash"})
 _LOGIN_FLAGS = frozenset({"-l", "--login"})
 _SIGNALS = {"SIGNAL_SIGKILL": "killed", "SIGNAL_SIGTERM": "terminated", 9: "killed", 15: "terminated"}
+_SIGNAL_NUMBERS = {"killed": 9, "terminated": 15}
 
 
 @dataclass(eq=False)
 class Process:
-    """A command running in a sandbox; `signal` ends it early."""
+    """A command running in a sandbox: `signal` ends it early; every stream on it (its Start, each Connect)
+    gets its output as it comes and its end."""
 
     pid: int
     config: dict[str, Any]
     tag: str | None
     ended: asyncio.Future[ExecOutcome | BaseException | str]
+    pty: bool = False
+    ticket: ExecTicket | None = None
+    streams: list[asyncio.Queue[dict[str, Any]]] = field(default_factory=list)
+
+    def emit(self, stream: str, data: bytes) -> None:
+        for event in _output(stream, data):
+            for queue in self.streams:
+                queue.put_nowait(event)
+
+    @property
+    def real(self) -> RealProcess | None:
+        return self.ticket.process if self.ticket is not None else None
 
 
 class ProcessTable(RunningCommands[Process]):
     """Running processes per sandbox (`RunningCommands`), opened and found the way envd names them."""
 
-    def open(self, sandbox_id: str, config: dict[str, Any], tag: str | None) -> Process:
+    def open(self, sandbox_id: str, config: dict[str, Any], tag: str | None, pty: bool = False) -> Process:
         ended: asyncio.Future[ExecOutcome | BaseException | str] = asyncio.get_running_loop().create_future()
-        return self.add(sandbox_id, Process(self.next_pid(), config, tag, ended))
+        return self.add(sandbox_id, Process(self.next_pid(), config, tag, ended, pty))
 
     def close(self, sandbox_id: str, process: Process) -> None:
         self.remove(sandbox_id, process)
@@ -116,7 +136,7 @@ def routed_sandbox(request: web.Request) -> SimSandbox | web.Response:
         sb = simulator(request).get(sandbox_id)
     except NotFound:
         return _proxy_error(f"The sandbox {sandbox_id} was not found")
-    if not sb.active:
+    if not sb.active or sb.status is SandboxStatus.PAUSED:  # a paused sandbox's envd is not there either
         return _proxy_error(f"The sandbox {sandbox_id} was not found")
     if sb.status is not SandboxStatus.RUNNING:
         return _proxy_error(f"The sandbox {sandbox_id} is running but port {ENVD_PORT} is not open")
@@ -175,13 +195,18 @@ def _output(stream: str, data: bytes) -> list[dict[str, Any]]:
     ]
 
 
-def _end_events(sandbox_id: str, result: ExecOutcome | BaseException | str) -> list[dict[str, Any]]:
-    """What the end of a command looks like on the stream (or the error that ends the call)."""
+def _end_events(
+    sandbox_id: str, result: ExecOutcome | BaseException | str, streamed: bool = False
+) -> list[dict[str, Any]]:
+    """What the end of a command looks like on the stream (or the error that ends the call); a real command's
+    output was `streamed` as it came, a modelled one's comes here, all at once."""
     if isinstance(result, ExecOutcome):
         status = f"exit status {result.exit_code}"
         end: dict[str, Any] = {"exitCode": result.exit_code, "exited": True, "status": status}
         if result.exit_code != 0:
             end["error"] = status
+        if streamed:
+            return [_event(end=end)]
         return _output("stdout", result.stdout.encode()) + _output("stderr", result.stderr.encode()) + [_event(end=end)]
     if isinstance(result, str):  # ended by a signal
         status = f"signal: {result}"
@@ -195,55 +220,125 @@ def _end_events(sandbox_id: str, result: ExecOutcome | BaseException | str) -> l
     raise RpcError(Code.INTERNAL, f"unexpected exec outcome {type(result).__name__}")
 
 
+def _pty_size(value: Any) -> tuple[int, int] | None:
+    """`PTY{size{cols, rows}}` as (cols, rows)."""
+    if not isinstance(value, dict):
+        return None
+    size: dict[str, Any] = value["size"] if isinstance(value.get("size"), dict) else {}
+    cols, rows = _int(size.get("cols", 80)), _int(size.get("rows", 24))
+    if not (0 < cols <= 10000 and 0 < rows <= 10000):
+        raise RpcError(Code.INVALID_ARGUMENT, f"invalid pty size {cols}x{rows}")
+    return cols, rows
+
+
+async def _follow(
+    process: Process, queue: asyncio.Queue[dict[str, Any]], request: web.Request
+) -> AsyncIterator[dict[str, Any] | None]:
+    """A stream's events until the command ends: output as it comes, None when a keepalive is due; returns
+    early when the client hung up."""
+    keepalive_s = _keepalive_interval(request)
+    quiet_since = time.monotonic()
+    while not process.ended.done():
+        getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
+        waited: set[asyncio.Future[Any]] = {getter, process.ended}
+        done, _ = await asyncio.wait(waited, timeout=DISCONNECT_CHECK_S, return_when=asyncio.FIRST_COMPLETED)
+        if getter in done:
+            yield getter.result()
+            continue
+        getter.cancel()
+        if process.ended.done():
+            break
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        if keepalive_s is not None and time.monotonic() - quiet_since >= keepalive_s:
+            quiet_since = time.monotonic()
+            yield None
+    await asyncio.sleep(0)  # output callbacks queued with the end
+    while not queue.empty():
+        yield queue.get_nowait()
+
+
 def build_service(processes: ProcessTable) -> ConnectService:
     """`process.Process` over the simulator, messages as protobuf's JSON mapping."""
 
     async def start(req: dict[str, Any], ctx: CallContext) -> AsyncIterator[dict[str, Any]]:
-        if req.get("pty"):
-            raise RpcError(Code.UNIMPLEMENTED, "PTYs are not modelled by the stampede simulator")
-        if req.get("stdin") is True:
-            raise RpcError(Code.UNIMPLEMENTED, "stdin is not modelled by the stampede simulator")
         config = req.get("process")
         if not isinstance(config, dict):
             raise RpcError(Code.INVALID_ARGUMENT, "process is required")
         command = shell_command(config)
         env = _strings(config.get("envs"), "process.envs")
         cwd = config.get("cwd") if isinstance(config.get("cwd"), str) else None
+        pty = _pty_size(req.get("pty"))
+        stdin = req.get("stdin") is True
         request = ctx.request
         sim: VendorSimulator = request.app[SIM]
+        if (pty is not None or stdin) and sim.profile.sandbox.commands != "real":
+            what = "PTYs" if pty is not None else "stdin"
+            raise RpcError(Code.UNIMPLEMENTED, f"{what} need real commands: serve the local E2B with --commands real")
         sandbox_id = request.headers[SANDBOX_HEADER]
         timeout_s = ctx.timeout_s / sim.clock.time_scale if ctx.timeout_s is not None else math.inf
-        process = processes.open(sandbox_id, config, req.get("tag") if isinstance(req.get("tag"), str) else None)
+        tag = req.get("tag") if isinstance(req.get("tag"), str) else None
+        process = processes.open(sandbox_id, config, tag, pty is not None)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        process.streams.append(queue)
+        out = "pty" if pty is not None else "stdout"
 
         def done(result: ExecOutcome | BaseException) -> None:
             if not process.ended.done():
                 process.ended.set_result(result)
 
         try:
-            try:
-                ticket = sim.exec_start(sandbox_id, command, timeout_s=timeout_s, on_done=done, env=env, cwd=cwd)
-            except (NotFound, NotRunning):  # ended between the proxy's look and now
-                raise RpcError(Code.UNAVAILABLE, f"The sandbox {sandbox_id} was not found") from None
-            try:
-                yield _event(start={"pid": process.pid})
-                keepalive_s = _keepalive_interval(request)
-                quiet_since = time.monotonic()
-                while True:
-                    try:
-                        result = await asyncio.wait_for(asyncio.shield(process.ended), DISCONNECT_CHECK_S)
-                        break
-                    except TimeoutError:
-                        transport = request.transport
-                        if transport is None or transport.is_closing():
-                            return  # the client hung up: forget the command (below)
-                        if keepalive_s is not None and time.monotonic() - quiet_since >= keepalive_s:
-                            quiet_since = time.monotonic()
-                            yield _event(keepalive={})
-            finally:
-                ticket.cancel()  # a no-op once resolved; forgets the command when the client went away
-        finally:
+            process.ticket = sim.exec_start(
+                sandbox_id,
+                command,
+                timeout_s=timeout_s,
+                on_done=done,
+                env=env,
+                cwd=cwd,
+                on_stdout=lambda data: process.emit(out, data),
+                on_stderr=lambda data: process.emit("stderr", data),
+                stdin=stdin,
+                pty=pty,
+            )
+        except (NotFound, NotRunning):  # ended between the proxy's look and now
             processes.close(sandbox_id, process)
-        for event in _end_events(sandbox_id, result):
+            raise RpcError(Code.UNAVAILABLE, f"The sandbox {sandbox_id} was not found") from None
+        try:
+            yield _event(start={"pid": process.pid})
+            async for event in _follow(process, queue, request):
+                yield _event(keepalive={}) if event is None else event
+        finally:
+            process.streams.remove(queue)
+            if not process.ended.done() and process.real is not None:
+                # the client went away: a real command runs on, as envd's do (Connect follows it again), until it
+                # ends or its deadline kills it
+                process.ended.add_done_callback(lambda _: processes.close(sandbox_id, process))
+            else:
+                process.ticket.cancel()  # a no-op once resolved; forgets a modelled command whose client went away
+                processes.close(sandbox_id, process)
+        if not process.ended.done():
+            return
+        for event in _end_events(sandbox_id, process.ended.result(), streamed=process.real is not None):
+            yield event
+
+    async def connect(req: dict[str, Any], ctx: CallContext) -> AsyncIterator[dict[str, Any]]:
+        """Follow a running command from now on: its start (pid), its output from here, its end."""
+        sandbox_id = ctx.request.headers[SANDBOX_HEADER]
+        process = processes.find(sandbox_id, req.get("process"))
+        if process is None:
+            raise RpcError(Code.NOT_FOUND, f"process with {_selector_text(req.get('process'))} not found")
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        process.streams.append(queue)
+        try:
+            yield _event(start={"pid": process.pid})
+            async for event in _follow(process, queue, ctx.request):
+                yield _event(keepalive={}) if event is None else event
+            if not process.ended.done():
+                return
+        finally:
+            process.streams.remove(queue)
+        for event in _end_events(sandbox_id, process.ended.result(), streamed=process.real is not None):
             yield event
 
     async def list_processes(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
@@ -256,23 +351,80 @@ def build_service(processes: ProcessTable) -> ConnectService:
             infos.append(info)
         return {"processes": infos}
 
+    def found(ctx: CallContext, selector: Any) -> Process:
+        process = processes.find(ctx.request.headers[SANDBOX_HEADER], selector)
+        if process is None:
+            raise RpcError(Code.NOT_FOUND, f"process with {_selector_text(selector)} not found")
+        return process
+
+    def real(process: Process) -> RealProcess:
+        if process.real is None:
+            raise RpcError(
+                Code.FAILED_PRECONDITION,
+                "a modelled command takes no input: serve the local E2B with --commands real",
+            )
+        return process.real
+
     async def send_signal(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
         wanted = req.get("signal")
         signal = _SIGNALS.get(wanted) if isinstance(wanted, (str, int)) else None
         if signal is None:
             raise RpcError(Code.INVALID_ARGUMENT, f"unsupported signal {req.get('signal')!r}")
-        process = processes.find(ctx.request.headers[SANDBOX_HEADER], req.get("process"))
-        if process is None:
-            raise RpcError(Code.NOT_FOUND, "process not found")
+        process = found(ctx, req.get("process"))
+        if process.real is not None:
+            process.real.signal(_SIGNAL_NUMBERS[signal])
         if not process.ended.done():
             process.ended.set_result(signal)
         return {}
 
+    async def send_input(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        process = found(ctx, req.get("process"))
+        given: dict[str, Any] = req["input"] if isinstance(req.get("input"), dict) else {}
+        text = given.get("pty", given.get("stdin", ""))
+        try:
+            data = base64.b64decode(text or "", validate=True)
+        except (ValueError, TypeError):
+            raise RpcError(Code.INVALID_ARGUMENT, "input must be base64") from None
+        real(process).write_stdin(data)
+        return {}
+
+    async def close_stdin(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        real(found(ctx, req.get("process"))).close_stdin()
+        return {}
+
+    async def update(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        process = found(ctx, req.get("process"))
+        size = _pty_size(req.get("pty"))
+        if size is not None:
+            if not process.pty:
+                raise RpcError(Code.FAILED_PRECONDITION, "the process has no pty to resize")
+            real(process).resize(*size)
+        return {}
+
+    async def stream_input(req: dict[str, Any], ctx: CallContext) -> dict[str, Any]:
+        raise RpcError(
+            Code.UNIMPLEMENTED,
+            "StreamInput (client streaming) is not served by the stampede simulator; SendInput is (e2b's SDK uses it)",
+        )
+
     service = ConnectService(SERVICE)
     service.add(Procedure("Start", JSON_OBJECT, JSON_OBJECT, start, server_streaming=True))
+    service.add(Procedure("Connect", JSON_OBJECT, JSON_OBJECT, connect, server_streaming=True))
     service.add(Procedure("List", JSON_OBJECT, JSON_OBJECT, list_processes))
     service.add(Procedure("SendSignal", JSON_OBJECT, JSON_OBJECT, send_signal))
+    service.add(Procedure("SendInput", JSON_OBJECT, JSON_OBJECT, send_input))
+    service.add(Procedure("CloseStdin", JSON_OBJECT, JSON_OBJECT, close_stdin))
+    service.add(Procedure("Update", JSON_OBJECT, JSON_OBJECT, update))
+    service.add(Procedure("StreamInput", JSON_OBJECT, JSON_OBJECT, stream_input))
     return service
+
+
+def _selector_text(selector: Any) -> str:
+    if isinstance(selector, dict) and "pid" in selector:
+        return f"pid {selector['pid']}"
+    if isinstance(selector, dict) and "tag" in selector:
+        return f"tag {selector['tag']}"
+    return "no selector"
 
 
 def _keepalive_interval(request: web.Request) -> float | None:

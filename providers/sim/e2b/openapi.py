@@ -66,7 +66,8 @@ def _schemas(max_timeout: int) -> dict[str, Any]:
                 "autoPause": {"anyOf": [{"const": False}, {"type": "null"}], "description": "pausing is not modelled"},
                 "metadata": _nullable(_STRINGS),
                 "envVars": _nullable(_STRINGS),
-                **{name: _EMPTY for name in ("autoResume", "mcp", "network", "iam", "volumeMounts")},
+                "mcp": _nullable({"type": "object", "description": "the SDK then starts mcp-gateway in the sandbox"}),
+                **{name: _EMPTY for name in ("autoResume", "network", "iam", "volumeMounts")},
             },
         },
         "Timeout": {"type": "object", "required": ["timeout"], "properties": {"timeout": timeout}},
@@ -85,6 +86,40 @@ def _schemas(max_timeout: int) -> dict[str, Any]:
             },
         },
         "ListedSandbox": listed,
+        "SnapshotRequest": {
+            "type": "object",
+            "properties": {
+                "name": _nullable({"type": "string", "pattern": "\\S"}),
+                "memory": _nullable({"type": "boolean"}),
+            },
+        },
+        "SnapshotInfo": {
+            "type": "object",
+            "required": ["snapshotID", "names"],
+            "properties": {"snapshotID": {"type": "string"}, "names": {"type": "array", "items": {"type": "string"}}},
+        },
+        "ForkRequest": {
+            "type": "object",
+            "properties": {
+                "timeout": _nullable(timeout),
+                "count": _nullable({"type": "integer", "minimum": 1, "maximum": 100}),
+            },
+        },
+        "ForkResult": {"type": "object", "properties": {"sandbox": _ref("Sandbox"), "error": _ref("Error")}},
+        "ResumeRequest": {"type": "object", "properties": {"timeout": _nullable(timeout)}},
+        "SandboxMetric": {
+            "type": "object",
+            "required": ["timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed", "memTotal"],
+            "properties": {
+                "timestamp": {"type": "string", "format": "date-time"},
+                "timestampUnix": {"type": "integer"},
+                **{
+                    name: {"type": "integer"}
+                    for name in ("cpuCount", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal")
+                },
+                "cpuUsedPct": {"type": "number"},
+            },
+        },
         "SandboxDetail": {
             **listed,
             "properties": {
@@ -107,6 +142,99 @@ def _op(op_id: str, summary: str, responses: dict[str, Any], **extra: Any) -> di
 
 def _body(name: str, *, required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _saved_state_paths(not_found: dict[str, Any], bad: dict[str, Any]) -> dict[str, Any]:
+    """Pause, resume, snapshots, fork and metrics (saved_state.py)."""
+    conflict = _json(_ref("Error"), "already in that state")
+    started = {
+        "429": _json(_ref("Error"), "no quota"),
+        "500": _json(_ref("Error"), "failed to start"),
+        "503": _json(_ref("Error"), "no capacity"),
+        "504": _json(_ref("Error"), "did not start in time"),
+    }
+    return {
+        "/sandboxes/{sandbox_id}/pause": {
+            "post": _op(
+                "pauseSandbox",
+                "Pause a running sandbox (files kept, no quota held)",
+                {"204": {"description": "paused"}, "400": bad, "404": not_found, "409": conflict},
+                parameters=[_ID],
+                requestBody={"required": False, "content": {"application/json": {"schema": {"type": "object"}}}},
+            )
+        },
+        "/sandboxes/{sandbox_id}/resume": {
+            "post": _op(
+                "resumeSandbox",
+                "Resume a paused sandbox",
+                {"201": _json(_ref("Sandbox"), "it runs again"), "400": bad, "404": not_found, "409": conflict}
+                | started,
+                parameters=[_ID],
+                requestBody=_body("ResumeRequest", required=False),
+            )
+        },
+        "/sandboxes/{sandbox_id}/snapshots": {
+            "post": _op(
+                "createSnapshot",
+                "Snapshot a sandbox's files",
+                {"201": _json(_ref("SnapshotInfo"), "taken"), "400": bad, "404": not_found},
+                parameters=[_ID],
+                requestBody=_body("SnapshotRequest", required=False),
+            )
+        },
+        "/snapshots": {
+            "get": _op(
+                "listSnapshots",
+                "Snapshots, newest first",
+                {
+                    "200": {
+                        **_json({"type": "array", "items": _ref("SnapshotInfo")}, "one page"),
+                        "headers": {"X-Next-Token": {"schema": {"type": "string"}}},
+                    },
+                    "400": bad,
+                },
+                parameters=[
+                    {"name": "sandboxID", "in": "query", "schema": {"type": "string"}},
+                    {"name": "name", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "nextToken", "in": "query", "schema": {"type": "string", "pattern": "^[0-9]*$"}},
+                ],
+            )
+        },
+        "/templates/{template_id}": {
+            "delete": _op(
+                "deleteSnapshot",
+                "Delete a snapshot (templates are not built here)",
+                {"204": {"description": "deleted"}, "404": _json(_ref("Error"), "no such snapshot")},
+                parameters=[{"name": "template_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            )
+        },
+        "/sandboxes/{sandbox_id}/fork": {
+            "post": _op(
+                "forkSandbox",
+                "Copies of a sandbox's files, each a new running sandbox",
+                {
+                    "201": _json({"type": "array", "items": _ref("ForkResult")}, "one result per fork"),
+                    "400": bad,
+                    "404": not_found,
+                },
+                parameters=[_ID],
+                requestBody=_body("ForkRequest", required=False),
+            )
+        },
+        "/sandboxes/{sandbox_id}/metrics": {
+            "get": _op(
+                "sandboxMetrics",
+                "Simulated metrics, one per 5 s since the sandbox started",
+                {"200": _json({"type": "array", "items": _ref("SandboxMetric")}, "them"), "400": bad, "404": not_found},
+                parameters=[
+                    _ID,
+                    {"name": "start", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "end", "in": "query", "schema": {"type": "integer"}},
+                ],
+            )
+        },
+    }
 
 
 def max_timeout_s(limits: Limits) -> int:
@@ -166,7 +294,10 @@ def openapi_document(max_timeout: int = MAX_TIMEOUT_S) -> dict[str, Any]:
                         "in": "query",
                         "schema": {"type": "string", "pattern": "^(running|paused|)(,(running|paused|))*$"},
                     },
-                    {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+                    {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"], "default": "desc"}},
+                    {"name": "template", "in": "query", "schema": {"type": "string"}},
+                    {"name": "startedAfter", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+                    {"name": "startedBefore", "in": "query", "schema": {"type": "string", "format": "date-time"}},
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
                     {"name": "nextToken", "in": "query", "schema": {"type": "string", "pattern": "^[0-9]*$"}},
                 ],
@@ -195,12 +326,22 @@ def openapi_document(max_timeout: int = MAX_TIMEOUT_S) -> dict[str, Any]:
         "/v2/sandboxes/{sandbox_id}/connect": {
             "post": _op(
                 "connectSandbox",
-                "Connect to a running sandbox (a timeout only lengthens its life)",
-                {"200": _json(_ref("Sandbox"), "it"), "400": bad, "404": not_found},
+                "Connect to a running sandbox (a timeout only lengthens its life), or resume a paused one",
+                {
+                    "200": _json(_ref("Sandbox"), "it runs"),
+                    "201": _json(_ref("Sandbox"), "it was paused and runs again"),
+                    "400": bad,
+                    "404": not_found,
+                    "429": _json(_ref("Error"), "no quota to resume it"),
+                    "500": _json(_ref("Error"), "it failed to start again"),
+                    "503": _json(_ref("Error"), "no capacity to resume it"),
+                    "504": _json(_ref("Error"), "it did not start again in time"),
+                },
                 parameters=[_ID],
                 requestBody=_body("ConnectSandbox", required=False),
             )
         },
+        **_saved_state_paths(not_found, bad),
         "/api/v1/_stampede/truth": {
             "get": {
                 "operationId": "stampedeTruth",

@@ -23,7 +23,7 @@ from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.listening import RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
-from providers.sim.e2b import control_plane, envd, envd_files
+from providers.sim.e2b import control_plane, envd, envd_files, saved_state
 from providers.sim.e2b.app_state import API_KEY, SIM
 from providers.sim.e2b.shapes import error_body
 
@@ -92,6 +92,7 @@ def create_app(settings: E2BSettings) -> web.Application:
     app.on_startup.append(on_startup)  # first: the routes' own startups need the simulator
     app.on_cleanup.append(on_cleanup)
     control_plane.add_routes(app)
+    saved_state.add_routes(app)
     envd.add_routes(app)
     return app
 

@@ -2,8 +2,10 @@
 
 Requests are checked the way E2B's API would refuse them (HTTP 400, `{"code": 400, "message": ...}`);
 responses carry the fields the SDK's models require (`Sandbox`, `SandboxDetail`, `ListedSandbox`, `Error`),
-camelCase, timestamps ISO-8601 UTC. Features the simulator does not model (pausing, MCP, volumes, network
-rules, workload identity) are refused with a 400 that names the simulator, never silently dropped.
+camelCase, timestamps ISO-8601 UTC. Features the simulator does not model (auto-pause at the timeout, volumes,
+network rules, workload identity) are refused with a 400 that names the simulator, never silently dropped. An
+`mcp` config is accepted: the SDK then starts `mcp-gateway` in the sandbox, which a simulated sandbox does not
+have (as E2B's base template does not), so the SDK answers "Failed to start MCP gateway" and kills it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers.sim.core.clock import SimClock
-from providers.sim.core.simulator import SimSandbox, iso
+from providers.sim.core.simulator import SandboxStatus, SimSandbox, iso
 
 ENVD_VERSION = "0.6.4"  # the newest envd feature gate e2b 2.56.0 knows (e2b/envd/versions.py)
 CLIENT_ID = "6532622b"  # the id E2B reports for the node a sandbox runs on: one fixed id here
@@ -28,7 +30,6 @@ META_TEMPLATE = "e2b_template"
 META_ENVD_TOKEN = "e2b_envd_token"
 _NOT_MODELLED = {
     "autoResume": "auto-resume",
-    "mcp": "MCP servers",
     "network": "network rules",
     "iam": "workload identity",
     "volumeMounts": "volume mounts",
@@ -69,6 +70,8 @@ def parse_new_sandbox(body: Any) -> NewSandbox:
         raise BadRequest("autoPause is not modelled by the stampede simulator (sandboxes are killed at their timeout)")
     if body.get("autoPause") is not None and body.get("autoPause") is not False:
         raise BadRequest(f"autoPause must be a boolean, got {body['autoPause']!r}")
+    if body.get("mcp") is not None and not isinstance(body["mcp"], dict):
+        raise BadRequest(f"mcp must be an object of MCP server configs, got {body['mcp']!r}")
     for key, what in _NOT_MODELLED.items():
         if body.get(key) not in (None, [], {}):
             raise BadRequest(f"{what} ({key}) are not modelled by the stampede simulator")
@@ -141,8 +144,13 @@ def created_body(sb: SimSandbox) -> dict[str, Any]:
     }
 
 
+def state_of(sb: SimSandbox) -> str:
+    """E2B's `SandboxState`: `paused`, or `running` for every other sandbox not ended (starting ones too)."""
+    return "paused" if sb.status is SandboxStatus.PAUSED else "running"
+
+
 def listed_body(sb: SimSandbox, clock: SimClock) -> dict[str, Any]:
-    """`ListedSandbox`: one sandbox of the list (every active one is `running`: nothing pauses here)."""
+    """`ListedSandbox`: one sandbox of the list."""
     return {
         "templateID": sb.meta.get(META_TEMPLATE, sb.image),
         "sandboxID": sb.id,
@@ -152,7 +160,7 @@ def listed_body(sb: SimSandbox, clock: SimClock) -> dict[str, Any]:
         "cpuCount": TEMPLATE_CPU,
         "memoryMB": TEMPLATE_MEMORY_MB,
         "diskSizeMB": TEMPLATE_DISK_MB,
-        "state": "running",
+        "state": state_of(sb),
         "envdVersion": ENVD_VERSION,
         "metadata": dict(metadata_of(sb)),
     }
