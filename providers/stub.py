@@ -377,6 +377,44 @@ class StubProvider(Provider):
         stdout, stderr = str(body.get("stdout") or ""), str(body.get("stderr") or "")
         return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr)
 
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """The gateway's multipart upload (Prime's route, as prime-sandboxes sends it)."""
+        boundary = uuid.uuid4().hex
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="file"\r\n\r\n'
+        form = head.encode() + bytes(data) + f"\r\n--{boundary}--\r\n".encode()
+        await self._file_call(ref, "POST", "upload", path, form, f"multipart/form-data; boundary={boundary}")
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        return await self._file_call(ref, "GET", "download", path)
+
+    async def _file_call(
+        self, ref: SandboxRef, method: str, route: str, path: str, body: bytes | None = None, content_type: str = ""
+    ) -> bytes:
+        gateway = self._gateway.get(ref.sandbox_id)
+        if gateway is None:
+            gateway = self._gateway[ref.sandbox_id] = await self._gateway_for(ref, Phase.EXEC)
+        try:
+            answer = await self.http.request(
+                method,
+                f"{gateway.url}/{route}",
+                body=body,
+                content_type=content_type,
+                params={"path": path, "sandbox_id": ref.sandbox_id},
+                headers={"Authorization": f"Bearer {gateway.token}"},
+                timeout=self.options.request_timeout_s,
+            )
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"{route} {path}: no answer in time") from None
+        if answer.status >= 400:
+            parsed = _parsed(answer.text())
+            error = error_from_response(
+                answer.status, parsed if parsed is not None else answer.text()[:500], Phase.EXEC
+            )
+            if answer.status == 404:
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from error
+            raise error
+        return answer.body
+
     async def _explain_death(self, ref: SandboxRef, error: ProviderError) -> ProviderError:
         """A sandbox that vanished mid-command: ask the control plane why (OOM is its own kind)."""
         try:

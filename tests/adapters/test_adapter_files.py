@@ -1,5 +1,5 @@
 """The contract's file steps through the E2B and Daytona adapters (their SDKs' `files` / `fs`) on the local planes,
-and the clear refusal of an adapter that has none.
+the lean `stub` client's on the Prime-like gateway, and the clear refusal of a step an adapter has not.
 
 The fronts keep each sandbox's files in its own tree, so bytes round-trip (binary, 1 MiB), a missing file is the
 contract's FileNotFoundError with the SDK's own exception as its cause, and one sandbox never sees another's.
@@ -14,11 +14,12 @@ import pytest
 from daytona import DaytonaNotFoundError
 from e2b import FileNotFoundException
 
-from providers.base import Provider, SandboxRef, SandboxSpec, UnsupportedFeature
+from providers.base import Provider, ProviderError, SandboxSpec, UnsupportedFeature
 from providers.daytona import DaytonaProvider
 from providers.e2b import E2BProvider
 from providers.sim.daytona.server import DaytonaSettings, start_daytona
 from providers.sim.e2b.server import E2BSettings, start_e2b
+from providers.sim.prime.api import StubSettings, start_stub
 from providers.stub import StubProvider
 
 BINARY = bytes(range(256)) * 3 + b"\x00\r\n\xff"
@@ -74,11 +75,15 @@ async def test_daytona_fs_upload_and_download() -> None:
         await front.close()
 
 
-async def test_an_adapter_without_files_says_so() -> None:
-    provider = StubProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t"})
-    ref = SandboxRef(sandbox_id="sbx-1", provider="stub", run_id="r")  # no call reaches the vendor
-    with pytest.raises(UnsupportedFeature, match="file upload is not supported by the stub provider"):
-        await provider.upload_file(ref, "/x", b"")
-    with pytest.raises(NotImplementedError, match="snapshot"):
-        await provider.snapshot(ref)
-    await provider.aclose()
+async def test_stub_gateway_files_and_a_step_it_lacks_said_plainly() -> None:
+    stub = await start_stub(StubSettings(profile="ideal", seed=7))
+    provider = StubProvider.from_options({"base_url": stub.url, "token": stub.token})
+    try:
+        await round_trips(provider, ProviderError, "/root")  # the lean client's error: HTTP 404 classified
+        ref = await provider.create(SandboxSpec(run_id="files", rollout_id="s", lifetime_s=300))
+        with pytest.raises(UnsupportedFeature, match="snapshot is not supported by the stub provider"):
+            await provider.snapshot(ref)  # Prime has no snapshots: said, not a failure of the sandbox
+        assert isinstance(UnsupportedFeature("stub", "x"), NotImplementedError)
+    finally:
+        await provider.aclose()
+        await stub.close()
