@@ -389,8 +389,7 @@ def _toolbox_path(draw: st.DrawFn, template: str, known: dict[str, list[str]]) -
     for part in template.strip("/").split("/"):
         if part.startswith("{"):
             aimed = known.get(part.strip("{}"))
-            value = draw(st.sampled_from(aimed) | SEGMENT) if aimed else draw(SEGMENT)
-            parts.append(value)
+            parts.append(draw(st.sampled_from(aimed)) if aimed and draw(st.integers(0, 3)) < 3 else draw(SEGMENT))
         else:
             parts.append(part)
     return "/" + "/".join(parts)
@@ -406,7 +405,9 @@ def test_a_toolbox_route_answers_random_json_without_a_500(
     path = data.draw(_toolbox_path(template, front.known), label="path")
     if method == "*":  # a catch-all route
         method = data.draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]), label="method")
-    body = data.draw(JSON_VALUES | json_objects_for_toolbox(), label="body")
+    body = data.draw(
+        st.integers(0, 3).flatmap(lambda n: JSON_VALUES if n == 3 else json_objects_for_toolbox()), label="body"
+    )
     answer = front.post(
         path, json.dumps(_confine(body)).encode(), {**front.headers, "Content-Type": "application/json"}, method
     )
@@ -417,9 +418,10 @@ def test_a_toolbox_route_answers_random_json_without_a_500(
 
 
 def json_objects_for_toolbox() -> st.SearchStrategy[dict[str, Any]]:
-    """The toolbox's own request fields with values of any JSON type."""
-    keys = st.sampled_from(["command", "timeout", "envs", "cwd", "sessionId", "runAsync", "async", "path", "mode"])
-    return st.dictionaries(keys, JSON_VALUES, max_size=4)
+    """The toolbox's own request fields: a command (mostly one that runs), the rest with values of any JSON type."""
+    keys = ["timeout", "envs", "cwd", "sessionId", "runAsync", "async", "language", "argv", "code", "path"]
+    command = st.sampled_from(["echo hi", "true", "exit 3"]) | st.text(max_size=8)
+    return st.fixed_dictionaries({"command": command}, optional=dict.fromkeys(keys, JSON_VALUES))
 
 
 def test_every_procedure_and_route_is_fuzzed() -> None:
