@@ -306,6 +306,12 @@ class E2BProvider(Provider):
             raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
         return bytes(data)
 
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """`create_snapshot`: its id is a template `create` starts from (`SandboxSpec.image`)."""
+        sandbox = await self._sandbox(ref)
+        info = await cancellable(sandbox.create_snapshot())
+        return str(info.snapshot_id)
+
     async def terminate(self, ref: SandboxRef) -> None:
         await cancellable(AsyncSandbox.kill(ref.sandbox_id, **self._params()))  # False: already gone
 

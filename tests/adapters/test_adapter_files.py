@@ -60,6 +60,15 @@ async def test_e2b_files_write_and_read() -> None:
     provider = E2BProvider.from_options({"base_url": e2b.url, "token": e2b.token, "sandbox_url": e2b.url})
     try:
         await round_trips(provider, FileNotFoundException, "/home/user")
+        ref = await provider.create(SandboxSpec(run_id="snap", rollout_id="origin", lifetime_s=300))
+        await provider.wait_ready(ref, 30)
+        await provider.upload_file(ref, "kept.bin", BINARY)
+        template = await provider.snapshot(ref)  # create_snapshot: an id `create` takes as the template
+        await provider.upload_file(ref, "kept.bin", b"changed after the snapshot")
+        copy = await provider.create(SandboxSpec(run_id="snap", rollout_id="copy", lifetime_s=300, image=template))
+        await provider.wait_ready(copy, 30)
+        assert await provider.download_file(copy, "kept.bin") == BINARY
+        assert await provider.cleanup("snap") == 2
     finally:
         await provider.aclose()
         await e2b.close()
