@@ -25,6 +25,7 @@ from daytona import (
     FileDownloadRequest,
     FileUpload,
     ListSandboxesQuery,
+    PtySize,
     SessionExecuteRequest,
 )
 
@@ -246,3 +247,26 @@ async def test_snapshots_and_forks_copy_the_files(open_front: Open) -> None:
     await daytona.snapshot.delete(snapshot)
     with pytest.raises(DaytonaNotFoundError):
         await daytona.snapshot.get("with-state")
+
+
+async def test_a_terminal_outlives_its_client(open_front: Open) -> None:
+    """A PTY session: created and attached, left, listed, resized, attached again, typed into, exited."""
+    _, daytona = await open_front()
+    sandbox = await daytona.create(params(), timeout=30)
+    process = sandbox.process
+    handle = await process.create_pty_session(id="term", on_data=lambda _: None, pty_size=PtySize(rows=24, cols=80))
+    await handle.disconnect()
+    assert [(s.id, s.active) for s in await process.list_pty_sessions()] == [("term", True)]
+    resized = await process.resize_pty_session("term", PtySize(rows=30, cols=100))
+    assert (resized.rows, resized.cols) == (30, 100)
+
+    seen: list[bytes] = []
+    handle = await process.connect_pty_session("term", on_data=seen.append)
+    await handle.send_input("stty size; echo made-$((6 * 7)) > typed.txt; exit 5\n")
+    result = await asyncio.wait_for(handle.wait(), 30)
+    assert result.exit_code == 5
+    assert b"30 100" in b"".join(seen)  # the resize reached the terminal
+    assert await sandbox.fs.download_file("typed.txt") == b"made-42\n"
+    assert not (await process.get_pty_session_info("term")).active
+    await process.kill_pty_session("term")
+    assert await process.list_pty_sessions() == []

@@ -12,8 +12,8 @@ vendor-time model (the profile's per-command overhead and drawn fates first):
 - `POST /process/code-run` `{"code", "language", "argv", "envs", "timeout"}` -> `{"exitCode", "result",
   "artifacts"}`: `python3 -c CODE` (python, the default), `node -e` (javascript); no charts are extracted.
 - `GET /user-home-dir`, `GET /work-dir` -> `{"dir"}`: the sandbox user's home (`/home/daytona`), also the work dir.
-- sessions: `sessions.py`; the file system: `files.py`. Every other toolbox call (git, LSP, PTY, the code
-  interpreter, computer use) answers 501 naming it: the sandbox is alive, so never a 404.
+- sessions: `sessions.py`; terminals: `pty.py`; the file system: `files.py`. Every other toolbox call (git, LSP,
+  the code interpreter, computer use) answers 501 naming it: the sandbox is alive, so never a 404.
 
 Errors: an unknown or destroyed sandbox -> 404 (proxy); one not started yet, or in error -> 409 (proxy); the
 sandbox died under the command -> 502 (proxy; "OOM killed" when it ran out of memory); an injected transient
@@ -41,7 +41,16 @@ from providers.sim.core.simulator import (
 from providers.sim.daytona.front import Front, error, front_of, served_elsewhere
 from providers.sim.daytona.shapes import SANDBOX_USER, SOURCE_DAEMON, SOURCE_PROXY, state_of
 
-SERVED = ("files", "user-home-dir", "work-dir", "version", "process/execute", "process/code-run", "process/session")
+SERVED = (
+    "files",
+    "user-home-dir",
+    "work-dir",
+    "version",
+    "process/execute",
+    "process/code-run",
+    "process/session",
+    "process/pty",
+)
 """The toolbox calls served (here, files.py, sessions.py): another method on them is a wrong method."""
 INTERPRETERS = {"python": ("python3", "-c"), "javascript": ("node", "-e"), "typescript": ("node", "-e")}
 
@@ -184,7 +193,7 @@ def _user(sb: SimSandbox) -> SandboxUser:
 
 
 async def unsupported(request: web.Request) -> web.Response:
-    """A toolbox call not modelled here (git, LSP, PTY, the code interpreter, computer use...): 501 naming it."""
+    """A toolbox call not modelled here (git, LSP, the code interpreter, computer use...): 501 naming it."""
     _, _sb, refused = running(request)
     if refused is not None:
         return refused
