@@ -187,3 +187,14 @@ async def test_watch_streams_changes_until_the_caller_stops() -> None:
         async for event in fs.watch.aio("/watched", filter=[FileWatchEventType.Create], timeout=1):
             only_creates.append(event)  # nothing changes: the timeout (vendor seconds) ends it
         assert only_creates == []
+
+
+async def test_the_legacy_snapshot_rpc_gives_the_same_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODAL_USE_LEGACY_FILESYSTEM_SNAPSHOT", "1")  # the SDK asks the control plane, V1 only
+    async with local_modal(sandbox_v2="0") as (_server, provider):
+        ref = await provider.create(spec("legacy"))
+        await provider.wait_ready(ref, 30)
+        await provider.upload_file(ref, "/kept.txt", b"legacy")
+        copy = await provider.create(spec("copy", image=await provider.snapshot(ref)))
+        await provider.wait_ready(copy, 30)
+        assert await provider.download_file(copy, "/kept.txt") == b"legacy"
