@@ -153,6 +153,14 @@ async def test_a_pty_is_a_terminal_of_the_asked_size(sim: VendorSimulator) -> No
     _, done = start(sim, sb, "test -t 0 && stty size; echo $TERM", pty=(120, 40))
     out = await done
     assert isinstance(out, ExecOutcome) and out.stdout.replace("\r\n", "\n") == "40 120\nxterm-256color\n"
+    ticket, done = start(sim, sb, "stty -echo; echo ready; read line; stty size; echo got $line", pty=(80, 24))
+    assert ticket.process is not None
+    while b"ready" not in ticket.process.stdout:
+        await asyncio.sleep(0.01)
+    ticket.process.resize(100, 30)
+    ticket.process.write_stdin(b"typed\n")
+    out = await done
+    assert isinstance(out, ExecOutcome) and out.stdout.replace("\r\n", "\n") == "ready\n30 100\ngot typed\n"
 
 
 async def test_sleep_lasts_vendor_seconds_at_the_time_scale(sim: VendorSimulator) -> None:
