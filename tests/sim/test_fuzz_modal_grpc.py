@@ -11,6 +11,7 @@ server's stderr holds no traceback.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpclib.const
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
@@ -31,7 +35,7 @@ from providers.sim.core.serving.serve_cli import TOKEN_ENV
 from providers.sim.modal.control_plane import ModalControlPlane
 from providers.sim.modal.grpc_plumbing import with_unimplemented
 from providers.sim.modal.router import ModalCommandRouter
-from tests.support.proto_fuzz import messages, not_a_message
+from tests.support.proto_fuzz import broken_envelopes, envelope, messages, not_a_message
 from tests.support.serve_process import ready_line, spawn_serve_logged, stop_serve
 
 SECRET = "fuzz-modal-secret-7d1c"
@@ -290,4 +294,68 @@ def test_a_request_that_is_not_the_rpcs_protobuf_is_invalid_argument(plane: Plan
     answer = plane.call(_control(name), b"\xff" * 11)
     assert answer.status is Status.INVALID_ARGUMENT, answer
     assert answer.message.startswith("the request message is not a valid modal.client.") or name == "ClientHello"
+    _still_serving(plane)
+
+
+# --- gRPC's own framing, sent raw over HTTP/2 -------------------------------------------------------------------
+
+
+def _raw_grpc(plane: Plane, path: str, body: bytes) -> tuple[int, str]:
+    """One call whose DATA is `body` as given (grpclib's client frames every message right): its gRPC status."""
+    url = plane.ready["router_url" if path in ROUTER else "url"]
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    metadata = plane.metadata(path, authorized=True)
+    with socket.create_connection((host, int(port)), timeout=BOUND_S) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        stream_id = conn.get_next_available_stream_id()
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", f"{host}:{port}")]
+        headers += [("content-type", "application/grpc"), ("te", "trailers"), *metadata.items()]
+        conn.send_headers(stream_id, headers)
+        conn.send_data(stream_id, body, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        status: dict[str, str] = {}
+        while True:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection without ending the call"
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                    status.update((k.decode(), v.decode()) for k, v in event.headers)
+                elif isinstance(event, h2.events.DataReceived):
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamReset):
+                    raise AssertionError(f"{path}: the server reset the call")
+                elif isinstance(event, h2.events.StreamEnded):
+                    return int(status["grpc-status"]), status.get("grpc-message", "")
+            sock.sendall(conn.data_to_send())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data())
+def test_a_request_body_that_is_not_one_grpc_message_is_refused(plane: Plane, data: st.DataObject) -> None:
+    """Cut-short prefixes, lengths past the body or over 4 GiB, compressed or unknown flag bits, two messages, an
+    empty body: a documented status (INVALID_ARGUMENT, UNIMPLEMENTED for compression) on every implemented RPC."""
+    path = data.draw(st.sampled_from(IMPLEMENTED), label="rpc")
+    body = data.draw(broken_envelopes(), label="body")
+    code, message = _raw_grpc(plane, path, body)
+    assert Status(code) in DOCUMENTED | {Status.DEADLINE_EXCEEDED}, (path, body, code, message)
+    assert "Internal Server Error" not in message and SECRET not in message, (path, body, message)
+    _still_serving(plane)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"\x00\x00", Status.INVALID_ARGUMENT),  # a prefix cut short
+        (b"\x00\x00\x00\x00\x64abc", Status.INVALID_ARGUMENT),  # 100 bytes announced, 3 sent
+        (envelope(b"", flags=1), Status.UNIMPLEMENTED),  # the compressed flag
+        (b"", Status.INVALID_ARGUMENT),  # no message at all (the handler once got None)
+    ],
+)
+@pytest.mark.parametrize("name", ["ClientHello", "SandboxCreate"])
+def test_a_call_framed_wrong_is_refused_not_unknown(plane: Plane, name: str, body: bytes, status: Status) -> None:
+    """Once UNKNOWN "Internal Server Error" and a traceback each: grpclib's AssertionError, NotImplementedError,
+    or a None request the handler read fields of."""
+    code, message = _raw_grpc(plane, _control(name), body)
+    assert Status(code) is status, (name, body, code, message)
     _still_serving(plane)

@@ -9,6 +9,8 @@
 - `RequestCodec`: a request that is not the RPC's protobuf answers INVALID_ARGUMENT, as the one bad call it is;
   grpclib's own codec let the `DecodeError` through, which answered UNKNOWN "Internal Server Error" and logged a
   traceback per call (found by tests/sim/test_fuzz_modal_grpc.py).
+- `_framed`: a request body that is not one gRPC message (cut short, flagged compressed, or none) answers
+  INVALID_ARGUMENT / UNIMPLEMENTED instead of grpclib's UNKNOWN and traceback (also found by that fuzzer).
 - `start_grpc_server`: a grpclib server that allows many concurrent streams per connection. The h2
   default of 100 would queue a 960-wide burst's calls inside one client connection, a limit Modal's
   front ends do not impose, and it would show up as vendor latency.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar, cast
 
 import grpclib.server
@@ -98,7 +100,39 @@ class _WideProtocol(H2Protocol):
         self.connection.flush()
 
 
+def _framed(func: Callable[[Any], Awaitable[None]], client_streaming: bool) -> Callable[[Any], Awaitable[None]]:
+    """`func` with its stream's `recv_message` refusing a request that is not framed as gRPC's one message: grpclib
+    raised AssertionError (a body ending inside a message), NotImplementedError (the compressed flag) or gave
+    None (no message) to the handler, each an UNKNOWN "Internal Server Error" with a traceback logged."""
+
+    async def handler(stream: Any) -> None:
+        receive = stream.recv_message
+
+        async def recv_message() -> Any:
+            try:
+                message = await receive()
+            except AssertionError:
+                raise GRPCError(Status.INVALID_ARGUMENT, "the request body ends inside a message") from None
+            except NotImplementedError:
+                raise GRPCError(Status.UNIMPLEMENTED, "compressed request messages are not supported") from None
+            if message is None and not client_streaming:
+                raise GRPCError(Status.INVALID_ARGUMENT, "the call carries no request message")
+            return message
+
+        stream.recv_message = recv_message
+        await func(stream)
+
+    return handler
+
+
 class _WideServer(grpclib.server.Server):
+    def __init__(self, handlers: list[Any], **options: Any) -> None:
+        super().__init__(handlers, **options)
+        self._mapping = {
+            path: handler._replace(func=_framed(handler.func, handler.cardinality.client_streaming))
+            for path, handler in self._mapping.items()
+        }
+
     def _protocol_factory(self) -> H2Protocol:
         protocol = super()._protocol_factory()
         return _WideProtocol(protocol.handler, protocol.config, protocol.h2_config)
