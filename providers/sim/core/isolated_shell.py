@@ -46,6 +46,7 @@ import struct
 import subprocess
 import tempfile
 import termios
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,11 @@ class _Protocol(asyncio.SubprocessProtocol):
         self.open_pipes = {1, 2}
         self.exit_code: int | None = None
         self.drain: asyncio.TimerHandle | None = None
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self.transport = transport  # a quick command can exit before `proc._transport` is set
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if self.proc.done:
@@ -283,7 +289,7 @@ class _Protocol(asyncio.SubprocessProtocol):
         self._maybe_finish()
 
     def process_exited(self) -> None:
-        transport = self.proc._transport
+        transport = self.transport or self.proc._transport
         raw = transport.get_returncode() if transport is not None else None
         self.exit_code = _exit_code(raw if raw is not None else 1)
         if self.proc._master is not None:
@@ -471,6 +477,8 @@ class IsolatedShell:
         if self._shim_base is None:
             self._shim_base = Path(tempfile.mkdtemp(prefix="stampede-shims-"))
             self._shim_base.chmod(0o755)
+            # removed at `close`, or when the shell is collected or the interpreter exits without one
+            weakref.finalize(self, shutil.rmtree, self._shim_base, True)
         folder = self._shim_dirs.get(scale)
         if folder is None:
             folder = self._shim_dirs[scale] = _make_shim_dir(self._shim_base, scale)
