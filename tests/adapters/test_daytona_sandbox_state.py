@@ -270,3 +270,11 @@ async def test_a_terminal_outlives_its_client(open_front: Open) -> None:
     assert not (await process.get_pty_session_info("term")).active
     await process.kill_pty_session("term")
     assert await process.list_pty_sessions() == []
+
+
+async def test_quick_commands_at_once_keep_their_exit_codes(open_front: Open) -> None:
+    """Twenty `exit N` at once: a command that ends before its spawn returns still reports its own code."""
+    _, daytona = await open_front()
+    sandbox = await daytona.create(params(), timeout=30)
+    results = await asyncio.gather(*(sandbox.process.exec(f"exit {n}") for n in range(20)))
+    assert [r.exit_code for r in results] == list(range(20))
