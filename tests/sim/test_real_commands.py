@@ -339,6 +339,7 @@ async def test_prime_sdk_runs_real_commands_and_background_jobs(
                 break
             await asyncio.sleep(0.05)
         assert status.completed and status.exit_code == 4
+        assert status.stdout == "from-job\n"  # the SDK reads the log's tail (a negative offset) through the gateway
         result = await client.execute_command(box.id, f"cat {job.stdout_log_file}")
         assert result.stdout == "from-job\n"
     finally:

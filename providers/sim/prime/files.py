@@ -141,17 +141,18 @@ async def _read_file(request: web.Request, tree: SandboxTree, path: str) -> web.
         length = int(request.query["length"]) if "length" in request.query else None
     except ValueError:
         return web.json_response({"detail": "offset and length must be integers"}, status=422)
-    if not 0 <= offset <= MAX_OFFSET or (length is not None and not 0 <= length <= MAX_OFFSET):
-        return web.json_response({"detail": f"offset and length must be within 0..{MAX_OFFSET}"}, status=422)
+    if not -MAX_OFFSET <= offset <= MAX_OFFSET or (length is not None and not 0 <= length <= MAX_OFFSET):
+        return web.json_response({"detail": f"offset must be within ±{MAX_OFFSET}, length 0..{MAX_OFFSET}"}, status=422)
     with open(_regular_file(tree, path), "rb") as source:
         total = os.fstat(source.fileno()).st_size
-        source.seek(offset)
+        start = offset if offset >= 0 else max(0, total + offset)  # negative: a window ending at the file's end
+        source.seek(start)
         data = source.read() if length is None else source.read(length)
     body = {
         "content": data.decode("utf-8", "replace"),
         "size": len(data),
         "total_size": total,
-        "offset": offset,
-        "truncated": offset + len(data) < total,
+        "offset": start,
+        "truncated": start > 0 or start + len(data) < total,
     }
     return web.json_response(body)
