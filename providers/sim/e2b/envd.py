@@ -268,7 +268,7 @@ def build_service(processes: ProcessTable) -> ConnectService:
             raise RpcError(Code.INVALID_ARGUMENT, "process is required")
         command = shell_command(config)
         env = _strings(config.get("envs"), "process.envs")
-        cwd = config.get("cwd") if isinstance(config.get("cwd"), str) else None
+        cwd = config.get("cwd") if isinstance(config.get("cwd"), str) and config.get("cwd") else None  # "": home
         pty = _pty_size(req.get("pty"))
         stdin = req.get("stdin") is True
         request = ctx.request
