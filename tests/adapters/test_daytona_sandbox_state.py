@@ -278,3 +278,26 @@ async def test_quick_commands_at_once_keep_their_exit_codes(open_front: Open) ->
     sandbox = await daytona.create(params(), timeout=30)
     results = await asyncio.gather(*(sandbox.process.exec(f"exit {n}") for n in range(20)))
     assert [r.exit_code for r in results] == list(range(20))
+
+
+async def test_the_code_interpreter_keeps_each_contexts_state(open_front: Open) -> None:
+    _, daytona = await open_front()
+    sandbox = await daytona.create(params(), timeout=30)
+    interpreter = sandbox.code_interpreter
+    await interpreter.run_code("counter = 41")
+    result = await interpreter.run_code(
+        "import sys\ncounter += 1\nprint(counter)\nsys.stderr.write('note')\ncounter * 2"
+    )
+    assert (result.stdout, result.stderr, result.error) == ("42\n84\n", "note", None)
+
+    context = await interpreter.create_context()
+    assert [c.id for c in await interpreter.list_contexts()] == [context.id]
+    isolated = await interpreter.run_code("print(counter)", context=context)  # another context: its own globals
+    assert isolated.error is not None and isolated.error.name == "NameError"
+    failed = await interpreter.run_code("raise ValueError('boom')", context=context)
+    assert failed.error is not None and (failed.error.name, failed.error.value) == ("ValueError", "boom")
+    with pytest.raises(DaytonaError):  # past its timeout the cell is interrupted; the context lives on
+        await interpreter.run_code("while True: pass", context=context, timeout=1)
+    assert (await interpreter.run_code("print('alive')", context=context)).stdout == "alive\n"
+    await interpreter.delete_context(context)
+    assert await interpreter.list_contexts() == []

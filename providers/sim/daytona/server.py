@@ -21,7 +21,7 @@ from providers.sim.core.serving.bearer import bearer_matches
 from providers.sim.core.serving.listening import SIMULATOR, RunningApp, http_url, listen, vendor_middleware
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
-from providers.sim.daytona import changes, files, pty, rest, sessions, snapshots, toolbox
+from providers.sim.daytona import changes, files, interpreter, pty, rest, sessions, snapshots, toolbox
 from providers.sim.daytona.events import SOCKETIO_PATH, EventGateway
 from providers.sim.daytona.front import API_PREFIX, FRONT, TOOLBOX_PREFIX, Front, error
 
@@ -71,6 +71,7 @@ def create_app(settings: DaytonaSettings) -> web.Application:
         gateway.bind(front)
         front.on_change.append(forget_sessions)
         front.on_change.append(forget_ptys)
+        front.on_change.append(forget_interpreters)
         sim.add_listener(front.changed)
 
     async def on_cleanup(app: web.Application) -> None:
@@ -86,6 +87,7 @@ def create_app(settings: DaytonaSettings) -> web.Application:
     toolbox.add_routes(app, TOOLBOX_PREFIX)
     forget_sessions = sessions.add_routes(app, TOOLBOX_PREFIX)
     forget_ptys = pty.add_routes(app, TOOLBOX_PREFIX)
+    forget_interpreters = interpreter.add_routes(app, TOOLBOX_PREFIX)
     files.add_routes(app, TOOLBOX_PREFIX)
     toolbox.add_fallback(app, TOOLBOX_PREFIX)  # last: every toolbox call not served answers 501
     gateway = EventGateway(settings.token)

@@ -12,8 +12,9 @@ vendor-time model (the profile's per-command overhead and drawn fates first):
 - `POST /process/code-run` `{"code", "language", "argv", "envs", "timeout"}` -> `{"exitCode", "result",
   "artifacts"}`: `python3 -c CODE` (python, the default), `node -e` (javascript); no charts are extracted.
 - `GET /user-home-dir`, `GET /work-dir` -> `{"dir"}`: the sandbox user's home (`/home/daytona`), also the work dir.
-- sessions: `sessions.py`; terminals: `pty.py`; the file system: `files.py`. Every other toolbox call (git, LSP,
-  the code interpreter, computer use) answers 501 naming it: the sandbox is alive, so never a 404.
+- sessions: `sessions.py`; terminals: `pty.py`; the code interpreter: `interpreter.py`; the file system:
+  `files.py`. Every other toolbox call (git, LSP, computer use) answers 501 naming it: the sandbox is alive, so never
+  a 404.
 
 Errors: an unknown or destroyed sandbox -> 404 (proxy); one not started yet, or in error -> 409 (proxy); the
 sandbox died under the command -> 502 (proxy; "OOM killed" when it ran out of memory); an injected transient
@@ -50,6 +51,7 @@ SERVED = (
     "process/code-run",
     "process/session",
     "process/pty",
+    "process/interpreter",
 )
 """The toolbox calls served (here, files.py, sessions.py): another method on them is a wrong method."""
 INTERPRETERS = {"python": ("python3", "-c"), "javascript": ("node", "-e"), "typescript": ("node", "-e")}
@@ -193,7 +195,7 @@ def _user(sb: SimSandbox) -> SandboxUser:
 
 
 async def unsupported(request: web.Request) -> web.Response:
-    """A toolbox call not modelled here (git, LSP, the code interpreter, computer use...): 501 naming it."""
+    """A toolbox call not modelled here (git, LSP, computer use...): 501 naming it."""
     _, _sb, refused = running(request)
     if refused is not None:
         return refused
