@@ -359,3 +359,11 @@ def test_a_call_framed_wrong_is_refused_not_unknown(plane: Plane, name: str, bod
     code, message = _raw_grpc(plane, _control(name), body)
     assert Status(code) is status, (name, body, code, message)
     _still_serving(plane)
+
+
+def test_an_error_message_has_no_surrounding_whitespace(plane: Plane) -> None:
+    """Once "This token does not grant access to task " for an empty task id: an HTTP/2 field value ending in a
+    space, which a strict HTTP/2 client (h2 with validation) refuses as a malformed answer."""
+    request = tcr_pb2.SandboxWaitUntilReadyTcrRequest(task_id="")
+    code, message = _raw_grpc(plane, _router("SandboxWaitUntilReady"), envelope(request.SerializeToString()))
+    assert Status(code) is Status.PERMISSION_DENIED and message == message.strip(), (code, message)

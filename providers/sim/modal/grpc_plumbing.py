@@ -103,7 +103,8 @@ class _WideProtocol(H2Protocol):
 def _framed(func: Callable[[Any], Awaitable[None]], client_streaming: bool) -> Callable[[Any], Awaitable[None]]:
     """`func` with its stream's `recv_message` refusing a request that is not framed as gRPC's one message: grpclib
     raised AssertionError (a body ending inside a message), NotImplementedError (the compressed flag) or gave
-    None (no message) to the handler, each an UNKNOWN "Internal Server Error" with a traceback logged."""
+    None (no message) to the handler, each an UNKNOWN "Internal Server Error" with a traceback logged. An error
+    message is sent without surrounding whitespace."""
 
     async def handler(stream: Any) -> None:
         receive = stream.recv_message
@@ -120,7 +121,14 @@ def _framed(func: Callable[[Any], Awaitable[None]], client_streaming: bool) -> C
             return message
 
         stream.recv_message = recv_message
-        await func(stream)
+        try:
+            await func(stream)
+        except GRPCError as exc:
+            # e.g. "... access to task " naming an empty id: no HTTP/2 field value may start or end with
+            # whitespace (RFC 9113 8.2.1), and a strict client refuses the whole answer
+            if exc.message and exc.message != exc.message.strip():
+                raise GRPCError(exc.status, exc.message.strip(), exc.details) from None
+            raise
 
     return handler
 
