@@ -239,15 +239,22 @@ async def _follow(
     keepalive_s = _keepalive_interval(request)
     quiet_since = time.monotonic()
     while not process.ended.done():
-        getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
-        waited: set[asyncio.Future[Any]] = {getter, process.ended}
-        done, _ = await asyncio.wait(waited, timeout=DISCONNECT_CHECK_S, return_when=asyncio.FIRST_COMPLETED)
-        if getter in done:
-            yield getter.result()
-            continue
-        getter.cancel()
-        if process.ended.done():
-            break
+        if process.real is None:  # modelled (the load path): no output before the end, so no queue to watch
+            try:
+                await asyncio.wait_for(asyncio.shield(process.ended), DISCONNECT_CHECK_S)
+                break
+            except TimeoutError:
+                pass
+        else:
+            getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
+            waited: set[asyncio.Future[Any]] = {getter, process.ended}
+            done, _ = await asyncio.wait(waited, timeout=DISCONNECT_CHECK_S, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                yield getter.result()
+                continue
+            getter.cancel()
+            if process.ended.done():
+                break
         transport = request.transport
         if transport is None or transport.is_closing():
             return
