@@ -122,6 +122,7 @@ def fronts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Front
     procs: dict[str, Any] = {}
     logs: dict[str, Path] = {}
     args = ("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--port", "0", "--exit-on-stdin-eof")
+    args += ("--commands", "modelled")  # fuzzed commands never reach a real shell
     try:
         for name in ("prime", "e2b", "daytona"):
             logs[name] = folder / f"{name}.stderr"

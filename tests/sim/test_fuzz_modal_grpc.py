@@ -201,6 +201,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
             "providers.sim.modal.serve",
             stderr,
             *("--profile", "ideal", "--time-scale", "0.01", "--seed", "1", "--port", "0", "--exit-on-stdin-eof"),
+            *("--commands", "modelled"),  # fuzzed commands never reach a real shell
             env={TOKEN_ENV: SECRET},
         )
     loop = asyncio.new_event_loop()
