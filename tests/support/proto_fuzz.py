@@ -4,7 +4,7 @@
 edges, strings and bytes (string fields aimed at `known` values by name, so a call can reach past "not found"), nested messages
 down to `MAX_DEPTH`, repeated fields and maps, oneofs (one member set), enums including numbers the enum does
 not name. `json_objects(descriptor)` draws what a careless or hostile client puts in a Connect JSON body: the
-message's own JSON field names with values of any JSON type, nested. `envelopes()` draws Connect streaming
+message's own JSON field names with values of any JSON type, nested (numeric fields often at the extremes). `envelopes()` draws Connect streaming
 bodies with broken framing: truncated prefixes, lengths that lie, oversized lengths, unknown flags, garbage.
 """
 
@@ -175,6 +175,10 @@ JSON_SCALARS: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from([1e308, -1e308, 1e400]),  # 1e400 is written as 1e+400, read back as inf
     st.text(max_size=16),
 )
+EXTREME_NUMBERS: st.SearchStrategy[Any] = st.sampled_from(
+    [1e400, -1e400, 2**64, -(2**63) - 1, 2**32, -1, 0.5, 1e308]  # json.dumps writes 1e400 as Infinity
+)
+"""Numbers a numeric field's reader must refuse or bound: past any int or float width, negative, fractional."""
 JSON_VALUES: st.SearchStrategy[Any] = st.recursive(
     JSON_SCALARS,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
@@ -190,6 +194,8 @@ def _json_object(draw: st.DrawFn, descriptor: Descriptor, depth: int) -> dict[st
         if nested and draw(st.booleans()):
             inner = _json_object(field.message_type, depth + 1)
             out[field.json_name] = draw(st.lists(inner, max_size=2) if _is_repeated(field) else inner)
+        elif field.type in _INTS or field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+            out[field.json_name] = draw(st.one_of(EXTREME_NUMBERS, JSON_VALUES))
         else:
             out[field.json_name] = draw(JSON_VALUES)
     return out
