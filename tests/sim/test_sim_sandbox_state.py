@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import tomllib
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from providers.sim.core.clock import VirtualClock
+from providers.sim.core.clock import LoopClock, VirtualClock
+from providers.sim.core.isolated_shell import IsolatedShell
 from providers.sim.core.profile import PROFILES_DIR, ProfileError, load_profile, parse_profile
 from providers.sim.core.sandbox_tree import SandboxUser
 from providers.sim.core.simulator import (
@@ -24,6 +26,7 @@ from providers.sim.core.simulator import (
     SnapshotNotFound,
     VendorSimulator,
 )
+from tests.docker_support import unavailable
 
 REQ = CreateRequest(image="python:3.12", lifetime_s=600.0, user=SandboxUser())
 ONE_SLOT = {"pool.initial_nodes": 1, "pool.slots_per_node": 1.0, "pool.max_nodes": 1}
@@ -135,6 +138,29 @@ def test_resume_is_refused_when_the_account_is_full() -> None:
     assert e.value.reason == RejectReason.QUOTA_EXHAUSTED and a.status == SandboxStatus.PAUSED
 
 
+def test_a_paused_sandbox_keeps_its_disk_but_not_its_vcpus() -> None:
+    """Daytona's stopped sandboxes give back vCPU and memory to the organization's pool and keep their disk."""
+    sim, clock = _sim(**{"resource_pool.cpu": 3.0, "resource_pool.memory_gb": 100.0, "resource_pool.disk_gb": 10.0})
+    a = _running(sim, clock, CreateRequest(image="python:3.12", cpu=2.0, disk_gb=6.0))
+    with pytest.raises(Rejected) as e:
+        sim.create(CreateRequest(image="python:3.12", cpu=2.0))
+    assert e.value.resource == "cpu"
+    sim.pause(a.id)
+    b = _running(sim, clock, CreateRequest(image="python:3.12", cpu=2.0, disk_gb=4.0))
+    with pytest.raises(Rejected) as e:
+        sim.create(CreateRequest(image="python:3.12", cpu=1.0, disk_gb=1.0))
+    assert e.value.resource == "disk"  # 6 GiB still held by the paused one
+    with pytest.raises(Rejected) as e:
+        sim.resume(a.id)
+    assert e.value.reason == RejectReason.QUOTA_EXHAUSTED and e.value.resource == "cpu"
+    sim.terminate(b.id)
+    sim.resume(a.id)
+    _settle(clock, a)
+    assert a.status == SandboxStatus.RUNNING
+    sim.terminate(a.id)
+    assert sim.admission.pool_used == pytest.approx((0.0, 0.0, 0.0))
+
+
 def test_a_pause_kills_the_commands_in_flight() -> None:
     sim, clock = _sim()
     a = _running(sim, clock)
@@ -156,6 +182,15 @@ def test_the_lifetime_stops_while_paused() -> None:
     clock.run()
     assert a.status == SandboxStatus.TIMEOUT
     assert a.ended_at == pytest.approx(resumed_at + 6.0)
+    b = _running(sim, clock, CreateRequest(image="python:3.12", lifetime_s=10.0))
+    sim.pause(b.id)
+    sim.set_lifetime(b.id, 50.0)  # set while paused: counted from the resume
+    clock.run_until(clock.now() + 100.0)
+    assert b.status == SandboxStatus.PAUSED
+    start = clock.now()
+    sim.resume(b.id)
+    clock.run()
+    assert b.ended_at == pytest.approx(start + 50.0)
     b = _running(sim, clock, CreateRequest(image="python:3.12", lifetime_s=10.0))
     sim.pause(b.id)
     sim.resume(b.id, lifetime_s=100.0)  # E2B's connect(timeout=...): the lifetime restarts from the resume
@@ -318,3 +353,41 @@ def test_the_sandbox_section_is_checked_and_optional() -> None:
     assert load_profile("e2b-like").with_overrides({"sandbox.commands": "real"}).sandbox.commands == "real"
     with pytest.raises(ProfileError, match="commands must be one of"):
         load_profile("e2b-like").with_overrides({"sandbox.commands": "both"})
+
+
+async def test_a_pause_ends_real_commands_and_a_resume_keeps_the_files() -> None:
+    """With real commands (bubblewrap, live clock): the paused sandbox's processes end, its files come back."""
+    if not IsolatedShell.available():
+        unavailable("bubblewrap is not installed (apt-get install bubblewrap)")
+    profile = load_profile("e2b-like").with_overrides({"sandbox.commands": "real"})
+    sim = VendorSimulator(profile, seed=0, clock=LoopClock(0.1))
+    try:
+        sb = sim.create(REQ)
+        await _until_running(sb)
+        written = await sim.exec(sb.id, "echo kept > notes.txt && whoami", timeout_s=60.0)
+        assert written.exit_code == 0 and written.stdout == "user\n"
+        box: list[Any] = []
+        sim.exec_start(sb.id, "sleep 600", timeout_s=900.0, on_done=box.append)
+        shell = sim.real_shell
+        assert shell is not None
+        for _ in range(500):
+            if shell.running(sb.id):
+                break
+            await asyncio.sleep(0.01)
+        sim.pause(sb.id)
+        assert len(box) == 1 and isinstance(box[0], SandboxDied)
+        assert shell.running(sb.id) == 0 and not shell.has_holder(sb.id)
+        sim.resume(sb.id)
+        await _until_running(sb)
+        again = await sim.exec(sb.id, "cat notes.txt", timeout_s=60.0)
+        assert again.stdout == "kept\n"
+    finally:
+        sim.close()
+
+
+async def _until_running(sb: SimSandbox) -> None:
+    for _ in range(1000):
+        if sb.status == SandboxStatus.RUNNING:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"sandbox {sb.id} never ran: {sb.status}")
