@@ -315,21 +315,31 @@ def test_published_regime_glm5_trainer_idle_74_to_80_percent(models):
         assert result.filtered_by_acceptance == pytest.approx(0.55, abs=0.03)
 
 
-def test_published_regime_verl_staleness_sweep_25_9_to_17_4_hours(models):
+def test_published_regime_verl_staleness_sweep_fitted_on_two_points_predicts_the_other_two(models):
     """verl's fully-async docs: staleness_threshold 0 -> 0.1 -> 0.3 -> 0.5 took 400 steps in 25.9 -> 20.0 -> 17.3 ->
-    17.4 h. The example's trainer step and generation time are fitted to 0, 0.1 and the plateau, as it says; that the
-    gain stops by 0.3 (s x T >= 1: a whole batch is ahead at each sync) is the model's, not fitted."""
+    17.4 h. The example fits two inputs on two of them (step time to 0.5, generation median to 0; sigma assumed, as
+    it says); 0.1 and 0.3 are predictions, each within 3% of the published figure (1.8% and 0.5% as shipped). That
+    the gain stops by 0.3 (s x T >= 1: a whole batch is ahead at each sync) is the model's, not fitted."""
     config = load_config(EXAMPLES / "rl-verl-fully-async.toml")
     assert config.mode == "verl" and config.trigger_parameter_sync_step == 4 and config.partial_rollout
     published = {0.0: 25.9, 0.1: 20.0, 0.3: 17.3, 0.5: 17.4}  # hours for 400 steps
+    fitted = (0.0, 0.5)
+    rows, errors = [], {}
     for threshold, hours in published.items():
         plan = build_plan(config.with_(staleness_threshold=threshold), vendor(models["clean"]))
         assert plan.concurrency == 1024 and plan.config.create_rate == 10.0  # within Daytona's 10 creates/s
         simulated = simulate(plan)
-        assert simulated.step_time_s * 400 / 3600 == pytest.approx(hours, rel=0.03), threshold
+        want, got = hours * 3600 / 400, simulated.step_time_s
+        errors[threshold] = got / want - 1
+        role = "fitted" if threshold in fitted else "predicted"
+        rows.append(f"{threshold:<10g}{want:>8.1f} s{got:>8.1f} s{errors[threshold]:>+8.1%}   {role}")
         closed = solve(plan)
         assert closed.step_time_s == pytest.approx(simulated.step_time_s, rel=0.08), threshold
         assert closed.holds == (threshold >= 0.25)  # the budget's bubble is an estimate, and says so
+    table = "\n".join([f"{'staleness':<10}{'published':>10}{'model':>10}{'error':>8}", *rows])
+    print("\nverl staleness sweep, s per step (fitted on 0 and 0.5):\n" + table)
+    for threshold, error in errors.items():
+        assert abs(error) <= (0.01 if threshold in fitted else 0.03), table
 
 
 def test_pipelinerl_example_is_bound_by_its_vendors_create_rate(models):
