@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from providers.sim.core.calibration import calibrate, computesdk_stats, render
+from foundation.sandbox_client import CLIENT_DEADLINE_KIND, CLIENTS
+from providers.sim.core.calibration import calibrate, computesdk_stats, load_figures, render, render_sweep, sweep
 from providers.sim.core.experiments import simulate_burst
 from providers.sim.core.profile import profile_names
+from tests.support.commands import stampede
 
 README = Path(__file__).resolve().parents[2] / "providers" / "sim" / "README.md"
 
@@ -36,10 +38,10 @@ def test_computesdk_stats_trim_five_percent_then_nearest_rank() -> None:
 
 
 def test_modal_like_960_shows_both_symptoms_with_retries() -> None:
-    r = simulate_burst("modal-like", 960, seed=0, retries=5, ready_timeout_s=900.0)
-    assert r.attempt_failures["PROVISIONING_TIMEOUT"] >= 0.3 * 960
+    r = simulate_burst("modal-like", 960, seed=0, client=CLIENTS["swe-rex-uni-agent-pre47"])
+    assert r.attempt_failures[CLIENT_DEADLINE_KIND] >= 0.3 * 960  # the client's deadline, not the vendor's
     assert r.startups()[-1] >= 600.0  # tens of minutes, in the same run
-    assert r.failure_rate < 0.05
+    assert r.failure_rate < 0.10  # most start in the end; the rest ran out of the client's 900 s init budget
 
 
 def test_modal_like_starter_quota_via_override() -> None:
@@ -84,3 +86,71 @@ def test_pending_time_is_acceptance_to_placement_and_holds_only_delay_the_termin
     assert free.stats["now"] < 100.0 <= held.stats["now"]  # ... 100 vendor seconds after its command when held
     with pytest.raises(ValueError):
         simulate_burst("ideal", 1, hold_s=-1.0)
+
+
+@pytest.mark.parametrize(
+    ("override", "failing"),
+    [
+        ("boot.congestion_knee=64", "modal-like: burst/p95"),  # 100 at once already past the knee: a slow burst
+        ("boot.congestion_knee=512", "modal-like: burst960/init_failure_rate"),  # 960 no longer collapses
+        ("boot.congestion_exponent=3", "modal-like: burst960-retries/startup_max"),  # no tens-of-minutes startups
+    ],
+)
+def test_calibrate_fails_naming_the_check_when_a_value_is_moved_where_the_public_figures_rule_it_out(
+    override: str, failing: str
+) -> None:
+    done = stampede("calibrate", "modal-like", "--seeds", "2", "--profile-set", override, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("calibration FAILED") and failing in last
+
+
+def test_calibrate_passes_at_the_profiles_own_values() -> None:
+    done = stampede("calibrate", "modal-like", "--seeds", "2", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAILED" not in done.stdout and "| NO |" not in done.stdout
+
+
+def test_every_point_figure_has_a_window_from_the_public_records_own_spread() -> None:
+    """Windows, not a blanket percentage: each public value sits inside its window, every window says where it
+    comes from, and none is the old 'anything from 5% to 100%' for a figure that has a public value."""
+    for name in profile_names():
+        for fig in load_figures(name):
+            assert fig.spread, (name, fig.name)
+            if fig.public is None:
+                continue
+            assert fig.low is not None and fig.high is not None, (name, fig.name)
+            assert fig.low <= fig.public <= fig.high, (name, fig.name)
+            if fig.stat != "success":
+                assert fig.high / fig.low < 12, (name, fig.name)  # a month's spread, not an open door
+
+
+def test_sweep_tabulates_the_960_outcome_and_names_the_failing_checks() -> None:
+    points = sweep("modal-like", "boot.congestion_knee", ["64", "128", "512"], seeds=2)
+    assert [p.value for p in points] == ["64", "128", "512"]
+    assert "burst/p95" in points[0].failing and points[1].failing == []
+    assert points[2].failure_960 < 0.05 < points[1].failure_960  # a knee past 960 leaves nothing to collapse
+    table = render_sweep("modal-like", "boot.congestion_knee", points, 2)
+    assert "| 128 (profile) |" in table and "burst960/init_failure_rate" in table.splitlines()[-1]
+
+
+def test_calibrate_sweep_writes_the_figure(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.png"
+    done = stampede(
+        "calibrate", "modal-like", "--seeds", "1", "--sweep", "boot.congestion_exponent=2,6", "--figure", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 6 (profile) |" in done.stdout
+    bad = stampede("calibrate", "modal-like", "--sweep", "boot.nope=1")
+    assert bad.returncode == 2 and "boot.nope" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_public_trimmed_quantiles_are_printed_beside_stampedes_untrimmed_ones() -> None:
+    """computesdk trims 5% at each end, so its "p99" is about the raw p94: the table compares like for like and
+    shows stampede's own untrimmed quantile of the same runs beside it (on a heavy tail, far above)."""
+    rows = calibrate("modal-like-2026-04", seeds=3)
+    p99 = next(r for r in rows if r.figure.name == "sequential/p99")
+    assert p99.untrimmed is not None and p99.untrimmed > 1.5 * p99.simulated
+    text = render("modal-like-2026-04", rows, 3)
+    assert "| p99 (5% trimmed) |" in text and "| untrimmed |" in text

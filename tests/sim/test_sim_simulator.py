@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from foundation.sandbox_client import CLIENTS
 from providers.sim.core.clock import LoopClock, VirtualClock
 from providers.sim.core.experiments import simulate_burst
 from providers.sim.core.profile import Profile, load_profile
@@ -280,7 +282,9 @@ def test_autoscaling_adds_nodes_after_lag_and_scales_down_when_idle() -> None:
 
 
 def test_startup_deadline_ends_waiting_sandboxes_with_modal_wording() -> None:
-    sim, clock = _sim("modal-like", **{"boot.median_s": 1000.0, "boot.sigma": 0.0, "errors.boot_crash_prob": 0.0})
+    # modal-like leaves the startup deadline to the client (issue #34); a profile that sets one ends the sandbox
+    overrides = {"boot.median_s": 1000.0, "boot.sigma": 0.0, "errors.boot_crash_prob": 0.0, "startup.deadline_s": 299.0}
+    sim, clock = _sim("modal-like", **overrides)
     sb = sim.create(REQ)
     clock.run_until(400)
     assert sb.status is SandboxStatus.ERROR
@@ -411,10 +415,11 @@ async def test_exec_on_a_live_loop_clock() -> None:
 def test_a_burst_replays_the_arrivals_a_live_vendor_saw():
     """The offline burst fed a live run's create arrivals (vendor seconds) is the check on that run: spacing
     them out is what changes the failure rate, and a list that does not fit the burst is refused."""
-    at_once = simulate_burst("modal-like", 300, seed=3)
-    assert simulate_burst("modal-like", 300, seed=3, arrivals_s=[0.0] * 300).samples == at_once.samples
-    spaced = simulate_burst("modal-like", 300, seed=3, spacing_s=0.05)
-    replayed = simulate_burst("modal-like", 300, seed=3, arrivals_s=[i * 0.05 for i in range(300)])
+    client = dataclasses.replace(CLIENTS["swe-rex-uni-agent-pre47"], retries=0)  # its 300 s deadline, no retries
+    at_once = simulate_burst("modal-like", 300, seed=3, client=client)
+    assert simulate_burst("modal-like", 300, seed=3, arrivals_s=[0.0] * 300, client=client).samples == at_once.samples
+    spaced = simulate_burst("modal-like", 300, seed=3, spacing_s=0.05, client=client)
+    replayed = simulate_burst("modal-like", 300, seed=3, arrivals_s=[i * 0.05 for i in range(300)], client=client)
     assert replayed.samples == spaced.samples and replayed.failure_rate < at_once.failure_rate
     with pytest.raises(ValueError, match="arrivals_s"):
         simulate_burst("modal-like", 3, arrivals_s=[0.0, 1.0])

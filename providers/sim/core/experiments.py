@@ -8,6 +8,13 @@ failed attempt is counted in `attempt_failures`, and `startup_s` runs from a rol
 first command, across attempts. A burst can also hold each sandbox for `hold_s` vendor seconds after its first
 command before terminating it, as an RL rollout does while it runs tool calls, so later creates meet a full
 pool; each sample records its PENDING time (`pending_s`: acceptance -> placed on a node, `started_at`).
+
+A `client` (`foundation/sandbox_client.py`: the RL framework's sandbox client) replaces those three knobs with the
+framework's own policy: a semaphore on its sandboxes between create and alive, a deadline from each attempt's
+start (failures `client_startup_deadline`, the client's, never the vendor's), an install step after RUNNING, a
+whole-init budget, retries, and leaks (a failed attempt's sandbox never deleted). Then `startup_s` runs from the
+rollout's arrival (before the semaphore) to its first command. `simulate_closed_loop` is the RL pattern itself:
+each worker runs rollouts back to back, holding each sandbox for an episode.
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ import contextlib
 import functools
 import gc
 import math
-from collections import Counter
+import random
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from foundation.quantiles import nearest_rank
+from foundation.sandbox_client import CLIENT_BUDGET_KIND, CLIENT_DEADLINE_KIND, SandboxClient
 from providers.base import INIT_PHASES
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.profile import Profile
@@ -60,6 +69,8 @@ class BurstResult:
     samples: tuple[BurstSample, ...]
     stats: Mapping[str, Any]
     attempt_failures: Mapping[str, int] = field(default_factory=dict)  # every failed attempt, by kind
+    leaked: int = 0  # sandboxes the client failed to delete (they live on to their lifetime, holding quota)
+    peak_client_starting: int = 0  # the most sandboxes the client had between create and alive at once
 
     def startups(self) -> list[float]:
         """Startup latencies (first create -> interactive, across retries) of the rollouts that got there, sorted."""
@@ -146,7 +157,20 @@ class _ProbeWorkload:
         ready_timeout_s: float = math.inf,
         retry_backoff_s: float = 1.0,
         hold_s: float = 0.0,
+        client: SandboxClient | None = None,
+        seed: int = 0,
     ) -> None:
+        if client is not None:
+            retries, retry_backoff_s = client.retries, client.retry_backoff_s
+            ready_timeout_s = math.inf  # the client's deadline runs from each attempt's start instead
+        self.client = client
+        self.seed = seed
+        self.leaked = 0
+        self._starting: set[int] = set()  # rollouts holding the client's semaphore (create -> alive)
+        self.peak_starting = 0
+        self._waiting: deque[int] = deque()  # rollouts waiting for the semaphore
+        self._draining = False
+        self._attempt_at: dict[int, float] = {}
         self.sim = sim
         self.request = request
         self.probe = probe
@@ -156,25 +180,79 @@ class _ProbeWorkload:
         self.ready_timeout_s = ready_timeout_s
         self.retry_backoff_s = retry_backoff_s
         self.hold_s = hold_s
+        self.hold_for: Callable[[int], float] = lambda index: hold_s  # a rollout's own episode length
         self.samples: dict[int, BurstSample] = {}
         self.attempt_failures: Counter[str] = Counter()
         self._first: dict[int, float] = {}
         self._attempt: dict[int, int] = {}
         self._by_id: dict[str, tuple[int, float]] = {}
+        self._installing: set[str] = set()
         sim.add_listener(self._changed)
 
     def launch(self, index: int) -> None:
         now = self.sim.clock.now()
         self._first.setdefault(index, now)
+        client = self.client
+        if client is not None:
+            if len(self._starting) >= client.max_starting:
+                self._waiting.append(index)  # the client's semaphore: wait for a sandbox of ours to be alive
+                return
+            if now - self._first[index] >= client.init_budget_s:
+                self._attempt[index] = self._attempt.get(index, 0) + 1
+                self._finish(BurstSample(index, now, None, None, CLIENT_BUDGET_KIND, "create", self._attempt[index]))
+                self.attempt_failures[CLIENT_BUDGET_KIND] += 1
+                return
+            self._starting.add(index)
+            self.peak_starting = max(self.peak_starting, len(self._starting))
         self._attempt[index] = self._attempt.get(index, 0) + 1
+        self._attempt_at[index] = now
         try:
             sb = self.sim.create(self.request)
         except Rejected as exc:
             self._fail(index, now, None, str(exc.reason), "create")
             return
         self._by_id[sb.id] = (index, now)
-        if math.isfinite(self.ready_timeout_s):
+        if client is not None:
+            give_up = min(now + client.startup_deadline_s, self._first[index] + client.init_budget_s)
+            if math.isfinite(give_up):
+                self.sim.clock.call_at(give_up, functools.partial(self._client_gives_up, sb))
+        elif math.isfinite(self.ready_timeout_s):
             self.sim.clock.call_at(now + self.ready_timeout_s, functools.partial(self._ready_timeout, sb))
+
+    def _release(self, index: int) -> None:
+        """The rollout's sandbox is alive (or its attempt over): its place in the client's semaphore goes on."""
+        if index in self._starting:
+            self._starting.discard(index)
+            if self._draining:
+                return  # the loop below, further up the stack, hands the place on
+            self._draining = True
+            try:
+                while self._waiting and self.client is not None and len(self._starting) < self.client.max_starting:
+                    self.launch(self._waiting.popleft())
+            finally:
+                self._draining = False
+
+    def _client_gives_up(self, sb: SimSandbox) -> None:
+        """The client's deadline (or its init budget) passed before the sandbox was alive: the client's failure."""
+        entry = self._by_id.get(sb.id)
+        if entry is None or (sb.running_at is not None and sb.id not in self._installing):
+            return  # alive already (its probe runs)
+        del self._by_id[sb.id]
+        self._installing.discard(sb.id)
+        client = self.client
+        assert client is not None
+        index, created = entry
+        now = self.sim.clock.now()
+        out_of_budget = now >= self._first[index] + client.init_budget_s - 1e-9
+        pending = _pending_s(sb)
+        if sb.active:
+            leak = client.leak_prob > 0 and random.Random(f"{self.seed}:leak:{index}:{self._attempt[index]}").random()
+            if client.leak_prob > 0 and leak < client.leak_prob:
+                self.leaked += 1  # never deleted: it runs on to its lifetime, counted against the quota
+            else:
+                self.sim.terminate(sb.id)
+        kind = CLIENT_BUDGET_KIND if out_of_budget else CLIENT_DEADLINE_KIND
+        self._fail(index, created, sb.id, kind, "ready", pending)
 
     def _ready_timeout(self, sb: SimSandbox) -> None:
         entry = self._by_id.get(sb.id)
@@ -197,6 +275,10 @@ class _ProbeWorkload:
     ) -> None:
         self.attempt_failures[failure] += 1
         attempt = self._attempt[index]
+        self._release(index)
+        if failure == CLIENT_BUDGET_KIND:
+            self._finish(BurstSample(index, created, sandbox_id, None, failure, phase, attempt, pending_s=pending_s))
+            return
         if phase in INIT_PHASES and attempt <= self.retries:
             self.sim.clock.call_at(self.sim.clock.now() + self.retry_backoff_s, functools.partial(self.launch, index))
             return
@@ -207,38 +289,58 @@ class _ProbeWorkload:
         if entry is None:
             return
         index, created = entry
-        if sb.status is SandboxStatus.RUNNING and sb.exec_count == 0:
-
-            def done(result: ExecOutcome | BaseException) -> None:
-                now = self.sim.clock.now()
-                self._by_id.pop(sb.id, None)
-                attempt = self._attempt[index]
-                pending = _pending_s(sb)
-                if isinstance(result, ExecOutcome):
-                    startup = now - self._first[index]
-                    sample = BurstSample(index, created, sb.id, now - created, None, None, attempt, startup, pending)
-                elif isinstance(result, SandboxDied):
-                    failure = f"died:{result.error_type}"
-                    sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
-                else:
-                    failure = type(result).__name__
-                    sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
-                if sb.active:
-                    if sample.ok and self.hold_s > 0:
-                        # the rollout keeps its sandbox (tool calls) and only then lets it go
-                        self.sim.clock.call_at(now + self.hold_s, functools.partial(self._release, sb))
-                    else:
-                        self.sim.terminate(sb.id)
-                if sample.failure is not None:
-                    self.attempt_failures[sample.failure] += 1
-                self._finish(sample)
-
-            self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
+        if sb.status is SandboxStatus.RUNNING and sb.exec_count == 0 and sb.id not in self._installing:
+            install_s = self.client.install_s if self.client is not None else 0.0
+            if install_s > 0:  # the client's own step (its in-sandbox server, an install) before alive
+                self._installing.add(sb.id)
+                self.sim.clock.call_at(self.sim.clock.now() + install_s, functools.partial(self._alive, sb))
+                return
+            self._alive(sb)
         elif not sb.active and sb.running_at is None:
             self._by_id.pop(sb.id, None)
             self._fail(index, created, sb.id, sb.error_type or str(sb.status), "ready", _pending_s(sb))
+        elif not sb.active and sb.id in self._installing:
+            self._installing.discard(sb.id)
+            self._by_id.pop(sb.id, None)
+            self._fail(index, created, sb.id, sb.error_type or str(sb.status), "ready", _pending_s(sb))
 
-    def _release(self, sb: SimSandbox) -> None:
+    def _alive(self, sb: SimSandbox) -> None:
+        """The sandbox is usable by the client: its semaphore place goes on, and the probe command runs."""
+        self._installing.discard(sb.id)
+        entry = self._by_id.get(sb.id)
+        if entry is None or not sb.active:
+            return
+        index, created = entry
+        self._release(index)
+
+        def done(result: ExecOutcome | BaseException) -> None:
+            now = self.sim.clock.now()
+            self._by_id.pop(sb.id, None)
+            attempt = self._attempt[index]
+            pending = _pending_s(sb)
+            if isinstance(result, ExecOutcome):
+                startup = now - self._first[index]
+                sample = BurstSample(index, created, sb.id, now - created, None, None, attempt, startup, pending)
+            elif isinstance(result, SandboxDied):
+                failure = f"died:{result.error_type}"
+                sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
+            else:
+                failure = type(result).__name__
+                sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
+            if sb.active:
+                hold = self.hold_for(index)
+                if sample.ok and hold > 0:
+                    # the rollout keeps its sandbox (tool calls) and only then lets it go
+                    self.sim.clock.call_at(now + hold, functools.partial(self._let_go, sb))
+                else:
+                    self.sim.terminate(sb.id)
+            if sample.failure is not None:
+                self.attempt_failures[sample.failure] += 1
+            self._finish(sample)
+
+        self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
+
+    def _let_go(self, sb: SimSandbox) -> None:
         if sb.active:  # it may have ended meanwhile (lifetime)
             self.sim.terminate(sb.id)
 
@@ -284,12 +386,16 @@ def simulate_burst(
     retry_backoff_s: float = 1.0,
     hold_s: float = 0.0,
     arrivals_s: Sequence[float] | None = None,
+    client: SandboxClient | None = None,
+    setup: Callable[[VendorSimulator], None] | None = None,
 ) -> BurstResult:
     """`n` rollouts created at once (or `spacing_s` apart, or at the vendor seconds `arrivals_s` give: a live
     burst's creates as its vendor accepted them) on a VirtualClock, retrying init failures `retries` times (no
     retries by default). Each waits until RUNNING (noticed instantly, or given up after `ready_timeout_s`), runs
     one probe command, keeps the sandbox `hold_s` vendor seconds more (0: none; an RL rollout's tool calls), and
-    terminates it.
+    terminates it. A `client` (the RL framework's sandbox client) replaces `retries`, `ready_timeout_s` and
+    `retry_backoff_s` with its own policy; `setup(sim)` runs before the first rollout (leaked sandboxes of an
+    earlier run, say).
     """
     prof = _load(profile)
     if n < 0:
@@ -310,8 +416,12 @@ def simulate_burst(
         ready_timeout_s=ready_timeout_s,
         retry_backoff_s=retry_backoff_s,
         hold_s=hold_s,
+        client=client,
+        seed=seed,
     )
     with _gc_paused():
+        if setup is not None:
+            setup(sim)
         for i in range(n):
             if arrivals_s is not None:
                 clock.call_at(float(arrivals_s[i]), functools.partial(work.launch, i))
@@ -323,7 +433,67 @@ def simulate_burst(
     stats = sim.stats()
     sim.close()
     samples = tuple(work.samples[i] for i in range(n))
-    return BurstResult(prof.name, n, seed, samples, stats, dict(work.attempt_failures))
+    return BurstResult(prof.name, n, seed, samples, stats, dict(work.attempt_failures), work.leaked, work.peak_starting)
+
+
+def simulate_closed_loop(
+    profile: Profile | str,
+    workers: int,
+    rollouts_per_worker: int,
+    seed: int = 0,
+    *,
+    hold_s: float,
+    hold_spread: float = 0.0,
+    client: SandboxClient | None = None,
+    ramp_s: float = 0.0,
+    start_at_s: float = 0.0,
+    lifetime_s: float = 3600.0,
+    setup: Callable[[VendorSimulator], None] | None = None,
+    probe: str = "echo ready",
+) -> BurstResult:
+    """The RL pattern (uni-agent's): `workers` rollouts in flight, each worker running `rollouts_per_worker`
+    rollouts back to back; a rollout holds its sandbox `hold_s` vendor seconds (its episode; with `hold_spread` s,
+    uniform in hold_s x [1 - s, 1 + s], seeded per rollout, so the waves after the first drift apart) after its first
+    command, and the worker's next rollout asks for a sandbox when the episode ends (at once after a failure).
+    Workers start at `start_at_s`, `ramp_s / workers` apart (0: all at once, the first wave a burst); `setup(sim)`
+    runs first (leaked sandboxes of an earlier run, created before `start_at_s`). Sample index
+    `w * rollouts_per_worker + k` is worker w's k-th rollout; in flight `workers`, creates/s about
+    `workers / (hold_s + startup)`: 960 workers holding 600 s give uni-agent's ~1.6 creates/s.
+    """
+    prof = _load(profile)
+    if workers < 0 or rollouts_per_worker < 1 or not hold_s >= 0 or not ramp_s >= 0 or not start_at_s >= 0:
+        raise ValueError("workers >= 0, rollouts_per_worker >= 1, and hold_s, ramp_s, start_at_s >= 0")
+    if not 0.0 <= hold_spread < 1.0:
+        raise ValueError("hold_spread must be in [0, 1)")
+    clock = VirtualClock()
+    sim = VendorSimulator(prof, seed=seed, clock=clock)
+    req = CreateRequest(image="python:3.12-slim", labels=("stampede-sim-closed-loop",), lifetime_s=lifetime_s)
+
+    def next_one(index: int) -> None:
+        if (index + 1) % rollouts_per_worker == 0:
+            return
+        wait = work.hold_for(index) if work.samples[index].ok else 0.0
+        clock.call_at(clock.now() + wait, functools.partial(work.launch, index + 1))
+
+    work = _ProbeWorkload(sim, req, probe, 60.0, next_one, hold_s=hold_s, client=client, seed=seed)
+    if hold_spread:
+        work.hold_for = lambda index: (
+            hold_s * (1.0 + hold_spread * (2.0 * random.Random(f"{seed}:hold:{index}").random() - 1.0))
+        )
+    with _gc_paused():
+        if setup is not None:
+            setup(sim)
+        for w in range(workers):
+            clock.call_at(
+                start_at_s + (w * ramp_s / workers if ramp_s else 0.0),
+                functools.partial(work.launch, w * rollouts_per_worker),
+            )
+        clock.run()
+    stats = sim.stats()
+    sim.close()
+    n = workers * rollouts_per_worker
+    samples = tuple(work.samples[i] for i in range(n))
+    return BurstResult(prof.name, n, seed, samples, stats, dict(work.attempt_failures), work.leaked, work.peak_starting)
 
 
 def simulate_sequential(

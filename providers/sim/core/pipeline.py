@@ -3,7 +3,9 @@ image (one shared pull per node and image), and boot (the half of the control pl
 
 Boot time = lognormal(median, sigma) x `max(1, n_provisioning / knee) ** exponent` + a load delay, n_provisioning
 counted when the boot starts; a resumed or forked sandbox boots in its `[sandbox]` time instead (`pausing.py`) and
-pulls nothing. Sandboxes that must wait ask the autoscaler (`autoscale.py`) for nodes. How a sandbox ends (and so
+pulls nothing. With a profile `[account]` section the pipeline also serves boots at a bounded rate: at most
+`max_starting` at once and a token bucket of `start_per_s` / `start_burst` on boot starts; a boot that may not
+start yet waits its turn (still PROVISIONING), oldest first. Sandboxes that must wait ask the autoscaler (`autoscale.py`) for nodes. How a sandbox ends (and so
 leaves the pipeline) is the simulator's (`simulator.py`, `_end`).
 """
 
@@ -57,6 +59,13 @@ class StartPipeline:
         self.peak_provisioning = 0
         self._dispatch_timer: TimerHandle | None = None
         self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self.dispatch)
+        # the start pipeline's own throughput (profile [account]): boots holding a start, and those waiting for one
+        self._starting: set[str] = set()
+        self._start_wait: deque[SimSandbox] = deque()
+        self._start_tokens = profile.account.start_burst if profile.account is not None else 0.0
+        self._start_tokens_at = clock.now()
+        self._start_timer: TimerHandle | None = None
+        self.start_waits = 0  # boots that had to wait for the pipeline (a stat)
         for _ in range(profile.pool.initial_nodes):
             self.pool.add(warm=profile.pool.initial_nodes_warm, now=clock.now())
 
@@ -82,6 +91,9 @@ class StartPipeline:
             return
         if phase in (_PULLING, _BOOTING):
             self.n_provisioning -= 1
+        if sb.id in self._starting:
+            self._starting.discard(sb.id)
+            self._release_starts()
         node = self.pool.nodes.get(sb.node) if sb.node is not None else None
         if node is not None:
             self.pool.release_slot(node)
@@ -96,6 +108,8 @@ class StartPipeline:
         """Cancel every pending placement, node arrival, scale-down and pull."""
         if self._dispatch_timer is not None:
             self._dispatch_timer.cancel()
+        if self._start_timer is not None:
+            self._start_timer.cancel()
         self.autoscaler.close()
         for node in list(self.pool.nodes.values()):
             for pull in node.pulls.values():
@@ -174,12 +188,19 @@ class StartPipeline:
                 self._start_boot(sb)
 
     def _start_boot(self, sb: SimSandbox) -> None:
-        spec = self.profile.boot
         now = self.clock.now()
         sb._phase = _BOOTING
         if sb._resuming or sb.fork_of is not None:  # boots in the profile's [sandbox] resume or fork time
             sb._timers.append(self.clock.call_at(now + self._special_boot(sb), lambda: self._boot_done(sb)))
             return
+        if self.profile.account is not None and not self._take_start(sb):
+            self.start_waits += 1
+            self._start_wait.append(sb)  # the pipeline is busy: boots when a start comes free
+            return
+        self._boot(sb, now)
+
+    def _boot(self, sb: SimSandbox, now: float) -> None:
+        spec = self.profile.boot
         n = self.n_provisioning
         congestion = max(1.0, n / spec.congestion_knee) ** spec.congestion_exponent
         draws = Stream(self.seed, "boot", sb.seq)
@@ -203,7 +224,47 @@ class StartPipeline:
         sb._resuming = False
         sb.updated_at = now
         self.n_provisioning -= 1
+        if sb.id in self._starting:
+            self._starting.discard(sb.id)
+            self._release_starts()
         self._notify(sb)
+
+    def _take_start(self, sb: SimSandbox) -> bool:
+        """Hold one of the pipeline's starts for `sb` if one is free now (a concurrency slot and a token)."""
+        account = self.profile.account
+        assert account is not None
+        if len(self._starting) >= account.max_starting:
+            return False
+        if account.start_per_s != float("inf"):
+            now = self.clock.now()
+            self._start_tokens = min(
+                account.start_burst, self._start_tokens + (now - self._start_tokens_at) * account.start_per_s
+            )
+            self._start_tokens_at = now
+            if self._start_tokens < 1.0 - 1e-9:
+                if self._start_timer is None:
+                    wait = (1.0 - self._start_tokens) / account.start_per_s
+                    self._start_timer = self.clock.call_at(now + wait, self._token_came)
+                return False
+            self._start_tokens -= 1.0
+        self._starting.add(sb.id)
+        return True
+
+    def _token_came(self) -> None:
+        self._start_timer = None
+        self._release_starts()
+
+    def _release_starts(self) -> None:
+        """A start came free (a boot ended, a token arrived): boot whoever waits, oldest first."""
+        while self._start_wait:
+            sb = self._start_wait[0]
+            if sb._phase != _BOOTING or sb.id in self._starting:
+                self._start_wait.popleft()  # ended (or paused) while waiting
+                continue
+            if not self._take_start(sb):
+                return
+            self._start_wait.popleft()
+            self._boot(sb, self.clock.now())
 
     def _boot_crash(self, sb: SimSandbox) -> None:
         if sb._phase == _BOOTING:

@@ -3,7 +3,11 @@
 A profile is what makes the simulator "Modal-like" or "Prime-like". Keeping it in TOML (not code) lets a
 user try "Starter account (100)" against "Team (1000)" with one override and lets every number carry its
 provenance: for a field `x`, the string `x_source` says which public source gave it, or
-`"assumption: ..."` and why, when nobody published one.
+`"assumption: ..."` and why, when nobody published one. Beside it `x_label` says what kind of number it is, as
+"<kind>: <why>": `calibrated` (fitted so that a public figure is reproduced; names the `stampede calibrate` checks
+that hold it, `protocol/stat`), `documented` (copied from a vendor's docs or a maintainer's statement; no check
+holds it), `assumed` (no public figure; why this value), or `circular` (set from the very figure the check that
+"holds" it compares with, so passing that check proves nothing). `stampede profiles --provenance` prints them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,16 @@ from providers.sim.core.faults import TransportFaults
 PROFILES_DIR = Path(__file__).with_name("profiles")
 SOURCE_SUFFIX = "_source"
 OVERRIDE_SOURCE = "override: set by the user for this run"
+LABEL_SUFFIX = "_label"
+LABEL_KINDS = ("calibrated", "documented", "assumed", "circular")
+OVERRIDE_LABEL = "assumed: set by the user for this run"
+DEFAULTED_LABEL = "assumed: the simulator's default (the profile has no [{section}] section)"
+
+
+def label_kind(label: str) -> str:
+    """The kind of a provenance label ("calibrated: sequential/p50" -> "calibrated"); "" when malformed."""
+    kind, colon, why = label.partition(":")
+    return kind.strip() if colon and why.strip() and kind.strip() in LABEL_KINDS else ""
 
 
 class ProfileError(Exception):
@@ -162,6 +176,26 @@ class Startup:
 
 
 @dataclass(frozen=True, slots=True)
+class Account:
+    """Account-level mechanisms the public record names (uni-agent PR #47, SkyRL#1194) without giving figures.
+
+    An optional section; without it none applies. `teardown_s`: a terminated sandbox keeps counting against the
+    concurrency quota this long (slow to die). `max_starting`: the start pipeline boots at most this many at
+    once, the rest wait their turn in PENDING. `start_per_s` / `start_burst`: a token bucket on boot starts
+    (queued, never refused: a throughput, unlike `[create_rate]`).
+    """
+
+    teardown_s: float = 0.0
+    max_starting: float = math.inf
+    start_per_s: float = math.inf
+    start_burst: float = math.inf
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "teardown_s")
+        _positive(self, "max_starting", "start_per_s", "start_burst")
+
+
+@dataclass(frozen=True, slots=True)
 class Errors:
     """Injected failures: per create call, per sandbox (crash before ready) and per exec."""
 
@@ -250,7 +284,11 @@ _SECTIONS: dict[str, type] = {
     "exec": Exec,
     "limits": Limits,
 }
-_OPTIONAL_SECTIONS: dict[str, type] = {"resource_pool": ResourcePool, "faults": TransportFaults}
+_OPTIONAL_SECTIONS: dict[str, type] = {
+    "resource_pool": ResourcePool,
+    "faults": TransportFaults,
+    "account": Account,
+}
 """Sections a profile may leave out (None on the Profile: the behaviour is not modelled)."""
 _DEFAULTED_SECTIONS: dict[str, type] = {"sandbox": SandboxSpec}
 """Sections a profile may leave out and still has (their defaults, each number sourced as an assumption)."""
@@ -276,9 +314,11 @@ class Profile:
     limits: Limits
     resource_pool: ResourcePool | None = None
     faults: TransportFaults | None = None
+    account: Account | None = None
     sandbox: SandboxSpec = field(default_factory=SandboxSpec)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)  # dotted field -> "<kind>: <why>"
 
     def numeric_fields(self) -> dict[str, float]:
         """Every numeric setting by dotted name (what a source must accompany)."""
@@ -334,6 +374,7 @@ class Profile:
         """
         profile = self
         sources = dict(self.sources)
+        labels = dict(self.labels)
         for key, raw in overrides.items():
             section, dot, name = key.partition(".")
             if not dot:
@@ -349,6 +390,7 @@ class Profile:
                 else:
                     raise ProfileError(f"unknown profile key {key!r} (use section.field, e.g. quota.max_active)")
                 sources[key] = OVERRIDE_SOURCE
+                labels[key] = OVERRIDE_LABEL
                 continue
             cls = _ALL_SECTIONS.get(section)
             if cls is None:
@@ -367,7 +409,8 @@ class Profile:
                 raise ProfileError(f"override {key}: {exc}") from None
             profile = dataclasses.replace(profile, **{section: new_section})
             sources[key] = OVERRIDE_SOURCE
-        return dataclasses.replace(profile, sources=sources)
+            labels[key] = OVERRIDE_LABEL
+        return dataclasses.replace(profile, sources=sources, labels=labels)
 
 
 def _coerce(raw: Any, typ: Any, key: str, *, parse_strings: bool = False) -> Any:
@@ -407,7 +450,16 @@ def _coerce(raw: Any, typ: Any, key: str, *, parse_strings: bool = False) -> Any
     raise ProfileError(f"{key}: unsupported field type {typ!r}")  # pragma: no cover - programming error
 
 
-def _build_section(cls: type, table: Any, section: str, sources: dict[str, str], where: str) -> Any:
+def _label(raw: Any, key: str) -> str:
+    """A provenance label, checked: "<kind>: <why>" with a known kind and a reason."""
+    if not isinstance(raw, str) or not label_kind(raw):
+        raise ProfileError(f'{key} must be "<kind>: <why>" with kind one of {", ".join(LABEL_KINDS)}, got {raw!r}')
+    return raw
+
+
+def _build_section(
+    cls: type, table: Any, section: str, sources: dict[str, str], where: str, labels: dict[str, str] | None = None
+) -> Any:
     if not isinstance(table, dict):
         raise ProfileError(f"{where}: [{section}] must be a table")
     hints = typing.get_type_hints(cls)
@@ -418,6 +470,11 @@ def _build_section(cls: type, table: Any, section: str, sources: dict[str, str],
             if not isinstance(raw, str):
                 raise ProfileError(f"{where}: {section}.{key} must be a string")
             sources[f"{section}.{key[: -len(SOURCE_SUFFIX)]}"] = raw
+            continue
+        if key.endswith(LABEL_SUFFIX) and key[: -len(LABEL_SUFFIX)] in fields:
+            label = _label(raw, f"{where}: {section}.{key}")
+            if labels is not None:
+                labels[f"{section}.{key[: -len(LABEL_SUFFIX)]}"] = label
             continue
         if key not in fields:
             raise ProfileError(f"{where}: unknown field {section}.{key} (fields of [{section}]: {', '.join(fields)})")
@@ -435,7 +492,9 @@ def _build_section(cls: type, table: Any, section: str, sources: dict[str, str],
 def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str | None = None) -> Profile:
     """Build a Profile from parsed TOML; every problem is one ProfileError line naming the field."""
     sources: dict[str, str] = {}
-    top_known = {"name", "description", "default_time_scale", "default_time_scale" + SOURCE_SUFFIX}
+    labels: dict[str, str] = {}
+    top_known = {"name", "description", "default_time_scale"}
+    top_known |= {"default_time_scale" + SOURCE_SUFFIX, "default_time_scale" + LABEL_SUFFIX}
     for key in data:
         if key not in _ALL_SECTIONS and key not in top_known:
             raise ProfileError(f"{where}: unknown top-level key {key!r} (sections: {', '.join(_ALL_SECTIONS)})")
@@ -450,24 +509,30 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
     ts_source = data.get("default_time_scale" + SOURCE_SUFFIX)
     if ts_source is not None:
         sources["default_time_scale"] = _coerce(ts_source, str, f"{where}: default_time_scale_source")
+    if "default_time_scale" + LABEL_SUFFIX in data:
+        labels["default_time_scale"] = _label(
+            data["default_time_scale" + LABEL_SUFFIX], f"{where}: default_time_scale_label"
+        )
     sections: dict[str, Any] = {}
     for section, cls in _SECTIONS.items():
         if section not in data:
             raise ProfileError(f"{where}: missing section [{section}]")
-        sections[section] = _build_section(cls, data[section], section, sources, where)
+        sections[section] = _build_section(cls, data[section], section, sources, where, labels)
     for section, cls in _OPTIONAL_SECTIONS.items():
         if section in data:
-            sections[section] = _build_section(cls, data[section], section, sources, where)
+            sections[section] = _build_section(cls, data[section], section, sources, where, labels)
     for section, cls in _DEFAULTED_SECTIONS.items():
-        sections[section] = _build_section(cls, data.get(section, {}), section, sources, where)
+        sections[section] = _build_section(cls, data.get(section, {}), section, sources, where, labels)
         for f in dataclasses.fields(cls):
             if isinstance(getattr(sections[section], f.name), (int, float)):
                 sources.setdefault(f"{section}.{f.name}", DEFAULTED_SOURCE.format(section=section))
+                labels.setdefault(f"{section}.{f.name}", DEFAULTED_LABEL.format(section=section))
     return Profile(
         name=name,
         description=description,
         default_time_scale=time_scale,
         sources=sources,
+        labels=labels,
         path=path,
         **sections,
     )

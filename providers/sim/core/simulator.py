@@ -140,6 +140,7 @@ class VendorSimulator:
         self.autoscaler = self._pipeline.autoscaler
         # bookkeeping
         self.ended: Counter[str] = Counter()
+        self.dying = 0  # terminated sandboxes still counted against the quota while they tear down
         self.exec_counts: Counter[str] = Counter()
         self.peak_active = 0
 
@@ -180,7 +181,8 @@ class VendorSimulator:
         now = self.clock.now()
         attempt = self._attempts
         self._attempts += 1
-        active = len(self._active) - self._pausing.count  # a PAUSED sandbox holds no quota (E2B)
+        # a PAUSED sandbox holds no quota (E2B); one terminated but still tearing down does ([account] teardown_s)
+        active = len(self._active) - self._pausing.count + self.dying
         self.admission.admit(req, now, attempt, active=active, no_room=self._pipeline.no_room())
         return self._accept(req, now)
 
@@ -356,6 +358,8 @@ class VendorSimulator:
             "waiting_for_slot": self._pipeline.n_waiting,
             "peak_active": self.peak_active,
             "peak_provisioning": self._pipeline.peak_provisioning,
+            "dying": self.dying,
+            "start_waits": self._pipeline.start_waits,
             "nodes": len(self.pool),
             "nodes_booting": self.pool.booting,
             "free_slots": _finite_or_none(self.pool.free_slots),
@@ -421,7 +425,7 @@ class VendorSimulator:
 
     def _quota_count(self) -> int:
         """The sandboxes the account's concurrency quota counts: every one not ended, but the PAUSED."""
-        return len(self._active) - self._pausing.count
+        return len(self._active) - self._pausing.count + self.dying
 
     def _deadline(self, sb: SimSandbox) -> None:
         if sb._phase in (_QUEUED, _PULLING, _BOOTING):
@@ -450,6 +454,10 @@ class VendorSimulator:
         sb.updated_at = now
         del self._active[sb.id]
         self.admission.hold(sb, -1.0, compute=phase != _PAUSED)
+        teardown_s = self.profile.account.teardown_s if self.profile.account is not None else 0.0
+        if status is SandboxStatus.TERMINATED and teardown_s > 0 and phase != _PAUSED:
+            self.dying += 1  # slow to die: it holds its place in the quota a while longer
+            self.clock.call_at(now + teardown_s, self._died)
         for handle in sb._timers:
             handle.cancel()
         sb._timers.clear()
@@ -470,6 +478,9 @@ class VendorSimulator:
         self._notify(sb)
         if phase not in (_QUEUED, _PAUSED) and self._pipeline.n_waiting > 0:
             self._pipeline.dispatch()  # the freed slot goes to the oldest waiting
+
+    def _died(self) -> None:
+        self.dying -= 1
 
     def _forget(self, sb: SimSandbox) -> bool:
         """Drop an ended sandbox from memory (its truth row is archived by `Retention.prune`)."""
