@@ -1,19 +1,54 @@
 """`stampede calibrate PROFILE`: the public benchmarks' protocols against a simulated vendor, side by side.
 
 The comparison itself lives with the simulator (providers.sim.core.calibration); this module parses, prints and
-sets the exit code (1 when a figure is out of tolerance, so CI can hold a profile to the public record).
+sets the exit code (1 when a figure is out of its window, so CI can hold a profile to the public record; the last
+line names the failing checks). `--profile-set KEY=VALUE` moves one profile value first (what would the public record
+say of it?); `--sweep KEY=V1,V2,...` tabulates the 960 outcome and every check's verdict across values and
+`--figure PATH` draws it.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from providers.sim.core.calibration import SweepPoint
+    from providers.sim.core.profile import Profile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile names or .toml paths (default: all)")
     parser.add_argument("--seeds", type=int, default=None, help="seeded runs per protocol (default: 10)")
+    parser.add_argument(
+        "--profile-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="move one profile value before calibrating (dotted field name, e.g. boot.congestion_knee=64); repeatable",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="tabulate the 960 outcome and every public check over these values of one profile field "
+        "(e.g. boot.congestion_exponent=2,3,4,6,12) or of the 960 protocols' RL client (client.startup_deadline_s, "
+        "client.leak_prob, ...); repeatable; one PROFILE",
+    )
+    parser.add_argument("--figure", type=Path, default=None, metavar="PATH", help="with --sweep: write the PNG here")
+
+
+def _key_value(text: str, flag: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip() or not value.strip():
+        raise UsageError(f"{flag} takes KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,14 +58,86 @@ def run(args: argparse.Namespace) -> int:
     seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
     if seeds < 1:
         raise UsageError("--seeds must be at least 1")
+    overrides = dict(_key_value(text, "--profile-set") for text in args.profile_set)
+    sweeps = [_key_value(text, "--sweep") for text in args.sweep]
+    if args.figure is not None and not sweeps:
+        raise UsageError("--figure draws a sweep: give --sweep KEY=V1,V2,...")
+    if sweeps and len(args.profiles) != 1:
+        raise UsageError("--sweep takes exactly one PROFILE")
     names = args.profiles or profile_names()
-    failed = 0
-    for i, name in enumerate(names):
+    profiles = []
+    for name in names:
         try:
-            profile = load_profile(name)
+            profiles.append(load_profile(name).with_overrides(overrides))
         except ProfileError as exc:
             raise UsageError(str(exc)) from None
+    if sweeps:
+        return _sweep(profiles[0], sweeps, seeds, args.figure)
+    failing: list[str] = []
+    for i, profile in enumerate(profiles):
         rows = calibrate(profile, seeds=seeds)
-        failed += sum(1 for row in rows if not row.ok)
+        failing += [f"{profile.name}: {row.figure.name}" for row in rows if not row.ok]
         print(("\n" if i else "") + render(profile.name, rows, seeds))
-    return 1 if failed else 0
+    if failing:
+        print(f"\ncalibration FAILED ({len(failing)} outside their window): {'; '.join(failing)}")
+    return 1 if failing else 0
+
+
+def _sweep(profile: Profile, sweeps: list[tuple[str, str]], seeds: int, figure: Path | None) -> int:
+    from providers.sim.core.calibration import CLIENT_PREFIX, client_with, render_sweep, sweep
+    from providers.sim.core.profile import ProfileError
+
+    parsed: list[tuple[str, list[str]]] = []
+    for key, raw in sweeps:  # every value checked before the first simulation runs
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        if not values:
+            raise UsageError(f"--sweep {key}= needs at least one value")
+        try:
+            for value in values:
+                if key.startswith(CLIENT_PREFIX):
+                    client_with(key[len(CLIENT_PREFIX) :], value)
+                else:
+                    profile.with_overrides({key: value})
+        except ProfileError as exc:
+            raise UsageError(str(exc)) from None
+        parsed.append((key, values))
+    results: list[tuple[str, list[SweepPoint]]] = []
+    for i, (key, values) in enumerate(parsed):
+        points = sweep(profile, key, values, seeds=seeds)
+        results.append((key, points))
+        print(("\n" if i else "") + render_sweep(profile.name, key, points, seeds))
+    if figure is not None:
+        try:
+            figure.write_bytes(sweep_png(profile.name, results))
+        except OSError as exc:
+            raise UsageError(f"cannot write {figure}: {exc.strerror or exc}") from None
+        print(f"\nfigure: {figure}", file=sys.stderr)
+    return 0
+
+
+def sweep_png(profile_name: str, results: list[tuple[str, list[SweepPoint]]]) -> bytes:
+    """One panel per swept field: the 960 first-attempt failure rate (bars) and the longest startup (line), each
+    value marked by whether every public check passes (filled) or some fail (hatched, named under the axis)."""
+    from harness.results.render.figure_canvas import panels, png_bytes
+
+    fig, axes = panels(len(results), width=6.0, height=3.8)
+    for ax, (key, points) in zip(axes, results, strict=True):
+        xs = list(range(len(points)))
+        failure = [100 * p.failure_960 for p in points]
+        ok = [not p.failing for p in points]
+        bars = ax.bar(xs, failure, color=["tab:blue" if good else "tab:red" for good in ok], alpha=0.75)
+        for bar, good in zip(bars, ok, strict=True):
+            if not good:
+                bar.set_hatch("//")
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("960 init failures (%)")
+        ax.set_xticks(xs, [p.value + ("" if good else "\nfails") for p, good in zip(points, ok, strict=True)])
+        ax.set_xlabel(key)
+        twin = ax.twinx()
+        minutes = [p.startup_max / 60 if not math.isnan(p.startup_max) else math.nan for p in points]
+        twin.plot(xs, minutes, color="black", marker="o", label="longest startup")
+        twin.set_ylabel("960 longest startup (min)")
+        twin.set_ylim(bottom=0)
+        twin.grid(False)
+        ax.set_title(f"{profile_name}: {key} (red: a public check fails)")
+    return png_bytes(fig)

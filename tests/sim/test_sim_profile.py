@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from pathlib import Path
 
 import pytest
 
 from providers.sim.core.clock import LoopClock, VirtualClock
-from providers.sim.core.profile import PROFILES_DIR, Profile, ProfileError, load_profile, profile_names
+from providers.sim.core.profile import PROFILES_DIR, Profile, ProfileError, label_kind, load_profile, profile_names
 
 
 def test_builtin_profiles() -> None:
@@ -35,6 +36,42 @@ def test_every_number_has_a_source(name: str) -> None:
             key,
             source,
         )
+
+
+@pytest.mark.parametrize("name", profile_names())
+def test_every_number_has_a_source_and_a_label(name: str) -> None:
+    """What each number is (calibrated, documented, assumed, circular) sits beside where it came from, for every
+    value of every built-in profile: `stampede profiles --provenance` and the sim README print them."""
+    profile = load_profile(name)
+    numbers = profile.numeric_fields()
+    assert [k for k in numbers if not profile.sources.get(k, "").strip()] == []
+    assert [k for k in numbers if not label_kind(profile.labels.get(k, ""))] == []
+
+
+@pytest.mark.parametrize("name", profile_names())
+def test_a_calibrated_value_names_checks_that_exist_and_a_circular_one_names_its_check(name: str) -> None:
+    from providers.sim.core.calibration import load_figures
+
+    checks = {fig.name for fig in load_figures(name)}
+    for key, label in load_profile(name).labels.items():
+        if label_kind(label) in ("calibrated", "circular"):
+            named = set(re.findall(r"[a-z0-9-]+/[a-z0-9_]+", label))
+            assert named and named <= checks, (key, label, sorted(named - checks))
+
+
+def test_a_label_of_an_unknown_kind_is_one_error_line(tmp_path: Path) -> None:
+    text = (PROFILES_DIR / "ideal.toml").read_text()
+    path = tmp_path / "mine.toml"
+    path.write_text(re.sub(r"(?m)^max_active_label = .*$", 'max_active_label = "measured: by me"', text, count=1))
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert "quota.max_active_label" in _one_line(e) and "calibrated" in _one_line(e)
+    assert (
+        load_profile("modal-like")
+        .with_overrides({"quota.max_active": 100})
+        .labels["quota.max_active"]
+        .startswith("assumed: set by the user")
+    )
 
 
 def test_load_by_path(tmp_path: Path) -> None:
@@ -148,3 +185,17 @@ async def test_loop_clock_scales_vendor_time() -> None:
     assert clock.wall(clock.now()) == pytest.approx(__import__("time").time(), abs=0.5)
     with pytest.raises(ValueError):
         LoopClock(0)
+
+
+def test_profiles_provenance_lists_every_value_with_its_label() -> None:
+    from tests.support.commands import stampede
+
+    done = stampede("profiles", "--provenance", "prime-like")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| field")]
+    assert len(rows) == len(load_profile("prime-like").numeric_fields())
+    lag = next(row for row in rows if row.startswith("| pool.scale_up_lag_s | 120 | circular:"))
+    assert "115 s" in lag  # the figure it was set from, which its check compares with
+    assert "1 circular" in done.stdout.splitlines()[0]
+    bad = stampede("profiles", "--provenance", "nope")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown profile 'nope'" in bad.stderr
