@@ -10,11 +10,14 @@ Routes (API key in `X-API-KEY`, checked by the server's middleware):
   does not start within the profile's deadline 504 `sandbox_placement_timeout`; one that fails to start (boot
   crash, image) or is killed while starting 500 `sandbox_create_failed`; bad input 400. Placement failures
   begin "Failed to place sandbox", as E2B's do.
-- `GET /v2/sandboxes` lists by `metadata` (percent-encoded pairs, form-encoded), `state`, `order`, `limit`,
+- `GET /v2/sandboxes` lists by `metadata` (percent-encoded pairs, form-encoded), `state` (running, paused),
+  `template`, `startedAfter` / `startedBefore`, newest first unless `order=asc` (the API's default), `limit`,
   `nextToken`; the next page's token comes back in `X-Next-Token`.
 - `GET /sandboxes/{id}` (`SandboxDetail`), `DELETE /sandboxes/{id}` (204), `POST /sandboxes/{id}/timeout`
   (204: the timeout restarts from now, shorter or longer), `POST /v2/sandboxes/{id}/connect` (200 `Sandbox`;
-  a timeout only ever lengthens the sandbox's life); a sandbox that ended or never existed is 404.
+  a timeout only ever lengthens the sandbox's life; a paused sandbox resumes: 201 once it runs again); a sandbox
+  that ended or never existed is 404. A create whose template is a snapshot's id or name starts from a copy of
+  its files. Pause, resume, snapshots, fork and metrics: saved_state.py.
 - `GET /api/v1/_stampede/truth`, `/api/v1/_stampede/stats` (Bearer API key): the simulator's own record.
 - `GET /openapi.json` (no key): these routes described (openapi.py), with the served profile's timeout limit.
 
