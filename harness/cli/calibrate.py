@@ -130,7 +130,7 @@ def sweep_png(profile_name: str, results: list[tuple[str, list[SweepPoint]]]) ->
             if not good:
                 bar.set_hatch("//")
         ax.set_ylim(0, 100)
-        ax.set_ylabel("960 init failures (%)")
+        ax.set_ylabel("960 first attempts failed (%)")
         ax.set_xticks(xs, [p.value + ("" if good else "\nfails") for p, good in zip(points, ok, strict=True)])
         ax.set_xlabel(key)
         twin = ax.twinx()

@@ -154,3 +154,19 @@ def test_public_trimmed_quantiles_are_printed_beside_stampedes_untrimmed_ones() 
     assert p99.untrimmed is not None and p99.untrimmed > 1.5 * p99.simulated
     text = render("modal-like-2026-04", rows, 3)
     assert "| p99 (5% trimmed) |" in text and "| untrimmed |" in text
+
+
+def test_readme_sweep_tables_and_provenance_counts_are_the_generators_output() -> None:
+    """providers/sim/README.md's sensitivity tables come from the command it shows (figure included)."""
+    from harness.cli.profiles import provenance_table
+    from providers.sim.core.profile import load_profile
+
+    text = README.read_text()
+    command = re.search(r"^stampede calibrate modal-like --seeds 3 (--sweep .*?) --figure (\S+)", text, re.M)
+    assert command, "the README shows the sweep command"
+    assert (README.parent.parent.parent / command.group(2)).is_file()
+    for key, values in re.findall(r"--sweep (\S+?)=(\S+)", command.group(1)):
+        points = sweep("modal-like", key, values.split(","), seeds=3)
+        assert render_sweep("modal-like", key, points, 3) in text, f"regenerate the {key} sweep (see the README)"
+    for name in profile_names():
+        assert provenance_table(load_profile(name)).splitlines()[0] in text, f"regenerate {name}'s provenance count"
