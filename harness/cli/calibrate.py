@@ -116,8 +116,9 @@ def _sweep(profile: Profile, sweeps: list[tuple[str, str]], seeds: int, figure: 
 
 
 def sweep_png(profile_name: str, results: list[tuple[str, list[SweepPoint]]]) -> bytes:
-    """One panel per swept field: the 960 first-attempt failure rate (bars) and the longest startup (line), each
-    value marked by whether every public check passes (filled) or some fail (hatched, named under the axis)."""
+    """One panel per swept field: the 960 first-attempt failure rate (bars), the rollouts still failed after the
+    client's retries (dashed) and the longest startup (black, right axis), each value marked by whether every public
+    check passes (blue) or some fail (red, hatched, "fails" under the axis)."""
     from harness.results.render.figure_canvas import panels, png_bytes
 
     fig, axes = panels(len(results), width=6.0, height=3.8)
@@ -129,8 +130,11 @@ def sweep_png(profile_name: str, results: list[tuple[str, list[SweepPoint]]]) ->
         for bar, good in zip(bars, ok, strict=True):
             if not good:
                 bar.set_hatch("//")
+        after = [100 * p.failed_960 for p in points]
+        ax.plot(xs, after, color="tab:orange", marker="x", linestyle="--", label="failed after retries (%)")
+        ax.legend(loc="upper left", fontsize=8)
         ax.set_ylim(0, 100)
-        ax.set_ylabel("960 first attempts failed (%)")
+        ax.set_ylabel("960 first attempts failed (bars, %)")
         ax.set_xticks(xs, [p.value + ("" if good else "\nfails") for p, good in zip(points, ok, strict=True)])
         ax.set_xlabel(key)
         twin = ax.twinx()

@@ -142,8 +142,14 @@ def test_calibrate_sweep_writes_the_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 6 (profile) |" in done.stdout
-    bad = stampede("calibrate", "modal-like", "--sweep", "boot.nope=1")
-    assert bad.returncode == 2 and "boot.nope" in bad.stderr and "Traceback" not in bad.stderr
+    for args, said in [
+        (("modal-like", "--sweep", "boot.nope=1"), "boot.nope"),
+        (("modal-like", "--sweep", "client.nope=1"), "unknown client field 'nope'"),
+        (("modal-like", "e2b-like", "--sweep", "quota.max_active=1"), "exactly one PROFILE"),
+        (("modal-like", "--figure", str(out)), "--figure draws a sweep"),
+    ]:
+        bad = stampede("calibrate", *args)
+        assert bad.returncode == 2 and said in bad.stderr and bad.stderr.count("\n") == 1, (args, bad.stderr)
 
 
 def test_public_trimmed_quantiles_are_printed_beside_stampedes_untrimmed_ones() -> None:
