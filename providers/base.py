@@ -15,13 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 7  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+CONTRACT_VERSION = 8  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
 # 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run); 5: from_options is a
 # classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options);
 # 6: an engine's sandboxes also carry its process's INVOCATION_LABEL, and `list_owned(run, engine)` means this
 # invocation's engine (two runs given one --run-id never sweep each other's sandboxes); 7: optional file and
 # snapshot steps `upload_file`, `download_file` (FileNotFoundError for a missing file), `snapshot` (an image name
-# `create` accepts as `SandboxSpec.image`), each raising `UnsupportedFeature` where the adapter has none
+# `create` accepts as `SandboxSpec.image`), each raising `UnsupportedFeature` where the adapter has none; 8: the kind
+# `client_startup_deadline` (the RL client's own startup deadline, `foundation/sandbox_client.py`: set by the engine,
+# never returned by an adapter's `classify`)
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
@@ -47,6 +49,7 @@ class FailureKind(enum.StrEnum):
     DIED_BEFORE_READY = "died_before_ready"
     IMAGE = "image"
     CREATE_ERROR = "create_error"  # other vendor error on create
+    CLIENT_STARTUP_DEADLINE = "client_startup_deadline"  # the RL client gave up (its deadline), not the vendor
     EXEC_ERROR = "exec_error"
     EXEC_TIMEOUT = "exec_timeout"
     DIED_DURING_EXEC = "died_during_exec"
@@ -67,6 +70,7 @@ INIT_FAILURE_KINDS: frozenset[FailureKind] = frozenset(
         FailureKind.DIED_BEFORE_READY,
         FailureKind.IMAGE,
         FailureKind.CREATE_ERROR,
+        FailureKind.CLIENT_STARTUP_DEADLINE,
     }
 )
 """Kinds that mean the sandbox never became usable: what RL users call init failures."""

@@ -3,17 +3,26 @@
 Runs inside the engine's plain asyncio loop. Every duration comes from the monotonic clock; the rollout has
 one wall-clock anchor (`t_submit`). The sandbox is always terminated, even when the rollout is cancelled
 mid-phase: a load test that leaks sandboxes costs users money and fills their account quota.
+
+With an RL client in the plan (`--client`, `foundation/sandbox_client.py`) the rollout plays that client around
+the provider: it holds the engine's STARTING semaphore from create to alive (the wait counts in the create phase,
+as the framework sees it), gives up when its startup deadline (from its own start, minus what the create took)
+or its init budget passes (`client_startup_deadline`: the client's failure, never the vendor's), runs the
+client's install step before alive, and may leave a failed start's sandbox behind (`leak_prob`; the engine's
+end-of-run sweep still reaps it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from foundation.sandbox_client import SandboxClient
 from harness.engine.outage_gate import OutageGate
 from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
@@ -39,6 +48,9 @@ class RolloutContext:
     # the emulated trainer's weight updates that pause inference: (paused s within [t0, t1], end of one under way)
     inference_pauses: Callable[[float, float], tuple[float, float | None]] | None = None
     outage: OutageGate | None = None  # the engine's backoff while the vendor refuses connections
+    client: SandboxClient | None = None  # the RL framework's client played around the provider (None: none)
+    starting: asyncio.Semaphore | None = None  # the client's semaphore on sandboxes between create and alive
+    give_up_at: float | None = None  # monotonic: the end of the client's init budget (over every attempt)
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
@@ -112,6 +124,8 @@ class _Rollout:
         return time.monotonic() - self.t0
 
     def classify(self, exc: BaseException, phase: Phase) -> FailureKind:
+        if isinstance(exc, ClientStartupDeadline):
+            return FailureKind.CLIENT_STARTUP_DEADLINE  # the client's own, whatever the adapter would say
         try:
             return FailureKind(self.provider.classify(exc, phase))
         except Exception:  # a broken classifier is our bug, never a crash
@@ -159,7 +173,31 @@ class _Rollout:
         self.record.error = short_error(exc, self.ctx.secrets)
 
     async def lifecycle(self) -> None:
+        starting = self.ctx.starting
+        async with starting if starting is not None else contextlib.nullcontext():
+            await self.start_sandbox()
+        self.phase = Phase.EXEC
+        await self.episode()
+
+    def client_deadline(self) -> float:
+        """Seconds since t0 by which the client must see the sandbox alive (inf without a client deadline)."""
+        client, scale = self.ctx.client, self.plan.time_scale
+        deadline = float("inf") if client is None else self.elapsed() + client.startup_deadline_s * scale
+        if self.ctx.give_up_at is not None:
+            deadline = min(deadline, self.ctx.give_up_at - self.t0)
+        return deadline
+
+    def give_up(self, deadline: float) -> ClientStartupDeadline:
+        """The client's failure, in its own words (SWE-ReX counts the seconds left after the create)."""
+        client = self.ctx.client
+        left = max(0.0, deadline - (self.record.create_s or 0.0)) / self.plan.time_scale
+        text = client.message(left) if client is not None else f"init budget spent ({left:.0f}s left)"
+        return ClientStartupDeadline(f"client {client.name if client else 'none'}: {text}")
+
+    async def start_sandbox(self) -> None:
+        """create -> ready (-> the client's install step): the sandbox is alive, or the attempt failed."""
         plan, record = self.plan, self.record
+        deadline = self.client_deadline()
         spec = sandbox_spec(plan, self.ctx.identity.run_id, self.ctx.identity.rollout_id, self.ctx.identity.worker)
         self.phase = Phase.CREATE
         create: Awaitable[SandboxRef]
@@ -178,15 +216,30 @@ class _Rollout:
 
         self.phase = Phase.READY
         ready_start = self.elapsed()
-        observation = await self.timed(
-            "wait_ready", Phase.READY, self.provider.wait_ready(self.ref, plan.ready_timeout_s), plan.ready_timeout_s
-        )
+        budget = min(plan.ready_timeout_s, deadline - ready_start)
+        if budget <= 0:
+            raise self.give_up(deadline)
+        try:
+            observation = await self.timed(
+                "wait_ready", Phase.READY, self.provider.wait_ready(self.ref, budget), budget
+            )
+        except Exception as exc:
+            if budget < plan.ready_timeout_s and self.classify(exc, Phase.READY) is FailureKind.READY_TIMEOUT:
+                raise self.give_up(deadline) from exc
+            raise
+        install_s = self.ctx.client.install_s * plan.time_scale if self.ctx.client is not None else 0.0
+        if install_s > 0:  # the client's own step (its in-sandbox server, an install) before it calls it alive
+            await asyncio.sleep(install_s)
+            if self.elapsed() > deadline:
+                raise self.give_up(deadline)
         record.ready_s = self.elapsed() - ready_start
         if observation is not None:
             record.ready_poll_s = observation.poll_window_s
             record.ready_probe_s = observation.probe_ready_s
 
-        self.phase = Phase.EXEC
+    async def episode(self) -> None:
+        """The commands, then the agentic turns and the reward command, on a live sandbox."""
+        plan, record = self.plan, self.record
         for argv in plan.commands:
             await self.run_command(argv)
         turns = plan.turns if plan.turns_max is None else self.rng.randint(plan.turns, plan.turns_max)
@@ -237,6 +290,14 @@ class _Rollout:
         if self.ref is None:
             return
         ref = self.ref
+        client = self.ctx.client
+        if (
+            client is not None
+            and client.leak_prob > 0
+            and self.record.failure_phase in (str(Phase.CREATE), str(Phase.READY))
+            and self.rng.random() < client.leak_prob
+        ):
+            return  # the client failed to delete it: it holds the account's quota until the end-of-run sweep
         start = self.elapsed()
         try:
             await self.timed("terminate", Phase.TERMINATE, self.provider.terminate(ref), self.plan.terminate_timeout_s)
@@ -287,6 +348,10 @@ async def run_rollout(
         return await rollout.run()
     except asyncio.CancelledError:
         raise RolloutCancelled(rollout.record) from None
+
+
+class ClientStartupDeadline(Exception):
+    """The RL client gave up on a start (its deadline or init budget): recorded `client_startup_deadline`."""
 
 
 class RolloutCancelled(Exception):

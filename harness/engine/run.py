@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections import Counter, deque
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.quantiles import nearest_rank
+from foundation.sandbox_client import client_named
 from harness.engine.health import LoopHealth
 from harness.engine.outage_gate import OutageGate
 from harness.engine.paced_cancel import CancelPacer
@@ -68,6 +70,13 @@ class EngineRun:
         )
         self.hurried = asyncio.Event()  # set by an abort: the drain gives rollouts no grace
         self.outage = OutageGate()  # one backoff for every create while the vendor refuses connections
+        # the RL framework's client played around the provider (--client): its semaphore is this engine's
+        self.client = client_named(self.plan.client) if self.plan.client != "none" else None
+        self.starting = (
+            asyncio.Semaphore(int(self.client.max_starting))
+            if self.client is not None and math.isfinite(self.client.max_starting)
+            else None
+        )
         self.registry = SandboxRegistry(on_add=self._sandbox_acknowledged)
         self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
         self.cancels = CancelPacer()
@@ -168,6 +177,9 @@ class EngineRun:
             loop_lag=self.health.lag_since,
             outage=self.outage,
             inference_pauses=self.trainer.inference_pauses if self.trainer and self.trainer.pauses_inference else None,
+            client=self.client,
+            starting=self.starting,
+            give_up_at=self._budget_end(),
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task
@@ -180,6 +192,7 @@ class EngineRun:
         generator's retry policy would; each attempt is its own row, numbered by `attempt`.
         """
         outcome = "cancelled"  # what the rollout came to, for the emulated trainer
+        backoff_s = self.plan.retry_backoff_s * self.plan.time_scale
         try:
             while True:
                 record = await self._attempt(ctx)
@@ -187,12 +200,14 @@ class EngineRun:
                 outcome = record.outcome
                 if not self._retryable(record) or ctx.identity.attempt > self.plan.retries:
                     return record
+                if ctx.give_up_at is not None and time.monotonic() + backoff_s >= ctx.give_up_at:
+                    return record  # the client's init budget is spent: no attempt left to make
                 identity = dataclasses.replace(
                     ctx.identity, attempt=ctx.identity.attempt + 1, inflight_at_submit=self.inflight
                 )
                 ctx = dataclasses.replace(ctx, identity=identity)
                 self._write_ahead(identity)
-                await asyncio.sleep(self.plan.retry_backoff_s * self.plan.time_scale)
+                await asyncio.sleep(backoff_s)
         finally:
             rollout_id = ctx.identity.rollout_id
             self.tasks.pop(rollout_id, None)
@@ -216,6 +231,12 @@ class EngineRun:
             record.outcome, record.failure_kind, record.failure_phase = OUTCOME_FAILED, "harness", "create"
             record.error = short_error(exc, self.secrets)
             return record
+
+    def _budget_end(self) -> float | None:
+        """Monotonic end of the client's init budget for a rollout submitted now (None: no budget)."""
+        if self.client is None or not math.isfinite(self.client.init_budget_s):
+            return None
+        return time.monotonic() + self.client.init_budget_s * self.plan.time_scale
 
     def _write_ahead(self, identity: RolloutIdentity) -> None:
         """The attempt on disk before its first vendor call: its identity (the run's part is each segment's header)."""

@@ -7,6 +7,7 @@ the harness uses, and is where bad values become one clear error line.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from foundation.converters import (
     integer,
     positive_finite_float,
 )
+from foundation.sandbox_client import CLIENTS, client_named
 from harness.errors import UsageError
 from harness.locust.run_folder import check_run_id
 from harness.locust.setting_values import (
@@ -70,6 +72,14 @@ def default_profile(provider: str) -> str:
 
 
 _LOCUST_ONLY_KEYWORDS = ("include_in_web_ui", "is_secret", "is_required", "is_multiple")
+
+
+def _client_preset(text: str) -> str:
+    """`--client`: a preset name of `foundation/sandbox_client.py`."""
+    name = str(text).strip()
+    if name not in CLIENTS:
+        raise argparse.ArgumentTypeError(f"unknown client {name!r} (clients: {', '.join(CLIENTS)})")
+    return name
 
 
 def add_arguments(parser: Any, *, locust: bool = True) -> None:
@@ -297,6 +307,15 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         help="seconds between attempts",
     )
     add(
+        "--client",
+        type=_client_preset,
+        default="none",
+        env_var="STAMPEDE_CLIENT",
+        help=f"the RL framework's sandbox client the engine plays around the provider ({', '.join(CLIENTS)}): its "
+        "startup deadline (failures client_startup_deadline), STARTING semaphore (per engine), install step, init "
+        "budget and leaks; its retries and backoff replace --retries and --retry-backoff",
+    )
+    add(
         "--tool-time",
         default=None,
         env_var="STAMPEDE_TOOL_TIME",
@@ -460,6 +479,7 @@ class RunSettings:
             raise UsageError("--burst-steps must be a positive whole number")
         check_users_and_rate(get("num_users"), get("spawn_rate"))
         turns, turns_max = parse_turns(get("turns", "0") or "0")
+        client = client_named(str(get("client") or "none"))
         plan = RolloutPlan(
             commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
             turns=turns,
@@ -469,8 +489,13 @@ class RunSettings:
             tool_time=get("tool_time") or None,
             reward_command=parse_argv(get("reward_command"), "reward-command"),
             rollout_timeout_s=get("rollout_timeout"),
-            retries=int(get("retries", 0) or 0),
-            retry_backoff_s=float(get("retry_backoff", 1.0) if get("retry_backoff") is not None else 1.0),
+            retries=int(get("retries", 0) or 0) if client.name == "none" else client.retries,
+            retry_backoff_s=(
+                float(get("retry_backoff", 1.0) if get("retry_backoff") is not None else 1.0)
+                if client.name == "none"
+                else client.retry_backoff_s
+            ),
+            client=client.name,
             seed=int(get("seed") or 0),
             create_timeout_s=float(get("create_timeout")),
             ready_timeout_s=float(get("ready_timeout")),

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from foundation.sandbox_client import client_named
 from harness.errors import UsageError
 from harness.wire.durations import Distribution
 from providers.base import DEFAULT_LIFETIME_S
@@ -68,6 +69,9 @@ class RolloutPlan:
     rollout_timeout_s: float | None = None  # one deadline for the whole rollout
     retries: int = 0  # init failures (create/ready) are retried this many times, each attempt its own row
     retry_backoff_s: float = 1.0
+    # the RL framework's sandbox client the engine plays around the provider (foundation/sandbox_client.py): its
+    # startup deadline, STARTING semaphore, install step, init budget and leaks; "none": the vendor seen directly
+    client: str = "none"
     time_scale: float = 1.0  # generation time plays at the simulated vendor's time scale
     seed: int = 0
 
@@ -85,6 +89,7 @@ class RolloutPlan:
             raise UsageError("rollout_timeout_s must be positive")
         if not self.time_scale > 0:
             raise UsageError("time_scale must be positive")
+        client_named(self.client)
         Distribution.parse(self.gen_time)
         if self.tool_time is not None:
             Distribution.parse(self.tool_time)

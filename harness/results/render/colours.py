@@ -16,6 +16,7 @@ FAILURE_KIND_COLOURS: dict[str, str] = {
     "died_before_ready": "#e377c2",  # pink
     "image": "#bcbd22",  # olive
     "create_error": "#17becf",  # cyan
+    "client_startup_deadline": "#637939",  # dark olive: the RL client's deadline, not the vendor's
     # after the sandbox was usable: blues and light tones
     "exec_error": "#1f77b4",  # blue
     "exec_timeout": "#6baed6",  # light blue
