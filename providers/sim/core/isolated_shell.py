@@ -12,8 +12,8 @@ The layout, per sandbox (started on its first real command, so a load test with 
   the sandbox's init: background jobs outlive the command that started them (`nohup job &`, Prime's
   `start_background_job`), and stopping the holder (the sandbox ended, paused or the simulator closed) takes
   every process of the sandbox with it (the kernel kills a PID namespace whose init dies);
-- each command: `nsenter` into the holder's namespaces as the tree's user (uid/gid 1000 `user` on E2B and
-  Daytona, 0 elsewhere), `env -i` (HOME, USER, LOGNAME, SHELL, PATH and the caller's env), `setsid` (its own
+- each command: `nsenter` into the holder's namespaces as the tree's user (uid/gid 1000: `user` on E2B,
+  `daytona` on Daytona; 0 elsewhere), `env -i` (HOME, USER, LOGNAME, SHELL, PATH and the caller's env), `setsid` (its own
   session and process group, the pty as its controlling terminal when asked), `prlimit --as` (the memory
   limit) and `bash -c COMMAND` in `cwd`.
 

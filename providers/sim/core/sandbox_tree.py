@@ -35,7 +35,8 @@ class SandboxPathError(OSError):
 
 @dataclass(frozen=True, slots=True)
 class SandboxUser:
-    """Who commands run as, and where they start: `user` in `/home/user` on E2B and Daytona, `root` elsewhere."""
+    """Who commands run as, and where they start: `user` in `/home/user` on E2B, `daytona` in `/home/daytona` on
+    Daytona, `root` in `/root` elsewhere."""
 
     name: str = "user"
     uid: int = 1000
