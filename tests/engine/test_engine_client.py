@@ -70,3 +70,41 @@ def test_the_clients_deadline_fails_starts_as_the_clients_and_retries_them(tmp_p
     truth = load_truth(run_dir)
     assert "PROVISIONING_TIMEOUT" not in set(truth["error_type"].dropna())  # the vendor never gave up on a start
     assert set(truth["status"]) == {"TERMINATED"}  # the client deleted what it gave up on
+
+
+@pytest.mark.slow
+def test_a_leaky_client_leaves_failed_starts_holding_the_cap_until_the_sweep(tmp_path: Path) -> None:
+    """SkyRL#1194: the client never deletes a start it gave up on, so its retries meet a full account."""
+    run_dir = _run(
+        tmp_path,
+        "--scenario",
+        "burst",
+        "--users",
+        "6",
+        "--burst-steps",
+        "1",
+        "--profile",
+        "modal-like",
+        "--profile-set",
+        "boot.median_s=1000",
+        "--profile-set",
+        "boot.sigma=0",
+        "--profile-set",
+        "errors.boot_crash_prob=0",
+        "--profile-set",
+        "errors.create_transient_prob=0",
+        "--profile-set",
+        "quota.max_active=8",
+        "--time-scale",
+        "0.01",
+        "--client",
+        "skyrl",
+    )
+    rows = load_rollouts(run_dir).sort_values(["rollout_id", "attempt"])
+    first = rows[rows["attempt"] == 1]
+    assert set(first["failure_kind"]) == {"client_startup_deadline"}  # 600 s, then left running (leaked)
+    # six leaked starts hold 6 of the 8 places: of the six retries only two get in, the rest meet the cap
+    assert (rows["failure_kind"] == "quota_exhausted").sum() >= 4
+    truth = load_truth(run_dir)
+    assert len(truth) == 8  # never more than the cap: the leaked ones were still there
+    assert set(truth["status"]) == {"TERMINATED"}  # and the engine's end-of-run sweep reaped them
