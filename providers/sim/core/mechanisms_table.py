@@ -159,11 +159,16 @@ def _combine(name: str, parts: Sequence[Mechanism]) -> Mechanism:
 
 
 def rows_to_run() -> tuple[Mechanism, ...]:
-    """Each mechanism alone, the public ones together, and all together."""
+    """Each mechanism alone, the public ones together, the power law with leaks, and all together."""
     by_name = {m.name: m for m in MECHANISMS}
     public = _combine("public ones together", [by_name[n] for n in PUBLIC])
+    # uni-agent's own story: starts that fail are leaked (its teardown bug), and the leaks fill the account
+    snowball = _combine(
+        "congestion power law + client leaks",
+        [by_name["congestion power law"], by_name["client leaks failed attempts"]],
+    )
     every = _combine("all together", [m for m in MECHANISMS if m.name != "none"])
-    return (*MECHANISMS, public, every)
+    return (*MECHANISMS, public, snowball, every)
 
 
 def run_one(
