@@ -54,12 +54,16 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.docker_files", "adapters"),
     ("providers.e2b", "adapters"),
     ("providers.daytona", "adapters"),
+    ("providers.coreweave", "adapters"),
+    ("providers.agent_sandbox", "adapters"),
     ("providers.sim", "sim-core"),
     ("providers.sim.core", "sim-core"),
     ("providers.sim.prime", "sim-fronts"),
     ("providers.sim.modal", "sim-fronts"),
     ("providers.sim.e2b", "sim-fronts"),
     ("providers.sim.daytona", "sim-fronts"),
+    ("providers.sim.coreweave", "sim-fronts"),
+    ("providers.sim.agent_sandbox", "sim-fronts"),
 )
 
 # The ground floor (quantiles, the --help formatter, open-file and collector tuning): every room may import it,
@@ -113,8 +117,17 @@ SEPARATE_FAMILIES: dict[str, tuple[str, ...]] = {
         "providers.docker",
         "providers.e2b",
         "providers.daytona",
+        "providers.coreweave",
+        "providers.agent_sandbox",
     ),
-    "sim-fronts": ("providers.sim.prime", "providers.sim.modal", "providers.sim.e2b", "providers.sim.daytona"),
+    "sim-fronts": (
+        "providers.sim.prime",
+        "providers.sim.modal",
+        "providers.sim.e2b",
+        "providers.sim.daytona",
+        "providers.sim.coreweave",
+        "providers.sim.agent_sandbox",
+    ),
 }
 
 
