@@ -22,6 +22,10 @@ PROVIDERS: dict[str, str] = {
     "modal": "providers.modal:ModalProvider",
     "e2b": "providers.e2b:E2BProvider",
     "daytona": "providers.daytona:DaytonaProvider",
+    "agent-sandbox": "providers.agent_sandbox:AgentSandboxProvider",
+    "runloop": "providers.runloop:RunloopProvider",
+    "vercel": "providers.vercel:VercelProvider",
+    "coreweave": "providers.coreweave:CoreWeaveProvider",
 }
 """Provider name -> `module:class`. The `stub` provider is the embedded default."""
 
@@ -31,6 +35,10 @@ LOCAL_VENDORS: dict[str, str] = {
     "modal": "providers.sim.modal.serve",
     "e2b": "providers.sim.e2b.serve",
     "daytona": "providers.sim.daytona.serve",
+    "agent-sandbox": "providers.sim.agent_sandbox.serve",
+    "runloop": "providers.sim.runloop.serve",
+    "vercel": "providers.sim.vercel.serve",
+    "coreweave": "providers.sim.coreweave.serve",
 }
 """Provider name -> the module serving its simulated vendor (`--local`), wire-compatible with the real one."""
 
@@ -44,7 +52,16 @@ def sim_profile_names() -> list[str]:
     return sorted(p.stem for p in SIM_PROFILES_DIR.glob("*.toml"))
 
 
-SDK_EXTRAS: dict[str, str] = {"prime": "prime", "modal": "modal", "e2b": "e2b", "daytona": "daytona"}
+SDK_EXTRAS: dict[str, str] = {
+    "prime": "prime",
+    "modal": "modal",
+    "e2b": "e2b",
+    "daytona": "daytona",
+    "vercel": "vercel",
+    "runloop": "runloop",
+    "coreweave": "coreweave",
+    "agent-sandbox": "agent-sandbox",
+}
 """Provider name -> the pip extra (pyproject.toml) installing its SDK, which its adapter and, for `modal` (the SDK's
 `modal_proto`), its simulated vendor import. `stub` and `docker` need none: `pip install stampede` runs them."""
 

@@ -63,7 +63,15 @@ DEFAULT_OUT = "results"
 DEFAULT_SPAWN_RATE = 100.0  # users a stage adds per second unless -r says (a burst: all of them at once)
 SECRET_OPTIONS = ("token",)
 
-DEFAULT_PROFILES = {"modal": "modal-like", "e2b": "e2b-like", "daytona": "daytona-like"}
+DEFAULT_PROFILES = {
+    "modal": "modal-like",
+    "e2b": "e2b-like",
+    "daytona": "daytona-like",
+    "agent-sandbox": "agent-sandbox-like",
+    "vercel": "vercel-like",
+    "coreweave": "coreweave-like",
+    "runloop": "runloop-like",
+}
 
 
 def default_profile(provider: str) -> str:

@@ -1,0 +1,389 @@
+"""The `agent-sandbox` provider: Kubernetes agent-sandbox (kubernetes-sigs) through its own SDK (pinned:
+`k8s-agent-sandbox==1.0.8`, its async client on `kubernetes_asyncio`).
+
+A rollout is a SandboxClaim on a SandboxWarmPool: `AsyncSandboxClient.create_sandbox(warm_pool, namespace,
+sandbox_ready_timeout, labels=spec.tags())`. The SDK's create watches the claim until it is bound and Ready (a
+warm sandbox adopted at once, or a cold pod started by the controller), so readiness is create's answer:
+`wait_ready` returns at once, having looked at nothing (`ReadyObservation(poll_window_s=0, polls=0)`). Commands
+are `sandbox.commands.run` (the router's `/execute` on the legacy python-runtime: stdout, stderr, exit code, no
+streaming); `terminate` is the SDK's `terminate` (delete the claim; the controller deletes its Sandbox; a 404
+is success); a run's leftovers are its claims listed with a label selector (`list_all_sandboxes`).
+
+Where it talks, as whom: the Kubernetes API from `base_url` + `token` (`--base-url`/`--token`, or `--local`), else
+`kubeconfig` (a file), else the SDK's own loading (in-cluster, `KUBECONFIG`, `~/.kube/config`). The sandboxes
+through the router named by `router_url` (`SandboxDirectConnectionConfig`; the local plane serves it on the API's
+own port, so `--local` needs nothing more) or a Gateway (`gateway`, `gateway_namespace`).
+
+What the adapter changes so that the cluster shows through: `max_connections` (default 1000) widens
+`kubernetes_asyncio`'s connection pool (100 as shipped): every create holds one connection for its whole claim
+watch, so at 960 in flight the SDK's own pool would queue 860 creates in the client. Label values are
+Kubernetes label values (63 characters of `[A-Za-z0-9_.-]`): a tag's other characters become `-`.
+
+Options (`--provider-option K=V`): `kubeconfig`, `router_url`, `gateway`, `gateway_namespace`, `warm_pool`
+(default `stampede-pool`, the local plane's), `namespace`, `create_timeout` (the SDK's `sandbox_ready_timeout`),
+`request_timeout` (a command's HTTP budget past its own), `max_connections`, `preflight_timeout`, `check_sdk`.
+A claim takes its image, CPU and memory from the pool's SandboxTemplate: the spec's are not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import aiohttp
+import httpx
+from k8s_agent_sandbox import AsyncSandboxClient
+from k8s_agent_sandbox.async_sandbox import AsyncSandbox
+from k8s_agent_sandbox.exceptions import (
+    SandboxClaimFailedError,
+    SandboxError,
+    SandboxMetadataError,
+    SandboxNotFoundError,
+    SandboxRequestError,
+    SandboxTemplateNotFoundError,
+    SandboxWarmPoolNotFoundError,
+)
+from k8s_agent_sandbox.models import SandboxDirectConnectionConfig, SandboxGatewayConnectionConfig
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from providers.base import (
+    ExecResult,
+    FailureKind,
+    Phase,
+    Provider,
+    ProviderConfigError,
+    ProviderError,
+    ReadyObservation,
+    SandboxRef,
+    SandboxSpec,
+    classify_common,
+    gone_kind,
+    owner_labels,
+    vendor_error_kind,
+)
+from providers.cancellation import cancellable
+from providers.options import (
+    Option,
+    declare,
+    declared_options,
+    declared_values,
+    flag,
+    integer,
+    number,
+    parse_options,
+    text,
+)
+from providers.preflight import preflight_errors
+
+PINNED_SDK = "1.0.8"  # the `[agent-sandbox]` extra's pin in pyproject.toml
+DEFAULT_WARM_POOL = "stampede-pool"  # the local plane's SandboxWarmPool
+DEFAULT_MAX_CONNECTIONS = 1000
+CLAIM_GROUP = "extensions.agents.x-k8s.io"
+_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
+_QUOTA_TEXT = "exceeded quota"  # the apiserver's 403 when a namespace ResourceQuota refuses the object
+_IMAGE_TEXTS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+def label_value(value: str) -> str:
+    """A tag as a Kubernetes label value: 63 characters of `[A-Za-z0-9_.-]`, starting and ending alphanumeric."""
+    cleaned = _LABEL_VALUE.sub("-", value)[:63].strip("-_.")
+    return cleaned
+
+
+def claim_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    return {key: label_value(value) for key, value in tags.items()}
+
+
+def selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in claim_labels(labels).items())
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSandboxOptions:
+    """Where the SDK connects (the cluster, the router) and what it claims; built from option strings."""
+
+    base_url: str | None
+    token: str | None
+    kubeconfig: str | None
+    router_url: str | None
+    gateway: str | None
+    warm_pool: str = declare(DEFAULT_WARM_POOL, text)
+    namespace: str = declare("default", text)
+    gateway_namespace: str = declare("default", text)
+    create_timeout_s: float = declare(300.0, number, key="create_timeout", positive=True)
+    request_timeout_s: float = declare(60.0, number, key="request_timeout", positive=True)
+    max_connections: int = declare(DEFAULT_MAX_CONNECTIONS, integer, minimum=1)
+    preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
+
+    @property
+    def where(self) -> str:
+        return self.base_url or self.kubeconfig or "the kubeconfig's cluster"
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> AgentSandboxOptions:
+        values = parse_options("agent-sandbox", options, AGENT_SANDBOX_OPTIONS)
+        installed = metadata.version("k8s-agent-sandbox")
+        if values["check_sdk"] and installed != PINNED_SDK:
+            raise ProviderConfigError(
+                f"agent-sandbox provider: checked against k8s-agent-sandbox=={PINNED_SDK}, found {installed}; "
+                f"pip install 'k8s-agent-sandbox[async]=={PINNED_SDK}' (or check_sdk=0 to try this one)"
+            )
+        base_url = (values["base_url"] or "").strip().rstrip("/") or None
+        router_url = (values["router_url"] or "").strip().rstrip("/") or None
+        gateway = (values["gateway"] or "").strip() or None
+        if router_url is None and gateway is None:
+            if base_url is None:
+                raise ProviderConfigError(
+                    "agent-sandbox provider: name the sandbox router (--provider-option router_url=http://...) or a "
+                    "Gateway (gateway=NAME), or use --local for the local agent-sandbox"
+                )
+            router_url = base_url  # the local plane serves the router on the API's own port
+        return cls(
+            base_url=base_url,
+            token=values["token"] or None,
+            kubeconfig=values["kubeconfig"] or None,
+            router_url=router_url,
+            gateway=gateway,
+            **declared_values(cls, values),
+        )
+
+
+AGENT_SANDBOX_OPTIONS: dict[str, Option] = {
+    "base_url": text(),  # --base-url / --local: the Kubernetes API server; none: the kubeconfig's
+    "token": text(),  # the bearer token for base_url (--token, STAMPEDE_TOKEN)
+    "kubeconfig": text(),  # a kubeconfig file; none: in-cluster, KUBECONFIG, ~/.kube/config
+    "router_url": text(),  # the sandbox router (SandboxDirectConnectionConfig.api_url)
+    "gateway": text(),  # or a Gateway's name (SandboxGatewayConnectionConfig)
+    "check_sdk": flag(True),
+    **declared_options(AgentSandboxOptions),
+}
+"""The agent-sandbox provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
+
+
+class AgentSandboxProvider(Provider):
+    """Kubernetes agent-sandbox claims through `k8s_agent_sandbox.AsyncSandboxClient`."""
+
+    name = "agent-sandbox"
+
+    def __init__(self, options: AgentSandboxOptions) -> None:
+        self.options = options
+        self._client: AsyncSandboxClient | None = None
+        self._api: k8s_client.ApiClient | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> AgentSandboxProvider:
+        return cls(AgentSandboxOptions.from_mapping(options))
+
+    async def _sdk(self) -> AsyncSandboxClient:
+        """The SDK's client over our own `ApiClient` (its pool widened), built once on this loop."""
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                configuration = k8s_client.Configuration()
+                if self.options.base_url is not None:
+                    configuration.host = self.options.base_url
+                    if self.options.token:
+                        configuration.api_key = {"BearerToken": self.options.token}
+                        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+                else:
+                    await k8s_config.load_kube_config(
+                        config_file=self.options.kubeconfig, client_configuration=configuration
+                    )
+                configuration.connection_pool_maxsize = self.options.max_connections
+                self._api = k8s_client.ApiClient(configuration)
+                connection: SandboxDirectConnectionConfig | SandboxGatewayConnectionConfig
+                if self.options.router_url is not None:
+                    connection = SandboxDirectConnectionConfig(api_url=self.options.router_url)
+                else:
+                    connection = SandboxGatewayConnectionConfig(
+                        gateway_name=self.options.gateway or "", gateway_namespace=self.options.gateway_namespace
+                    )
+                self._client = AsyncSandboxClient(connection_config=connection, cleanup=False, api_client=self._api)
+        assert self._client is not None
+        return self._client
+
+    # --- the contract ----------------------------------------------------------------------------------
+
+    async def preflight(self) -> None:
+        async with preflight_errors(
+            self.options.where,
+            self.classify,
+            timeout_s=self.options.preflight_timeout_s,
+            refused=lambda exc: f"HTTP {exc.status}" if isinstance(exc, ApiException) and exc.status == 401 else None,
+            credential="the bearer token",
+        ):
+            client = await self._sdk()
+            await client.list_all_sandboxes(namespace=self.options.namespace, label_selector="stampede-preflight")
+
+    async def create(self, spec: SandboxSpec) -> SandboxRef:
+        client = await self._sdk()
+        try:
+            sandbox = await cancellable(
+                client.create_sandbox(
+                    self.options.warm_pool,
+                    namespace=self.options.namespace,
+                    sandbox_ready_timeout=max(1, math.ceil(self.options.create_timeout_s)),
+                    labels=claim_labels(spec.tags()),
+                )
+            )
+        except ValueError as exc:  # the SDK's own checks (labels, names)
+            raise ProviderError(FailureKind.INVALID_REQUEST, str(exc)) from exc
+        claim = sandbox.claim_name or ""
+        return SandboxRef(
+            sandbox_id=claim,
+            provider=self.name,
+            run_id=spec.run_id,
+            rollout_id=spec.rollout_id,
+            handle=sandbox,
+            meta={"sandbox": sandbox.sandbox_id},
+        )
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation:
+        """Nothing to wait for: the SDK's create watched the claim until Ready. No look was made, so no poll window."""
+        return ReadyObservation(poll_window_s=0.0, polls=0)
+
+    async def _sandbox(self, ref: SandboxRef) -> AsyncSandbox:
+        if isinstance(ref.handle, AsyncSandbox):
+            return ref.handle
+        client = await self._sdk()
+        return await cancellable(client.get_sandbox(ref.sandbox_id, namespace=self.options.namespace))
+
+    async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
+        sandbox = await self._sandbox(ref)
+        commands = sandbox.commands
+        if commands is None:
+            raise ProviderError(FailureKind.DIED_DURING_EXEC, f"the connection to {ref.sandbox_id} was closed")
+        result = await cancellable(
+            commands.run(shlex.join(argv), timeout=math.ceil(self.options.request_timeout_s), command_timeout=timeout)
+        )
+        if result.timed_out:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"the runtime killed the command after {timeout:g}s")
+        return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def terminate(self, ref: SandboxRef) -> None:
+        if isinstance(ref.handle, AsyncSandbox):
+            await cancellable(ref.handle.terminate())  # idempotent; a 404 is success
+            return
+        await self._delete_claim(ref.sandbox_id)
+
+    async def _delete_claim(self, claim: str) -> None:
+        client = await self._sdk()
+        await cancellable(client.k8s_helper.delete_sandbox_claim(claim, self.options.namespace))
+
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        client = await self._sdk()
+        claims = await cancellable(
+            client.list_all_sandboxes(
+                namespace=self.options.namespace, label_selector=selector(owner_labels(run_id, engine))
+            )
+        )
+        return [SandboxRef(claim, self.name, run_id) for claim in claims]
+
+    async def list_all_owned(self) -> list[SandboxRef]:
+        """Every claim carrying a run label, whatever its value (a label-existence selector)."""
+        client = await self._sdk()
+        claims = await cancellable(
+            client.list_all_sandboxes(namespace=self.options.namespace, label_selector="stampede-run")
+        )
+        return [SandboxRef(claim, self.name, "") for claim in claims]
+
+    def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
+        return classify_agent_sandbox(exc, phase)
+
+    def versions(self) -> Mapping[str, str]:
+        return {name: metadata.version(name) for name in ("k8s-agent-sandbox", "kubernetes_asyncio", "kubernetes")}
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._api is not None:
+            await self._api.close()
+        self._client = None
+        self._api = None
+
+
+# --- classification ----------------------------------------------------------------------------------
+
+
+def classify_agent_sandbox(exc: BaseException, phase: Phase | None) -> FailureKind:
+    """Every exception k8s-agent-sandbox 1.0.8 (and the clients under it) raises, onto the taxonomy.
+
+    The SDK's create is also its readiness wait, so a create that runs out of time is `ready_timeout`.
+    """
+    if isinstance(exc, ProviderError):
+        return exc.kind
+    if isinstance(exc, ApiException):
+        return _status_kind(exc.status, f"{exc.reason} {exc.body}", phase)
+    if isinstance(exc, SandboxClaimFailedError):  # a terminal Ready=False: the pod failed, or the claim expired
+        return FailureKind.IMAGE if any(text in str(exc) for text in _IMAGE_TEXTS) else FailureKind.DIED_BEFORE_READY
+    if isinstance(exc, SandboxTemplateNotFoundError):  # the pool's template (its image) does not exist
+        return FailureKind.IMAGE
+    if isinstance(exc, SandboxWarmPoolNotFoundError):
+        return FailureKind.INVALID_REQUEST
+    if isinstance(exc, (SandboxNotFoundError, SandboxMetadataError)):  # deleted or replaced while waited for
+        return gone_kind(phase)
+    if isinstance(exc, SandboxRequestError):  # the router's answer (status) or no answer (None)
+        if exc.status_code is None:
+            return FailureKind.TRANSPORT
+        return _router_kind(exc.status_code, phase)
+    if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError, TimeoutError)):
+        return _timed_out(phase)
+    if isinstance(exc, (httpx.TransportError, aiohttp.ClientError)):
+        return FailureKind.TRANSPORT
+    if isinstance(exc, SandboxError):  # the SDK's other errors: an answer it could not use
+        return vendor_error_kind(phase)
+    if isinstance(exc, RuntimeError) and "sandbox" in str(exc).lower():  # "Failed to decode JSON response ..."
+        return vendor_error_kind(phase)
+    if isinstance(exc, ValueError):
+        return FailureKind.INVALID_REQUEST
+    return classify_common(exc, phase)
+
+
+def _timed_out(phase: Phase | None) -> FailureKind:
+    if phase is Phase.EXEC:
+        return FailureKind.EXEC_TIMEOUT
+    if phase is Phase.TERMINATE:
+        return FailureKind.TRANSPORT
+    return FailureKind.READY_TIMEOUT  # create (which waits for the claim's Ready) or ready
+
+
+def _status_kind(status: int | None, message: str, phase: Phase | None) -> FailureKind:
+    """The apiserver's answer: a Status with its HTTP code."""
+    if status == 403 and _QUOTA_TEXT in message:
+        return FailureKind.QUOTA_EXHAUSTED
+    if status in (401, 403):
+        return FailureKind.AUTH
+    if status == 429:  # API Priority and Fairness throttling
+        return FailureKind.RATE_LIMITED
+    if status in (400, 409, 422):
+        return FailureKind.INVALID_REQUEST
+    if status == 404:
+        return FailureKind.INVALID_REQUEST if phase in (None, Phase.CREATE) else gone_kind(phase)
+    if status == 504:
+        return _timed_out(phase)
+    return vendor_error_kind(phase)
+
+
+def _router_kind(status: int, phase: Phase | None) -> FailureKind:
+    """The router's (or the runtime's) HTTP status for a command."""
+    if status == 429:
+        return FailureKind.RATE_LIMITED
+    if status in (401, 403):
+        return FailureKind.AUTH
+    if status in (400, 422):
+        return FailureKind.INVALID_REQUEST
+    if status in (404, 502):  # no such sandbox behind the router, or its pod is gone
+        return gone_kind(phase)
+    if status == 504:
+        return _timed_out(phase)
+    return vendor_error_kind(phase)
