@@ -3,7 +3,9 @@
 A create is checked in the order a vendor's API checks it, and each refusal is counted by reason: the request
 within the profile's `[limits]` (INVALID), the create-rate token bucket (RATE_LIMITED with the time until the next
 token), an injected transient error (seeded by the create-attempt number), the account's concurrency quota and
-its vCPU/memory/disk pool (QUOTA_EXHAUSTED), and no room left in the node pool or its queue (CAPACITY).
+its vCPU/memory/disk pool (QUOTA_EXHAUSTED), no room left in the node pool or its queue (CAPACITY), and last the
+vCPUs allocated per window where the profile has `[vcpu_rate]` (RATE_LIMITED, `resource="vcpu_rate"`: vcpu_rate.py;
+last, so that only a create let in is charged).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections import Counter
 from providers.sim.core.draws import Stream
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import CreateRequest, Rejected, RejectReason, SimSandbox
+from providers.sim.core.vcpu_rate import RESOURCE as VCPU_RATE
+from providers.sim.core.vcpu_rate import VcpuAllowance
 
 
 class Admission:
@@ -26,6 +30,8 @@ class Admission:
         self.pool_used: tuple[float, float, float] = (0.0, 0.0, 0.0)  # vCPU, memory GiB, disk GiB of active sandboxes
         self._tokens = profile.create_rate.burst
         self._tokens_at = now
+        # vCPUs allocated per window (profile `[vcpu_rate]`, Vercel Sandbox's plan limit); None: not modelled
+        self.vcpu_allowance = None if profile.vcpu_rate is None else VcpuAllowance(profile.vcpu_rate, now)
 
     def admit(self, req: CreateRequest, now: float, attempt: int, *, active: int, no_room: bool) -> None:
         """Raise `Rejected` unless a valid create may be accepted now; `active`: sandboxes not yet ended (the
@@ -54,6 +60,19 @@ class Admission:
         if no_room:
             self.rejections[RejectReason.CAPACITY] += 1
             raise Rejected(RejectReason.CAPACITY, "Insufficient capacity to create sandbox", attempt=attempt)
+        if self.vcpu_allowance is not None:  # last: only a create let in is charged its vCPUs
+            vcpu_wait = self.vcpu_allowance.take(req.cpu, now)
+            if vcpu_wait is not None:
+                self.rejections[RejectReason.RATE_LIMITED] += 1
+                rate = self.vcpu_allowance.rate
+                raise Rejected(
+                    RejectReason.RATE_LIMITED,
+                    f"vCPU allocation limit exceeded ({rate.vcpus:g} vCPUs per {rate.window_s:g}s)",
+                    retry_after=vcpu_wait,
+                    attempt=attempt,
+                    resource=VCPU_RATE,
+                    limit=rate.vcpus,
+                )
 
     def tokens(self, now: float) -> float:
         """Create tokens in the bucket at `now` (infinite when the rate is unlimited)."""

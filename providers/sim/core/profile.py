@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from providers.sim.core.faults import TransportFaults
+from providers.sim.core.vcpu_rate import VcpuRate
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 SOURCE_SUFFIX = "_source"
@@ -288,6 +289,7 @@ _OPTIONAL_SECTIONS: dict[str, type] = {
     "resource_pool": ResourcePool,
     "faults": TransportFaults,
     "account": Account,
+    "vcpu_rate": VcpuRate,
 }
 """Sections a profile may leave out (None on the Profile: the behaviour is not modelled)."""
 _DEFAULTED_SECTIONS: dict[str, type] = {"sandbox": SandboxSpec}
@@ -315,6 +317,7 @@ class Profile:
     resource_pool: ResourcePool | None = None
     faults: TransportFaults | None = None
     account: Account | None = None
+    vcpu_rate: VcpuRate | None = None  # vCPUs allocated per window (Vercel Sandbox): vcpu_rate.py
     sandbox: SandboxSpec = field(default_factory=SandboxSpec)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)
@@ -365,6 +368,8 @@ class Profile:
             limits.append("boot.load_delay_s")
         if self.resource_pool is not None:
             limits.append("resource_pool")
+        if self.vcpu_rate is not None:
+            limits.append("vcpu_rate")
         return limits
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:
