@@ -50,11 +50,14 @@ from k8s_agent_sandbox.exceptions import (
     SandboxWarmPoolNotFoundError,
 )
 from k8s_agent_sandbox.models import SandboxDirectConnectionConfig, SandboxGatewayConnectionConfig
+from kubernetes.client.exceptions import ApiException as SyncApiException
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from providers.base import (
+    ROLLOUT_LABEL,
+    RUN_LABEL,
     ExecResult,
     FailureKind,
     Phase,
@@ -87,6 +90,8 @@ PINNED_SDK = "1.0.8"  # the `[agent-sandbox]` extra's pin in pyproject.toml
 DEFAULT_WARM_POOL = "stampede-pool"  # the local plane's SandboxWarmPool
 DEFAULT_MAX_CONNECTIONS = 1000
 CLAIM_GROUP = "extensions.agents.x-k8s.io"
+CLAIM_VERSION = "v1beta1"
+CLAIM_PLURAL = "sandboxclaims"
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
 _QUOTA_TEXT = "exceeded quota"  # the apiserver's 403 when a namespace ResourceQuota refuses the object
 _IMAGE_TEXTS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
@@ -238,14 +243,13 @@ class AgentSandboxProvider(Provider):
             )
         except ValueError as exc:  # the SDK's own checks (labels, names)
             raise ProviderError(FailureKind.INVALID_REQUEST, str(exc)) from exc
-        claim = sandbox.claim_name or ""
         return SandboxRef(
-            sandbox_id=claim,
+            sandbox_id=sandbox.sandbox_id,
             provider=self.name,
             run_id=spec.run_id,
             rollout_id=spec.rollout_id,
             handle=sandbox,
-            meta={"sandbox": sandbox.sandbox_id},
+            meta={"claim": sandbox.claim_name or ""},
         )
 
     async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation:
@@ -256,7 +260,8 @@ class AgentSandboxProvider(Provider):
         if isinstance(ref.handle, AsyncSandbox):
             return ref.handle
         client = await self._sdk()
-        return await cancellable(client.get_sandbox(ref.sandbox_id, namespace=self.options.namespace))
+        claim = str(ref.meta.get("claim") or ref.sandbox_id)
+        return await cancellable(client.get_sandbox(claim, namespace=self.options.namespace))
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         sandbox = await self._sandbox(ref)
@@ -274,28 +279,43 @@ class AgentSandboxProvider(Provider):
         if isinstance(ref.handle, AsyncSandbox):
             await cancellable(ref.handle.terminate())  # idempotent; a 404 is success
             return
-        await self._delete_claim(ref.sandbox_id)
-
-    async def _delete_claim(self, claim: str) -> None:
         client = await self._sdk()
+        claim = str(ref.meta.get("claim") or ref.sandbox_id)
         await cancellable(client.k8s_helper.delete_sandbox_claim(claim, self.options.namespace))
 
-    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+    async def _claims(self, label_selector: str) -> list[SandboxRef]:
+        """The claims a label selector picks, as refs named by their Sandbox (the claim's own name until bound).
+
+        One list through the SDK's own API client: `list_all_sandboxes` answers claim names only."""
         client = await self._sdk()
-        claims = await cancellable(
-            client.list_all_sandboxes(
-                namespace=self.options.namespace, label_selector=selector(owner_labels(run_id, engine))
+        listed = await cancellable(
+            client.k8s_helper.custom_objects_api.list_namespaced_custom_object(
+                CLAIM_GROUP, CLAIM_VERSION, self.options.namespace, CLAIM_PLURAL, label_selector=label_selector
             )
         )
-        return [SandboxRef(claim, self.name, run_id) for claim in claims]
+        refs: list[SandboxRef] = []
+        for item in listed.get("items", []):
+            meta = item.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            bound = ((item.get("status") or {}).get("sandbox") or {}).get("name")
+            claim = str(meta.get("name", ""))
+            refs.append(
+                SandboxRef(
+                    str(bound or claim),
+                    self.name,
+                    str(labels.get(RUN_LABEL, "")),
+                    rollout_id=str(labels.get(ROLLOUT_LABEL, "")),
+                    meta={"claim": claim},
+                )
+            )
+        return refs
+
+    async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
+        return await self._claims(selector(owner_labels(run_id, engine)))
 
     async def list_all_owned(self) -> list[SandboxRef]:
         """Every claim carrying a run label, whatever its value (a label-existence selector)."""
-        client = await self._sdk()
-        claims = await cancellable(
-            client.list_all_sandboxes(namespace=self.options.namespace, label_selector="stampede-run")
-        )
-        return [SandboxRef(claim, self.name, "") for claim in claims]
+        return await self._claims(RUN_LABEL)
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         return classify_agent_sandbox(exc, phase)
@@ -322,7 +342,7 @@ def classify_agent_sandbox(exc: BaseException, phase: Phase | None) -> FailureKi
     """
     if isinstance(exc, ProviderError):
         return exc.kind
-    if isinstance(exc, ApiException):
+    if isinstance(exc, (ApiException, SyncApiException)):  # the async client's, or the sync one's (same fields)
         return _status_kind(exc.status, f"{exc.reason} {exc.body}", phase)
     if isinstance(exc, SandboxClaimFailedError):  # a terminal Ready=False: the pod failed, or the claim expired
         return FailureKind.IMAGE if any(text in str(exc) for text in _IMAGE_TEXTS) else FailureKind.DIED_BEFORE_READY

@@ -242,7 +242,7 @@ class Cluster:
             if claim is not None and exc.reason != RejectReason.RATE_LIMITED:
                 self._claim_ready(claim, False, "ReconcilerError", str(exc))
             return None
-        name = f"{WARM_POOL}-{sb.seq:05d}"
+        name = sb.id  # the Sandbox (and its pod) is named by the simulator's id, so truth rows join on it
         self.sandbox_of[name] = sb.id
         self.name_of[sb.id] = name
         sandbox = self.new_object(
@@ -410,7 +410,9 @@ async def create_object(request: web.Request) -> web.Response:
         body = await request.json()
         name = body["metadata"]["name"]
     except (ValueError, KeyError, TypeError):
-        return web.json_response(status_body(400, "BadRequest", "the body must be an object with metadata.name"), status=400)
+        return web.json_response(
+            status_body(400, "BadRequest", "the body must be an object with metadata.name"), status=400
+        )
     if (plural, namespace, name) in cluster.objects:
         return error(request, 409, f'{plural} "{name}" already exists')
     meta = body["metadata"]
@@ -483,7 +485,9 @@ async def _watch(
         since = int(request.query.get("resourceVersion") or 0)
         timeout = float(request.query.get("timeoutSeconds") or 1800)
     except ValueError:
-        return web.json_response(status_body(400, "BadRequest", "resourceVersion and timeoutSeconds are numbers"), status=400)
+        return web.json_response(
+            status_body(400, "BadRequest", "resourceVersion and timeoutSeconds are numbers"), status=400
+        )
     watcher = _Watcher(plural, namespace, name, selector)
     cluster.watchers.append(watcher)
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
