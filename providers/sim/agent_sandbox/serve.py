@@ -6,15 +6,18 @@ Once listening, its warm pool running, it prints ONE JSON line to stdout: `url` 
 sandbox router, one server), `token`, `env` (what a user's own script needs for the unmodified k8s-agent-sandbox
 SDK: `KUBECONFIG`, the kubeconfig file it wrote, and `AGENT_SANDBOX_ROUTER_URL`, what
 `SandboxDirectConnectionConfig(api_url=...)` names), `provider_options`, `truth_url`, `profile`, `time_scale`,
-`seed`, `pid`; then a human line to stderr. Claims name the warm pool `stampede-pool`.
+`seed`, `pid`; then a human line to stderr. Claims name the warm pool `stampede-pool`; its size is `--warm-pool`
+(or `STAMPEDE_AGENT_SANDBOX_WARM_POOL`, which is how a `--local` run sizes it), filled before the ready line.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
+from foundation.cli_help import set_env_var
 from foundation.converters import integer
 from foundation.errors import UsageError
 from providers.sim.agent_sandbox.server import (
@@ -28,21 +31,30 @@ from providers.sim.core.serving.serve_cli import ServeCommand
 
 PROG = "python -m providers.sim.agent_sandbox.serve"
 DEFAULT_WARM_POOL = AgentSandboxSettings.warm_pool
+WARM_POOL_ENV = "STAMPEDE_AGENT_SANDBOX_WARM_POOL"  # how `--local` (which passes only the common flags) sizes it
 
 
 def _more_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    action = parser.add_argument(
         "--warm-pool",
         type=integer,
-        default=DEFAULT_WARM_POOL,
+        default=None,
         help=f"SandboxWarmPool replicas kept running (default {DEFAULT_WARM_POOL}); claims beyond it start cold",
     )
+    set_env_var(action, WARM_POOL_ENV)
 
 
 def _more_settings(args: argparse.Namespace) -> dict[str, Any]:
-    if args.warm_pool < 0:
-        raise UsageError(f"--warm-pool must be >= 0, got {args.warm_pool}")
-    return {"warm_pool": args.warm_pool}
+    size = args.warm_pool
+    if size is None:
+        raw = os.environ.get(WARM_POOL_ENV, "").strip()
+        try:
+            size = int(raw) if raw else DEFAULT_WARM_POOL
+        except ValueError:
+            raise UsageError(f"{WARM_POOL_ENV} must be a whole number, got {raw!r}") from None
+    if size < 0:
+        raise UsageError(f"--warm-pool must be >= 0, got {size}")
+    return {"warm_pool": size}
 
 
 def _ready_fields(front: RunningAgentSandbox) -> dict[str, Any]:

@@ -384,7 +384,7 @@ CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster", Cluster)
 
 
 def _authorize(request: web.Request) -> web.Response | None:
-    if request.path.startswith("/_stampede/") or not request.path.startswith("/apis/"):
+    if not request.path.startswith(("/apis/", "/api/")):
         return None  # the router is the cluster's own service: it asks for no credentials
     if not bearer_matches(request.headers.get("Authorization"), request.app[TOKEN]):
         return error(request, 401, "Unauthorized")
@@ -588,8 +588,8 @@ def create_app(settings: AgentSandboxSettings) -> web.Application:
     app.router.add_get(base + "/{name}", get_object)
     app.router.add_delete(base + "/{name}", delete_object)
     app.router.add_post("/execute", execute)
-    app.router.add_get("/_stampede/truth", stampede_truth)
-    app.router.add_get("/_stampede/stats", stampede_stats)
+    app.router.add_get("/api/v1/_stampede/truth", stampede_truth)  # where the harness reads every front's truth
+    app.router.add_get("/api/v1/_stampede/stats", stampede_stats)
     return app
 
 
