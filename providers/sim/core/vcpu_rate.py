@@ -20,16 +20,17 @@ RESOURCE = "vcpu_rate"
 
 @dataclass(frozen=True, slots=True)
 class VcpuRate:
-    """Profile section `[vcpu_rate]`: at most `vcpus` vCPUs allocated in any `window_s` vendor seconds."""
+    """Profile section `[vcpu_rate]`: at most `vcpus` vCPUs allocated in any `window_s` vendor seconds. The defaults
+    (no limit, a minute) are what `--set vcpu_rate.vcpus=N` starts from on a profile without the section."""
 
-    vcpus: float
-    window_s: float
+    vcpus: float = math.inf
+    window_s: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("vcpus", "window_s"):
-            value = getattr(self, name)
-            if not value > 0 or math.isinf(value):
-                raise ValueError(f"{name} must be a positive finite number, got {value}")
+        if not self.vcpus > 0:
+            raise ValueError(f"vcpus must be positive, got {self.vcpus}")
+        if not self.window_s > 0 or math.isinf(self.window_s):
+            raise ValueError(f"window_s must be a positive finite number, got {self.window_s}")
 
     @property
     def per_s(self) -> float:

@@ -330,6 +330,7 @@ async def _start(request: web.Request, named: Named, req: CreateRequest) -> web.
     except NotFound as exc:
         return _not_found(f"Snapshot or sandbox {exc.sandbox_id!r}")
     named.session_id = sb.id
+    named.name = named.name or sb.id
     state.names[named.name] = named
     state.by_session[sb.id] = named.name
     sb = await state.running(sb)
@@ -372,7 +373,7 @@ def _parse_new(body: dict[str, Any], base: Named | None = None) -> Named | str:
         return "tags must map strings to strings"
     if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
         return "env must map strings to strings"
-    name = body.get("name") or f"sbx-{secrets.token_hex(8)}"
+    name = body.get("name") or ""  # none: its first session's id (so the simulator's record and the name agree)
     if not isinstance(name, str):
         return "name must be a string"
     project = body.get("projectId") or (base.project_id if base else None)
@@ -403,7 +404,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
     named = _parse_new(body)
     if isinstance(named, str):
         return _bad(named)
-    if _in_use(state, sim, named.name):
+    if named.name and _in_use(state, sim, named.name):
         return _error(409, "conflict", f"A sandbox named {named.name!r} already exists")
     source = body.get("source")
     snapshot = None
@@ -425,7 +426,7 @@ async def fork_sandbox(request: web.Request) -> web.Response:
     named = _parse_new({"projectId": source.project_id, **body}, base=source)
     if isinstance(named, str):
         return _bad(named)
-    if _in_use(state, sim, named.name):
+    if named.name and _in_use(state, sim, named.name):
         return _error(409, "conflict", f"A sandbox named {named.name!r} already exists")
     running = _status(sim, source.session_id)[0] == "running"
     if running:
