@@ -17,7 +17,7 @@ Where it talks, as whom: `SandboxServiceOptions(base_url=..., credentials_factor
 process environment. Without `base_url` the SDK's own (`https://vercel.com/api`) and its own credentials
 (`VERCEL_TOKEN`, `VERCEL_TEAM_ID`, `VERCEL_PROJECT_ID`, or a `VERCEL_OIDC_TOKEN`); with `base_url` (`--base-url`,
 or `--local` for the local Vercel Sandbox) that server's `/api`, `token` as the bearer token and the `team_id` /
-`project_id` options. `VERCEL_SANDBOX_TELEMETRY_DISABLED` is set for the process: the SDK would otherwise probe
+`project_id` options (by default the local plane's). `VERCEL_SANDBOX_TELEMETRY_DISABLED` is set for the process: the SDK would otherwise probe
 for a coding agent on every client it builds (nothing leaves the machine either way).
 
 Capacity is counted by Vercel in vCPUs allocated per time (Hobby 40 vCPU per 10 minutes, Pro 400 vCPU a minute):
@@ -104,6 +104,8 @@ _EXEC_GRACE_S = 10.0  # past the command's own deadline, before the vendor is as
 _VCPU_LIMIT = "vcpu_allocation_limit_exceeded"
 _QUOTA_CODES = frozenset({"concurrent_sandboxes_limit_exceeded", "concurrency_limit_exceeded"})
 _TELEMETRY_ENV = "VERCEL_SANDBOX_TELEMETRY_DISABLED"
+LOCAL_TEAM, LOCAL_PROJECT = "team_stampede", "prj_stampede"
+"""With `base_url` and no team or project given: the local Vercel Sandbox's own (its `serve` also announces them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +130,8 @@ class VercelOptions:
         if base is not None and not base.endswith(API_PATH):
             base += API_PATH
         token = values["token"] or os.environ.get("VERCEL_TOKEN")
-        team = values["team_id"] or os.environ.get("VERCEL_TEAM_ID")
-        project = values["project_id"] or os.environ.get("VERCEL_PROJECT_ID")
+        team = values["team_id"] or os.environ.get("VERCEL_TEAM_ID") or (LOCAL_TEAM if base else None)
+        project = values["project_id"] or os.environ.get("VERCEL_PROJECT_ID") or (LOCAL_PROJECT if base else None)
         credentials = None
         if token and team and project:
             credentials = SandboxCredentials(token=token, team_id=team, project_id=project)

@@ -279,8 +279,10 @@ async def test_the_provider_walks_the_contract_against_the_front(open_vercel: Op
 
 
 def test_options_are_checked() -> None:
-    with pytest.raises(ProviderConfigError, match="team_id, project_id"):
-        VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t"})
+    with pytest.raises(ProviderConfigError, match="token, team_id, project_id"):
+        VercelProvider.from_options({})  # the real Vercel, and no credentials at all
+    local = VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t"}).options.credentials
+    assert local is not None and (local.team_id, local.project_id) == (TEAM_ID, PROJECT_ID)
     with pytest.raises(ProviderConfigError, match="vcpus"):
         VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t", "team_id": "a", "vcpus": "0"})
     provider = VercelProvider.from_options(
