@@ -9,8 +9,8 @@ Readiness, as the SDK defines it: `devboxes.await_running` long-polls `POST /v1/
 (the server holds each call up to 30 s and answers as the status changes), so there is no poll term: `wait_ready`
 reports a poll window of 0. A devbox that ends in `failure` or `shutdown` instead is the SDK's `RunloopError`.
 
-Commands (`exec_api`): `execute` (default) is `execute_and_await_completion` (the API's optimistic wait, then
-long polls on the execution); `async` is `execute_async` then `executions.await_completed`; `stream` is
+Commands (`exec_api`): `execute` (default) is what `execute_and_await_completion` does (`execute` with the API's
+optimistic wait, then long polls on the execution: `executions.await_completed`); `async` is `execute_async` then `executions.await_completed`; `stream` is
 `execute_async` with the SDK's server-sent event streams of stdout and stderr (`stream_stdout_updates`,
 `stream_stderr_updates`) read while the command runs; `sync` is the deprecated `execute_sync`. Runloop has no
 per-command deadline: past the timeout the adapter kills the execution (`executions.kill`) and raises
@@ -37,6 +37,7 @@ import importlib.metadata
 import math
 import os
 import shlex
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -95,8 +96,13 @@ PINNED_SDK = "3.0.0"
 SDK_DEFAULT_BASE_URL = "https://api.runloop.ai"
 SNAPSHOT_PREFIX = "snapshot:"
 LIVE_STATUSES = ("queued", "provisioning", "initializing", "running", "suspending", "suspended", "resuming")
+_OPTIMISTIC_MAX_S = 25  # the API's longest optimistic wait in `execute`
 _EXEC_GRACE_S = 5.0  # past the command's timeout, for the answer to arrive, before the adapter gives up on it
 _SIZES = ("X_SMALL", "SMALL", "MEDIUM", "LARGE", "X_LARGE", "XX_LARGE")
+
+
+# `exec_api=sync` is the SDK's deprecated execute_sync, chosen on purpose: its warning would repeat per command
+warnings.filterwarnings("ignore", message="deprecated", category=DeprecationWarning, module=__name__)
 
 
 def sdk_version() -> str:
@@ -270,11 +276,15 @@ class RunloopProvider(Provider):
                     done = await devboxes.execute_sync(ref.sandbox_id, command=command, timeout=timeout + _EXEC_GRACE_S)
                     return ExecResult(exit_code=done.exit_status, stdout=done.stdout, stderr=done.stderr)
                 polling = PollingConfig(interval_seconds=1.0, max_attempts=10**6, timeout_seconds=timeout)
-                if api == "execute":
-                    result = await devboxes.execute_and_await_completion(
-                        ref.sandbox_id, command=command, polling_config=polling
-                    )
-                    streamed = None
+                streamed = None
+                if api == "execute":  # the SDK's execute_and_await_completion, with the execution's id kept
+                    optimistic = max(1, min(_OPTIMISTIC_MAX_S, math.ceil(timeout)))
+                    result = await devboxes.execute(ref.sandbox_id, command=command, optimistic_timeout=optimistic)
+                    if result.status != "completed":
+                        started.append(result.execution_id)
+                        result = await devboxes.executions.await_completed(
+                            result.execution_id, devbox_id=ref.sandbox_id, polling_config=polling
+                        )
                 else:
                     execution = await devboxes.execute_async(ref.sandbox_id, command=command)
                     started.append(execution.execution_id)
@@ -282,7 +292,8 @@ class RunloopProvider(Provider):
                     result = await devboxes.executions.await_completed(
                         execution.execution_id, devbox_id=ref.sandbox_id, polling_config=polling
                     )
-                    streamed = await streams if streams is not None else None
+                    if streams is not None:
+                        streamed = await streams
         except (TimeoutError, PollingTimeout):
             if started:
                 await self._kill(ref.sandbox_id, started[0])

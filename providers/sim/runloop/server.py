@@ -183,13 +183,11 @@ async def _json(request: web.Request) -> dict[str, Any]:
 
 def _rejection(request: web.Request, front: Front, exc: Rejected) -> web.Response:
     if exc.reason is RejectReason.RATE_LIMITED:
-        wait = max(0.001, (exc.retry_after or 0.0) * front.sim.clock.time_scale)
-        return error(
-            request,
-            429,
-            "Too many requests: devbox create rate limit exceeded",
-            headers={"Retry-After": str(max(1, math.ceil(wait))), "retry-after-ms": str(int(wait * 1000))},
-        )
+        clock = front.sim.clock
+        now = clock.now()  # the real seconds until a token, through the clock as it plays now (a burst's 1:1 wave too)
+        wait = max(0.001, clock.wall(now + (exc.retry_after or 0.0)) - clock.wall(now))
+        headers = {"Retry-After": str(max(1, math.ceil(wait))), "retry-after-ms": str(math.ceil(wait * 1000))}
+        return error(request, 429, "Too many requests: devbox create rate limit exceeded", headers=headers)
     if exc.reason is RejectReason.QUOTA_EXHAUSTED:
         limit = front.sim.profile.quota.max_active
         return error(request, 429, f"Concurrent devbox limit reached: at most {limit:g} running devboxes per account")
