@@ -30,8 +30,14 @@ only ending sandboxes lifts), the concurrent-sandbox cap `quota_exhausted`, 503 
 `ready_timeout`, a session that ended before it ran (`failed`, `aborted`) `died_before_ready`, a stream's
 `sandbox_stopped` mid-command `died_during_exec`, a command past its timeout `exec_timeout`.
 
+The SDK's own behaviour is kept: it retries nothing, and its client holds at most 100 connections (HTTP/1.1; a
+create holds one until its sandbox runs). `max_connections` widens that pool through the SDK's documented
+`httpx_client_factory` (its own client builder, everything else as it sets it); measured on the local plane, a
+960-wide burst with 1000 connections stalled the engine's loop 2.2-2.5 s opening them (TTI p50 4.4-7.0 s) against
+0.3-0.4 s and 2.9-3.8 s with the SDK's 100 (2026-12-06), so the default stays the SDK's.
+
 Options (`--provider-option K=V`; defaults in `VercelOptions`): `team_id`, `project_id`, `image` (a rollout's image
-when the spec names none; none: Vercel's default), `vcpus`, `create_timeout`, `preflight_timeout`.
+when the spec names none; none: Vercel's default), `vcpus`, `max_connections`, `create_timeout`, `preflight_timeout`.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from importlib import metadata
 from typing import Any
 
 import httpx2
+from vercel._internal.core.http import DEFAULT_TIMEOUT, TransportOptions, create_base_async_client
 from vercel.sandbox import (
     Sandbox,
     SandboxApiError,
@@ -116,6 +123,7 @@ class VercelOptions:
     credentials: SandboxCredentials | None  # None: the SDK's own resolution (VERCEL_* or an OIDC token)
     image: str | None = declare(None, text)
     vcpus: int | None = declare(None, integer, minimum=1)  # None: the spec's cores, rounded up
+    max_connections: int | None = declare(None, integer, minimum=1)  # None: the SDK's own pool (100)
     create_timeout_s: float = declare(300.0, number, key="create_timeout", positive=True)  # the harness's budget
     preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
 
@@ -184,11 +192,22 @@ class VercelProvider(Provider):
                 assert credentials is not None
                 return credentials
 
+            width = self.options.max_connections
+
+            def pool() -> httpx2.AsyncClient:
+                """The SDK's own client, as it builds it, with `max_connections` connections instead of its 100."""
+                assert width is not None
+                transport = TransportOptions(
+                    timeout=DEFAULT_TIMEOUT, base_url=None, max_connections=width, enable_http2=False
+                )
+                return create_base_async_client(transport)
+
             self._client = SandboxClient.create(
                 options=SandboxServiceOptions(
                     base_url=self.options.base_url,
                     credentials_factory=given if credentials is not None else None,
-                )
+                ),
+                httpx_client_factory=pool if width is not None else None,
             )
         return self._client
 

@@ -283,6 +283,8 @@ def test_options_are_checked() -> None:
         VercelProvider.from_options({})  # the real Vercel, and no credentials at all
     local = VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t"}).options.credentials
     assert local is not None and (local.team_id, local.project_id) == (TEAM_ID, PROJECT_ID)
+    with pytest.raises(ProviderConfigError, match="max_connections"):
+        VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t", "max_connections": "0"})
     with pytest.raises(ProviderConfigError, match="vcpus"):
         VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t", "team_id": "a", "vcpus": "0"})
     provider = VercelProvider.from_options(
