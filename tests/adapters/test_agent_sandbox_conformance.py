@@ -291,3 +291,13 @@ def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) ->
     )
     assert result.returncode == 2 and needle in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+async def test_cold_starts_past_the_clusters_pod_rate_queue_in_order_and_all_bind(open_front: Open) -> None:
+    front, sdk = await open_front("async", warm_pool=0, **{"create_rate.per_s": 20.0, "create_rate.burst": 1.0})
+    handles = await asyncio.gather(
+        *(sdk.client.create_sandbox(WARM_POOL, sandbox_ready_timeout=30) for _ in range(5))
+    )  # 4 of the 5 pods wait for the cluster's throughput; none is refused, none retried in a herd
+    assert len({h.sandbox_id for h in handles}) == 5
+    accepted = sorted(sb.created_at for sb in front.simulator.list())
+    assert accepted[-1] - accepted[0] >= 4 / 20.0 * 0.9  # one pod per token: the rate, not a burst

@@ -22,6 +22,7 @@ Requests without `Authorization: Bearer <token>` get the apiserver's 401 Status.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -173,6 +174,8 @@ class Cluster:
         self.warm: list[str] = []  # the pool's unadopted Sandbox names, oldest first
         self.workers = asyncio.Semaphore(max(1, settings.reconcile_workers))
         self.tasks: set[asyncio.Task[None]] = set()
+        self.waiting: collections.deque[str] = collections.deque()  # claims whose cold pod waits for the cluster
+        self._pacer: asyncio.Task[None] | None = None
         sim.add_listener(self._changed)
 
     # objects and watches
@@ -234,14 +237,25 @@ class Cluster:
 
     def _start_sandbox(self, claim: str | None) -> str | None:
         """A Sandbox object and its simulator sandbox; None when the simulator refuses (retried later)."""
+        if self.waiting and claim is not None:  # pods start in order: no claim overtakes the queue
+            self._queue(claim)
+            return None
         try:
             sb = self.sim.create(CreateRequest(image=IMAGE, labels=(f"warmpool={WARM_POOL}",), lifetime_s=float("inf")))
         except Rejected as exc:
-            wait = exc.retry_after if exc.reason == RejectReason.RATE_LIMITED and exc.retry_after else 1.0
-            self._spawn(self._later(wait, self.fill_pool if claim is None else lambda: self._claim_again(claim)))
-            if claim is not None and exc.reason != RejectReason.RATE_LIMITED:
-                self._claim_ready(claim, False, "ReconcilerError", str(exc))
+            if exc.reason == RejectReason.RATE_LIMITED:
+                if claim is not None:
+                    self._queue(claim)
+                else:
+                    self._spawn(self._later(exc.retry_after or 1.0, self.fill_pool))
+            else:
+                if claim is not None:
+                    self._claim_ready(claim, False, "ReconcilerError", str(exc))
+                self._spawn(self._later(1.0, self.fill_pool if claim is None else lambda: self._claim_again(claim)))
             return None
+        return self._register(sb)
+
+    def _register(self, sb: SimSandbox) -> str:
         name = sb.id  # the Sandbox (and its pod) is named by the simulator's id, so truth rows join on it
         self.sandbox_of[name] = sb.id
         self.name_of[sb.id] = name
@@ -254,6 +268,33 @@ class Cluster:
         sandbox["status"] = {"conditions": [self._condition(False, "SandboxNotReady", "pod starting")]}
         self.put("sandboxes", sandbox, "ADDED")
         return name
+
+    def _queue(self, claim: str) -> None:
+        """A claim whose pod the cluster cannot start yet: it waits its turn, the throughput paced by one task
+        (the scheduler and kubelets take pods in order; nothing is refused and nobody retries in a herd)."""
+        self.waiting.append(claim)
+        if self._pacer is None or self._pacer.done():
+            self._pacer = asyncio.get_running_loop().create_task(self._pace())
+            self.tasks.add(self._pacer)
+            self._pacer.add_done_callback(self.tasks.discard)
+
+    async def _pace(self) -> None:
+        while self.waiting:
+            claim = self.waiting[0]
+            if ("sandboxclaims", NAMESPACE, claim) not in self.objects:
+                self.waiting.popleft()
+                continue
+            try:
+                sb_id = self.sim.create(
+                    CreateRequest(image=IMAGE, labels=(f"warmpool={WARM_POOL}",), lifetime_s=float("inf"))
+                ).id
+            except Rejected as exc:
+                await self.sim.clock.sleep(exc.retry_after if exc.retry_after else 1.0)
+                continue
+            self.waiting.popleft()
+            name = self._register(self.sim.get(sb_id))
+            self.claim_of[name] = claim
+            self._bind(claim, name)
 
     async def _later(self, vendor_s: float, then: Callable[[], None]) -> None:
         await self.sim.clock.sleep(vendor_s)
