@@ -17,7 +17,7 @@ import pytest
 from providers import SDK_EXTRAS
 
 REPO = Path(__file__).resolve().parents[2]
-SDK_MODULES = ("prime_sandboxes", "modal", "modal_proto", "e2b", "daytona", "connectrpc", "grpclib", "pyqwest")
+SDK_MODULES = ("prime_sandboxes", "modal", "modal_proto", "e2b", "daytona", "connectrpc", "grpclib", "pyqwest", "vercel")
 
 
 @pytest.fixture
