@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes.config
 import kubernetes_asyncio.config
 import pytest
@@ -199,6 +200,10 @@ async def test_the_provider_labels_cleans_up_and_classifies(open_front: Open) ->
         owned = await provider.list_owned("run/with:odd chars", "e1")
         assert [r.sandbox_id for r in owned] == [ref.sandbox_id] and owned[0].rollout_id == "r1"
         assert [r.run_id for r in await provider.list_all_owned()] == [label_value("run/with:odd chars")]
+        async with httpx.AsyncClient() as http:  # the truth the harness joins: the adopted warm sandbox, by run label
+            rows = await http.get(f"{front.url}/api/v1/_stampede/truth", headers={"Authorization": f"Bearer {TOKEN}"})
+        tagged = [row["id"] for row in rows.json()["sandboxes"] if "stampede-run=run-with-odd-chars" in row["labels"]]
+        assert tagged == [ref.sandbox_id]
         with pytest.raises(ProviderError) as timed_out:
             await provider.exec(ref, ["sleep", "5"], 0.2)
         assert timed_out.value.kind is FailureKind.EXEC_TIMEOUT

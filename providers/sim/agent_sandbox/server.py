@@ -43,7 +43,6 @@ from providers.sim.core.serving.listening import (
     http_url,
     listen,
     stampede_stats,
-    stampede_truth,
     vendor_middleware,
 )
 from providers.sim.core.simulator import (
@@ -174,6 +173,7 @@ class Cluster:
         self.warm: list[str] = []  # the pool's unadopted Sandbox names, oldest first
         self.workers = asyncio.Semaphore(max(1, settings.reconcile_workers))
         self.tasks: set[asyncio.Task[None]] = set()
+        self.claim_labels: dict[str, list[str]] = {}  # simulator id -> the adopting claim's labels, for truth rows
         self.waiting: collections.deque[str] = collections.deque()  # claims whose cold pod waits for the cluster
         self._pacer: asyncio.Task[None] | None = None
         sim.add_listener(self._changed)
@@ -354,6 +354,8 @@ class Cluster:
         claim = self.objects.get(("sandboxclaims", NAMESPACE, claim_name))
         if claim is None:
             return
+        labels = (claim.get("metadata") or {}).get("labels") or {}
+        self.claim_labels[self.sandbox_of.get(sandbox_name, sandbox_name)] = [f"{k}={v}" for k, v in labels.items()]
         ready = self._sim_status(sandbox_name) == SandboxStatus.RUNNING
         status = dict(claim.get("status") or {})
         status["sandbox"] = {"name": sandbox_name, "podIPs": [POD_IP] if ready else []}
@@ -422,6 +424,18 @@ class Cluster:
 
 
 CLUSTER: web.AppKey[Cluster] = web.AppKey("cluster", Cluster)
+
+
+async def truth(request: web.Request) -> web.Response:
+    """`GET /api/v1/_stampede/truth`: the simulator's rows, each carrying the labels of the claim that adopted it
+    (a warm sandbox was started before any claim, so the simulator's own labels name only its pool)."""
+    cluster = request.app[CLUSTER]
+    rows = cluster.sim.truth()
+    for row in rows:
+        extra = cluster.claim_labels.get(str(row.get("id")))
+        if extra:
+            row["labels"] = [*row.get("labels", []), *extra]
+    return web.json_response({**cluster.sim.facts(), "sandboxes": rows})
 
 
 def _authorize(request: web.Request) -> web.Response | None:
@@ -629,7 +643,7 @@ def create_app(settings: AgentSandboxSettings) -> web.Application:
     app.router.add_get(base + "/{name}", get_object)
     app.router.add_delete(base + "/{name}", delete_object)
     app.router.add_post("/execute", execute)
-    app.router.add_get("/api/v1/_stampede/truth", stampede_truth)  # where the harness reads every front's truth
+    app.router.add_get("/api/v1/_stampede/truth", truth)  # where the harness reads every front's truth
     app.router.add_get("/api/v1/_stampede/stats", stampede_stats)
     return app
 
