@@ -239,6 +239,26 @@ async def test_a_wrong_token_or_team_is_auth(flavour: str, open_vercel: Open, mo
     assert forbidden.value.status_code == 403 and classify_vercel(forbidden.value, Phase.CREATE) is FailureKind.AUTH
 
 
+async def test_malformed_requests_get_the_apis_400_never_a_500(open_vercel: Open) -> None:
+    vercel, sdk = await open_vercel("async")
+    sandbox = await sdk.create()
+    bearer = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    session = f"/api/v2/sandboxes/sessions/{sandbox.current_session_id}"
+    cases = [
+        ("/api/v3/sandboxes", b"{not json"),
+        ("/api/v3/sandboxes", b"[1, 2]"),
+        ("/api/v3/sandboxes", json.dumps({"projectId": PROJECT_ID, "resources": {"vcpus": "two"}}).encode()),
+        ("/api/v3/sandboxes", json.dumps({"projectId": PROJECT_ID, "resources": {"vcpus": 0}}).encode()),
+        (f"{session}/cmd", json.dumps({"command": 7}).encode()),
+        (f"{session}/fs/write", b"not a gzip tar"),
+        (f"{session}/fs/read", json.dumps({"path": ""}).encode()),
+    ]
+    async with httpx.AsyncClient(base_url=vercel.url) as client:
+        for path, body in cases:
+            answer = await client.post(path, content=body, headers=bearer)
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == "bad_request", (path, answer.text)
+
+
 # --- the provider ---------------------------------------------------------------------------------
 
 
