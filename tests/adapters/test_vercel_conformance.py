@@ -35,6 +35,7 @@ from vercel.sandbox.sync import SyncSandboxClient
 
 from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, ReadyObservation, SandboxSpec
+from providers.sim.core.isolated_shell import IsolatedShell
 from providers.sim.vercel.server import PROJECT_ID, TEAM_ID, RunningVercel, VercelSettings, start_vercel
 from providers.vercel import VercelProvider, classify_vercel
 from tests.support.live_lifecycle import check_live_lifecycle
@@ -237,6 +238,16 @@ async def test_a_wrong_token_or_team_is_auth(flavour: str, open_vercel: Open, mo
     with pytest.raises(SandboxApiError) as forbidden:
         await Sdk(flavour, vercel.base_url).create()
     assert forbidden.value.status_code == 403 and classify_vercel(forbidden.value, Phase.CREATE) is FailureKind.AUTH
+
+
+@pytest.mark.skipif(not IsolatedShell.available(), reason="real commands need bubblewrap (apt-get install bubblewrap)")
+async def test_real_commands_run_as_vercel_sandbox_in_its_home_and_see_its_files(open_vercel: Open) -> None:
+    _, sdk = await open_vercel("async", **{"sandbox.commands": "real"})
+    sandbox = await sdk.create()
+    await sandbox.fs.write_text("f.txt", "data")
+    script = "whoami; pwd; cat f.txt; echo; echo late >&2; exit 4"
+    result = await sandbox.run_process("bash", ["-c", script], capture_output=True)
+    assert (result.returncode, result.stdout, result.stderr) == (4, "vercel-sandbox\n/vercel/sandbox\ndata\n", "late\n")
 
 
 async def test_malformed_requests_get_the_apis_400_never_a_500(open_vercel: Open) -> None:
