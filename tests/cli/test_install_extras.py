@@ -17,7 +17,19 @@ import pytest
 from providers import SDK_EXTRAS
 
 REPO = Path(__file__).resolve().parents[2]
-SDK_MODULES = ("prime_sandboxes", "modal", "modal_proto", "e2b", "daytona", "connectrpc", "grpclib", "pyqwest", "vercel")
+SDK_MODULES = (
+    "prime_sandboxes",
+    "modal",
+    "modal_proto",
+    "e2b",
+    "daytona",
+    "connectrpc",
+    "grpclib",
+    "pyqwest",
+    "vercel",
+    "k8s_agent_sandbox",
+    "kubernetes_asyncio",
+)
 
 
 @pytest.fixture
