@@ -27,6 +27,7 @@ SDK_MODULES = (
     "grpclib",
     "pyqwest",
     "vercel",
+    "runloop_api_client",
     "k8s_agent_sandbox",
     "kubernetes_asyncio",
 )
