@@ -30,6 +30,7 @@ SDK_MODULES = (
     "runloop_api_client",
     "k8s_agent_sandbox",
     "kubernetes_asyncio",
+    "cwsandbox",
 )
 
 

@@ -1,0 +1,1 @@
+"""The local CoreWeave Sandbox: its gRPC SandboxService over the vendor simulator (`stampede coreweave-local serve`)."""
