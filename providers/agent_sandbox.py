@@ -275,6 +275,26 @@ class AgentSandboxProvider(Provider):
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"the runtime killed the command after {timeout:g}s")
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
+    async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
+        """`files.write` through the router (the python-runtime's `/upload`). The SDK sends the path relative to the
+        runtime's working directory: a leading `/` is dropped, so `/tmp/x` lands in `<workdir>/tmp/x`."""
+        files = (await self._sandbox(ref)).files
+        if files is None:
+            raise ProviderError(FailureKind.EXEC_ERROR, f"the connection to {ref.sandbox_id} was closed")
+        await cancellable(files.write(path, bytes(data), timeout=math.ceil(self.options.request_timeout_s)))
+
+    async def download_file(self, ref: SandboxRef, path: str) -> bytes:
+        files = (await self._sandbox(ref)).files
+        if files is None:
+            raise ProviderError(FailureKind.EXEC_ERROR, f"the connection to {ref.sandbox_id} was closed")
+        try:
+            data = await cancellable(files.read(path, timeout=math.ceil(self.options.request_timeout_s)))
+        except SandboxRequestError as exc:
+            if exc.status_code == 404:
+                raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
+            raise
+        return bytes(data)
+
     async def terminate(self, ref: SandboxRef) -> None:
         if isinstance(ref.handle, AsyncSandbox):
             await cancellable(ref.handle.terminate())  # idempotent; a 404 is success

@@ -182,6 +182,21 @@ async def test_a_sandbox_gone_under_the_router_is_a_request_error(open_front: Op
     assert classify_agent_sandbox(caught.value, Phase.EXEC) is FailureKind.DIED_DURING_EXEC
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
+async def test_files_through_the_router_land_in_the_sandboxs_own_tree(flavour: str, open_front: Open) -> None:
+    front, sdk = await open_front(flavour, warm_pool=1)
+    handle = await sdk(sdk.client.create_sandbox, WARM_POOL, sandbox_ready_timeout=30)
+    await sdk(handle.files.write, "data/in.txt", b"hello\x00bytes")
+    assert await sdk(handle.files.read, "data/in.txt") == b"hello\x00bytes"
+    assert await sdk(handle.files.exists, "data/in.txt") and not await sdk(handle.files.exists, "data/nope")
+    assert [(e.name, e.size, e.type) for e in await sdk(handle.files.list, "data")] == [("in.txt", 11, "file")]
+    on_disk = front.simulator.tree(handle.sandbox_id).host_path("/app/data/in.txt")  # the runtime's cwd is /app
+    assert on_disk.read_bytes() == b"hello\x00bytes"
+    with pytest.raises(SandboxRequestError) as missing:
+        await sdk(handle.files.read, "data/nope")
+    assert missing.value.status_code == 404
+
+
 # --- the provider ---------------------------------------------------------------------------------
 
 
@@ -208,6 +223,10 @@ async def test_the_provider_labels_cleans_up_and_classifies(open_front: Open) ->
             rows = await http.get(f"{front.url}/api/v1/_stampede/truth", headers={"Authorization": f"Bearer {TOKEN}"})
         tagged = [row["id"] for row in rows.json()["sandboxes"] if "stampede-run=run-with-odd-chars" in row["labels"]]
         assert tagged == [ref.sandbox_id]
+        await provider.upload_file(ref, "out/result.json", b'{"ok": true}')
+        assert await provider.download_file(ref, "out/result.json") == b'{"ok": true}'
+        with pytest.raises(FileNotFoundError):
+            await provider.download_file(ref, "out/missing.json")
         with pytest.raises(ProviderError) as timed_out:
             await provider.exec(ref, ["sleep", "5"], 0.2)
         assert timed_out.value.kind is FailureKind.EXEC_TIMEOUT

@@ -14,7 +14,8 @@ served here, over the vendor simulator:
   congestion and deadline). Each adoption asks the simulator for a replacement warm sandbox. A cold start the
   simulator refuses for its create rate is retried after the refusal's wait, as a controller requeues; any other
   refusal leaves the claim `Ready=False` (`ReconcilerError`, transient), so the SDK waits out its own timeout.
-- the router: `POST /execute` (the legacy python-runtime), the sandbox named by `X-Sandbox-ID`.
+- the router: the legacy python-runtime's `POST /execute`, `POST /upload`, `GET /download|exists|list/{path}` (paths
+  relative to its working directory `/app`, on the sandbox's own file tree), the sandbox named by `X-Sandbox-ID`.
 
 Requests without `Authorization: Bearer <token>` get the apiserver's 401 Status.
 """
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.serving.bearer import bearer_matches
@@ -599,6 +600,73 @@ async def execute(request: web.Request) -> web.Response:
     )
 
 
+RUNTIME_CWD = "/app"  # the python-runtime's working directory: the SDK sends every file path relative to it
+
+
+def _tree_of(request: web.Request) -> tuple[Any, web.Response | None]:
+    """The file tree of the sandbox `X-Sandbox-ID` names, or the router's answer when there is none."""
+    cluster = request.app[CLUSTER]
+    name = request.headers.get("X-Sandbox-ID", "")
+    sb_id = cluster.sandbox_of.get(name)
+    if sb_id is None:
+        return None, web.json_response({"error": f"sandbox {name!r} not found"}, status=404)
+    try:
+        return cluster.sim.tree(sb_id), None
+    except (NotFound, NotRunning) as exc:
+        return None, web.json_response({"error": str(exc)}, status=502)
+
+
+async def upload(request: web.Request) -> web.Response:
+    """`POST /upload`: one multipart `file` part whose filename is the path (relative to the runtime's cwd)."""
+    tree, refused = _tree_of(request)
+    if refused is not None:
+        return refused
+    reader = await request.multipart()
+    part = await reader.next()
+    if part is None or not isinstance(part, BodyPartReader) or not part.filename:
+        return web.json_response({"detail": "a multipart 'file' part with a filename is required"}, status=400)
+    try:
+        target = tree.writable(part.filename, cwd=RUNTIME_CWD)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(await part.read(decode=False))
+    except OSError as exc:
+        return web.json_response({"detail": str(exc)}, status=500)
+    return web.json_response({"message": f"File '{part.filename}' uploaded successfully"})
+
+
+async def download(request: web.Request) -> web.StreamResponse:
+    tree, refused = _tree_of(request)
+    if refused is not None:
+        return refused
+    path = tree.host_path(request.match_info["path"], cwd=RUNTIME_CWD)
+    if not path.is_file():
+        return web.json_response({"detail": "File not found"}, status=404)
+    return web.Response(body=path.read_bytes(), content_type="application/octet-stream")
+
+
+async def exists(request: web.Request) -> web.Response:
+    tree, refused = _tree_of(request)
+    if refused is not None:
+        return refused
+    path = tree.host_path(request.match_info["path"], cwd=RUNTIME_CWD)
+    return web.json_response({"path": request.match_info["path"], "exists": path.exists()})
+
+
+async def listing(request: web.Request) -> web.Response:
+    tree, refused = _tree_of(request)
+    if refused is not None:
+        return refused
+    path = tree.host_path(request.match_info["path"], cwd=RUNTIME_CWD)
+    if not path.is_dir():
+        return web.json_response({"detail": "Directory not found"}, status=404)
+    entries = []
+    for entry in sorted(path.iterdir()):
+        info = entry.stat()
+        kind = "directory" if entry.is_dir() else "file"
+        entries.append({"name": entry.name, "size": info.st_size, "type": kind, "mod_time": info.st_mtime})
+    return web.json_response(entries)
+
+
 def create_app(settings: AgentSandboxSettings) -> web.Application:
     profile = settings.resolved_profile()
     scale = settings.resolved_time_scale(profile)
@@ -643,6 +711,10 @@ def create_app(settings: AgentSandboxSettings) -> web.Application:
     app.router.add_get(base + "/{name}", get_object)
     app.router.add_delete(base + "/{name}", delete_object)
     app.router.add_post("/execute", execute)
+    app.router.add_post("/upload", upload)
+    app.router.add_get("/download/{path:.*}", download)
+    app.router.add_get("/exists/{path:.*}", exists)
+    app.router.add_get("/list/{path:.*}", listing)
     app.router.add_get("/api/v1/_stampede/truth", truth)  # where the harness reads every front's truth
     app.router.add_get("/api/v1/_stampede/stats", stampede_stats)
     return app
