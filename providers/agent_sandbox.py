@@ -6,7 +6,8 @@ sandbox_ready_timeout, labels=spec.tags())`. The SDK's create watches the claim 
 warm sandbox adopted at once, or a cold pod started by the controller), so readiness is create's answer:
 `wait_ready` returns at once, having looked at nothing (`ReadyObservation(poll_window_s=0, polls=0)`). Commands
 are `sandbox.commands.run` (the router's `/execute` on the legacy python-runtime: stdout, stderr, exit code, no
-streaming); `terminate` is the SDK's `terminate` (delete the claim; the controller deletes its Sandbox; a 404
+streaming); files are `files.write` / `files.read` (the runtime's `/upload` and `/download`, paths relative to its
+working directory, a leading `/` dropped by the SDK); `terminate` is the SDK's `terminate` (delete the claim; the controller deletes its Sandbox; a 404
 is success); a run's leftovers are its claims listed with a label selector (`list_all_sandboxes`).
 
 Where it talks, as whom: the Kubernetes API from `base_url` + `token` (`--base-url`/`--token`, or `--local`), else
