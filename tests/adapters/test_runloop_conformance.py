@@ -40,6 +40,7 @@ from runloop_api_client.lib.polling import PollingTimeout
 from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.runloop import RunloopProvider, classify_runloop
+from providers.sim.core.isolated_shell import IsolatedShell
 from providers.sim.runloop.server import RunloopSettings, RunningRunloop, start_runloop
 from tests.support.live_lifecycle import check_live_lifecycle
 from tests.support.serve_process import finish, get_json, ready_line, spawn_serve
@@ -250,6 +251,35 @@ async def test_the_provider_gives_up_on_a_long_command_and_kills_it(open_front: 
         assert {r.run_id for r in await provider.list_all_owned()} == {"run-t"}
         assert await provider.cleanup("run-t") == 2
     finally:
+        await provider.aclose()
+
+
+@pytest.mark.skipif(not IsolatedShell.available(), reason="real commands need bubblewrap (apt-get install bubblewrap)")
+async def test_real_commands_run_as_user_see_the_files_api_and_stream_while_running(open_front: Open) -> None:
+    front, sdk = await open_front("async", **{"sandbox.commands": "real"})
+    boxes = sdk.client.devboxes
+    devbox = await boxes.create_and_await_running()
+    await boxes.write_file_contents(devbox.id, file_path="in.txt", contents="from the files API\n")
+    started = await boxes.execute_async(devbox.id, command="whoami; pwd; cat in.txt; echo tick; sleep 3; echo tock")
+    logs = await boxes.executions.stream_stdout_updates(started.execution_id, devbox_id=devbox.id)
+    seen = ""
+    async for chunk in logs:  # output arrives as it is printed, while the command still sleeps
+        seen += chunk.output
+        if "tick" in seen:
+            break
+    assert seen == "user\n/home/user\nfrom the files API\ntick\n"
+    assert (await boxes.executions.retrieve(started.execution_id, devbox_id=devbox.id)).status == "running"
+    done = await boxes.executions.await_completed(started.execution_id, devbox_id=devbox.id)
+    assert (done.exit_status, done.stdout) == (0, "user\n/home/user\nfrom the files API\ntick\ntock\n")
+    provider = RunloopProvider.from_options({"base_url": front.url, "token": TOKEN, "exec_api": "stream"})
+    try:
+        ref = await provider.create(SandboxSpec(run_id="run-r", rollout_id="r1"))
+        await provider.wait_ready(ref, 30)
+        ran = await provider.exec(ref, ["sh", "-c", "echo made > out.txt; echo out; echo err >&2"], 30)
+        assert (ran.exit_code, ran.stdout, ran.stderr) == (0, "out\n", "err\n")
+        assert await provider.download_file(ref, "/home/user/out.txt") == b"made\n"
+    finally:
+        await provider.cleanup("run-r")
         await provider.aclose()
 
 

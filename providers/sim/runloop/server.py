@@ -537,22 +537,30 @@ def _stream_of(which: str) -> Callable[[web.Request], Any]:
             return error(request, 400, "offset must be an integer")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        while True:
-            buffer = execution.stdout if which == "stdout" else execution.stderr
-            finished = execution.status == "completed"
-            waiter = execution.changed
-            if len(buffer) > offset:
-                chunk = bytes(buffer[offset:])
-                payload = {"output": chunk.decode(errors="replace"), "offset": offset}
-                offset = len(buffer)
-                await response.write(f"data: {json.dumps(payload)}\n\n".encode())
-            if finished:
-                break
-            await waiter.wait()
-        await response.write_eof()
+        try:
+            await _follow(response, execution, which, offset)
+        except ConnectionResetError:
+            pass  # the client stopped reading (it had what it wanted): the command runs on
         return response
 
     return stream
+
+
+async def _follow(response: web.StreamResponse, execution: Execution, which: str, offset: int) -> None:
+    """Write the stream's chunks from `offset` as they come, until the command completes."""
+    while True:
+        buffer = execution.stdout if which == "stdout" else execution.stderr
+        finished = execution.status == "completed"
+        waiter = execution.changed
+        if len(buffer) > offset:
+            chunk = bytes(buffer[offset:])
+            payload = {"output": chunk.decode(errors="replace"), "offset": offset}
+            offset = len(buffer)
+            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+        if finished:
+            break
+        await waiter.wait()
+    await response.write_eof()
 
 
 # --- files and snapshots ---------------------------------------------------------------------------------------
