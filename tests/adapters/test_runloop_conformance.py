@@ -166,6 +166,10 @@ async def test_lifecycle(flavour: str, open_front: Open) -> None:
         await sdk.call(boxes.execute_async, created.id, command="true")
     with pytest.raises(NotFoundError):
         await sdk.call(boxes.retrieve, "no-such-devbox")
+    with pytest.raises(
+        InternalServerError, match=r"not modelled by the local Runloop: POST /v1/devboxes/.*/keep_alive"
+    ):
+        await sdk.call(boxes.keep_alive, other.id)  # at once: x-should-retry false
     with pytest.raises(RunloopError, match="non-running terminal state: shutdown"):
         await sdk.call(boxes.await_running, created.id)
 

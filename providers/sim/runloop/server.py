@@ -665,6 +665,13 @@ async def snapshot_disk(request: web.Request) -> web.Response:
     return web.json_response(snapshot_view(snap, front.sim.clock.wall, metadata, body.get("commit_message")))
 
 
+async def not_modelled(request: web.Request) -> web.Response:
+    """A Runloop call the local plane does not serve (blueprints, tunnels, keep-alive, stdin, ...): 501 naming it,
+    never a 404 a client would take for a devbox that is gone."""
+    message = f"not modelled by the local Runloop: {request.method} {request.path}"
+    return error(request, 501, message, headers={"x-should-retry": "false"})  # the SDK would retry a 5xx 5 times
+
+
 def create_app(settings: RunloopSettings) -> web.Application:
     """The application; the simulator is built on the app's loop at startup (profile problems raise here)."""
     profile = settings.resolved_profile()
@@ -711,6 +718,7 @@ def create_app(settings: RunloopSettings) -> web.Application:
     app.router.add_post(devbox + "/snapshot_disk", snapshot_disk)
     app.router.add_get("/api/v1/_stampede/truth", stampede_truth)
     app.router.add_get("/api/v1/_stampede/stats", stampede_stats)
+    app.router.add_route("*", "/v1/{tail:.*}", not_modelled)  # last: every API call not served above
     return app
 
 
