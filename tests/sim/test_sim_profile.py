@@ -14,7 +14,18 @@ from providers.sim.core.profile import PROFILES_DIR, Profile, ProfileError, labe
 
 
 def test_builtin_profiles() -> None:
-    assert profile_names() == ["agent-sandbox-like", "daytona-like", "e2b-like", "ideal", "modal-like", "modal-like-2026-04", "prime-like", "runloop-like", "vercel-like"]
+    assert profile_names() == [
+        "agent-sandbox-like",
+        "coreweave-like",
+        "daytona-like",
+        "e2b-like",
+        "ideal",
+        "modal-like",
+        "modal-like-2026-04",
+        "prime-like",
+        "runloop-like",
+        "vercel-like",
+    ]
     for name in profile_names():
         profile = load_profile(name)
         assert isinstance(profile, Profile) and profile.name == name and profile.description
