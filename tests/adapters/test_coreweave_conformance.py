@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import httpx
+import pandas as pd
 import pytest
 from cwsandbox import (
     CWSandboxAuthenticationError,
@@ -35,6 +36,7 @@ from cwsandbox import (
     SandboxStatus,
 )
 
+from harness.results.read.dataset import load_truth
 from providers.base import INVOCATION, FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.coreweave import CoreWeaveProvider, classify_coreweave, label_tags, poll_schedule
 from providers.sim.coreweave.server import CoreWeaveSettings, RunningCoreWeave, start_coreweave
@@ -330,3 +332,49 @@ def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) ->
     )
     assert result.returncode == 2 and needle in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.slow
+def test_a_burst_past_the_free_quota_through_the_real_sdk_has_only_classified_failures(tmp_path: Path) -> None:
+    """The free tier's 20 concurrent sandboxes (documented) against a burst of 60: 20 ok, 40 `quota_exhausted`."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "--provider",
+            "coreweave",
+            "--local",
+            "--scenario",
+            "burst",
+            "--users",
+            "60",
+            "--profile-set",
+            "quota.max_active=20",
+            "-t",
+            "120s",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    truth = load_truth(run_dir)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert len(rollouts) == 60 and (rollouts["outcome"] == "ok").sum() == 20
+    assert set(rollouts["failure_kind"].dropna()) == {"quota_exhausted"}
+    assert set(rollouts["sdk_version"]) == {f"cwsandbox={metadata.version('cwsandbox')}"}
+    assert manifest["profile"] == "coreweave-like"
+    assert set(truth["id"]) == set(rollouts["sandbox_id"].dropna())  # no sandbox the harness does not know of
+    assert set(truth["status"]) == {"TERMINATED"}  # and every one of them stopped
+    ok = rollouts[rollouts["outcome"] == "ok"]
+    assert (ok["ready_poll_s"] > 0).all() and ok["tti_s"].notna().all()  # the SDK's poll: its window is recorded
+    assert "unknown failures 0; harness failures 0" in result.stdout
