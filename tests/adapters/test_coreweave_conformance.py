@@ -39,6 +39,7 @@ from cwsandbox import (
 from harness.results.read.dataset import load_truth
 from providers.base import INVOCATION, FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.coreweave import CoreWeaveProvider, classify_coreweave, label_tags, poll_schedule
+from providers.sim.core.isolated_shell import IsolatedShell
 from providers.sim.coreweave.server import CoreWeaveSettings, RunningCoreWeave, start_coreweave
 from providers.sim.coreweave.service import cpu_cores, memory_mb
 from tests.support.live_lifecycle import check_live_lifecycle
@@ -207,6 +208,27 @@ async def test_sandboxes_that_fail_are_the_sdks_failures(flavour: str, open_core
     with pytest.raises(SandboxError) as ended:  # FAILED_PRECONDITION "not running (TIMEOUT)"
         await sdk(expiring.exec(["echo", "late"]))
     assert classify_coreweave(ended.value, Phase.EXEC) is FailureKind.DIED_DURING_EXEC
+
+
+@pytest.mark.skipif(not IsolatedShell.available(), reason="real commands need bubblewrap")
+@pytest.mark.parametrize("flavour", FLAVOURS)
+async def test_real_commands_stream_take_stdin_and_share_the_sandboxs_files(flavour: str, open_coreweave: Open) -> None:
+    _, sdk = await open_coreweave(flavour, **{"sandbox.commands": "real", "boot.median_s": 0.2})
+    sandbox = await sdk.run(container_image=IMAGE)
+    await sdk.running(sandbox)
+    process = sandbox.exec(["sh", "-c", "echo first; read line; echo got $line; echo bad >&2; exit 5"], stdin=True)
+    assert process.stdin is not None
+    lines = aiter(process.stdout)
+    assert await anext(lines) == "first\n"  # streamed: it came before the command read its input
+    await process.stdin.write(b"hello\n")
+    await process.stdin.close()
+    result = await sdk(process)
+    assert (result.returncode, result.stdout, result.stderr) == (5, "first\ngot hello\n", "bad\n")
+    await sdk(sandbox.write_file("/root/note.txt", b"from the api"))
+    assert (await sdk(sandbox.exec(["cat", "/root/note.txt"]))).stdout == "from the api"
+    await sdk(sandbox.exec(["sh", "-c", "echo from a command > /root/made.txt"]))
+    assert await sdk(sandbox.read_file("/root/made.txt")) == b"from a command\n"
+    await sdk(sandbox.stop())
 
 
 # --- the provider ------------------------------------------------------------------------------------

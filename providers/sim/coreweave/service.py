@@ -30,6 +30,7 @@ from cwsandbox._proto import sandbox_pb2, sandbox_pb2_grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from providers.sim.core.isolated_shell import RealProcess
 from providers.sim.core.records import (
     CreateRequest,
     ExecError,
@@ -352,38 +353,50 @@ class CoreWeaveSandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         streamed = self.sim.profile.sandbox.commands == "real"
         on_out = output(sandbox_pb2.ExecStreamOutput.STREAM_STDOUT) if streamed else None
         on_err = output(sandbox_pb2.ExecStreamOutput.STREAM_STDERR) if streamed else None
-        run = asyncio.ensure_future(
-            self.sim.exec(
+        finished: asyncio.Future[ExecOutcome | BaseException] = asyncio.get_running_loop().create_future()
+
+        def done(result: ExecOutcome | BaseException) -> None:
+            if not finished.done():
+                finished.set_result(result)
+                chunks.put_nowait(None)
+
+        try:
+            ticket = self.sim.exec_start(
                 sb.id,
                 shlex.join(init.command),
                 timeout_s=sb.lifetime_s,
+                on_done=done,
                 env=dict(init.env) or None,
                 on_stdout=on_out,
                 on_stderr=on_err,
+                stdin=streamed,
+                pty=(init.tty_width or 80, init.tty_height or 24) if streamed and init.tty else None,
             )
-        )
-        run.add_done_callback(lambda _: chunks.put_nowait(None))
-        drain = asyncio.ensure_future(_drain(request_iterator))  # stdin and close: the modelled shell reads none
+        except (NotFound, NotRunning) as exc:
+            await self._answer(context, _exec_abort(exc))
+            return
+        # stdin, resize and close go to a real command; the modelled shell reads no input
+        feed = asyncio.ensure_future(_feed(request_iterator, ticket.process))
         try:
             yield sandbox_pb2.ExecStreamResponse(
                 ready={"ready_time": _timestamp(self.sim.clock.wall(self.sim.clock.now()))}
             )
             while (item := await chunks.get()) is not None:
                 yield item
-            try:
-                outcome = run.result()
-            except BaseException as exc:
-                abort = _exec_abort(exc)
+            outcome = finished.result()
+            if isinstance(outcome, BaseException):
+                abort = _exec_abort(outcome)
                 yield sandbox_pb2.ExecStreamResponse(error={"message": abort.message, "code": abort.code.name})
                 return
             for response in _final_output(outcome, streamed):
                 yield response
             yield sandbox_pb2.ExecStreamResponse(exit={"exit_code": outcome.exit_code})
         finally:
-            for task in (run, drain):
-                task.cancel()
+            if not finished.done():
+                ticket.cancel()  # the client went away: a real command is killed
+            feed.cancel()
             with contextlib.suppress(BaseException):
-                await drain
+                await feed
 
     # --- files ----------------------------------------------------------------------------------------
 
@@ -468,6 +481,15 @@ def _final_output(outcome: ExecOutcome, streamed: bool) -> Iterable[sandbox_pb2.
             yield sandbox_pb2.ExecStreamResponse(output={"stream": stream, "data": text.encode()})
 
 
-async def _drain(requests: AsyncIterator[sandbox_pb2.ExecStreamRequest]) -> None:
-    async for _ in requests:
-        pass
+async def _feed(requests: AsyncIterator[sandbox_pb2.ExecStreamRequest], process: RealProcess | None) -> None:
+    """The rest of a StreamExec's requests: stdin chunks, terminal resizes and the end of input, to a real command."""
+    async for request in requests:
+        if process is None:
+            continue
+        kind = request.WhichOneof("message")
+        if kind == "stdin":
+            process.write_stdin(request.stdin)
+        elif kind == "resize":
+            process.resize(request.resize.width, request.resize.height)
+        elif kind == "close":
+            process.close_stdin()
