@@ -2,7 +2,7 @@
 
 A command is a line of a ```sh block; a block without a language (output, or a command that needs a vendor's key or a
 script of yours) is shown only. Pages run in PAGES's order, each top to bottom, one shell per line, so a page may use
-what an earlier one made (the README's `results/four` runs, its `/tmp/latency_model.json`, a server a page started).
+what an earlier one made (the README's `results/eight` runs, its `/tmp/latency_model.json`, a server a page started).
 Every `docs/*.md` must be in PAGES: a page left out would be a page whose commands go stale unseen."""
 
 from __future__ import annotations
@@ -143,14 +143,15 @@ def check_plain_pandas(result: subprocess.CompletedProcess) -> None:
     assert printed and printed == pytest.approx({k: v for k, v in expected.items() if v is not None}, rel=1e-5)
 
 
-FOUR = "stampede report results/four/modal results/four/prime results/four/e2b results/four/daytona"
+VENDORS = ("modal", "prime", "e2b", "daytona", "runloop", "vercel", "coreweave", "agent-sandbox")
+EIGHT = "stampede report " + " ".join(f"results/eight/{vendor}" for vendor in VENDORS)
 
 
-def check_four_vendors(result: subprocess.CompletedProcess) -> None:
+def check_eight_vendors(result: subprocess.CompletedProcess) -> None:
     """Each vendor's own SDK against its local control plane: every failure classified, one joined report."""
     assert "side by side" in result.stdout
-    for vendor in ("modal", "prime", "e2b", "daytona"):
-        run = REPO / "results" / "four" / vendor
+    for vendor in VENDORS:
+        run = REPO / "results" / "eight" / vendor
         assert json.loads((run / "run.json").read_text())["status"] == "completed"
         frame = pd.read_parquet(run / "rollouts")
         assert len(frame) == 100 and not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
@@ -167,7 +168,7 @@ def check_verl_sweep(result: subprocess.CompletedProcess) -> None:
 
 
 CHECKS = {
-    FOUR: check_four_vendors,
+    EIGHT: check_eight_vendors,
     FAULTS: check_transport_faults,
     PANDAS: check_plain_pandas,
     "stampede run": check_default_run,
@@ -192,7 +193,7 @@ def test_every_documented_command_runs():
     skipped: list[str] = []
     env = {**os.environ, "STAMPEDE_PROGRESS_INTERVAL": "0"}
     # runs that name their run id are refused when it exists: start from none, as a clone does (a second local
-    # run of this test found the first one's results/readme-ramp; the four-vendor runs are among them)
+    # run of this test found the first one's results/readme-ramp; the eight-vendor runs are among them)
     for command in commands:
         named = dict(itertools.pairwise(shlex.split(command)))
         if command.startswith("stampede run") and "--run-id" in named:
