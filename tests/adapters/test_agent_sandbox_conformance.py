@@ -303,6 +303,7 @@ def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone(
         assert serve.stdin is not None
         serve.stdin.close()
         assert serve.wait(timeout=15) == 0
+    assert not os.path.exists(line["env"]["KUBECONFIG"])  # it holds the token: gone with the server
 
 
 @pytest.mark.parametrize(

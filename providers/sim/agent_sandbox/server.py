@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -753,6 +754,15 @@ class RunningAgentSandbox(RunningApp):
 
     def sdk_environment(self) -> dict[str, str]:
         return {"KUBECONFIG": self.kubeconfig, "AGENT_SANDBOX_ROUTER_URL": self.router_url}
+
+    async def close(self) -> None:
+        """Stop listening and remove the kubeconfig it wrote (it holds the token)."""
+        try:
+            await super().close()
+        finally:
+            if self.kubeconfig:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.kubeconfig)
 
 
 def write_kubeconfig(url: str, token: str, path: str | None = None) -> str:
