@@ -88,12 +88,12 @@ class Pausing:
         self.count += 1
         self.pauses += 1
         host.admission.hold(sb, -1.0, disk=False)
-        if host.real_shell is not None:
-            host.real_shell.stop(sb.id)  # real commands and background jobs end too: memory is not kept
-        if sb._execs:
+        if sb._execs:  # before the processes are killed: a command cut short died, it did not exit 137
             died = SandboxDied(sb.id, str(SandboxStatus.PAUSED), None, "the sandbox was paused")
             for ticket in list(sb._execs):
                 ticket.resolve(died)
+        if host.real_shell is not None:
+            host.real_shell.stop(sb.id)  # real commands and background jobs end too: memory is not kept
         spec = host.profile.sandbox
         factor = Stream(host.seed, "pause", sb.seq, sb.pause_count).lognormal(1.0, spec.sigma)
         host._notify(sb)

@@ -465,16 +465,16 @@ class VendorSimulator:
             self._pausing.ended(sb, phase)
         else:
             self._pipeline.leave(sb, phase)
+        self.ended[f"{status}/{sb.error_type}" if sb.error_type else str(status)] += 1
+        self._retention.ended(sb)
+        if sb._execs:  # before its processes are killed: a command cut short died with it, it did not exit 137
+            died = SandboxDied(sb.id, str(status), sb.error_type, message or f"Sandbox is {status}")
+            for ticket in list(sb._execs):
+                ticket.resolve(died)
         if self.real_shell is not None:
             self.real_shell.stop(sb.id)  # its processes first, so none writes into the tree being removed
         if self._trees is not None:
             self._trees.remove(sb.id)  # its files go with it (snapshots taken of it stay)
-        self.ended[f"{status}/{sb.error_type}" if sb.error_type else str(status)] += 1
-        self._retention.ended(sb)
-        if sb._execs:
-            died = SandboxDied(sb.id, str(status), sb.error_type, message or f"Sandbox is {status}")
-            for ticket in list(sb._execs):
-                ticket.resolve(died)
         self._notify(sb)
         if phase not in (_QUEUED, _PAUSED) and self._pipeline.n_waiting > 0:
             self._pipeline.dispatch()  # the freed slot goes to the oldest waiting
