@@ -4,8 +4,8 @@ What the SDK documents, checked the way a user's script sees it (sync `Sandbox` 
 `AsyncSandbox`): `files` on the sandbox's own tree as `user` in /home/user (what a command writes, `read` reads,
 and the other way round; list with depth, info, exists, rename, remove, make_dir, metadata, gzip, a watch that
 sees a command's write, signed download and upload URLs); `pause` then `connect` resuming with the files kept and
-a paused sandbox listed as paused; snapshots taken, listed, started from and deleted; `fork` copying the files;
-simulated metrics; the list's template/started-after filters and its newest-first order; stdin and PTYs. Needs
+a paused sandbox listed as paused; lifecycle on_timeout="pause" (autoPause) pausing at the timeout, not ending;
+snapshots taken, listed, started from and deleted; `fork` copying the files; simulated metrics; the list's template/started-after filters and its newest-first order; stdin and PTYs. Needs
 bubblewrap (CI installs it).
 """
 
@@ -29,6 +29,7 @@ from e2b import (
     FileType,
     NotFoundException,
     Sandbox,
+    SandboxException,
     SandboxQuery,
     SandboxState,
 )
@@ -197,6 +198,44 @@ async def test_pause_then_connect_resumes_with_the_files_kept(flavour: str, open
     assert await sdk(resumed.files.read, "kept.txt") == "still here"
     assert (await sdk(resumed.commands.run, "cat kept.txt")).stdout == "still here"
     await sdk(resumed.kill)
+
+
+async def _left_running(sdk: Sdk, sbx: Any) -> Any:
+    """The sandbox's state once it is no longer running (None: gone), polled for at most 30 s."""
+    for _ in range(300):
+        try:
+            state = (await sdk(sbx.get_info)).state
+        except NotFoundException:
+            return None
+        if state != SandboxState.RUNNING:
+            return state
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{sbx.sandbox_id} still running 30 s after its timeout")
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+async def test_on_timeout_pause_pauses_at_the_timeout_and_connect_resumes_it(flavour: str, open_e2b: Open) -> None:
+    e2b, sdk = await open_e2b(flavour)
+    paused = await sdk.create(timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": False})
+    killed = await sdk.create(timeout=60)  # the default: killed at its timeout
+    now = await sdk.create(timeout=60, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    await sdk(paused.files.write, "kept.txt", "still here")
+    await sdk(paused.set_timeout, 1)
+    await sdk(killed.set_timeout, 1)
+    await sdk(now.set_timeout, 0)  # the timeout is now
+    assert await _left_running(sdk, paused) == SandboxState.PAUSED
+    assert await _left_running(sdk, killed) is None
+    assert await _left_running(sdk, now) == SandboxState.PAUSED
+    assert await sdk(paused.is_running) is False
+    assert e2b.simulator.stats()["running"] == 0  # paused sandboxes hold no slot
+    resumed = await sdk(paused.connect)
+    assert resumed.sandbox_id == paused.sandbox_id
+    assert (await sdk(resumed.get_info)).state == SandboxState.RUNNING
+    assert (await sdk(resumed.commands.run, "cat kept.txt")).stdout == "still here"
+    with pytest.raises(SandboxException, match="autoResume"):  # waking on traffic is refused, not ignored
+        await sdk.create(timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    for sbx in (resumed, now):
+        await sdk(sbx.kill)
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -199,6 +199,27 @@ def test_the_lifetime_stops_while_paused() -> None:
     assert b.ended_at == pytest.approx(start + 100.0)
 
 
+def test_a_sandbox_that_pauses_at_its_timeout_is_kept_with_its_files() -> None:
+    sim, clock = _sim()
+    a = _running(sim, clock, CreateRequest(image="python:3.12", lifetime_s=10.0, pause_at_timeout=True))
+    _write(sim, a.id, "kept.txt", "still here")
+    clock.run_until(a.created_at + 10.0)
+    assert a.status == SandboxStatus.PAUSED and a.ended_at is None  # E2B's autoPause: paused, not ended
+    assert sim.stats()["running"] == 0
+    with pytest.raises(ValueError, match="needs a lifetime"):  # nothing left of the old lifetime to run again with
+        sim.resume(a.id)
+    sim.resume(a.id, lifetime_s=30.0)
+    _settle(clock, a)
+    assert a.status == SandboxStatus.RUNNING
+    assert _read(sim, a.id, "kept.txt") == "still here"
+    sim.set_lifetime(a.id, 0.0)  # E2B's set_timeout(0): the timeout is now, and it pauses again
+    clock.run_until(clock.now())
+    assert a.status == SandboxStatus.PAUSED and a.pause_count == 2
+    b = _running(sim, clock, CreateRequest(image="python:3.12", lifetime_s=10.0))
+    clock.run_until(b.created_at + 10.0)
+    assert b.status == SandboxStatus.TIMEOUT  # without it, the timeout ends the sandbox
+
+
 def test_a_snapshot_copies_the_files_and_later_writes_stay_apart() -> None:
     sim, clock = _sim()
     a = _running(sim, clock)

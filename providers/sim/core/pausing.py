@@ -9,6 +9,8 @@ lifetime the resume asks for (E2B's `connect(timeout=...)`). A resume is admitte
 account is full), queues for a slot like a create, and boots in the profile's `sandbox.resume_median_s` instead of
 a cold boot (no image pull: the snapshot travels with it). `created_at`, `started_at` and `running_at` keep the
 first start, so a truth row's TTI is the create's; `pause_count` and `paused_s` say how long it was away.
+A sandbox created with `pause_at_timeout` (E2B's autoPause) is paused by its lifetime instead of ended; with no
+lifetime left, its resume must be given one (E2B's connect always is).
 
 The simulator composes one `Pausing`; a node slot back and a place in the queue are the start pipeline's
 (`pipeline.py`), the timers the simulator's (`PauseHost`).
@@ -111,6 +113,8 @@ class Pausing:
             raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
         if lifetime_s is not None and not lifetime_s > 0:
             raise ValueError(f"lifetime_s must be > 0, got {lifetime_s!r}")
+        if lifetime_s is None and not sb._remaining_s > 0:  # paused at its timeout: nothing left to run again with
+            raise ValueError(f"sandbox {sb.id} paused at its timeout: its resume needs a lifetime_s")
         host.admission.readmit(sb, active=host._quota_count())
         now = host.clock.now()
         self.count -= 1

@@ -152,6 +152,7 @@ class CreateRequest:
     user: SandboxUser | None = None  # who commands run as; None: root in /root (E2B and Daytona pass SandboxUser())
     from_snapshot: str | None = None  # start with a copy of this snapshot's files (id or name)
     fork_of: str | None = None  # start with a copy of this running or paused sandbox's files; boots in fork time
+    pause_at_timeout: bool = False  # at its lifetime a RUNNING sandbox pauses, not ends (E2B's autoPause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,7 @@ class SimSandbox:
     paused_s: float = 0.0  # vendor seconds spent PAUSED (ended pauses; the current one is `now - paused_at`)
     paused_at: float | None = None  # when the current pause began (None while not paused)
     resumed_at: float | None = None  # when the last resume was asked for
+    pause_at_timeout: bool = False  # its lifetime pauses it when RUNNING (E2B's autoPause); else it ends
     _phase: int = field(default=_QUEUED, repr=False)
     _timers: list[TimerHandle] = field(default_factory=list, repr=False)
     _lifetime_timer: TimerHandle | None = field(default=None, repr=False)  # also in _timers; replaced by set_lifetime
@@ -249,6 +251,7 @@ class SimSandbox:
             start_command=tuple(req.start_command),
             meta=dict(req.meta),
             user=req.user,
+            pause_at_timeout=req.pause_at_timeout,
         )
 
     @property

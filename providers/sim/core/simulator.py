@@ -55,6 +55,7 @@ from providers.sim.core.records import (
     _PAUSED,
     _PULLING,
     _QUEUED,
+    _RUNNING,
     ACTIVE_STATUSES,
     CreateRequest,
     ErrorType,
@@ -213,8 +214,8 @@ class VendorSimulator:
         sb = self.get(sandbox_id)
         if sb._phase == _ENDED:
             raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
-        if not remaining_s > 0:
-            raise ValueError(f"remaining_s must be > 0, got {remaining_s!r}")
+        if not remaining_s >= 0:  # 0: the lifetime is up now (E2B's `set_timeout(0)`)
+            raise ValueError(f"remaining_s must be >= 0, got {remaining_s!r}")
         old = sb._lifetime_timer
         if old is not None:
             old.cancel()
@@ -433,6 +434,9 @@ class VendorSimulator:
             self._end(sb, SandboxStatus.ERROR, ErrorType.PROVISIONING_TIMEOUT, message)
 
     def _lifetime(self, sb: SimSandbox) -> None:
+        if sb.pause_at_timeout and sb._phase == _RUNNING:  # E2B's autoPause: kept with its files, resumed by call
+            self._pausing.pause(sb.id)
+            return
         if sb._phase != _ENDED:
             self._end(
                 sb,

@@ -187,6 +187,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
         meta={META_METADATA: new.metadata, META_TEMPLATE: new.template, META_ENVD_TOKEN: secrets.token_urlsafe(18)},
         user=SandboxUser(),  # E2B's commands and files act as `user` in /home/user
         from_snapshot=from_snapshot,
+        pause_at_timeout=new.auto_pause,
     )
     try:
         sb = sim.create(req)
@@ -280,7 +281,7 @@ async def kill_sandbox(request: web.Request) -> web.Response:
 async def set_timeout(request: web.Request) -> web.Response:
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        timeout = parse_timeout(await _body(request), required=True)
+        timeout = parse_timeout(await _body(request), required=True, minimum=0)
     except BadRequest as exc:
         return error(400, str(exc))
     if _active(sim, sandbox_id) is None:

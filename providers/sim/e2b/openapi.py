@@ -63,14 +63,18 @@ def _schemas(max_timeout: int) -> dict[str, Any]:
             "properties": {
                 "templateID": {"type": "string", "pattern": "\\S"},
                 "timeout": {**create_timeout, "default": 300},
-                "autoPause": {"anyOf": [{"const": False}, {"type": "null"}], "description": "pausing is not modelled"},
+                "autoPause": _nullable({"type": "boolean", "description": "at its timeout it pauses, not ends"}),
+                "autoPauseMemory": _nullable({"type": "boolean", "description": "either way processes end at a pause"}),
+                "autoResume": _nullable(
+                    {"type": "object", "required": ["enabled"], "properties": {"enabled": {"const": False}}}
+                ),
                 "metadata": _nullable(_STRINGS),
                 "envVars": _nullable(_STRINGS),
                 "mcp": _nullable({"type": "object", "description": "the SDK then starts mcp-gateway in the sandbox"}),
-                **{name: _EMPTY for name in ("autoResume", "network", "iam", "volumeMounts")},
+                **{name: _EMPTY for name in ("network", "iam", "volumeMounts")},
             },
         },
-        "Timeout": {"type": "object", "required": ["timeout"], "properties": {"timeout": timeout}},
+        "Timeout": {"type": "object", "required": ["timeout"], "properties": {"timeout": {**timeout, "minimum": 0}}},
         "ConnectSandbox": {"type": "object", "properties": {"timeout": _nullable(timeout)}},
         "Sandbox": {
             "type": "object",

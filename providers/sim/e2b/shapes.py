@@ -29,7 +29,6 @@ META_METADATA = "e2b_metadata"  # SimSandbox.meta keys this front keeps
 META_TEMPLATE = "e2b_template"
 META_ENVD_TOKEN = "e2b_envd_token"
 _NOT_MODELLED = {
-    "autoResume": "auto-resume",
     "network": "network rules",
     "iam": "workload identity",
     "volumeMounts": "volume mounts",
@@ -48,6 +47,7 @@ class NewSandbox:
     timeout_s: int = DEFAULT_TIMEOUT_S
     metadata: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    auto_pause: bool = False  # at its timeout it pauses instead of ending (lifecycle on_timeout="pause")
 
 
 def error_body(code: int, message: str, error_code: str | None = None) -> dict[str, Any]:
@@ -66,10 +66,14 @@ def parse_new_sandbox(body: Any) -> NewSandbox:
     if not isinstance(template, str) or not template.strip():
         raise BadRequest("templateID is required")
     timeout = _seconds(body.get("timeout", DEFAULT_TIMEOUT_S))
-    if body.get("autoPause") is True:
-        raise BadRequest("autoPause is not modelled by the stampede simulator (sandboxes are killed at their timeout)")
-    if body.get("autoPause") is not None and body.get("autoPause") is not False:
-        raise BadRequest(f"autoPause must be a boolean, got {body['autoPause']!r}")
+    for key in ("autoPause", "autoPauseMemory"):  # memory or filesystem-only: processes end at a pause either way
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise BadRequest(f"{key} must be a boolean, got {body[key]!r}")
+    auto_resume = body.get("autoResume")
+    if auto_resume is not None and not (isinstance(auto_resume, dict) and isinstance(auto_resume.get("enabled"), bool)):
+        raise BadRequest(f"autoResume must be an object with a boolean enabled, got {auto_resume!r}")
+    if auto_resume is not None and auto_resume["enabled"]:  # a paused sandbox is resumed by call only
+        raise BadRequest("autoResume (waking a paused sandbox on traffic) is not modelled by the stampede simulator")
     if body.get("mcp") is not None and not isinstance(body["mcp"], dict):
         raise BadRequest(f"mcp must be an object of MCP server configs, got {body['mcp']!r}")
     for key, what in _NOT_MODELLED.items():
@@ -80,28 +84,29 @@ def parse_new_sandbox(body: Any) -> NewSandbox:
         timeout_s=timeout,
         metadata=_strings(body.get("metadata"), "metadata"),
         env=_strings(body.get("envVars"), "envVars"),
+        auto_pause=body.get("autoPause") is True,
     )
 
 
-def parse_timeout(body: Any, *, required: bool) -> int | None:
-    """`{"timeout": <s>}` of the timeout and connect requests."""
+def parse_timeout(body: Any, *, required: bool, minimum: int = 1) -> int | None:
+    """`{"timeout": <s>}` of the timeout and connect requests (the timeout call takes 0: the timeout is now)."""
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     timeout = body.get("timeout")
     if timeout is None and not required:
         return None
-    return _seconds(timeout)
+    return _seconds(timeout, minimum)
 
 
 MAX_TIMEOUT_S = 10**9  # above it a 400 (a huge integer would not even become a float)
 
 
-def _seconds(value: Any) -> int:
-    """A sandbox timeout: whole seconds (60.0 counts, as JSON Schema's integer), 1 to MAX_TIMEOUT_S."""
+def _seconds(value: Any, minimum: int = 1) -> int:
+    """A sandbox timeout: whole seconds (60.0 counts, as JSON Schema's integer), `minimum` to MAX_TIMEOUT_S."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TIMEOUT_S:
-        raise BadRequest(f"timeout must be a whole number of seconds in 1..{MAX_TIMEOUT_S}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_TIMEOUT_S:
+        raise BadRequest(f"timeout must be a whole number of seconds in {minimum}..{MAX_TIMEOUT_S}, got {value!r}")
     return value
 
 
