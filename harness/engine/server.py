@@ -208,8 +208,9 @@ class Engine:
                 elif op == msg.LEASE:
                     spawned = asyncio.get_running_loop().create_task(lease(message.get("id"), message))
                 elif op == msg.STAGE:
-                    if self.run is not None:
-                        self.run.stage = StageUpdate.from_wire(message)
+                    update = StageUpdate.from_wire(message)
+                    if self.run is not None and update.stage:  # the idle stage at a run's end names none: keep the last
+                        self.run.stage = update
                     continue
                 elif op == msg.RELEASE:
                     if message.get("id") in leases:
