@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 
 import psutil
 from hdrh.histogram import HdrHistogram
@@ -18,6 +19,8 @@ from harness.wire.messages import RECENT_WINDOW_S, HealthSnapshot
 
 LAG_PROBE_INTERVAL_S = 0.1
 _LAG_MAX_US = 3_600_000_000  # one hour, in microseconds
+_STALL_MIN_S = 0.001  # a probe later than this is kept as a stall a rollout may have to bear
+_STALLS_KEPT = 4096  # at one per probe, at least 6.8 minutes of the loop's stalls: longer than a rollout's TTI
 
 
 class LoopHealth:
@@ -35,17 +38,26 @@ class LoopHealth:
         self.last_lag_s = 0.0  # the latest probe's lag: how late anything that woke just now ran
         self._late_from = 0.0  # the latest probe's lag as monotonic instants: from when it should have woken
         self._late_to = 0.0  # to when it did
+        self._stalls: deque[tuple[float, float]] = deque(maxlen=_STALLS_KEPT)  # (late from, late to), oldest first
         self.stages = StageHealth()  # the same probes, per stage in force, with the CPU of each stage
 
     def lag_now(self) -> float:
         """The loop's current lag in seconds (the latest probe's; probes run every LAG_PROBE_INTERVAL_S)."""
         return self.last_lag_s
 
-    def lag_since(self, since: float) -> float:
-        """The latest probe's lag, only the part after monotonic instant `since`: a rollout charges the lag that
-        could have delayed what it timed since then. A stall that ended before (the engine frozen while the
-        rollout waited for readiness, already inside its poll window) is not counted a second time."""
-        return max(0.0, self._late_to - max(self._late_from, since))
+    def lag_since(self, since: float, outside: tuple[float, float] | None = None) -> float:
+        """The worst stall of the loop after monotonic instant `since`, the part outside the window `outside`: a
+        rollout charges the lag that could have delayed what it timed since it began (a freeze while it waited for
+        its create answer delayed that answer as much). The window `outside` is the readiness poll window a
+        rollout already charges: a freeze inside it is not counted a second time."""
+        worst = 0.0
+        for late_from, late_to in reversed(self._stalls):
+            if late_to <= since:
+                break
+            worst = max(worst, _length_outside(max(late_from, since), late_to, outside))
+        if self._late_to > since:  # the latest probe's, however small: how late anything that woke just now ran
+            worst = max(worst, _length_outside(max(self._late_from, since), self._late_to, outside))
+        return worst
 
     def start(self) -> None:
         if self._task is None:
@@ -68,6 +80,8 @@ class LoopHealth:
             lag_us = min(max(1, int((now - start - self.interval_s) * 1e6)), _LAG_MAX_US)
             self.last_lag_s = lag_us / 1e6
             self._late_from, self._late_to = now - self.last_lag_s, now
+            if self.last_lag_s >= _STALL_MIN_S:
+                self._stalls.append((self._late_from, now))
             self.histogram.record_value(lag_us)
             self.stages.record_lag(lag_us)
             if now - self._rotated >= RECENT_WINDOW_S:
@@ -101,3 +115,11 @@ class LoopHealth:
             cpu_seconds=times.user + times.system,
             rss_mb=self._process.memory_info().rss / 2**20,
         )
+
+
+def _length_outside(start: float, end: float, window: tuple[float, float] | None) -> float:
+    """How long [start, end] lasts outside `window`."""
+    length = max(0.0, end - start)
+    if window is not None:
+        length -= max(0.0, min(end, window[1]) - max(start, window[0]))
+    return length

@@ -43,8 +43,8 @@ class RolloutContext:
 
     identity: RolloutIdentity
     secrets: tuple[str, ...] = ()
-    # the engine loop's current lag, the part after a monotonic instant (harness.engine.health.LoopHealth.lag_since)
-    loop_lag: Callable[[float], float] | None = None
+    # the engine loop's worst stall after a monotonic instant, outside a window (LoopHealth.lag_since)
+    loop_lag: Callable[[float, tuple[float, float] | None], float] | None = None
     # the emulated trainer's weight updates that pause inference: (paused s within [t0, t1], end of one under way)
     inference_pauses: Callable[[float, float], tuple[float, float | None]] | None = None
     outage: OutageGate | None = None  # the engine's backoff while the vendor refuses connections
@@ -116,6 +116,7 @@ class _Rollout:
         self.t0 = time.monotonic()
         self.record = ctx.new_record()
         self.ref: SandboxRef | None = None
+        self.poll_window: tuple[float, float] | None = None  # monotonic: the readiness poll window charged already
         self.phase = Phase.CREATE
         # Generation times and turn counts are drawn per rollout and attempt: reproducible for a seed.
         self.rng = random.Random(f"{plan.seed}:{ctx.identity.rollout_id}:{ctx.identity.attempt}")
@@ -227,6 +228,7 @@ class _Rollout:
             if budget < plan.ready_timeout_s and self.classify(exc, Phase.READY) is FailureKind.READY_TIMEOUT:
                 raise self.give_up(deadline) from exc
             raise
+        answered = time.monotonic()  # the poll window ends when wait_ready returned, before the client's install
         install_s = self.ctx.client.install_s * plan.time_scale if self.ctx.client is not None else 0.0
         if install_s > 0:  # the client's own step (its in-sandbox server, an install) before it calls it alive
             await asyncio.sleep(install_s)
@@ -235,6 +237,8 @@ class _Rollout:
         record.ready_s = self.elapsed() - ready_start
         if observation is not None:
             record.ready_poll_s = observation.poll_window_s
+            if observation.poll_window_s is not None:
+                self.poll_window = (answered - observation.poll_window_s, answered)
             record.ready_probe_s = observation.probe_ready_s
 
     async def episode(self) -> None:
@@ -283,8 +287,8 @@ class _Rollout:
         record.exec_s = (record.exec_s or 0.0) + self.elapsed() - exec_start
         if record.tti_s is None:
             record.tti_s = self.elapsed()
-            if self.ctx.loop_lag is not None:  # the lag within this command: the poll window holds any before it
-                record.loop_lag_s = self.ctx.loop_lag(self.t0 + exec_start)
+            if self.ctx.loop_lag is not None:  # a stall since it began that its poll window does not already hold
+                record.loop_lag_s = self.ctx.loop_lag(self.t0, self.poll_window)
 
     async def terminate(self) -> None:
         if self.ref is None:

@@ -84,7 +84,7 @@ class RolloutRecord(RolloutIdentity):
     gen_s: float | None = None  # emulated model generation time, summed over turns (wall seconds)
     ready_poll_s: float | None = None  # of ready_s, the window in which the provider's polling may have lagged
     ready_probe_s: float | None = None  # a direct command probe saw the sandbox usable this long into ready_s
-    loop_lag_s: float | None = None  # engine loop lag within the first command (a freeze before it: not again)
+    loop_lag_s: float | None = None  # worst engine loop stall up to TTI, outside the poll window
 
     def to_row(self) -> dict[str, Any]:
         # not dataclasses.asdict: it deep-copies every value and showed up in the engine's profile

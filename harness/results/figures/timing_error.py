@@ -1,8 +1,8 @@
 """How much of a measured TTI could be the harness's own doing, and which stages that makes untrustworthy.
 
-Each rollout records two terms the vendor did not cause: `loop_lag_s`, how late the engine's event loop was
-running when the first command came back (every await resumed that much late; only the lag within that command,
-since 2026-12), and `ready_poll_s`, the window in which a polling provider may have seen readiness late. The two
+Each rollout records two terms the vendor did not cause: `loop_lag_s`, the engine's event loop's worst stall
+between the rollout's start and its first command's answer (a freeze while it waited for its create answer delayed
+that answer as much), outside its readiness poll window, and `ready_poll_s`, the window in which a polling provider may have seen readiness late. The two
 cover disjoint spans of the rollout, so a stall (the engine frozen while the rollout waited for readiness) is in one
 term, not both: their sum bounds the timing error of that TTI. A
 stage is flagged when the error's p99 could exceed 5% of the stage's TTI p50, or 50 ms, whichever is larger:
