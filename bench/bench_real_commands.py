@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from providers.sim.core.clock import LoopClock
-from providers.sim.core.isolated_shell import MISSING, IsolatedShell
+from providers.sim.core.execution.isolated_shell import MISSING, IsolatedShell
 from providers.sim.core.profile import load_profile
 from providers.sim.core.simulator import CreateRequest, SandboxStatus, VendorSimulator
 

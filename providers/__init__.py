@@ -16,16 +16,16 @@ from typing import Any
 from providers.base import Provider, ProviderConfigError
 
 PROVIDERS: dict[str, str] = {
-    "stub": "providers.stub:StubProvider",
-    "prime": "providers.prime:PrimeProvider",
-    "docker": "providers.docker:DockerProvider",
-    "modal": "providers.modal:ModalProvider",
-    "e2b": "providers.e2b:E2BProvider",
-    "daytona": "providers.daytona:DaytonaProvider",
-    "agent-sandbox": "providers.agent_sandbox:AgentSandboxProvider",
-    "runloop": "providers.runloop:RunloopProvider",
-    "vercel": "providers.vercel:VercelProvider",
-    "coreweave": "providers.coreweave:CoreWeaveProvider",
+    "stub": "providers.vendors.stub:StubProvider",
+    "prime": "providers.vendors.prime:PrimeProvider",
+    "docker": "providers.vendors.docker:DockerProvider",
+    "modal": "providers.vendors.modal:ModalProvider",
+    "e2b": "providers.vendors.e2b:E2BProvider",
+    "daytona": "providers.vendors.daytona:DaytonaProvider",
+    "agent-sandbox": "providers.vendors.agent_sandbox:AgentSandboxProvider",
+    "runloop": "providers.vendors.runloop:RunloopProvider",
+    "vercel": "providers.vendors.vercel:VercelProvider",
+    "coreweave": "providers.vendors.coreweave:CoreWeaveProvider",
 }
 """Provider name -> `module:class`. The `stub` provider is the embedded default."""
 

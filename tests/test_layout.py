@@ -36,28 +36,28 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers", "registry"),
     ("providers.base", "contract"),
     ("providers.options", "provider-support"),
-    ("providers.prime_statuses", "provider-support"),
-    ("providers.docker_image", "provider-support"),
+    ("providers.vendors.prime_statuses", "provider-support"),
+    ("providers.vendors.docker_image", "provider-support"),
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
     ("providers.http1_client", "provider-support"),
     ("providers.preflight", "provider-support"),
-    ("providers.stub", "adapters"),
-    ("providers.stub_status_poller", "adapters"),
-    ("providers.prime", "adapters"),
-    ("providers.prime_errors", "adapters"),
-    ("providers.modal", "adapters"),
-    ("providers.modal_errors", "adapters"),
-    ("providers.docker", "adapters"),
-    ("providers.docker_errors", "adapters"),
-    ("providers.docker_exec", "adapters"),
-    ("providers.docker_files", "adapters"),
-    ("providers.e2b", "adapters"),
-    ("providers.daytona", "adapters"),
-    ("providers.runloop", "adapters"),
-    ("providers.vercel", "adapters"),
-    ("providers.coreweave", "adapters"),
-    ("providers.agent_sandbox", "adapters"),
+    ("providers.vendors.stub", "adapters"),
+    ("providers.vendors.stub_status_poller", "adapters"),
+    ("providers.vendors.prime", "adapters"),
+    ("providers.vendors.prime_errors", "adapters"),
+    ("providers.vendors.modal", "adapters"),
+    ("providers.vendors.modal_errors", "adapters"),
+    ("providers.vendors.docker", "adapters"),
+    ("providers.vendors.docker_errors", "adapters"),
+    ("providers.vendors.docker_exec", "adapters"),
+    ("providers.vendors.docker_files", "adapters"),
+    ("providers.vendors.e2b", "adapters"),
+    ("providers.vendors.daytona", "adapters"),
+    ("providers.vendors.runloop", "adapters"),
+    ("providers.vendors.vercel", "adapters"),
+    ("providers.vendors.coreweave", "adapters"),
+    ("providers.vendors.agent_sandbox", "adapters"),
     ("providers.sim", "sim-core"),
     ("providers.sim.core", "sim-core"),
     ("providers.sim.prime", "sim-fronts"),
@@ -115,16 +115,16 @@ FORBIDDEN_THIRD_PARTY: dict[str, tuple[str, ...]] = {
 # Within these rooms, sibling modules of different families must not import each other.
 SEPARATE_FAMILIES: dict[str, tuple[str, ...]] = {
     "adapters": (
-        "providers.stub",
-        "providers.prime",
-        "providers.modal",
-        "providers.docker",
-        "providers.e2b",
-        "providers.daytona",
-        "providers.runloop",
-        "providers.vercel",
-        "providers.coreweave",
-        "providers.agent_sandbox",
+        "providers.vendors.stub",
+        "providers.vendors.prime",
+        "providers.vendors.modal",
+        "providers.vendors.docker",
+        "providers.vendors.e2b",
+        "providers.vendors.daytona",
+        "providers.vendors.runloop",
+        "providers.vendors.vercel",
+        "providers.vendors.coreweave",
+        "providers.vendors.agent_sandbox",
     ),
     "sim-fronts": (
         "providers.sim.prime",
@@ -170,7 +170,7 @@ def room_of(module: str) -> str | None:
 
 
 def family_of(module: str, room: str) -> str | None:
-    """A family is a module, its submodules and its `<name>_*` siblings (`providers.docker_exec` is docker's)."""
+    """A family is a module, its submodules and its `<name>_*` siblings (`providers.vendors.docker_exec` is docker's)."""
     for family in SEPARATE_FAMILIES.get(room, ()):
         if module == family or module.startswith((family + ".", family + "_")):
             return family
@@ -308,7 +308,7 @@ def test_the_room_rules_reject_an_upward_arrow() -> None:
     """The engine importing the Locust side is the arrow the whole layout exists to forbid."""
     assert "locust" not in ALLOWED[room_of("harness.engine.server") or ""]
     assert "engine" not in ALLOWED[room_of("harness.locust.session") or ""]
-    assert room_of("providers.sim.core.simulator") not in ALLOWED[room_of("providers.stub") or ""]
+    assert room_of("providers.sim.core.simulator") not in ALLOWED[room_of("providers.vendors.stub") or ""]
 
 
 def main() -> int:

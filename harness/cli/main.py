@@ -168,7 +168,7 @@ HANDED_OVER: tuple[HandedOver, ...] = (
         "the local Docker provider's helpers",
         "image",
         "build the offline busybox sandbox image (options: stampede docker image --help)",
-        "providers.docker_image:main",
+        "providers.vendors.docker_image:main",
         takes_prog=False,
     ),
 )

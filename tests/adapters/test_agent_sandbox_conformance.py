@@ -33,9 +33,9 @@ from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from harness.results.read.dataset import load_truth
-from providers.agent_sandbox import AgentSandboxProvider, classify_agent_sandbox, label_value
 from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
 from providers.sim.agent_sandbox.server import WARM_POOL, AgentSandboxSettings, RunningAgentSandbox, start_agent_sandbox
+from providers.vendors.agent_sandbox import AgentSandboxProvider, classify_agent_sandbox, label_value
 from tests.support.live_lifecycle import check_live_lifecycle
 
 TOKEN = "agent_sandbox_conformance"

@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.mark.timeout(600)
 async def test_real_agent_sandbox_lifecycle_and_cleanup() -> None:
-    from providers.agent_sandbox import AgentSandboxProvider
+    from providers.vendors.agent_sandbox import AgentSandboxProvider
 
     options = {
         "kubeconfig": _KUBECONFIG,

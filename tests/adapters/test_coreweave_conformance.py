@@ -38,10 +38,10 @@ from cwsandbox import (
 
 from harness.results.read.dataset import load_truth
 from providers.base import INVOCATION, FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
-from providers.coreweave import CoreWeaveProvider, classify_coreweave, label_tags, poll_schedule
-from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.coreweave.server import CoreWeaveSettings, RunningCoreWeave, start_coreweave
 from providers.sim.coreweave.service import cpu_cores, memory_mb
+from providers.vendors.coreweave import CoreWeaveProvider, classify_coreweave, label_tags, poll_schedule
 from tests.support.live_lifecycle import check_live_lifecycle
 
 TOKEN = "coreweave_conformance"

@@ -23,6 +23,6 @@ pytestmark = [
 
 @pytest.mark.timeout(600)
 async def test_real_coreweave_lifecycle_and_cleanup() -> None:
-    from providers.coreweave import CoreWeaveProvider
+    from providers.vendors.coreweave import CoreWeaveProvider
 
     await check_live_lifecycle(CoreWeaveProvider.from_options({}), 300, lifetime_s=300)

@@ -165,12 +165,17 @@ def test_a_default_written_on_the_field_is_the_options_default_everywhere(defaul
 
 
 ADAPTER_OPTIONS = [
-    ("providers.stub", "StubOptions", "STUB_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
-    ("providers.prime", "PrimeOptions", "PRIME_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
-    ("providers.modal", "ModalOptions", "MODAL_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
-    ("providers.e2b", "E2BOptions", "E2B_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
-    ("providers.daytona", "DaytonaOptions", "DAYTONA_OPTIONS", {"base_url": "http://127.0.0.1:1/api", "token": "t"}),
-    ("providers.docker", "DockerOptions", "DOCKER_OPTIONS", {}),
+    ("providers.vendors.stub", "StubOptions", "STUB_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.vendors.prime", "PrimeOptions", "PRIME_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.vendors.modal", "ModalOptions", "MODAL_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    ("providers.vendors.e2b", "E2BOptions", "E2B_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    (
+        "providers.vendors.daytona",
+        "DaytonaOptions",
+        "DAYTONA_OPTIONS",
+        {"base_url": "http://127.0.0.1:1/api", "token": "t"},
+    ),
+    ("providers.vendors.docker", "DockerOptions", "DOCKER_OPTIONS", {}),
 ]
 
 

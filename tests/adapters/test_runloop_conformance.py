@@ -39,9 +39,9 @@ from runloop_api_client.lib.polling import PollingTimeout
 
 from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
-from providers.runloop import RunloopProvider, classify_runloop
-from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.runloop.server import RunloopSettings, RunningRunloop, start_runloop
+from providers.vendors.runloop import RunloopProvider, classify_runloop
 from tests.support.live_lifecycle import check_live_lifecycle
 from tests.support.serve_process import finish, get_json, ready_line, spawn_serve
 

@@ -21,7 +21,7 @@ pytestmark = [
 
 @pytest.mark.timeout(600)
 async def test_real_runloop_lifecycle_and_cleanup() -> None:
-    from providers.runloop import RunloopProvider
+    from providers.vendors.runloop import RunloopProvider
 
     provider = RunloopProvider.from_options({})
     await check_live_lifecycle(provider, 300, lifetime_s=600)

@@ -35,9 +35,9 @@ from vercel.sandbox.sync import SyncSandboxClient
 
 from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, ReadyObservation, SandboxSpec
-from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.vercel.server import PROJECT_ID, TEAM_ID, RunningVercel, VercelSettings, start_vercel
-from providers.vercel import VercelProvider, classify_vercel
+from providers.vendors.vercel import VercelProvider, classify_vercel
 from tests.support.live_lifecycle import check_live_lifecycle
 
 TOKEN = "vercel_conformance"

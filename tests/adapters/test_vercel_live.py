@@ -24,6 +24,6 @@ pytestmark = [
 
 @pytest.mark.timeout(600)
 async def test_real_vercel_lifecycle_and_cleanup() -> None:
-    from providers.vercel import VercelProvider
+    from providers.vendors.vercel import VercelProvider
 
     await check_live_lifecycle(VercelProvider.from_options({}), 300, lifetime_s=300)

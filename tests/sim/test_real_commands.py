@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from providers.sim.core.clock import LoopClock, VirtualClock
-from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.core.profile import load_profile
 from providers.sim.core.records import ExecTicket
-from providers.sim.core.sandbox_tree import SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
 from providers.sim.core.simulator import (
     CreateRequest,
     ExecOutcome,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.sim.core.sandbox_tree import SandboxPathError, SandboxTrees, SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTrees, SandboxUser
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from providers.sim.core.shell import run_shell
+from providers.sim.core.execution.shell import run_shell
 
 ENV = {"FOO": "bar", "HOME": "/root", "PATH": "/usr/local/bin:/usr/bin:/bin"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from providers.modal import ModalProvider
 from providers.sim.modal.server import ModalSettings, RunningModal, start_modal
+from providers.vendors.modal import ModalProvider
 
 TOKEN = "test-modal-token"
 

@@ -1,4 +1,4 @@
-"""schemathesis hooks for fuzzing the Prime-like stub (tests/sim/test_fronts_fuzz.py names them in its config).
+"""schemathesis hooks for fuzzing the Prime-like stub (tests/sim/fronts/test_fronts_fuzz.py names them in its config).
 
 Two tokens: the stub's API token for `/api/v1`, and a gateway token per sandbox for `/gateway`, which no fixed
 header can carry: for a gateway call this provider asks the stub's own `POST /api/v1/sandbox/{job_id}/auth`

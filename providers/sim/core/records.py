@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from providers.sim.core.clock import SimClock, TimerHandle
-from providers.sim.core.sandbox_tree import SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
 
 if TYPE_CHECKING:
-    from providers.sim.core.isolated_shell import RealProcess
+    from providers.sim.core.execution.isolated_shell import RealProcess
 
 
 class SandboxStatus(enum.StrEnum):

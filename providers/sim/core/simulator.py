@@ -44,9 +44,8 @@ from typing import Any
 
 from providers.sim.core.admission import Admission
 from providers.sim.core.clock import LoopClock, SimClock
-from providers.sim.core.commands import start_command
-from providers.sim.core.isolated_shell import IsolatedShell
-from providers.sim.core.pausing import Pausing
+from providers.sim.core.execution.commands import start_command
+from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.core.pipeline import StartPipeline
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
@@ -74,8 +73,9 @@ from providers.sim.core.records import (
     SnapshotNotFound,
     iso,
 )
-from providers.sim.core.sandbox_tree import SandboxTree, SandboxTrees
-from providers.sim.core.snapshots import Snapshots, user_of
+from providers.sim.core.sandbox_state.pausing import Pausing
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxTree, SandboxTrees
+from providers.sim.core.sandbox_state.snapshots import Snapshots, user_of
 from providers.sim.core.truth_archive import Retention
 
 __all__ = [

@@ -30,7 +30,7 @@ from cwsandbox._proto import sandbox_pb2, sandbox_pb2_grpc
 from google.protobuf import duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from providers.sim.core.isolated_shell import RealProcess
+from providers.sim.core.execution.isolated_shell import RealProcess
 from providers.sim.core.records import (
     CreateRequest,
     ExecError,

@@ -1,6 +1,6 @@
 """Daytona's toolbox file system (`sandbox.fs` of daytona 0.226.1) on each sandbox's own file tree.
 
-Every call works on `sim.tree(id)` (`providers/sim/core/sandbox_tree.py`): the files a command writes are the ones
+Every call works on `sim.tree(id)` (`providers/sim/core/sandbox_state/sandbox_tree.py`): the files a command writes are the ones
 `download_file` reads, and the other way round. A relative path is relative to the work dir (`/home/daytona`).
 Under `{toolboxProxyUrl}/{sandboxId}/files`:
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from providers.sim.core.sandbox_tree import SandboxPathError, SandboxTree
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
 from providers.sim.core.simulator import NotFound, NotRunning
 from providers.sim.daytona.front import error
 from providers.sim.daytona.shapes import SOURCE_DAEMON

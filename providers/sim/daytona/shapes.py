@@ -22,7 +22,7 @@ from http import HTTPStatus
 from typing import Any
 
 from providers.sim.core.clock import SimClock
-from providers.sim.core.sandbox_tree import SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
 from providers.sim.core.simulator import CreateRequest, SandboxStatus, SimSandbox, iso
 
 ORGANIZATION_ID = "stampede-local-org"

@@ -1,7 +1,7 @@
 """Daytona's toolbox (the sandbox daemon behind the proxy) over the simulator: one-shot commands, code-run, info.
 
 The SDK calls `{toolboxProxyUrl}/{sandboxId}/...` with the API key. Commands run as the profile says
-(`[sandbox] commands`): modelled by the simulator's shell (`providers/sim/core/shell.py`), or for real in the
+(`[sandbox] commands`): modelled by the simulator's shell (`providers/sim/core/execution/shell.py`), or for real in the
 sandbox's own tree (`isolated_shell.py`) as `daytona` in `/home/daytona`; either way under the sandbox's
 vendor-time model (the profile's per-command overhead and drawn fates first):
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.sandbox_tree import SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
 from providers.sim.core.simulator import (
     ErrorType,
     ExecError,

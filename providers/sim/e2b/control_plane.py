@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.sandbox_tree import SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
 from providers.sim.core.serving.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import (
     CreateRequest,

@@ -39,8 +39,8 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.commands import RunningCommands
-from providers.sim.core.isolated_shell import RealProcess
+from providers.sim.core.execution.commands import RunningCommands
+from providers.sim.core.execution.isolated_shell import RealProcess
 from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (

@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from providers.sim.core.sandbox_tree import SandboxPathError, SandboxTree
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
 from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, SimSandbox, VendorSimulator

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.sandbox_tree import SandboxTree
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxTree
 from providers.sim.core.serving.connect import Code, RpcError
 
 IN_MODIFY = 0x002

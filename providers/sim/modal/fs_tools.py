@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from providers.sim.core.sandbox_tree import SandboxPathError, SandboxTree
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
 
 FS_TOOLS_PATH = "/__modal/.bin/modal-sandbox-fs-tools"
 WATCH_POLL_S = 0.05  # real seconds between two looks of a watch

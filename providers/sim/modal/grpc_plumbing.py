@@ -8,7 +8,7 @@
   a server-directed retry delay for throttling.
 - `RequestCodec`: a request that is not the RPC's protobuf answers INVALID_ARGUMENT, as the one bad call it is;
   grpclib's own codec let the `DecodeError` through, which answered UNKNOWN "Internal Server Error" and logged a
-  traceback per call (found by tests/sim/test_fuzz_modal_grpc.py).
+  traceback per call (found by tests/sim/fronts/test_fuzz_modal_grpc.py).
 - `_framed`: a request body that is not one gRPC message (cut short, flagged compressed, or none) answers
   INVALID_ARGUMENT / UNIMPLEMENTED instead of grpclib's UNKNOWN and traceback (also found by that fuzzer).
 - `start_grpc_server`: a grpclib server that allows many concurrent streams per connection. The h2

@@ -44,7 +44,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.commands import RunningCommands
+from providers.sim.core.execution.commands import RunningCommands
 from providers.sim.core.serving.connect import CallContext, Code, ConnectService, Procedure, RpcError
 from providers.sim.core.simulator import (
     ExecError,

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from providers.sim.core.sandbox_tree import SandboxTree
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxTree
 from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, VendorSimulator
 from providers.sim.prime.gateway import GatewayTokens
 

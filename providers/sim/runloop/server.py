@@ -46,7 +46,7 @@ from providers.sim.core.records import (
     SandboxStatus,
     SimSandbox,
 )
-from providers.sim.core.sandbox_tree import SandboxPathError
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError
 from providers.sim.core.serving.bearer import bearer_matches
 from providers.sim.core.serving.listening import (
     SIMULATOR,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from providers.sim.core.records import SandboxStatus, SimSandbox, SimSnapshot
-from providers.sim.core.sandbox_tree import SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
 
 DEFAULT_IMAGE = "runloop/default"  # the image a devbox without blueprint or snapshot starts from
 DEVBOX_USER = SandboxUser("user", 1000, "/home/user")

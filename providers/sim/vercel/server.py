@@ -50,7 +50,7 @@ from aiohttp import web
 
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.records import ExecTicket
-from providers.sim.core.sandbox_tree import SandboxPathError, SandboxUser
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxUser
 from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.listening import (
     SIMULATOR,

@@ -207,7 +207,7 @@ def decompress(data: bytes, encoding: str) -> bytes:
 
 HTTP_DECODED = frozenset({"gzip", "deflate"})
 """`Content-Encoding`s aiohttp has already undone when a handler reads the body: decoding them again refused
-every gzip unary request (tests/sim/test_fuzz_connect_streams.py)."""
+every gzip unary request (tests/sim/fronts/test_fuzz_connect_streams.py)."""
 
 
 class UnreadableBody(RpcError):

@@ -27,8 +27,8 @@ from foundation.converters import integer, port, positive_finite_float
 from foundation.errors import EXIT_USAGE, UsageError
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
-from providers.sim.core.isolated_shell import MISSING as MISSING_BWRAP
-from providers.sim.core.isolated_shell import IsolatedShell
+from providers.sim.core.execution.isolated_shell import MISSING as MISSING_BWRAP
+from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.core.profile import COMMAND_MODES, ProfileError, profile_names
 from providers.sim.core.vendor_settings import VendorSettings
 

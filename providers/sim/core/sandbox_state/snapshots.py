@@ -1,0 +1,150 @@
+"""Snapshots and forks: a sandbox's files copied, kept by id (and name), and a new sandbox started from the copy.
+
+A snapshot copies the sandbox's tree when it is asked for (the vendor's "snapshotting" pause is its
+`duration_s`, drawn from the profile's `sandbox.snapshot_median_s`: the front waits it before answering), so
+later writes in the source never reach it. A create with `from_snapshot` starts with a copy of the snapshot and
+boots as any create does (on Daytona and E2B a snapshot is what a sandbox boots from); a create with `fork_of`
+starts with a copy of a running or paused sandbox's files and boots in `sandbox.fork_median_s`. Copies are made
+only where files exist: a fork of a sandbox nobody wrote to gets its tree on first use, like any other.
+
+Names: a snapshot may carry a name; `get`/`delete` take an id or a name (the newest snapshot of that name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Protocol
+
+from providers.sim.core.clock import SimClock
+from providers.sim.core.draws import Stream
+from providers.sim.core.profile import Profile
+from providers.sim.core.records import (
+    _ENDED,
+    _PAUSED,
+    _RUNNING,
+    CreateRequest,
+    NotRunning,
+    Rejected,
+    RejectReason,
+    SimSandbox,
+    SimSnapshot,
+    SnapshotNotFound,
+)
+from providers.sim.core.sandbox_state.sandbox_tree import SandboxTrees, SandboxUser
+
+
+class SnapshotHost(Protocol):
+    """What snapshots need of the simulator (the simulator is one; no import of it here)."""
+
+    profile: Profile
+    seed: int
+    clock: SimClock
+
+    @property
+    def trees(self) -> SandboxTrees: ...
+
+    def get(self, sandbox_id: str) -> SimSandbox: ...
+
+
+def user_of(sb: SimSandbox) -> SandboxUser:
+    """Who a sandbox's commands run as (root unless the create named a user)."""
+    return sb.user if sb.user is not None else SandboxUser.root()
+
+
+class Snapshots:
+    """One simulator's snapshots, in the order taken."""
+
+    def __init__(self, host: SnapshotHost, id_nonce: str = "") -> None:
+        self.host = host
+        self._nonce = id_nonce
+        self._by_id: dict[str, SimSnapshot] = {}
+        self._taken = 0
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def take(self, sandbox_id: str, name: str | None = None) -> SimSnapshot:
+        """Copy a RUNNING or PAUSED sandbox's files now. Raises NotFound, or NotRunning (starting or ended)."""
+        host = self.host
+        sb = host.get(sandbox_id)
+        if sb._phase not in (_RUNNING, _PAUSED):
+            raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
+        k = self._taken
+        self._taken += 1
+        digest = hashlib.blake2b(f"{host.seed}:snapshot:{k}{self._nonce}".encode(), digest_size=12).hexdigest()
+        snapshot_id = f"snap{digest}"
+        root = host.trees.save(sb.id, snapshot_id, user_of(sb))
+        spec = host.profile.sandbox
+        snap = SimSnapshot(
+            id=snapshot_id,
+            name=name or snapshot_id,
+            source_sandbox_id=sb.id,
+            image=sb.image,
+            created_at=host.clock.now(),
+            size_bytes=_size_of(root),
+            duration_s=Stream(host.seed, "snapshot", k).lognormal(spec.snapshot_median_s, spec.sigma),
+        )
+        self._by_id[snapshot_id] = snap
+        return snap
+
+    def all(self) -> list[SimSnapshot]:
+        return list(self._by_id.values())
+
+    def get(self, id_or_name: str) -> SimSnapshot:
+        """A snapshot by id, else the newest of that name; SnapshotNotFound when none."""
+        snap = self._by_id.get(id_or_name)
+        if snap is not None:
+            return snap
+        for snap in reversed(self._by_id.values()):
+            if snap.name == id_or_name:
+                return snap
+        raise SnapshotNotFound(id_or_name)
+
+    def delete(self, id_or_name: str) -> SimSnapshot:
+        """Forget a snapshot and its files (sandboxes started from it keep their own copies)."""
+        snap = self.get(id_or_name)
+        del self._by_id[snap.id]
+        self.host.trees.drop_snapshot(snap.id)
+        return snap
+
+    def check_source(self, req: CreateRequest) -> None:
+        """Before a create is admitted: its snapshot exists (SnapshotNotFound), its fork source is known (NotFound)
+        and not ended (NotRunning); both at once is an INVALID request."""
+        if req.from_snapshot is not None and req.fork_of is not None:
+            raise Rejected(RejectReason.INVALID, "a sandbox starts from a snapshot or a fork, not both")
+        if req.from_snapshot is not None:
+            self.get(req.from_snapshot)
+        if req.fork_of is not None:
+            source = self.host.get(req.fork_of)
+            if source._phase == _ENDED:
+                raise NotRunning(source.id, source.status, source.error_type, source.error_message)
+
+    def seed_tree(self, sb: SimSandbox, req: CreateRequest) -> None:
+        """An accepted sandbox's files: a copy of its snapshot or of its fork source (nothing for a plain create)."""
+        if req.from_snapshot is not None:
+            snap = self.get(req.from_snapshot)
+            sb.from_snapshot = snap.id
+            self.host.trees.restore(snap.id, sb.id, user_of(sb))
+        elif req.fork_of is not None:
+            sb.fork_of = req.fork_of
+            trees = self.host.trees
+            if req.fork_of in trees:
+                trees.copy(req.fork_of, sb.id, user_of(sb))
+
+    def close(self) -> None:
+        self._by_id.clear()
+
+
+def _size_of(root: Path) -> int:
+    """Bytes of the regular files under `root` (what the vendor would bill as the snapshot's size)."""
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            total += st.st_size
+    return total
