@@ -11,11 +11,11 @@ import abc
 import asyncio
 import enum
 import secrets
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 8  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+CONTRACT_VERSION = 9  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
 # 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run); 5: from_options is a
 # classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options);
 # 6: an engine's sandboxes also carry its process's INVOCATION_LABEL, and `list_owned(run, engine)` means this
@@ -23,13 +23,19 @@ CONTRACT_VERSION = 8  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_
 # snapshot steps `upload_file`, `download_file` (FileNotFoundError for a missing file), `snapshot` (an image name
 # `create` accepts as `SandboxSpec.image`), each raising `UnsupportedFeature` where the adapter has none; 8: the kind
 # `client_startup_deadline` (the RL client's own startup deadline, `foundation/sandbox_client.py`: set by the engine,
-# never returned by an adapter's `classify`)
+# never returned by an adapter's `classify`); 9: the steps RL rollouts take beyond create/exec (issue 30): the
+# phases `pull`, `upload`, `download`, `snapshot`, `fork`; `SandboxSpec.image_size_mb` (told to the vendor as the
+# IMAGE_SIZE_LABEL, so a simulated vendor can model the pull); `ReadyObservation.pull_s` (the part of readiness the
+# vendor said it was pulling the image); `fork` (n sandboxes from a snapshot); `exec_stream` (time to first byte);
+# `start_process`/`process_exit` (a background process); `capabilities()` (what `stampede run` checks before it
+# starts); `ProviderError(phase=...)` (a failure the vendor placed in a step, e.g. a pull inside readiness)
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
 ENGINE_LABEL = "stampede-engine"
 INVOCATION_LABEL = "stampede-invocation"
 INVOCATION = secrets.token_hex(6)
+IMAGE_SIZE_LABEL = "stampede-image-mb"  # the image's size the rollout plan declared (a simulated vendor's pull)
 """This process's invocation key, beside the user's run id on every sandbox it creates: two runs given one --run-id
 (or a run restarted with it) never sweep each other's sandboxes. An engine's sweep (`cleanup(run, engine)`) reaps
 its own invocation's only; `cleanup(run)` (`stampede cleanup --run-id`) reaps every invocation of the run id."""
@@ -50,6 +56,8 @@ class FailureKind(enum.StrEnum):
     IMAGE = "image"
     CREATE_ERROR = "create_error"  # other vendor error on create
     CLIENT_STARTUP_DEADLINE = "client_startup_deadline"  # the RL client gave up (its deadline), not the vendor
+    TRANSFER_ERROR = "transfer_error"  # an upload or download the vendor refused or broke (size, count, quota)
+    SNAPSHOT_ERROR = "snapshot_error"  # a snapshot or a fork from one the vendor refused or failed
     EXEC_ERROR = "exec_error"
     EXEC_TIMEOUT = "exec_timeout"
     DIED_DURING_EXEC = "died_during_exec"
@@ -80,14 +88,30 @@ class Phase(enum.StrEnum):
     """Where in the lifecycle a failure happened (contract)."""
 
     CREATE = "create"
+    PULL = "pull"  # the image pulled for the sandbox (inside readiness where the vendor says so)
     READY = "ready"
+    FORK = "fork"  # sandboxes started from a snapshot (a GRPO group's copies of one prepared state)
+    UPLOAD = "upload"
     EXEC = "exec"
+    DOWNLOAD = "download"
+    SNAPSHOT = "snapshot"
     TERMINATE = "terminate"
 
 
-INIT_PHASES: tuple[str, ...] = (Phase.CREATE.value, Phase.READY.value)
+INIT_PHASES: tuple[str, ...] = (Phase.CREATE.value, Phase.PULL.value, Phase.READY.value, Phase.FORK.value)
 """A failure in these phases came before the sandbox was interactive: an init failure, as RL users count them
 (the engine's retries, the simulator, every init_failure_rate and the latency export read this one list)."""
+
+
+class Capability(enum.StrEnum):
+    """A step beyond create, exec and terminate that a provider may offer (`Provider.capabilities`)."""
+
+    UPLOAD = "upload"
+    DOWNLOAD = "download"
+    SNAPSHOT = "snapshot"
+    FORK = "fork"
+    EXEC_STREAM = "exec_stream"  # output as it comes: a time to first byte of its own
+    BACKGROUND = "background"  # a process started and polled while commands run
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +131,13 @@ class SandboxSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     engine: str = ""  # the engine (one per Locust process) that owns it; several share a distributed run
     invocation: str = INVOCATION  # the process that created it (see INVOCATION)
+    image_size_mb: float | None = None  # what the plan says the image weighs (None: the vendor's own)
 
     def tags(self) -> dict[str, str]:
         """Labels every sandbox carries so that leaks can be found and reaped by run (and by engine)."""
         tags = {**self.labels, RUN_LABEL: self.run_id, ROLLOUT_LABEL: self.rollout_id}
+        if self.image_size_mb is not None:
+            tags[IMAGE_SIZE_LABEL] = f"{self.image_size_mb:g}"
         if self.engine:
             tags[ENGINE_LABEL] = self.engine
             tags[INVOCATION_LABEL] = self.invocation
@@ -163,6 +190,7 @@ class ReadyObservation:
     poll_window_s: float | None = None
     polls: int = 0  # status looks made for this sandbox
     probe_ready_s: float | None = None  # a direct command probe first succeeded this long into the wait
+    pull_s: float | None = None  # of the wait, how long the vendor said it was pulling the image (None: not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,13 +202,25 @@ class ExecResult:
     stderr: str
 
 
+@dataclass(frozen=True, slots=True)
+class StreamedExec:
+    """A command whose output was read as it came: what an agent waits on is its first byte."""
+
+    result: ExecResult
+    first_byte_s: float | None  # from the call to the first output byte (None: it printed nothing)
+    last_byte_s: float | None  # from the call to the last output byte
+
+
 class ProviderError(Exception):
     """A vendor error the adapter already classified."""
 
-    def __init__(self, kind: FailureKind, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, kind: FailureKind, message: str, *, retry_after: float | None = None, phase: Phase | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = FailureKind(kind)
         self.retry_after = retry_after
+        self.phase = phase  # the step the vendor placed it in, when finer than the call's (a pull inside readiness)
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.args[0]}"
@@ -270,6 +310,54 @@ class Provider(abc.ABC):
         """Capture the sandbox's files; returns an image name that `create(SandboxSpec(image=...))` starts from."""
         raise UnsupportedFeature(self.name, "snapshot")
 
+    async def fork(self, snapshot: str, spec: SandboxSpec, count: int) -> list[SandboxRef]:
+        """Start `count` sandboxes from `snapshot` (what `snapshot` returned), each tagged with `spec.tags()` and
+        its own rollout id `f"{spec.rollout_id}-{i}"`. This default creates them one by one from the snapshot as
+        an image; a vendor with a fork of its own (E2B's `count`) overrides it. A create that fails fails the fork:
+        the ones already made are terminated first, so none leaks."""
+        if not self.overrides("snapshot"):
+            raise UnsupportedFeature(self.name, "fork")
+        copies = [replace(spec, image=snapshot, rollout_id=f"{spec.rollout_id}-{i}") for i in range(count)]
+        results = await asyncio.gather(*(self.create(copy) for copy in copies), return_exceptions=True)
+        refs = [result for result in results if isinstance(result, SandboxRef)]
+        failed = next((result for result in results if isinstance(result, BaseException)), None)
+        if failed is not None:
+            await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
+            raise failed
+        return refs
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """Run one command reading its output as it comes (the SDK's own streaming call), calling `on_output` per
+        chunk; time to first and last byte measured here, from the call."""
+        raise UnsupportedFeature(self.name, "streamed exec")
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """Start a background process (a server, a long test run) and return a handle `process_exit` polls."""
+        raise UnsupportedFeature(self.name, "background process")
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """The background process's exit code, or None while it runs."""
+        raise UnsupportedFeature(self.name, "background process")
+
+    def overrides(self, method: str) -> bool:
+        """Whether this adapter implements `method` itself rather than inheriting the contract's refusal."""
+        return getattr(type(self), method) is not getattr(Provider, method)
+
+    def capabilities(self) -> frozenset[Capability]:
+        """The steps this adapter offers, read from what it implements; `stampede run` checks a plan's steps
+        against them before any load. An adapter whose support depends on its options overrides this."""
+        offered = {
+            Capability.UPLOAD: self.overrides("upload_file"),
+            Capability.DOWNLOAD: self.overrides("download_file"),
+            Capability.SNAPSHOT: self.overrides("snapshot"),
+            Capability.FORK: self.overrides("fork") or self.overrides("snapshot"),
+            Capability.EXEC_STREAM: self.overrides("exec_stream"),
+            Capability.BACKGROUND: self.overrides("start_process") and self.overrides("process_exit"),
+        }
+        return frozenset(capability for capability, yes in offered.items() if yes)
+
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         """Map any exception raised by this adapter (or its SDK) onto the taxonomy.
 
@@ -290,7 +378,7 @@ class Provider(abc.ABC):
 
 def gone_kind(phase: Phase | None) -> FailureKind:
     """The vendor says the sandbox no longer exists: what that means in each phase."""
-    if phase is Phase.EXEC:
+    if phase in (Phase.EXEC, Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):  # it had been usable
         return FailureKind.DIED_DURING_EXEC
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
@@ -301,8 +389,13 @@ def vendor_error_kind(phase: Phase | None) -> FailureKind:
     """A vendor answer that is an error and nothing more specific, by phase."""
     return {
         Phase.CREATE: FailureKind.CREATE_ERROR,
+        Phase.PULL: FailureKind.IMAGE,
         Phase.READY: FailureKind.DIED_BEFORE_READY,
+        Phase.FORK: FailureKind.SNAPSHOT_ERROR,
+        Phase.UPLOAD: FailureKind.TRANSFER_ERROR,
         Phase.EXEC: FailureKind.EXEC_ERROR,
+        Phase.DOWNLOAD: FailureKind.TRANSFER_ERROR,
+        Phase.SNAPSHOT: FailureKind.SNAPSHOT_ERROR,
     }.get(phase or Phase.CREATE, FailureKind.TRANSPORT)
 
 
@@ -311,10 +404,14 @@ def classify_common(exc: BaseException, phase: Phase | None = None) -> FailureKi
     if isinstance(exc, ProviderError):
         return exc.kind
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        if phase is Phase.READY:
+        if phase in (Phase.READY, Phase.PULL, Phase.FORK):
             return FailureKind.READY_TIMEOUT
         if phase is Phase.EXEC:
             return FailureKind.EXEC_TIMEOUT
+        if phase in (Phase.UPLOAD, Phase.DOWNLOAD):
+            return FailureKind.TRANSFER_ERROR
+        if phase is Phase.SNAPSHOT:
+            return FailureKind.SNAPSHOT_ERROR
         return FailureKind.TRANSPORT
     if isinstance(exc, (ConnectionError, EOFError)):
         return FailureKind.TRANSPORT
