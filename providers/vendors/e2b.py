@@ -12,6 +12,12 @@ readiness is create's answer: `wait_ready` returns at once, having looked at not
 (False once gone: idempotent); a run's leftovers are found with `AsyncSandbox.list(query=SandboxQuery(
 metadata=...))`, running and paused, and killed one by one.
 
+Contract 9's steps: `exec_stream` is `commands.run` with `on_stdout`/`on_stderr` (envd streams each chunk as the
+process writes it); `start_process` is `commands.run(background=True, timeout=0)`, whose handle the SDK keeps
+following (its exit code is what `process_exit` reads); `snapshot` is `create_snapshot`, and a fork is the
+contract's default, `count` creates from that snapshot as the template: the SDK's own `fork(count=...)` forks a
+running sandbox, not a snapshot, and its copies carry the source's metadata (one rollout id for all of them).
+
 Where it talks, as whom: everything goes to the SDK as per-call parameters, never into the process environment.
 Without `base_url`, the SDK's own configuration (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
 `E2B_SANDBOX_URL`); with `base_url` (`--base-url`, or `--local` for the local E2B), that API URL, `token` as the
@@ -46,7 +52,8 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -87,6 +94,7 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     classify_common,
     gone_kind,
     owner_labels,
@@ -226,6 +234,7 @@ class E2BProvider(Provider):
 
     def __init__(self, options: E2BOptions) -> None:
         self.options = options
+        self._processes: dict[str, Any] = {}  # start_process's key -> the SDK's AsyncCommandHandle
         if options.max_connections is not None:
             sdk_transports.max_connections = options.max_connections  # read when the SDK builds its pool
 
@@ -290,6 +299,56 @@ class E2BProvider(Provider):
         except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + _EXEC_GRACE_S:g}s") from None
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """`commands.run` with `on_stdout`/`on_stderr`: envd streams each chunk as the process writes it."""
+        sandbox = await self._sandbox(ref)
+        clock = _ByteClock(on_output)
+        try:
+            async with asyncio.timeout(timeout + _EXEC_GRACE_S):
+                result = await cancellable(
+                    sandbox.commands.run(
+                        shlex.join(argv),
+                        timeout=timeout,
+                        request_timeout=self.options.request_timeout_s,
+                        on_stdout=clock.seen,
+                        on_stderr=clock.seen,
+                    )
+                )
+        except CommandExitException as exc:
+            return clock.done(ExecResult(exit_code=exc.exit_code, stdout=exc.stdout, stderr=exc.stderr))
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + _EXEC_GRACE_S:g}s") from None
+        return clock.done(ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr))
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """`commands.run(background=True)` (no command deadline): the SDK's handle, kept here, follows its events."""
+        sandbox = await self._sandbox(ref)
+        handle = await cancellable(
+            sandbox.commands.run(
+                shlex.join(argv), background=True, timeout=0, request_timeout=self.options.request_timeout_s
+            )
+        )
+        key = f"{ref.sandbox_id}:{handle.pid}"
+        self._processes[key] = handle
+        return key
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """The handle's exit code once envd sent the end event; its stream's error (the sandbox gone) raised."""
+        command = self._processes.get(handle)
+        if command is None:
+            raise ProviderError(FailureKind.EXEC_ERROR, f"no background process {handle} started by this provider")
+        exit_code = command.exit_code
+        if exit_code is None and command._wait.done():  # the stream ended without an end event: wait() says why
+            try:
+                await command.wait()
+            except CommandExitException as exc:
+                exit_code = exc.exit_code
+        if exit_code is not None:
+            self._processes.pop(handle, None)
+        return exit_code
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         """`files.write` (envd's upload, as the sandbox's user: a relative path is that user's home's)."""
@@ -393,7 +452,32 @@ def _timed_out(phase: Phase | None) -> FailureKind:
         return FailureKind.EXEC_TIMEOUT
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
-    return FailureKind.READY_TIMEOUT  # create (which waits for the boot) or ready
+    if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
+        return vendor_error_kind(phase)
+    return FailureKind.READY_TIMEOUT  # create (which waits for the boot), ready, pull or a fork's boot
+
+
+class _ByteClock:
+    """Times a streamed command's first and last output chunk from the call, passing each chunk on."""
+
+    def __init__(self, on_output: Callable[[str], None] | None) -> None:
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.last: float | None = None
+        self.on_output = on_output
+
+    def seen(self, chunk: str) -> None:
+        if not chunk:
+            return
+        now = time.perf_counter() - self.started
+        if self.first is None:
+            self.first = now
+        self.last = now
+        if self.on_output is not None:
+            self.on_output(chunk)
+
+    def done(self, result: ExecResult) -> StreamedExec:
+        return StreamedExec(result=result, first_byte_s=self.first, last_byte_s=self.last)
 
 
 def _status_kind(status: int | None, message: str, phase: Phase | None) -> FailureKind:
