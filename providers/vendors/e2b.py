@@ -52,7 +52,6 @@ import math
 import os
 import re
 import shlex
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -113,6 +112,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 
 SUPPORTED_SDK = ">=2.56,<3"  # the `[e2b]` extra's range in pyproject.toml
@@ -305,7 +305,7 @@ class E2BProvider(Provider):
     ) -> StreamedExec:
         """`commands.run` with `on_stdout`/`on_stderr`: envd streams each chunk as the process writes it."""
         sandbox = await self._sandbox(ref)
-        clock = _ByteClock(on_output)
+        clock = OutputClock(on_output)
         try:
             async with asyncio.timeout(timeout + _EXEC_GRACE_S):
                 result = await cancellable(
@@ -455,29 +455,6 @@ def _timed_out(phase: Phase | None) -> FailureKind:
     if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
         return vendor_error_kind(phase)
     return FailureKind.READY_TIMEOUT  # create (which waits for the boot), ready, pull or a fork's boot
-
-
-class _ByteClock:
-    """Times a streamed command's first and last output chunk from the call, passing each chunk on."""
-
-    def __init__(self, on_output: Callable[[str], None] | None) -> None:
-        self.started = time.perf_counter()
-        self.first: float | None = None
-        self.last: float | None = None
-        self.on_output = on_output
-
-    def seen(self, chunk: str) -> None:
-        if not chunk:
-            return
-        now = time.perf_counter() - self.started
-        if self.first is None:
-            self.first = now
-        self.last = now
-        if self.on_output is not None:
-            self.on_output(chunk)
-
-    def done(self, result: ExecResult) -> StreamedExec:
-        return StreamedExec(result=result, first_byte_s=self.first, last_byte_s=self.last)
 
 
 def _status_kind(status: int | None, message: str, phase: Phase | None) -> FailureKind:
