@@ -8,6 +8,11 @@ ids, `wait_until_ready` on a `Probe.with_exec("true")` readiness probe (the SDK'
 can run"), `exec` with both streams read and the exit code waited for, `terminate` + `detach`;
 `Sandbox.list(app_id=..., tags=...)` finds a run's leftovers.
 
+Contract 9's steps: `exec_stream` is `Sandbox.exec` with its stdout and stderr iterated as the router sends them;
+`start_process` is `Sandbox.exec` not waited for (output to DEVNULL), `process_exit` the SDK's `poll`; `snapshot` is
+`snapshot_filesystem` (an `im-` Image id `create` starts from) and a fork is the contract's default, `count` creates
+from that Image: Modal has no multi-create or fork of its own.
+
 Two SDK settings are process-global (read by the SDK from the environment on every call), so the provider
 sets them for its process (the engine runs one provider per process) and restores them on `aclose`:
 `MODAL_SANDBOX_V2` (option `sandbox_v2`; V2 is the 1.6 SDK's own backend) and `MODAL_MAX_THROTTLE_WAIT`
@@ -62,6 +67,7 @@ from providers.base import (
     ProviderError,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     owner_labels,
     tagged_by_stampede,
 )
@@ -76,6 +82,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
 from providers.vendors.modal_errors import classify_modal
@@ -214,6 +221,8 @@ class ModalProvider(Provider):
         self._images: dict[str | None, Any] = {}
         self._lock = asyncio.Lock()
         self._image_locks: dict[str | None, asyncio.Lock] = {}
+        self._processes: dict[str, Any] = {}  # start_process's key -> the SDK's ContainerProcess
+        self._started = 0
         self._saved_env = {name: os.environ.get(name) for name in (_ENV_V2, _ENV_THROTTLE)}
         os.environ[_ENV_V2] = "1" if options.sandbox_v2 else "0"
         if options.max_throttle_wait is None:
@@ -369,6 +378,59 @@ class ModalProvider(Provider):
             stdout=stdout.decode(errors="replace") if isinstance(stdout, bytes) else str(stdout),
             stderr=stderr.decode(errors="replace") if isinstance(stderr, bytes) else str(stderr),
         )
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """`Sandbox.exec`, its stdout and stderr iterated as the router sends them, then `wait`."""
+        sandbox = await self._sandbox(ref)
+        clock = OutputClock(on_output)
+        budget = asyncio.timeout(timeout)
+        process: Any = None
+
+        async def read(stream: Any) -> bytes:
+            parts: list[bytes] = []
+            async for chunk in stream:
+                data = chunk if isinstance(chunk, bytes) else str(chunk).encode()
+                clock.seen(data)
+                parts.append(data)
+            return b"".join(parts)
+
+        try:
+            async with budget:
+                process = await self._bounded("the command's start", sandbox.exec.aio(*argv, text=False))
+                stdout, stderr = await asyncio.gather(read(process.stdout), read(process.stderr))
+                code = await process.wait.aio()
+        except TimeoutError:
+            if budget.expired():
+                raise await self._exec_overran(process, timeout) from None
+            raise
+        result = ExecResult(int(code), stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+        return clock.done(result)
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """`Sandbox.exec` not waited for (its output discarded): `process_exit` is the SDK's `poll`."""
+        sandbox = await self._sandbox(ref)
+        process = await self._bounded(
+            "the command's start",
+            sandbox.exec.aio(
+                *argv, stdout=modal.stream_type.StreamType.DEVNULL, stderr=modal.stream_type.StreamType.DEVNULL
+            ),
+        )
+        self._started += 1
+        key = f"{ref.sandbox_id}:{self._started}"
+        self._processes[key] = process
+        return key
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        process = self._processes.get(handle)
+        if process is None:
+            raise ProviderError(FailureKind.EXEC_ERROR, f"no background process {handle} started by this provider")
+        code = await self._bounded("a poll of the command", process.poll.aio())
+        if code is None:
+            return None
+        self._processes.pop(handle, None)
+        return int(code)
 
     async def _exec_overran(self, process: Any, timeout: float) -> ProviderError:
         """Why a command's budget ran out: `exec_timeout` only when the vendor says the command still runs.

@@ -14,7 +14,7 @@ import grpclib.exceptions
 import modal.exception as mexc
 from google.protobuf.message import DecodeError
 
-from providers.base import FailureKind, Phase, ProviderError, classify_common
+from providers.base import FailureKind, Phase, ProviderError, classify_common, vendor_error_kind
 
 _GRPCLIB_DIR = os.path.dirname(grpclib.__file__)
 
@@ -50,10 +50,12 @@ def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKin
     if isinstance(exc, (mexc.SandboxTimeoutError, mexc.SandboxTerminatedError)):
         return _ended(message, phase, died=True)
     if isinstance(exc, mexc.TimeoutError):
-        if _DID_NOT_START.search(message) or phase is Phase.READY:
+        if _DID_NOT_START.search(message) or phase in (Phase.READY, Phase.PULL, Phase.FORK):
             return FailureKind.READY_TIMEOUT
         if phase is Phase.EXEC:
             return FailureKind.EXEC_TIMEOUT
+        if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
+            return vendor_error_kind(phase)
         return FailureKind.TRANSPORT
     if isinstance(exc, mexc.ConflictError):  # e.g. V1 create: "Sandbox already finished" / the reason it ended
         return _ended(message, phase, died=False)
@@ -107,6 +109,8 @@ def _ended(message: str, phase: Phase | None, *, died: bool) -> FailureKind:
         return cause
     if phase is Phase.EXEC:
         return FailureKind.DIED_DURING_EXEC if died or _DEATH.search(message) else FailureKind.EXEC_ERROR
+    if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):  # the sandbox had been usable
+        return FailureKind.DIED_DURING_EXEC if died or _DEATH.search(message) else vendor_error_kind(phase)
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
     return FailureKind.DIED_BEFORE_READY

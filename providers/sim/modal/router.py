@@ -12,7 +12,9 @@ naming it). The SDK only allows a plain-http router when its control
 plane is on localhost, which is how this runs.
 
 Commands run in the simulator's shell (`shell.py`): `argv` is joined into one shell word list, so
-`["sh", "-c", "echo hi; exit 3"]` behaves as on a real worker, with exit codes and both streams.
+`["sh", "-c", "echo hi; exit 3"]` behaves as on a real worker, with exit codes and both streams. A real command's
+output (`sandbox.commands=real`) streams on `TaskExecStdioRead` as the command writes it (what a streamed exec's
+first byte measures); a modelled command's comes whole at its end.
 Behaviour:
 - `TaskExecStart` on a sandbox still starting waits until it runs (a V2 sandbox gets its task id before
   its container is up); on an ended one it answers NOT_FOUND with the reason;
@@ -72,7 +74,7 @@ class _Exec:
     tool: fs_tools.ToolCall | None = None  # the filesystem tool, played here (`fs_tools.py`)
     stdin: bytearray = field(default_factory=bytearray)
     stdin_closed: asyncio.Future[None] | None = None
-    changed: asyncio.Future[None] | None = None  # output that streams while it runs (a watch): set on growth
+    changed: asyncio.Future[None] | None = None  # output that streams while it runs (a command, a watch): set on growth
 
 
 class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommandRouterBase)):  # type: ignore[misc]
@@ -140,6 +142,18 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
         workdir = request.workdir if request.HasField("workdir") and request.workdir else record.workdir
         env = {**dict(request.env), **self.registry.environment(request.secret_ids, request.secret_sources)}
 
+        ex.changed = loop.create_future()  # a real command's output streams on TaskExecStdioRead as it grows
+
+        def grew(stderr: bool, data: bytes) -> None:
+            if stderr:
+                ex.stderr += data
+            else:
+                ex.stdout += data
+            assert ex.changed is not None
+            if not ex.changed.done():
+                ex.changed.set_result(None)
+            ex.changed = loop.create_future()
+
         def finished(result: ExecOutcome | BaseException) -> None:
             if isinstance(result, ExecOutcome):
                 ex.code = result.exit_code
@@ -164,6 +178,8 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
                 on_done=finished,
                 env=env or None,
                 cwd=workdir,
+                on_stdout=lambda data: grew(False, data),
+                on_stderr=lambda data: grew(True, data),
             )
         except NotRunning:
             raise task_gone_error(request.task_id, record.sim) from None
