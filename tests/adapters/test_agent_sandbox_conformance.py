@@ -8,7 +8,6 @@ The SDK is pointed only the way a user points it: `KUBECONFIG` (the file the loc
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -271,55 +270,6 @@ def test_options_are_checked() -> None:
 
 
 # --- the front as its own process ----------------------------------------------------------------
-
-
-def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone() -> None:
-    serve = subprocess.Popen(
-        [*SERVE, "--profile", "ideal", "--warm-pool", "1", "--exit-on-stdin-eof"],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert serve.stdout is not None
-        line = json.loads(serve.stdout.readline())
-        assert set(line["env"]) == {"KUBECONFIG", "AGENT_SANDBOX_ROUTER_URL"}
-        script = (
-            "import os\n"
-            "from k8s_agent_sandbox import SandboxClient\n"
-            "from k8s_agent_sandbox.models import SandboxDirectConnectionConfig\n"
-            "config = SandboxDirectConnectionConfig(api_url=os.environ['AGENT_SANDBOX_ROUTER_URL'])\n"
-            "with SandboxClient(connection_config=config) as client:\n"
-            f"    sandbox = client.create_sandbox({WARM_POOL!r})\n"
-            "    print(sandbox.commands.run('echo from-a-users-script').stdout, end='')\n"
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")} | line["env"]
-        user = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-        assert user.returncode == 0, user.stderr[-2000:]
-        assert user.stdout == "from-a-users-script\n"
-    finally:
-        assert serve.stdin is not None
-        serve.stdin.close()
-        assert serve.wait(timeout=15) == 0
-    assert not os.path.exists(line["env"]["KUBECONFIG"])  # it holds the token: gone with the server
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [(["--profile", "nope"], "nope"), (["--warm-pool", "-1"], "warm-pool"), (["--port", "x"], "port")],
-)
-def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "agent-sandbox-local", "serve", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2 and needle in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 async def test_cold_starts_past_the_clusters_pod_rate_queue_in_order_and_all_bind(open_front: Open) -> None:

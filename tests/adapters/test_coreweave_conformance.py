@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import httpx
 import pandas as pd
 import pytest
 from cwsandbox import (
@@ -307,53 +305,6 @@ def test_raw_grpc_statuses_are_classified() -> None:
 
 
 # --- the local plane as its own process ------------------------------------------------------------------
-
-
-def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone() -> None:
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "coreweave-local", "serve", "--profile", "ideal", "--exit-on-stdin-eof"],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert serve.stdout is not None
-        line = json.loads(serve.stdout.readline())
-        assert line["env"] == {"CWSANDBOX_BASE_URL": line["url"], "CWSANDBOX_API_KEY": line["token"]}
-        assert line["url"].startswith("http://127.0.0.1:") and line["provider_options"] == {
-            "data_plane_mode": "gateway"
-        }
-        script = (
-            "from cwsandbox import Sandbox\n"
-            "with Sandbox.run(container_image='python:3.11') as sandbox:\n"
-            "    print(sandbox.exec(['echo', 'from-a-users-script']).result().stdout, end='')\n"
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CWSANDBOX_")} | line["env"]
-        user = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-        assert user.returncode == 0, user.stderr[-2000:]
-        assert user.stdout == "from-a-users-script\n"
-        bearer = {"Authorization": f"Bearer {line['token']}"}
-        truth = httpx.get(f"{line['truth_url']}/api/v1/_stampede/truth", headers=bearer)
-        assert [row["status"] for row in truth.json()["sandboxes"]] == ["TERMINATED"]
-    finally:
-        assert serve.stdin is not None
-        serve.stdin.close()
-        assert serve.wait(timeout=15) == 0
-
-
-@pytest.mark.parametrize(("args", "needle"), [(["--profile", "nope"], "nope"), (["--truth-port", "x"], "port")])
-def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "coreweave-local", "serve", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2 and needle in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -43,7 +42,6 @@ from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.runloop.server import RunloopSettings, RunningRunloop, start_runloop
 from providers.vendors.runloop import RunloopProvider, classify_runloop
 from tests.support.live_lifecycle import check_live_lifecycle
-from tests.support.serve_process import finish, get_json, ready_line, spawn_serve
 
 TOKEN = "conformance-token"
 FLAVOURS = ("sync", "async")
@@ -331,45 +329,6 @@ def test_classification_table() -> None:
     ]
     for exc, phase, expected in cases:
         assert classify_runloop(exc, phase) is expected, (exc, phase)
-
-
-USER_SCRIPT = """
-from runloop_api_client import Runloop
-client = Runloop()
-devbox = client.devboxes.create_and_await_running()
-result = client.devboxes.execute_and_await_completion(devbox.id, command="echo hello from runloop")
-print(result.stdout.strip() == "hello from runloop", devbox.status)
-client.devboxes.shutdown(devbox.id)
-"""
-
-
-def test_serve_announces_what_a_users_script_needs(tmp_path: Path) -> None:
-    proc = spawn_serve("harness.cli", "runloop-local", "serve", "--port", "0", "--seed", "2", "--exit-on-stdin-eof")
-    try:
-        line = ready_line(proc)
-        assert line["url"].startswith("http://127.0.0.1:") and line["token"]
-        assert line["env"] == {"RUNLOOP_BASE_URL": line["url"], "RUNLOOP_API_KEY": line["token"]}
-        assert line["profile"] == "runloop-like" and line["time_scale"] == 1.0 and line["seed"] == 2
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLOOP_")} | line["env"]
-        user = subprocess.run(
-            [sys.executable, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
-        )
-        assert user.returncode == 0, user.stderr[-2000:]
-        assert user.stdout.split() == ["True", "running"]
-        status, truth = get_json(f"{line['truth_url']}/api/v1/_stampede/truth", line["token"])
-        assert status == 200 and [s["status"] for s in truth["sandboxes"]] == ["TERMINATED"]
-        assert get_json(f"{line['url']}/v1/devboxes", "wrong")[0] == 401
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-    rc, _ = finish(proc)
-    assert rc == 0
-
-
-def test_serve_refuses_bad_input_in_one_line() -> None:
-    proc = spawn_serve("harness.cli", "runloop-local", "serve", "--set", "boot.median_s=-1")
-    rc, err = finish(proc)
-    assert rc == 2 and err.count("\n") == 1 and "boot" in err, err
 
 
 @pytest.mark.slow

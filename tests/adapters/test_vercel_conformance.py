@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -325,59 +324,6 @@ def test_options_are_checked() -> None:
 
 
 # --- the front as its own process, and whole runs ------------------------------------------------------
-
-
-def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone() -> None:
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "vercel-local", "serve", "--profile", "ideal", "--exit-on-stdin-eof"],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert serve.stdout is not None
-        line = json.loads(serve.stdout.readline())
-        assert set(line["env"]) == {"VERCEL_TOKEN", "VERCEL_TEAM_ID", "VERCEL_PROJECT_ID"}
-        assert line["env"]["VERCEL_TOKEN"] == line["token"] and line["base_url"] == line["url"] + "/api"
-        script = (
-            "import sys\n"
-            "from vercel.sandbox.sync import SandboxServiceOptions, SyncSandboxClient\n"
-            "client = SyncSandboxClient.create(options=SandboxServiceOptions(base_url=sys.argv[1]))\n"
-            "with client.create_sandbox() as box:\n"
-            "    print(box.run_process('echo', ['from-a-users-script'], capture_output=True).stdout, end='')\n"
-            "client.close()\n"
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VERCEL_")} | line["env"]
-        user = subprocess.run(
-            [sys.executable, "-c", script, line["base_url"]], env=env, capture_output=True, text=True, timeout=60
-        )
-        assert user.returncode == 0, user.stderr[-2000:]
-        assert user.stdout == "from-a-users-script\n"
-        bearer = {"Authorization": f"Bearer {line['token']}"}
-        truth = httpx.get(f"{line['truth_url']}/api/v1/_stampede/truth", headers=bearer)
-        assert [row["status"] for row in truth.json()["sandboxes"]] == ["TERMINATED"]
-    finally:
-        assert serve.stdin is not None
-        serve.stdin.close()
-        assert serve.wait(timeout=15) == 0
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [(["--profile", "nope"], "nope"), (["--set", "quota.max_active"], "KEY=VALUE"), (["--port", "x"], "port")],
-)
-def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "vercel-local", "serve", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2 and needle in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -45,7 +44,6 @@ from providers.base import FailureKind, Phase, ProviderConfigError, ProviderErro
 from providers.sim.core.profile import ProfileError, load_profile
 from providers.sim.daytona.server import DaytonaSettings, RunningDaytona, start_daytona
 from providers.vendors.daytona import DaytonaProvider, classify_daytona
-from tests.support.serve_process import finish, get_json, ready_line, spawn_serve
 
 TOKEN = "conformance-token"
 FLAVOURS = ("sync", "async")
@@ -432,43 +430,6 @@ def test_classification_table() -> None:
 
 
 # --- the standalone server and the whole harness -----------------------------------------------------------
-
-USER_SCRIPT = """
-from daytona import CreateSandboxFromSnapshotParams, Daytona
-daytona = Daytona()  # configured by the environment alone
-sandbox = daytona.create(CreateSandboxFromSnapshotParams(labels={"who": "user"}))
-print(sandbox.process.exec("echo hello from $HOSTNAME").result.startswith("hello from"), sandbox.state.value)
-daytona.delete(sandbox)
-"""
-
-
-def test_serve_announces_what_a_users_script_needs(tmp_path: Path) -> None:
-    proc = spawn_serve("harness.cli", "daytona-local", "serve", "--port", "0", "--seed", "2", "--exit-on-stdin-eof")
-    try:
-        line = ready_line(proc)
-        assert line["url"].endswith("/api") and line["toolbox_url"].endswith("/toolbox") and line["token"]
-        assert line["env"] == {"DAYTONA_API_URL": line["url"], "DAYTONA_API_KEY": line["token"], "DAYTONA_TARGET": "us"}
-        assert line["profile"] == "daytona-like" and line["time_scale"] == 1.0 and line["seed"] == 2
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DAYTONA_")} | line["env"]
-        user = subprocess.run(
-            [sys.executable, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
-        )
-        assert user.returncode == 0, user.stderr[-2000:]
-        assert user.stdout.split() == ["True", "started"]
-        status, truth = get_json(f"{line['truth_url']}/api/v1/_stampede/truth", line["token"])
-        assert status == 200 and [s["status"] for s in truth["sandboxes"]] == ["TERMINATED"]
-        assert get_json(f"{line['url']}/sandbox", "wrong")[0] == 401
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-    rc, _ = finish(proc)
-    assert rc == 0
-
-
-def test_serve_refuses_bad_input_in_one_line() -> None:
-    proc = spawn_serve("harness.cli", "daytona-local", "serve", "--set", "resource_pool.cpu=-1")
-    rc, err = finish(proc)
-    assert rc == 2 and err.count("\n") == 1 and "resource_pool" in err, err
 
 
 @pytest.mark.slow

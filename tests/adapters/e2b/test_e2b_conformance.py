@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -405,54 +404,6 @@ async def test_the_provider_surfaces_throttling_at_once_unless_told_to_retry(ope
 
 
 # --- the front as its own process, and whole runs ------------------------------------------------------
-
-
-def test_serve_prints_what_a_users_script_needs_and_the_sdk_works_from_it_alone() -> None:
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "e2b-local", "serve", "--profile", "ideal", "--exit-on-stdin-eof"],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert serve.stdout is not None
-        line = json.loads(serve.stdout.readline())
-        assert set(line["env"]) == {"E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL"}
-        assert line["env"]["E2B_API_KEY"] == line["token"] and line["provider_options"] == {"sandbox_url": line["url"]}
-        script = (
-            "from e2b import Sandbox\n"
-            "with Sandbox.create() as sandbox:\n"
-            "    print(sandbox.commands.run('echo from-a-users-script').stdout, end='')\n"
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")} | line["env"]
-        user = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-        assert user.returncode == 0, user.stderr[-2000:]
-        assert user.stdout == "from-a-users-script\n"
-        bearer = {"Authorization": f"Bearer {line['token']}"}
-        truth = httpx.get(f"{line['truth_url']}/api/v1/_stampede/truth", headers=bearer)
-        assert [row["status"] for row in truth.json()["sandboxes"]] == ["TERMINATED"]
-    finally:
-        assert serve.stdin is not None
-        serve.stdin.close()
-        assert serve.wait(timeout=15) == 0
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [(["--profile", "nope"], "nope"), (["--set", "quota.max_active"], "KEY=VALUE"), (["--port", "x"], "port")],
-)
-def test_serve_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "e2b-local", "serve", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2 and needle in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 @pytest.mark.slow
