@@ -37,10 +37,12 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
     from harness.results.export.summary_json import FILENAME, build_summary, write_summary
     from harness.results.figures.outages import outage_lines
     from harness.results.figures.run_figures import aggregate_run, run_figures
-    from harness.results.figures.thresholds import any_crossed, evaluate, format_verdicts, parse_all
+    from harness.results.figures.step_figures import load_step_view
+    from harness.results.figures.thresholds import any_crossed, check_steps, evaluate, format_verdicts, parse_all
     from harness.results.read.dataset import is_run_folder, load_rollout_frame, read_run_info
     from harness.results.read.run_ending import run_ending
     from harness.results.read.run_pointer import resolve_run_dir
+    from harness.results.render.step_tables import format_step_table
     from harness.results.render.summary import format_stage_table
     from harness.wire.run_endings import exit_code_for
 
@@ -52,7 +54,10 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
     frame = load_rollout_frame(info.run_dir)
     vendor = aggregate_run(info, frame, "vendor")
     thresholds = given or parse_all(_recorded(info.manifest))
-    verdicts = evaluate(thresholds, run_figures(vendor))
+    steps = load_step_view(info)
+    figures = run_figures(vendor, steps)
+    check_steps(given, figures)  # a step the run never ran: one line naming its steps
+    verdicts = evaluate(thresholds, figures)
     ending = run_ending(info.manifest, frame["outcome"] if len(frame) else None)
     print(ending.banner())
     shown = vendor if args.seconds == "vendor" else aggregate_run(info, frame, "wall")
@@ -60,6 +65,8 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
         print(format_stage_table(shown.stats.stages, shown.stats.engine_load, shown.basis))
     else:
         print("(no rollouts recorded)")
+    if steps is not None:
+        print(format_step_table(steps))
     for line in outage_lines(frame):
         print(line)
     if verdicts:
@@ -70,7 +77,7 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
         exit_code = None
     elif given or not isinstance(exit_code, int):
         exit_code = exit_code_for(ending.ending, crossed)
-    document = build_summary(vendor, info.manifest, verdicts, ending.ending, exit_code)
+    document = build_summary(vendor, info.manifest, verdicts, ending.ending, exit_code, steps)
     try:
         write_summary(info.run_dir, document)
     except OSError as exc:

@@ -1,7 +1,8 @@
 """summary.json: a run's figures for machines (CI gates, dashboards), written at the end of every run and by
 `stampede summary RUN`. Per stage and for the whole run: counts, failures by kind and phase, quantiles of TTI and
 each phase with their small-sample marks, startup across retries per logical rollout (`quantiles.startup`,
-`counts.logical_rollouts`: added within v1, optional), measured concurrency, start rate, the harness's timing-error flag,
+`counts.logical_rollouts`: added within v1, optional), per step of a run with a plan (`steps`: added within v1,
+optional: each step's count, failures by phase and kind, duration quantiles, and the infrastructure tax), measured concurrency, start rate, the harness's timing-error flag,
 and every threshold with its observed value and verdict. Durations are vendor seconds (`unit`); JSON Schema
 `harness/results/schemas/summary.v1.schema.json`, checked on every write.
 """
@@ -18,6 +19,7 @@ from harness.results.export.json_schemas import check_against, load_schema
 from harness.results.figures.quantiles import REPORT_QUANTILES, supported
 from harness.results.figures.run_figures import RunAggregate, init_failure_rate, unfinished
 from harness.results.figures.stage_aggregate import StageStats
+from harness.results.figures.step_figures import StepStats, StepView
 from harness.results.figures.thresholds import Verdict, any_crossed
 
 FORMAT = "stampede.summary"
@@ -71,12 +73,38 @@ def scope_block(stats: StageStats) -> dict[str, Any]:
     }
 
 
+def step_block(entry: StepStats) -> dict[str, Any]:
+    """One step's figures (summary.json `steps`): its count, failures by phase and kind, duration quantiles."""
+    return {
+        "step": entry.key,
+        "kind": entry.kind,
+        "name": entry.name,
+        "count": entry.count,
+        "failed": entry.failed,
+        "failure_rate": _number(entry.failure_rate),
+        "per_rollout": float(entry.per_rollout),
+        "failures_by_phase": dict(entry.failures_by_phase),
+        "failures_by_kind": dict(entry.failures_by_kind),
+        "quantiles": _quantiles(entry.durations),
+    }
+
+
+def steps_section(view: StepView) -> dict[str, Any]:
+    """summary.json `steps` (added within v1, optional: runs with a plan only)."""
+    return {
+        "run": [step_block(entry) for entry in view.run],
+        "stages": {stage: [step_block(entry) for entry in entries] for stage, entries in view.stages.items()},
+        "infrastructure_tax": view.tax.to_dict() if view.tax is not None else None,
+    }
+
+
 def build_summary(
     aggregate: RunAggregate,
     manifest: Mapping[str, Any],
     verdicts: Sequence[Verdict],
     status: str,
     exit_code: int | None,
+    steps: StepView | None = None,
 ) -> dict[str, Any]:
     if aggregate.basis != "vendor":
         raise ValueError("summary.json is in vendor seconds: aggregate with basis='vendor'")
@@ -84,7 +112,7 @@ def build_summary(
     stages = []
     for stats in aggregate.stats.stages:
         stages.append({"stage": stats.stage, "target": stats.target, **scope_block(stats)})
-    return {
+    document = {
         "format": FORMAT,
         "version": VERSION,
         "unit": UNIT,
@@ -101,6 +129,9 @@ def build_summary(
         "thresholds": [verdict.to_dict() for verdict in verdicts],
         "thresholds_crossed": any_crossed(verdicts),
     }
+    if steps is not None:
+        document["steps"] = steps_section(steps)
+    return document
 
 
 def summary_schema() -> dict[str, Any]:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.figures.stage_aggregate import RunStats, StageStats, TimeBasis, compute_run_stats
-from harness.results.figures.thresholds import COUNT_METRIC, STATS, RunFigures
+from harness.results.figures.step_figures import StepView, step_figures
+from harness.results.figures.thresholds import COUNT_METRIC, STATS, Figures, RunFigures
+from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.wire.records import INIT_PHASES
 
 WHOLE_RUN = "(run)"
@@ -80,11 +81,15 @@ def figures_of(stats: StageStats) -> dict[str, float]:
     return figures
 
 
-def run_figures(aggregate: RunAggregate) -> RunFigures:
-    """What thresholds are checked against; thresholds are in vendor seconds, so the aggregate must be too."""
+def run_figures(aggregate: RunAggregate, steps: StepView | None = None) -> RunFigures:
+    """What thresholds are checked against; thresholds are in vendor seconds, so the aggregate must be too.
+    `steps` (a run with a plan) adds each step's figures (`step:upload.p99`, ...), whole run and per stage."""
     if aggregate.basis != "vendor":
         raise ValueError("thresholds are checked in vendor seconds: aggregate with basis='vendor'")
-    return RunFigures(
-        run=figures_of(aggregate.run) if aggregate.run is not None else {},
-        stages={stage.stage: figures_of(stage) for stage in aggregate.stats.stages},
-    )
+    run = figures_of(aggregate.run) if aggregate.run is not None else {}
+    stages: dict[str, Figures] = {stage.stage: figures_of(stage) for stage in aggregate.stats.stages}
+    if steps is not None:
+        run |= step_figures(steps.run)
+        for stage, entries in steps.stages.items():
+            stages[stage] = {**stages.get(stage, {}), **step_figures(entries)}
+    return RunFigures(run=run, stages=stages, steps=tuple(steps.keys()) if steps is not None else ())

@@ -13,6 +13,14 @@
             | start_rate            rollouts submitted / submit span, per vendor second
             | failures              failed rollouts (rows), a count
             | failures.KIND         failed rollouts of one kind (rate_limited, capacity, ...), a count
+            | "step:" STEP ("." | " ") SSTAT
+                                    one step of a run with a plan (its steps/ table): STEP is a kind (create, pull,
+                                    ready, fork, upload, exec, background, download, snapshot, terminate: every step
+                                    of the kind pooled), KIND[NAME] (one named step) or exec.overhead (an exec
+                                    step's time beyond its command's own); SSTAT: a STAT (vendor seconds), failures
+                                    (a count) or failure_rate (failed / its steps). `step:upload p99 < 5s`,
+                                    `step:exec.overhead.p50<10ms`. A step the run never ran is an error naming the
+                                    run's steps (`check_steps`).
     OP     := < | <= | > | >=
 
 The expression says what must hold (as k6's): `tti.p99<30` passes while TTI p99 is under 30 vendor seconds and
@@ -53,6 +61,13 @@ _EXPRESSION = re.compile(
     r"^\s*(?:stage\[(?P<stage>[^\]]*)\]\s*\.)?\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.]*?)\s*"
     r"(?P<op><=|>=|==|!=|=|<|>)\s*(?P<number>[^\s%a-zA-Z]*)\s*(?P<unit>[a-zA-Z%]*)\s*$"
 )
+_STEP_EXPRESSION = re.compile(
+    r"^\s*(?:stage\[(?P<stage>[^\]]*)\]\s*\.)?\s*step:(?P<key>[A-Za-z0-9_\-]*(?:\[[^\]]*\])?(?:\.overhead)?)"
+    r"(?:\s*\.\s*|\s+)(?P<stat>[A-Za-z0-9_.]+?)\s*"
+    r"(?P<op><=|>=|==|!=|=|<|>)\s*(?P<number>[^\s%a-zA-Z]*)\s*(?P<unit>[a-zA-Z%]*)\s*$"
+)
+STEP_PREFIX = "step:"
+STEP_STATS: tuple[str, ...] = (*STATS, COUNT_METRIC, "failure_rate")
 Outcome = Literal["ok", "crossed", "no_data"]
 
 
@@ -120,6 +135,7 @@ class RunFigures:
 
     run: Figures
     stages: dict[str, Figures] = field(default_factory=dict)  # in the order the stages ran
+    steps: tuple[str, ...] = ()  # the steps the run recorded (`upload`, `exec.overhead`, ...): none without a plan
 
 
 def phase_names() -> tuple[str, ...]:
@@ -139,6 +155,8 @@ def failure_kinds() -> tuple[str, ...]:
 def parse(text: str) -> Threshold:
     """One expression; a bad one is a one-line UsageError naming the bad part."""
     raw = str(text).strip()
+    if STEP_PREFIX in raw:
+        return _parse_step(raw)
     match = _EXPRESSION.match(raw)
     if not raw or match is None:
         raise UsageError(
@@ -161,6 +179,62 @@ def parse(text: str) -> Threshold:
         raise UsageError(f"--threshold {raw!r}: {number!r} is not a finite number")
     bound = _apply_unit(raw, kind, bound, unit)
     return Threshold(text=raw, metric=metric, op=op, bound=bound, stage=stage.strip() if stage else None)  # type: ignore[arg-type]
+
+
+def _parse_step(raw: str) -> Threshold:
+    """`[stage[S].]step:STEP(.| )STAT OP NUMBER [UNIT]`, its metric normalised to `step:STEP.STAT`."""
+    match = _STEP_EXPRESSION.match(raw)
+    if match is None or not match["key"] or match["key"].startswith("["):
+        raise UsageError(
+            f"--threshold {raw!r}: not step:STEP.STAT OP NUMBER (e.g. 'step:upload.p99<5s', "
+            "'step:exec.overhead p50 < 10ms', 'step:exec[pytest].failures<1')"
+        )
+    stage = match["stage"]
+    if stage is not None and not stage.strip():
+        raise UsageError(f"--threshold {raw!r}: empty stage name in stage[] (a name, or * for every stage)")
+    key, stat, op = match["key"], match["stat"], match["op"]
+    if stat not in STEP_STATS:
+        raise UsageError(f"--threshold {raw!r}: a step has no statistic {stat!r} (one of {', '.join(STEP_STATS)})")
+    if op not in _OPERATORS:
+        raise UsageError(f"--threshold {raw!r}: operator {op!r} is not one of <, <=, >, >=")
+    kind = "count" if stat == COUNT_METRIC else "rate" if stat == "failure_rate" else "duration"
+    number, unit = match["number"], match["unit"]
+    try:
+        bound = float(number)
+    except ValueError:
+        raise UsageError(f"--threshold {raw!r}: {(number + unit) or '(nothing)'!r} is not a number") from None
+    if not math.isfinite(bound):
+        raise UsageError(f"--threshold {raw!r}: {number!r} is not a finite number")
+    bound = _apply_unit(raw, kind, bound, unit)
+    metric = f"{STEP_PREFIX}{key}.{stat}"
+    return Threshold(text=raw, metric=metric, op=op, bound=bound, stage=stage.strip() if stage else None)  # type: ignore[arg-type]
+
+
+def step_of(metric: str) -> str | None:
+    """The step a `step:STEP.STAT` metric names (None for any other metric)."""
+    if not metric.startswith(STEP_PREFIX):
+        return None
+    body = metric.removeprefix(STEP_PREFIX)
+    for stat in sorted(STEP_STATS, key=len, reverse=True):
+        if body.endswith("." + stat):
+            return body[: -len(stat) - 1]
+    return body
+
+
+def check_steps(thresholds: Sequence[Threshold], figures: RunFigures, where: str = "the run") -> None:
+    """A `step:` threshold naming a step the run never ran is bad input (one line naming the run's steps), not a
+    silent `no_data`: the reading commands (`summary`, `report`, `compare`) call this before evaluating."""
+    for threshold in thresholds:
+        step = step_of(threshold.metric)
+        if step is None or step in figures.steps:
+            continue
+        if not figures.steps:
+            raise UsageError(
+                f"--threshold {threshold.text!r}: {where} has no steps (a steps/ table is written by runs with --plan)"
+            )
+        raise UsageError(
+            f"--threshold {threshold.text!r}: {where} has no step {step!r} (its steps: {', '.join(figures.steps)})"
+        )
 
 
 def parse_all(texts: Iterable[str] | None) -> tuple[Threshold, ...]:
@@ -264,6 +338,8 @@ def format_verdicts(verdicts: Sequence[Verdict]) -> str:
 
 
 def _number(metric: str, value: float) -> str:
+    if metric.startswith(STEP_PREFIX):  # its statistic says the unit: a count, a rate or seconds
+        metric = {"failures": COUNT_METRIC, "failure_rate": "failure_rate"}.get(metric.rsplit(".", 1)[-1], "")
     if metric in RATE_METRICS:
         return f"{value:.4g} ({100 * value:.2f}%)"
     if metric == COUNT_METRIC or metric.startswith(COUNT_METRIC + "."):

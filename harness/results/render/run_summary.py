@@ -12,16 +12,18 @@ from typing import Any
 
 import pandas as pd
 
-from harness.results.read.concurrency import concurrency_at_submit
-from harness.results.read.dataset import load_rollout_frame, read_run_info
+from harness.results.export.summary_json import build_summary, write_summary
 from harness.results.figures.outages import outage_lines
 from harness.results.figures.quantiles import quantiles
-from harness.results.read.run_ending import run_ending
 from harness.results.figures.run_figures import RunAggregate, aggregate_run, run_figures
 from harness.results.figures.stage_aggregate import TimeBasis
-from harness.results.render.summary import format_stage_table, load_truth, measurement_error
-from harness.results.export.summary_json import build_summary, write_summary
+from harness.results.figures.step_figures import StepView, load_step_view
 from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, evaluate, format_verdicts
+from harness.results.read.concurrency import concurrency_at_submit
+from harness.results.read.dataset import load_rollout_frame, read_run_info
+from harness.results.read.run_ending import run_ending
+from harness.results.render.step_tables import format_step_table
+from harness.results.render.summary import format_stage_table, load_truth, measurement_error
 from harness.wire.run_endings import exit_code_for, normalize
 
 
@@ -48,13 +50,14 @@ def conclude_run(
     info = read_run_info(run_dir)
     frame = load_rollout_frame(Path(run_dir))
     aggregate = aggregate_run(info, frame, "vendor")
-    verdicts = evaluate(thresholds, run_figures(aggregate))
+    steps = load_step_view(info)
+    verdicts = evaluate(thresholds, run_figures(aggregate, steps))
     status = normalize(manifest.get("status"))
     exit_code = exit_code_for(status, any_crossed(verdicts))
     manifest.update({"exit_code": exit_code, "thresholds": [verdict.to_dict() for verdict in verdicts]})
-    path = write_summary(Path(run_dir), build_summary(aggregate, manifest, verdicts, status, exit_code))
+    path = write_summary(Path(run_dir), build_summary(aggregate, manifest, verdicts, status, exit_code, steps))
     shown = aggregate if seconds == "vendor" else aggregate_run(info, frame, seconds)
-    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, shown, verdicts)
+    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, shown, verdicts, steps)
     return RunConclusion(text=text, verdicts=verdicts, exit_code=exit_code, summary_path=path)
 
 
@@ -65,6 +68,7 @@ def render_run_summary(
     engines: Sequence[Mapping[str, Any]],
     aggregate: RunAggregate,
     verdicts: Sequence[Verdict] = (),
+    steps: StepView | None = None,
 ) -> str:
     run_id, scenario, provider = manifest.get("run_id"), manifest.get("scenario"), manifest.get("provider")
     profile, time_scale = manifest.get("profile"), manifest.get("time_scale")
@@ -86,6 +90,8 @@ def render_run_summary(
     lines.append(
         format_stage_table(stages, aggregate.stats.engine_load, aggregate.basis) if stages else "(no rollouts recorded)"
     )
+    if steps is not None:
+        lines.append(format_step_table(steps))
     unknown = int((rollouts["failure_kind"] == "unknown").sum()) if total else 0
     harness = int((rollouts["failure_kind"] == "harness").sum()) if total else 0
     peak = int(concurrency_at_submit(rollouts).max()) if total else 0
