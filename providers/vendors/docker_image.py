@@ -24,8 +24,11 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
@@ -33,6 +36,7 @@ from yarl import URL
 
 from foundation.cli_help import DefaultsHelpFormatter
 from providers.base import FailureKind, ProviderError
+from providers.vendors.docker_registry import SizedImage, archive_path, load_archive, registry_dir, write_image_archive
 
 DEFAULT_IMAGE = "stampede/busybox:2"
 SANDBOX_UID = 1000  # the image's USER: not root, no capabilities once the provider drops them
@@ -222,6 +226,47 @@ async def ensure_image_result(docker: aiodocker.Docker, tag: str = DEFAULT_IMAGE
     return ImageResult(tag, await import_rootfs(docker, rootfs, tag), built=True)
 
 
+def image_config() -> dict[str, Any]:
+    """The busybox image's config (what IMPORT_CHANGES says to `docker import`), for an image written as an archive."""
+    return {
+        "Cmd": ["/bin/sh"],
+        "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"HOME={SCRATCH_DIR}"],
+        "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "WorkingDir": SCRATCH_DIR,
+        "Labels": {IMAGE_LABEL: "busybox-sized"},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SizedLoad:
+    """What `ensure_sized_image` did: `loaded` when the image was absent (a cold start's pull), and how long."""
+
+    tag: str
+    loaded: bool
+    load_s: float  # the `docker load` alone (0 when present)
+    build_s: float  # writing the archive into the registry, when it was not there yet (never part of a pull)
+
+
+def ensure_sized_archive(image: SizedImage, directory: Path) -> tuple[Path, bool]:
+    """The registry's archive of `image`, written (busybox rootfs + data layers) when missing; whether it was."""
+    path = archive_path(directory, image.tag)
+    if path.exists():
+        return path, False
+    return write_image_archive(path, image, build_rootfs_tar(), image_config(), history="stampede busybox"), True
+
+
+async def ensure_sized_image(docker: aiodocker.Docker, image: SizedImage, directory: Path) -> SizedLoad:
+    """Make `image` present in the daemon: `docker load` its archive (built first when missing) when absent."""
+    if await image_id(docker, image.tag) is not None:
+        return SizedLoad(image.tag, loaded=False, load_s=0.0, build_s=0.0)
+    started = time.monotonic()
+    path, built = await asyncio.to_thread(ensure_sized_archive, image, directory)
+    build_s = time.monotonic() - started if built else 0.0
+    started = time.monotonic()
+    await load_archive(docker, path)
+    return SizedLoad(image.tag, loaded=True, load_s=time.monotonic() - started, build_s=build_s)
+
+
 async def _main(tag: str, host: str | None, rebuild: bool) -> ImageResult:
     docker = aiodocker.Docker(url=host or default_host())
     try:
@@ -243,8 +288,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=DEFAULT_IMAGE, help=f"image tag (default {DEFAULT_IMAGE})")
     parser.add_argument("--host", default=None, help="docker host URL (default: DOCKER_HOST or the local socket)")
     parser.add_argument("--rebuild", action="store_true", help="import again even when the tag exists")
+    sized = parser.add_argument_group("sized images (the offline registry's archives, stampede-size:<mb>)")
+    sized.add_argument("--size-mb", type=int, default=None, help="write the archive of an image of this many MB")
+    sized.add_argument(
+        "--shared-mb", type=int, default=0, help="of it, MB in a layer every image with this value shares"
+    )
+    sized.add_argument("--name", default="", help="tells two images of one size apart (each its own bytes)")
+    sized.add_argument(
+        "--registry", default="", help="the archives' folder (default: STAMPEDE_IMAGE_REGISTRY or ~/.cache)"
+    )
+    sized.add_argument("--load", action="store_true", help="also load it into the daemon (a cold start then is warm)")
     args = parser.parse_args(argv)
     try:
+        if args.size_mb is not None:
+            return _sized_main(args)
         result = asyncio.run(_main(args.tag, args.host, args.rebuild))
     except ProviderError as exc:
         print(f"stampede docker image: {exc.args[0]}", file=sys.stderr)
@@ -265,6 +322,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _sized_main(args: argparse.Namespace) -> int:
+    """`--size-mb`: the archive written into the registry (and loaded with `--load`); one line each."""
+    image = SizedImage.of(args.size_mb, args.name, args.shared_mb)
+    try:
+        path, built = ensure_sized_archive(image, registry_dir(args.registry))
+    except OSError as exc:
+        print(f"stampede docker image: cannot write the archive: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'wrote' if built else 'already present:'} {path} ({image.tag})")
+    if args.load:
+
+        async def load() -> SizedLoad:
+            docker = aiodocker.Docker(url=args.host or default_host())
+            try:
+                return await ensure_sized_image(docker, image, registry_dir(args.registry))
+            finally:
+                await docker.close()
+
+        loaded = asyncio.run(load())
+        print(f"loaded {image.tag} in {loaded.load_s:.2f}s" if loaded.loaded else f"already loaded: {image.tag}")
+    return 0
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
 
@@ -274,10 +354,14 @@ __all__: Sequence[str] = (
     "SANDBOX_UID",
     "SCRATCH_DIR",
     "ImageResult",
+    "SizedLoad",
     "build_rootfs_tar",
     "default_host",
     "ensure_image",
     "ensure_image_result",
+    "ensure_sized_archive",
+    "ensure_sized_image",
+    "image_config",
     "image_id",
     "import_rootfs",
     "main",
