@@ -20,6 +20,7 @@ each worker runs rollouts back to back, holding each sandbox for an episode.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import math
@@ -31,7 +32,7 @@ from typing import Any
 
 from foundation.quantiles import nearest_rank
 from foundation.sandbox_client import CLIENT_BUDGET_KIND, CLIENT_DEADLINE_KIND, SandboxClient
-from providers.base import INIT_PHASES
+from providers.base import IMAGE_SIZE_LABEL, INIT_PHASES
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import CreateRequest, ExecOutcome, Rejected, SandboxDied, SandboxStatus, SimSandbox
@@ -55,6 +56,7 @@ class BurstSample:
     attempts: int = 1
     startup_s: float | None = None  # first attempt's create -> first command done (= tti_s without retries)
     pending_s: float | None = None  # the last attempt's sandbox: accepted -> left PENDING; None if it never did
+    pull_s: float = 0.0  # of the last attempt's startup, vendor seconds waiting for its image's pull
 
     @property
     def ok(self) -> bool:
@@ -181,6 +183,7 @@ class _ProbeWorkload:
         self.retry_backoff_s = retry_backoff_s
         self.hold_s = hold_s
         self.hold_for: Callable[[int], float] = lambda index: hold_s  # a rollout's own episode length
+        self.request_for: Callable[[int], CreateRequest] = lambda index: request  # a rollout's own create
         self.samples: dict[int, BurstSample] = {}
         self.attempt_failures: Counter[str] = Counter()
         self._first: dict[int, float] = {}
@@ -207,7 +210,7 @@ class _ProbeWorkload:
         self._attempt[index] = self._attempt.get(index, 0) + 1
         self._attempt_at[index] = now
         try:
-            sb = self.sim.create(self.request)
+            sb = self.sim.create(self.request_for(index))
         except Rejected as exc:
             self._fail(index, now, None, str(exc.reason), "create")
             return
@@ -320,7 +323,9 @@ class _ProbeWorkload:
             pending = _pending_s(sb)
             if isinstance(result, ExecOutcome):
                 startup = now - self._first[index]
-                sample = BurstSample(index, created, sb.id, now - created, None, None, attempt, startup, pending)
+                sample = BurstSample(
+                    index, created, sb.id, now - created, None, None, attempt, startup, pending, sb.pull_s
+                )
             elif isinstance(result, SandboxDied):
                 failure = f"died:{result.error_type}"
                 sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
@@ -388,6 +393,9 @@ def simulate_burst(
     arrivals_s: Sequence[float] | None = None,
     client: SandboxClient | None = None,
     setup: Callable[[VendorSimulator], None] | None = None,
+    image_mb: float | None = None,
+    images: int = 1,
+    cold_cache: bool | None = None,
 ) -> BurstResult:
     """`n` rollouts created at once (or `spacing_s` apart, or at the vendor seconds `arrivals_s` give: a live
     burst's creates as its vendor accepted them) on a VirtualClock, retrying init failures `retries` times (no
@@ -395,11 +403,16 @@ def simulate_burst(
     one probe command, keeps the sandbox `hold_s` vendor seconds more (0: none; an RL rollout's tool calls), and
     terminates it. A `client` (the RL framework's sandbox client) replaces `retries`, `ready_timeout_s` and
     `retry_backoff_s` with its own policy; `setup(sim)` runs before the first rollout (leaked sandboxes of an
-    earlier run, say).
+    earlier run, say). Images: `image_mb` declares the image's size as a rollout plan does (the
+    `stampede-image-mb` label: pulled by size where the profile gives a bandwidth, `image_pulls.py`), `images > 1`
+    gives rollout i the image `{image}-{i % images}` (SWE-bench's one image per task), and `cold_cache` True starts
+    the initial nodes with no image, False with every one (None: the profile's `pool.initial_nodes_warm`).
     """
     prof = _load(profile)
-    if n < 0:
-        raise ValueError("n must be >= 0")
+    if cold_cache is not None:
+        prof = prof.with_overrides({"pool.initial_nodes_warm": not cold_cache})
+    if n < 0 or images < 1:
+        raise ValueError("n must be >= 0 and images >= 1")
     if arrivals_s is not None and (len(arrivals_s) != n or not all(a >= 0 for a in arrivals_s)):
         raise ValueError("arrivals_s must give n times >= 0")
     if not hold_s >= 0:
@@ -419,6 +432,11 @@ def simulate_burst(
         client=client,
         seed=seed,
     )
+    if image_mb is not None or images > 1:
+        labels = req.labels + ((f"{IMAGE_SIZE_LABEL}={image_mb:g}",) if image_mb is not None else ())
+        sized = dataclasses.replace(req, labels=labels)
+        named = [dataclasses.replace(sized, image=f"{req.image}-{k}") for k in range(images)] if images > 1 else [sized]
+        work.request_for = lambda index: named[index % len(named)]
     with _gc_paused():
         if setup is not None:
             setup(sim)

@@ -11,12 +11,15 @@ leaves the pipeline) is the simulator's (`simulator.py`, `_end`).
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import deque
 from collections.abc import Callable
 
 from providers.sim.core.autoscale import Autoscaler
 from providers.sim.core.clock import SimClock, TimerHandle
 from providers.sim.core.draws import Stream
+from providers.sim.core.image_pulls import ImageLayers, Layer, Registry, declared_size_mb
 from providers.sim.core.pool import Node, NodePool, Pull
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
@@ -59,6 +62,11 @@ class StartPipeline:
         self.peak_provisioning = 0
         self._dispatch_timer: TimerHandle | None = None
         self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self.dispatch)
+        # pulls by size (`image_pulls.py`): the image's layers, and the registry every layer flow shares
+        self.layers = ImageLayers(profile.image)
+        self.registry = Registry(profile.image, clock)
+        self._layers_of: dict[tuple[str, float | None], tuple[Layer, ...]] = {}
+        self._image_layers: dict[str, tuple[Layer, ...]] = {}  # image -> its layers, as the last pull resolved them
         # the start pipeline's own throughput (profile [account]): boots holding a start, and those waiting for one
         self._starting: set[str] = set()
         self._start_wait: deque[SimSandbox] = deque()
@@ -96,6 +104,11 @@ class StartPipeline:
             self._release_starts()
         node = self.pool.nodes.get(sb.node) if sb.node is not None else None
         if node is not None:
+            used = node.in_use.get(sb.image, 0)
+            if used > 1:
+                node.in_use[sb.image] = used - 1
+            else:
+                node.in_use.pop(sb.image, None)
             self.pool.release_slot(node)
             self.autoscaler.maybe_idle(node)
 
@@ -111,6 +124,7 @@ class StartPipeline:
         if self._start_timer is not None:
             self._start_timer.cancel()
         self.autoscaler.close()
+        self.registry.close()
         for node in list(self.pool.nodes.values()):
             for pull in node.pulls.values():
                 if pull.timer is not None:
@@ -152,7 +166,10 @@ class StartPipeline:
         sb.updated_at = now
         self.n_provisioning += 1
         self.peak_provisioning = max(self.peak_provisioning, self.n_provisioning)
+        node.in_use[sb.image] = node.in_use.get(sb.image, 0) + 1
         if sb._resuming or node.has_image(sb.image):
+            if self.layers.sized:
+                self._touch(node, self._image_layers.get(sb.image, ()))
             self._notify(sb)
             self._start_boot(sb)
             return
@@ -161,16 +178,92 @@ class StartPipeline:
         if pull is None:
             spec = self.profile.image
             draws = Stream(self.seed, "pull", sb.seq)
-            duration = draws.lognormal(spec.pull_median_s, spec.pull_sigma)
-            pull = Pull(image=sb.image, ends_at=now + duration, fails=draws.chance(spec.pull_failure_prob))
-            node.pulls[sb.image] = pull
-            self.pool.index_image(node, sb.image)
-            pull.timer = self.clock.call_at(pull.ends_at, lambda: self._pull_done(node, pull))
+            layers = self._layers(sb) if self.layers.sized else ()
+            if layers:  # by size: the layers the node lacks, over shared bandwidth
+                pull = Pull(image=sb.image, ends_at=math.nan, fails=draws.chance(spec.pull_failure_prob))
+                node.pulls[sb.image] = pull
+                self.pool.index_image(node, sb.image)
+                self._pull_layers(node, pull, layers)
+            else:
+                duration = draws.lognormal(spec.pull_median_s, spec.pull_sigma)
+                pull = Pull(image=sb.image, ends_at=now + duration, fails=draws.chance(spec.pull_failure_prob))
+                node.pulls[sb.image] = pull
+                self.pool.index_image(node, sb.image)
+                pull.timer = self.clock.call_at(pull.ends_at, lambda: self._pull_done(node, pull))
         pull.waiters.append(sb)
         self._notify(sb)
 
+    def _layers(self, sb: SimSandbox) -> tuple[Layer, ...]:
+        """The sandbox's image as layers (the create's declared size first), resolved once per image and size."""
+        key = (sb.image, declared_size_mb(sb.labels))
+        layers = self._layers_of.get(key)
+        if layers is None:
+            layers = self._layers_of[key] = self.layers.of(sb.image, sb.labels)
+        if layers:
+            self._image_layers[sb.image] = layers
+        return layers
+
+    def _pull_layers(self, node: Node, pull: Pull, layers: tuple[Layer, ...]) -> None:
+        """Start moving the layers `node` lacks (joining a flow already moving one); done at once if none."""
+        self._touch(node, layers)
+        for name, mb in layers:
+            if name in node.layers:
+                continue
+            pull.missing.add(name)
+            if self.registry.moving(node.id, name) is None:
+                self.registry.start(node.id, name, mb, functools.partial(self._layer_arrived, node, name, mb))
+        if not pull.missing:
+            pull.timer = self.clock.call_at(self.clock.now(), lambda: self._pull_done(node, pull))
+
+    def _layer_arrived(self, node: Node, name: str, mb: float) -> None:
+        """A layer reached the node: cached there, and every pull on the node waiting only for it is done."""
+        if not node.alive:
+            return
+        node.layers[name] = mb
+        for pull in list(node.pulls.values()):
+            if name in pull.missing:
+                pull.missing.discard(name)
+                if not pull.missing:
+                    self._pull_done(node, pull)
+        self._evict(node)
+
+    def _touch(self, node: Node, layers: tuple[Layer, ...]) -> None:
+        """Layers just used move to the recent end of the node's cache (least recently used go first)."""
+        for name, _ in layers:
+            mb = node.layers.pop(name, None)
+            if mb is not None:
+                node.layers[name] = mb
+
+    def _evict(self, node: Node) -> None:
+        """Keep the node's cache within `[image] cache_mb`: drop the least recently used layers that no placed
+        sandbox and no pull needs; an image that lost a layer must be pulled (in part) again."""
+        cap = self.profile.image.cache_mb
+        total = sum(node.layers.values())
+        if total <= cap:
+            return
+        needed: set[str] = set()
+        for image in (*node.in_use, *node.pulls):
+            needed.update(name for name, _ in self._image_layers.get(image, ()))
+        evicted: set[str] = set()
+        for name in list(node.layers):
+            if total <= cap:
+                break
+            if name not in needed:
+                total -= node.layers.pop(name)
+                evicted.add(name)
+        if evicted:
+            node.images = {
+                image
+                for image in node.images
+                if not any(name in evicted for name, _ in self._image_layers.get(image, ()))
+            }
+
     def _pull_done(self, node: Node, pull: Pull) -> None:
         node.pulls.pop(pull.image, None)
+        now = self.clock.now()
+        for sb in pull.waiters:
+            if sb._phase == _PULLING and sb.started_at is not None:
+                sb.pull_s = now - sb.started_at  # placed -> pulled (a pulling sandbox was placed for the first time)
         if pull.fails:
             for sb in pull.waiters:
                 if sb._phase == _PULLING:

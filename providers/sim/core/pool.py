@@ -25,6 +25,7 @@ class Pull:
     fails: bool
     waiters: list[Any] = field(default_factory=list)
     timer: Any = None
+    missing: set[str] = field(default_factory=set)  # pulls by size: layers still moving to the node
 
 
 @dataclass(slots=True, eq=False)
@@ -36,6 +37,9 @@ class Node:
     used: int = 0
     images: set[str] = field(default_factory=set)
     pulls: dict[str, Pull] = field(default_factory=dict)
+    # pulls by size (`image_pulls.py`): the layers cached here (MB, least recently used first), what placed sandboxes use
+    layers: dict[str, float] = field(default_factory=dict)
+    in_use: dict[str, int] = field(default_factory=dict)  # image -> sandboxes placed here with it
     alive: bool = True
     idle_since: float | None = None
     idle_timer: Any = None

@@ -128,15 +128,57 @@ class Pool:
 
 @dataclass(frozen=True, slots=True)
 class Image:
-    """Cold image pulls on a node that has not pulled the image yet; one shared pull per node and image."""
+    """Cold image pulls on a node that has not pulled the image yet; one shared pull per node and image.
+
+    An image of unknown size (no `stampede-image-mb` label, not in `catalogue`, `size_mb` 0), or a profile with
+    neither bandwidth set, pulls in lognormal(`pull_median_s`, `pull_sigma`). Otherwise the pull moves the image's
+    layers the node does not hold (`image_pulls.py`): each layer at most `node_bandwidth_mb_s` shared by the node's
+    pulls and `registry_bandwidth_mb_s` shared by the account's, kept on the node (at most `cache_mb`, least
+    recently used layers evicted first). `catalogue`: entries "PATTERN: layer=MB, layer=MB, {image}=MB", the
+    fnmatch PATTERN naming images that share the layers listed (`{image}` is the image's own layer).
+    """
 
     pull_median_s: float
     pull_sigma: float
     pull_failure_prob: float
+    size_mb: float = 0.0
+    node_bandwidth_mb_s: float = math.inf
+    registry_bandwidth_mb_s: float = math.inf
+    cache_mb: float = math.inf
+    catalogue: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _non_negative(self, "pull_median_s", "pull_sigma")
+        _non_negative(self, "pull_median_s", "pull_sigma", "size_mb")
+        _positive(self, "node_bandwidth_mb_s", "registry_bandwidth_mb_s", "cache_mb")
         _probability(self, "pull_failure_prob")
+        parse_catalogue(self.catalogue)
+
+
+OWN_LAYER = "{image}"
+"""In a catalogue entry, the image's own layer (named after the image): what no other image shares."""
+
+
+def parse_catalogue(entries: tuple[str, ...]) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """`[image] catalogue` entries "PATTERN: layer=MB, ..." as (pattern, ((layer, MB), ...)); ValueError names the
+    entry that is not so (a layer twice, a size that is not a number >= 0, no pattern)."""
+    parsed = []
+    for entry in entries:
+        pattern, colon, rest = entry.partition(":")
+        layers: list[tuple[str, float]] = []
+        for part in rest.split(","):
+            name, eq, size = part.partition("=")
+            try:
+                mb = float(size)
+            except ValueError:
+                mb = math.nan
+            if not eq or not name.strip() or not mb >= 0 or math.isinf(mb):
+                raise ValueError(f"catalogue entry {entry!r}: expected 'PATTERN: layer=MB, ...' with MB >= 0")
+            layers.append((name.strip(), mb))
+        names = [name for name, _ in layers]
+        if not colon or not pattern.strip() or len(set(names)) != len(names):
+            raise ValueError(f"catalogue entry {entry!r}: expected 'PATTERN: layer=MB, ...', each layer once")
+        parsed.append((pattern.strip(), tuple(layers)))
+    return tuple(parsed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +293,12 @@ class SandboxSpec:
 
     `commands`: "modelled" (the sandbox shell in-process: a load test wants no processes) or "real" (a real shell
     in the sandbox's own file tree, `isolated_shell.py`). A pause takes `pause_median_s + pause_per_gib_s x memory
-    GiB` at the median (E2B documents a pause time that grows with RAM). A profile without the section gets these
+    GiB` at the median (E2B documents a pause time that grows with RAM); a snapshot `snapshot_median_s +
+    snapshot_per_gib_s x GiB of its files`, a fork's boot `fork_median_s + fork_per_gib_s x GiB of the source's
+    files`. `exec_overhead_s`: a fixed hold on every command's answer (OpenSandbox's execd held each 1 s), beside
+    `[exec]`'s drawn overhead. Transfers (`transfers.py`): a file moves at `upload_mb_s` / `download_mb_s` a
+    sandbox, all of the account's at most `account_transfer_mb_s` together; a file over `max_file_mb`, or more than
+    `max_concurrent_transfers` at once in one sandbox, is refused. A profile without the section gets these
     defaults, each with an "assumption:" source.
     """
 
@@ -260,18 +307,36 @@ class SandboxSpec:
     pause_per_gib_s: float = 0.0
     resume_median_s: float = 1.0
     snapshot_median_s: float = 1.0
+    snapshot_per_gib_s: float = 0.0
     fork_median_s: float = 1.0
+    fork_per_gib_s: float = 0.0
     sigma: float = 0.3
+    exec_overhead_s: float = 0.0
+    upload_mb_s: float = math.inf
+    download_mb_s: float = math.inf
+    account_transfer_mb_s: float = math.inf
+    max_file_mb: float = math.inf
+    max_concurrent_transfers: float = math.inf
 
     def __post_init__(self) -> None:
         if self.commands not in COMMAND_MODES:
             raise ValueError(f"commands must be one of {', '.join(COMMAND_MODES)}, got {self.commands!r}")
-        _non_negative(
-            self, "pause_median_s", "pause_per_gib_s", "resume_median_s", "snapshot_median_s", "fork_median_s", "sigma"
+        timed = (
+            "pause_median_s",
+            "pause_per_gib_s",
+            "resume_median_s",
+            "snapshot_median_s",
+            "snapshot_per_gib_s",
+            "fork_median_s",
+            "fork_per_gib_s",
+            "exec_overhead_s",
         )
-        for name in ("pause_median_s", "pause_per_gib_s", "resume_median_s", "snapshot_median_s", "fork_median_s"):
+        _non_negative(self, *timed, "sigma")
+        for name in timed:
             if math.isinf(getattr(self, name)):
                 raise ValueError(f"{name} must be finite, got inf")
+        _positive(self, "upload_mb_s", "download_mb_s", "account_transfer_mb_s", "max_file_mb")
+        _positive(self, "max_concurrent_transfers")
 
 
 _SECTIONS: dict[str, type] = {
@@ -295,6 +360,8 @@ _OPTIONAL_SECTIONS: dict[str, type] = {
 _DEFAULTED_SECTIONS: dict[str, type] = {"sandbox": SandboxSpec}
 """Sections a profile may leave out and still has (their defaults, each number sourced as an assumption)."""
 DEFAULTED_SOURCE = "assumption: the profile has no [{section}] section; the simulator's default"
+FIELD_DEFAULTED_SOURCE = "assumption: the profile does not set {field}; the simulator's default (the mechanism is off)"
+FIELD_DEFAULTED_LABEL = "assumed: the simulator's default ({value:g}), which leaves the mechanism as before it existed"
 _ALL_SECTIONS: dict[str, type] = {**_SECTIONS, **_OPTIONAL_SECTIONS, **_DEFAULTED_SECTIONS}
 
 
@@ -452,6 +519,12 @@ def _coerce(raw: Any, typ: Any, key: str, *, parse_strings: bool = False) -> Any
         if isinstance(raw, str):
             return raw
         raise ProfileError(f"{key}: expected a string, got {raw!r}")
+    if typ == tuple[str, ...]:
+        if parse_strings and isinstance(raw, str):  # a CLI override: entries separated by ";"
+            return tuple(part.strip() for part in raw.split(";") if part.strip())
+        if isinstance(raw, (list, tuple)) and all(isinstance(item, str) for item in raw):
+            return tuple(raw)
+        raise ProfileError(f"{key}: expected a list of strings, got {raw!r}")
     raise ProfileError(f"{key}: unsupported field type {typ!r}")  # pragma: no cover - programming error
 
 
@@ -526,6 +599,12 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
     for section, cls in _OPTIONAL_SECTIONS.items():
         if section in data:
             sections[section] = _build_section(cls, data[section], section, sources, where, labels)
+    for section, obj in sections.items():  # a number the profile leaves out is the simulator's default, said so
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name not in data[section] and isinstance(value, (int, float)) and not isinstance(value, bool):
+                sources.setdefault(f"{section}.{f.name}", FIELD_DEFAULTED_SOURCE.format(field=f"{section}.{f.name}"))
+                labels.setdefault(f"{section}.{f.name}", FIELD_DEFAULTED_LABEL.format(value=value))
     for section, cls in _DEFAULTED_SECTIONS.items():
         sections[section] = _build_section(cls, data.get(section, {}), section, sources, where, labels)
         for f in dataclasses.fields(cls):

@@ -214,6 +214,7 @@ class SimSandbox:
     first_exec_done_at: float | None = None  # the first command that completed: what a client calls TTI
     first_exec_started_at: float | None = None  # when that command reached the vendor
     exec_busy_s: float = 0.0  # vendor seconds spent running commands that completed (overhead + own time)
+    pull_s: float = 0.0  # vendor seconds it waited for its image's pull (placed -> pulled; 0: the node had it)
     user: SandboxUser | None = None  # None: root
     from_snapshot: str | None = None  # the snapshot id it started from
     fork_of: str | None = None  # the sandbox it was forked from
@@ -293,6 +294,7 @@ class SimSandbox:
             "first_exec_start_wall": w(self.first_exec_started_at),
             "first_exec_start_s": self.first_exec_started_at,
             "exec_busy_s": self.exec_busy_s,
+            "pull_s": self.pull_s,
             "exec_count": self.exec_count,
             "pause_count": self.pause_count,
             "paused_s": self.paused_s,

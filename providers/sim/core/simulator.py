@@ -361,6 +361,7 @@ class VendorSimulator:
             "peak_provisioning": self._pipeline.peak_provisioning,
             "dying": self.dying,
             "start_waits": self._pipeline.start_waits,
+            "pulled_mb": self._pipeline.registry.moved_mb,  # image layers moved by size (`image_pulls.py`)
             "nodes": len(self.pool),
             "nodes_booting": self.pool.booting,
             "free_slots": _finite_or_none(self.pool.free_slots),
