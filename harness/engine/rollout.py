@@ -28,7 +28,8 @@ from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutIdentity, RolloutRecord
 from harness.wire.redact import short_error
-from providers.base import FailureKind, Phase, Provider, SandboxRef, SandboxSpec
+from harness.wire.steps import StepRecord
+from providers.base import FailureKind, Phase, Provider, ReadyObservation, SandboxRef, SandboxSpec
 
 T = TypeVar("T")
 
@@ -51,6 +52,10 @@ class RolloutContext:
     client: SandboxClient | None = None  # the RL framework's client played around the provider (None: none)
     starting: asyncio.Semaphore | None = None  # the client's semaphore on sandboxes between create and alive
     give_up_at: float | None = None  # monotonic: the end of the client's init budget (over every attempt)
+    # a rollout plan's (`--plan`, harness.engine.script_rollout): where its step rows go, and the rows of the
+    # fork copies a group's rollout makes beside its own
+    on_step: Callable[[StepRecord], None] | None = None
+    on_record: Callable[[RolloutRecord], None] | None = None
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
@@ -118,6 +123,8 @@ class _Rollout:
         self.ref: SandboxRef | None = None
         self.poll_window: tuple[float, float] | None = None  # monotonic: the readiness poll window charged already
         self.phase = Phase.CREATE
+        self.observation: ReadyObservation | None = None  # what wait_ready said (a plan's pull row reads it)
+        self.terminate_error: BaseException | None = None  # why the terminate failed, when it did
         # Generation times and turn counts are drawn per rollout and attempt: reproducible for a seed.
         self.rng = random.Random(f"{plan.seed}:{ctx.identity.rollout_id}:{ctx.identity.attempt}")
 
@@ -174,11 +181,15 @@ class _Rollout:
         self.record.error = short_error(exc, self.ctx.secrets)
 
     async def lifecycle(self) -> None:
+        await self.start()
+        self.phase = Phase.EXEC
+        await self.episode()
+
+    async def start(self) -> None:
+        """The sandbox alive: create and ready, inside the client's STARTING semaphore when it has one."""
         starting = self.ctx.starting
         async with starting if starting is not None else contextlib.nullcontext():
             await self.start_sandbox()
-        self.phase = Phase.EXEC
-        await self.episode()
 
     def client_deadline(self) -> float:
         """Seconds since t0 by which the client must see the sandbox alive (inf without a client deadline)."""
@@ -195,11 +206,15 @@ class _Rollout:
         text = client.message(left) if client is not None else f"init budget spent ({left:.0f}s left)"
         return ClientStartupDeadline(f"client {client.name if client else 'none'}: {text}")
 
+    def spec(self) -> SandboxSpec:
+        """What this rollout asks the vendor for (a plan's create step adds its image)."""
+        return sandbox_spec(self.plan, self.ctx.identity.run_id, self.ctx.identity.rollout_id, self.ctx.identity.worker)
+
     async def start_sandbox(self) -> None:
         """create -> ready (-> the client's install step): the sandbox is alive, or the attempt failed."""
         plan, record = self.plan, self.record
         deadline = self.client_deadline()
-        spec = sandbox_spec(plan, self.ctx.identity.run_id, self.ctx.identity.rollout_id, self.ctx.identity.worker)
+        spec = self.spec()
         self.phase = Phase.CREATE
         create: Awaitable[SandboxRef]
         if self.ctx.outage is None:
@@ -229,6 +244,7 @@ class _Rollout:
                 raise self.give_up(deadline) from exc
             raise
         answered = time.monotonic()  # the poll window ends when wait_ready returned, before the client's install
+        self.observation = observation
         install_s = self.ctx.client.install_s * plan.time_scale if self.ctx.client is not None else 0.0
         if install_s > 0:  # the client's own step (its in-sandbox server, an install) before it calls it alive
             await asyncio.sleep(install_s)
@@ -308,6 +324,7 @@ class _Rollout:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            self.terminate_error = exc
             self.fail(exc, Phase.TERMINATE)
         else:
             self.registry.discard(ref)

@@ -26,6 +26,7 @@ from harness.engine.health import LoopHealth
 from harness.engine.outage_gate import OutageGate
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
+from harness.engine.script_rollout import run_script_rollout
 from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.submit_log import SubmitLog
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
@@ -40,6 +41,7 @@ from harness.wire.records import (
     RolloutRecord,
 )
 from harness.wire.redact import secret_values, short_error
+from harness.wire.script_plan import ScriptPlan
 from harness.wire.stage_counters import StageStats
 from providers.base import INIT_FAILURE_KINDS, INIT_PHASES, Provider, SandboxRef
 
@@ -58,6 +60,7 @@ class EngineRun:
         self.config = config
         self.provider = provider
         self.plan = RolloutPlan.from_dict(config.plan)
+        self.script = ScriptPlan.from_dict(self.plan.script) if self.plan.script is not None else None
         # Every string this run writes or answers with is redacted against these (and credential shapes).
         self.secrets = (*config.secrets, *secret_values(config.provider_options))
         self.health = health
@@ -180,6 +183,8 @@ class EngineRun:
             client=self.client,
             starting=self.starting,
             give_up_at=self._budget_end(),
+            on_step=self.writer.add_step if self.script is not None else None,
+            on_record=self.record_row if self.script is not None else None,  # a fork group's copies
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task
@@ -221,6 +226,10 @@ class EngineRun:
 
     async def _attempt(self, ctx: RolloutContext) -> RolloutRecord:
         try:
+            if self.script is not None:
+                return await run_script_rollout(
+                    self.provider, self.plan, ctx, self.writer.add_op, self.registry, self.script
+                )
             return await run_rollout(self.provider, self.plan, ctx, self.writer.add_op, self.registry)
         except RolloutCancelled as cancelled:
             if ctx.identity.rollout_id in self.killed:

@@ -35,6 +35,7 @@ from harness.wire.records import (
     RolloutRecord,
     file_table,
 )
+from harness.wire.steps import STEP_SCHEMA, STEPS_TABLE, StepRecord
 
 DEFAULT_FLUSH_INTERVAL_S = 2.0
 DEFAULT_FLUSH_ROWS = 20_000
@@ -71,6 +72,7 @@ class ShardCounts:
     rollouts: int = 0
     ops: int = 0
     shards: int = 0
+    steps: int = 0
 
 
 class ShardWriter:
@@ -95,6 +97,7 @@ class ShardWriter:
         self.flush_rows = flush_rows
         self._rollouts: list[RolloutRecord] = []
         self._ops: list[OpRecord] = []
+        self._steps: list[StepRecord] = []  # a rollout plan's steps (`--plan`); none for the commands rollout
         self._seq = 0
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -118,6 +121,13 @@ class ShardWriter:
         elif len(self._ops) >= self.flush_rows and self.error is None:
             self._kick()
 
+    def add_step(self, record: StepRecord) -> None:
+        self._steps.append(record)
+        if self._closed:
+            self.flush_sync()
+        elif len(self._steps) >= self.flush_rows and self.error is None:
+            self._kick()
+
     def _kick(self) -> None:
         task = asyncio.get_running_loop().create_task(self.flush())
         self._kicks.add(task)  # the loop keeps only weak references to tasks
@@ -137,16 +147,28 @@ class ShardWriter:
         async with self._lock:
             rollouts, self._rollouts = self._rollouts, []
             ops, self._ops = self._ops, []
-            if not rollouts and not ops:
+            steps, self._steps = self._steps, []
+            if not rollouts and not ops and not steps:
                 return
             seq = self._seq
             self._seq += 1
-            written = await asyncio.to_thread(self._write, seq, rollouts, ops, self.run_dir)
-            self._account(written, rollouts, ops)
+            written = await asyncio.to_thread(self._write, seq, rollouts, ops, self.run_dir, steps)
+            self._account(written, rollouts, ops, steps)
 
-    def _account(self, written: tuple[bool, bool, str | None], rollouts: list[Any], ops: list[Any]) -> None:
+    def _account(
+        self,
+        written: tuple[bool, bool, str | None] | tuple[bool, bool, str | None, bool],
+        rollouts: list[Any],
+        ops: list[Any],
+        steps: list[Any] | None = None,
+    ) -> None:
         """Counts for what was written; what was not goes back in front of the buffers, in order."""
-        rollouts_written, ops_written, error = written
+        rollouts_written, ops_written, error = written[:3]
+        steps_written = not steps or (len(written) > 3 and bool(written[3]))
+        if steps and steps_written:
+            self.counts.steps += len(steps)
+        elif steps:
+            self._steps[:0] = steps
         if rollouts_written:
             self.counts.rollouts += len(rollouts)
         else:
@@ -155,10 +177,10 @@ class ShardWriter:
             self.counts.ops += len(ops)
         else:
             self._ops[:0] = ops
-        if rollouts_written and ops_written:
+        if rollouts_written and ops_written and steps_written:
             self.counts.shards += 1
             self._last_flush = time.monotonic()
-            self.error = None if not self._rollouts and not self._ops else self.error
+            self.error = None if not self._rollouts and not self._ops and not self._steps else self.error
         if error is not None:
             if self.error is None:
                 log.error("cannot write the results (%d rows kept in memory): %s", len(self._rollouts), error)
@@ -166,12 +188,22 @@ class ShardWriter:
             self.first_error = self.first_error or error
 
     def _write(
-        self, seq: int, rollouts: list[RolloutRecord], ops: list[OpRecord], run_dir: Path
-    ) -> tuple[bool, bool, str | None]:
+        self,
+        seq: int,
+        rollouts: list[RolloutRecord],
+        ops: list[OpRecord],
+        run_dir: Path,
+        steps: list[StepRecord] | None = None,
+    ) -> tuple[bool, bool, str | None, bool]:
         """Each table's shard, on its own (one written is not written again): which were, and the error."""
         error: str | None = None
         done = []
-        for table, records, schema in ((ROLLOUTS_TABLE, rollouts, ROLLOUT_SCHEMA), (OPS_TABLE, ops, OP_SCHEMA)):
+        tables: tuple[tuple[str, list[Any], pa.Schema], ...] = (
+            (ROLLOUTS_TABLE, rollouts, ROLLOUT_SCHEMA),
+            (OPS_TABLE, ops, OP_SCHEMA),
+            (STEPS_TABLE, steps or [], STEP_SCHEMA),
+        )
+        for table, records, schema in tables:
             if not records:
                 done.append(True)
                 continue
@@ -182,7 +214,7 @@ class ShardWriter:
             except OSError as exc:
                 error = f"{run_dir}: {exc.strerror or exc}"
                 done.append(False)
-        return done[0], done[1], error
+        return done[0], done[1], error, done[2]
 
     async def close(self) -> None:
         if self._task is not None:
@@ -194,7 +226,7 @@ class ShardWriter:
                 pass
             self._task = None
         await self.flush()
-        if self._rollouts or self._ops:  # the run folder still cannot take them: the fallback folder
+        if self._rollouts or self._ops or self._steps:  # the run folder still cannot take them: the fallback folder
             async with self._lock:
                 self._rescue()
         self._closed = True
@@ -202,17 +234,18 @@ class ShardWriter:
     def _rescue(self) -> None:
         rollouts, self._rollouts = self._rollouts, []
         ops, self._ops = self._ops, []
+        steps, self._steps = self._steps, []
         if self.fallback_dir is None:
             try:
                 FALLBACK_ROOT.mkdir(parents=True, exist_ok=True)
                 self.fallback_dir = Path(tempfile.mkdtemp(prefix=f"{self.run_dir.name}-", dir=FALLBACK_ROOT))
             except OSError as exc:
-                self._account((False, False, f"{FALLBACK_ROOT}: {exc.strerror or exc}"), rollouts, ops)
+                self._account((False, False, f"{FALLBACK_ROOT}: {exc.strerror or exc}", False), rollouts, ops, steps)
                 return
-        written = self._write(self._seq, rollouts, ops, self.fallback_dir)
+        written = self._write(self._seq, rollouts, ops, self.fallback_dir, steps)
         self._seq += 1
-        self._account(written, rollouts, ops)
-        if written[0] or written[1]:
+        self._account(written, rollouts, ops, steps)
+        if written[0] or written[1] or (steps and written[3]):
             self.rescued_to = str(self.fallback_dir)
             log.error("results the run folder could not take were written to %s", self.fallback_dir)
 
@@ -221,9 +254,10 @@ class ShardWriter:
         the fallback folder)."""
         rollouts, self._rollouts = self._rollouts, []
         ops, self._ops = self._ops, []
-        if rollouts or ops:
+        steps, self._steps = self._steps, []
+        if rollouts or ops or steps:
             seq = self._seq
             self._seq += 1
-            self._account(self._write(seq, rollouts, ops, self.run_dir), rollouts, ops)
-            if self._rollouts or self._ops:
+            self._account(self._write(seq, rollouts, ops, self.run_dir, steps), rollouts, ops, steps)
+            if self._rollouts or self._ops or self._steps:
                 self._rescue()

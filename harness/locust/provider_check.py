@@ -23,6 +23,7 @@ import gevent.subprocess
 from harness.errors import UsageError
 from harness.locust.settings import RunSettings
 from harness.wire.redact import redact
+from harness.wire.script_plan import ScriptPlan
 
 PREFLIGHT_CHILD_TIMEOUT_S = 180.0
 """The child's whole budget: an interpreter, the adapter's SDK import and its preflight (30 s of its own by default)."""
@@ -53,13 +54,15 @@ def check_provider(settings: RunSettings, *, endpoint: bool = True) -> None:
         options.setdefault("token", PLACEHOLDER_TOKEN)
     environ = dict(os.environ)  # an adapter may set its SDK's variables; the engine's own build sets them again
     try:
-        provider_class(settings.provider).from_options(options)
+        provider = provider_class(settings.provider).from_options(options)
     except ProviderConfigError as exc:
         raise UsageError(str(exc)) from None
     finally:
         if os.environ != environ:
             os.environ.clear()
             os.environ.update(environ)
+    if settings.plan.script is not None:  # a plan's steps the adapter lacks: refused before any load
+        ScriptPlan.from_dict(settings.plan.script).check_capabilities(settings.provider, provider.capabilities())
     if endpoint and not settings.embedded_vendor:
         preflight(settings)
 

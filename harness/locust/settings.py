@@ -53,6 +53,7 @@ from harness.wire.plan import (
     parse_commands,
 )
 from harness.wire.redact import MASK, is_secret_option, redact_data, secret_values
+from harness.wire.script_plan import load_plan
 from providers import LOCAL_VENDORS, PROVIDERS, sim_profile_names
 from providers.base import DEFAULT_LIFETIME_S
 
@@ -342,6 +343,14 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         include_in_web_ui=True,
         help="commands each rollout runs, ';'-separated; the first one ends TTI",
     )
+    add(
+        "--plan",
+        dest="plan_file",
+        default=None,
+        env_var="STAMPEDE_PLAN",
+        help="a rollout plan of steps instead of --commands/--turns: swe-task, grpo-fork, tool-latency "
+        "(scenarios/plans/) or a PATH.toml of your own",
+    )
     add("--create-timeout", type=seconds, default=300.0, env_var="STAMPEDE_CREATE_TIMEOUT", help="seconds")
     add("--ready-timeout", type=seconds, default=600.0, env_var="STAMPEDE_READY_TIMEOUT", help="seconds")
     add(
@@ -512,6 +521,7 @@ class RunSettings:
             cpu=float(get("cpu")),
             memory_mb=int(get("memory_mb")),
             lifetime_s=float(get("lifetime")),
+            script=load_plan(str(get("plan_file"))).to_dict() if get("plan_file") else None,
         )
         thresholds = parse_all(as_list(get("threshold")))
         if get("batch") and get("group") and int(get("batch")) * int(get("group")) > MAX_IN_FLIGHT:

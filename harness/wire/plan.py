@@ -74,6 +74,9 @@ class RolloutPlan:
     client: str = "none"
     time_scale: float = 1.0  # generation time plays at the simulated vendor's time scale
     seed: int = 0
+    # `--plan`: a script of steps (harness.wire.script_plan.ScriptPlan.to_dict) that replaces commands and turns;
+    # None: the commands/turns rollout above, as before plans existed
+    script: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.commands:
@@ -104,6 +107,7 @@ class RolloutPlan:
         data["turn_command"] = list(self.turn_command)
         data["reward_command"] = list(self.reward_command) if self.reward_command else None
         data["labels"] = dict(self.labels)
+        data["script"] = dict(self.script) if self.script is not None else None
         return data
 
     @classmethod

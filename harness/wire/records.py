@@ -85,6 +85,14 @@ class RolloutRecord(RolloutIdentity):
     ready_poll_s: float | None = None  # of ready_s, the window in which the provider's polling may have lagged
     ready_probe_s: float | None = None  # a direct command probe saw the sandbox usable this long into ready_s
     loop_lag_s: float | None = None  # worst engine loop stall up to TTI, outside the poll window
+    # A rollout plan's steps (`--plan`, the steps table holds each): sums per phase, null when none ran.
+    pull_s: float | None = None  # of ready_s, the image pull the vendor reported
+    upload_s: float | None = None
+    download_s: float | None = None
+    fork_s: float | None = None  # the fork call (a copy's create: the fork that made it)
+    snapshot_s: float | None = None
+    exec_overhead_s: float | None = None  # over the commands whose own time is known: answer time minus it
+    group_id: str | None = None  # a fork group (its prepared sandbox's rollout id), on it and on each copy
 
     def to_row(self) -> dict[str, Any]:
         # not dataclasses.asdict: it deep-copies every value and showed up in the engine's profile
@@ -207,6 +215,13 @@ def _rollout_fields(clock: pa.DataType, repeated: pa.DataType) -> list[pa.Field]
         pa.field("ready_poll_s", pa.float64(), metadata=_SECONDS),
         pa.field("ready_probe_s", pa.float64(), metadata=_SECONDS),
         pa.field("loop_lag_s", pa.float64(), metadata=_SECONDS),
+        pa.field("pull_s", pa.float64(), metadata=_SECONDS),
+        pa.field("upload_s", pa.float64(), metadata=_SECONDS),
+        pa.field("download_s", pa.float64(), metadata=_SECONDS),
+        pa.field("fork_s", pa.float64(), metadata=_SECONDS),
+        pa.field("snapshot_s", pa.float64(), metadata=_SECONDS),
+        pa.field("exec_overhead_s", pa.float64(), metadata=_SECONDS),
+        pa.field("group_id", pa.string()),
     ]
 
 

@@ -9,6 +9,7 @@ ROLLOUTS_TABLE = "rollouts"
 OPS_TABLE = "ops"
 TRUTH_TABLE = "truth"
 TRAINER_TABLE = "trainer"
-TABLES: tuple[str, ...] = (ROLLOUTS_TABLE, OPS_TABLE, TRUTH_TABLE, TRAINER_TABLE)
+STEPS_TABLE = "steps"  # one row per step of a rollout plan (`stampede run --plan`): harness.wire.steps
+TABLES: tuple[str, ...] = (ROLLOUTS_TABLE, OPS_TABLE, TRUTH_TABLE, TRAINER_TABLE, STEPS_TABLE)
 """Schema v2: each table in its own folder of the run (`results/<run_id>/rollouts/*.parquet`, ...), so one
 `pd.read_parquet(run / "rollouts")` reads one table; v1 had every table's shards side by side in the run folder."""

@@ -44,9 +44,14 @@ from harness.wire.records import (
     VENDOR_SECONDS_COLUMNS,
     epoch_seconds,
 )
+from harness.wire.steps import COMPACTED_STEP_SCHEMA, STEP_SCHEMA, STEP_VENDOR_SECONDS_COLUMNS, STEPS_TABLE
 
 ROW_GROUP_ROWS = 1 << 20
-_FILE_SCHEMAS = {ROLLOUTS_TABLE: ROLLOUT_SCHEMA, OPS_TABLE: OP_SCHEMA}
+_FILE_SCHEMAS = {ROLLOUTS_TABLE: ROLLOUT_SCHEMA, OPS_TABLE: OP_SCHEMA, STEPS_TABLE: STEP_SCHEMA}
+_DERIVED_COLUMNS = {
+    ROLLOUTS_TABLE: set(VENDOR_SECONDS_COLUMNS.values()),
+    STEPS_TABLE: set(STEP_VENDOR_SECONDS_COLUMNS.values()),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,7 @@ def compact_table(run_dir: Path, table: str) -> Compacted | None:
     if not files:
         return None
     compacted = table_dir / f"{table}.parquet"
-    complete = table != ROLLOUTS_TABLE or set(VENDOR_SECONDS_COLUMNS.values()) <= set(pq.read_schema(files[0]).names)
+    complete = _DERIVED_COLUMNS.get(table, set()) <= set(pq.read_schema(files[0]).names)
     if len(files) == 1 and complete:
         if files[0] == compacted:
             return None
@@ -88,6 +93,9 @@ def compact_table(run_dir: Path, table: str) -> Compacted | None:
     out = staging / f"{table}.parquet"
     if table == ROLLOUTS_TABLE:
         add, written = _vendor_seconds(run_dir)
+        rows = _write_compacted(files, schema, out, written, add)
+    elif table == STEPS_TABLE:
+        add, written = _step_vendor_seconds(run_dir)
         rows = _write_compacted(files, schema, out, written, add)
     else:
         rows = _write_compacted(files, schema, out, schema)
@@ -154,6 +162,27 @@ def _vendor_seconds(run_dir: Path) -> tuple[Callable[[pa.Table], pa.Table], pa.S
         for wall, vendor in VENDOR_SECONDS_COLUMNS.items():
             column = pa.array(converted[wall], type=pa.float64(), from_pandas=True)  # NaN (never happened): null
             table = table.append_column(schema.field(vendor), column)
+        return table.replace_schema_metadata(metadata)
+
+    return add, schema
+
+
+def _step_vendor_seconds(run_dir: Path) -> tuple[Callable[[pa.Table], pa.Table], pa.Schema]:
+    """The steps' vendor-seconds twins: each wall duration over the run's time scale (no step has a record of its
+    own in `truth/`; at time scale 1 they equal the wall seconds)."""
+    scale = read_run_info(run_dir).time_scale or 1.0
+    metadata = {
+        **(COMPACTED_STEP_SCHEMA.metadata or {}),
+        b"stampede.vendor_seconds": b"wall" if scale == 1.0 else b"scaled",
+        b"stampede.time_scale": repr(scale).encode(),
+    }
+    schema = COMPACTED_STEP_SCHEMA.with_metadata(metadata)
+
+    def add(table: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        for wall, vendor in STEP_VENDOR_SECONDS_COLUMNS.items():
+            table = table.append_column(schema.field(vendor), pc.divide(table.column(wall), scale))
         return table.replace_schema_metadata(metadata)
 
     return add, schema
