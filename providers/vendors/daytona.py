@@ -20,6 +20,16 @@ the first command: one extra call in the first command's time), which reports st
 session commands have no server-side timeout, so the adapter gives up after the timeout and starts a new
 session for the next command.
 
+Contract 9's steps: `exec_stream` runs the command async in a session of its own and follows its logs over the
+daemon's WebSocket (`get_session_command_logs_async`, stdout and stderr apart) until it ends, then reads its exit code
+(`get_session_command`); `start_process` is a session command run async, `process_exit` its `get_session_command`.
+`snapshot` is `create_snapshot` under a fresh name, answered as `snapshot:<name>`, which `create` starts from
+(`CreateSandboxFromSnapshotParams`) where any other `spec.image` is a registry image; a fork is the contract's default
+(`count` creates from that snapshot): the SDK's `fork` copies a running sandbox, one at a time. Readiness reports
+`pull_s` when an answer the SDK got (the create's, or a status look) said `pulling_snapshot`: from that answer to the
+first look past it; a start that fails as an image failure while the last state seen was the pull is raised in the
+`pull` phase.
+
 Where it talks, as whom: without `base_url`, the SDK's own configuration (`DAYTONA_API_KEY`,
 `DAYTONA_API_URL`, `DAYTONA_TARGET`); with `base_url` (`--base-url`, or `--local` for the local Daytona)
 that API URL and `token`. Both go into this provider's `DaytonaConfig`, never into the process environment.
@@ -42,7 +52,7 @@ import os
 import shlex
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +91,7 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     classify_common,
     gone_kind,
     owner_labels,
@@ -99,6 +110,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 
 if TYPE_CHECKING:
@@ -107,6 +119,8 @@ if TYPE_CHECKING:
 PINNED_SDK = "0.226.1"
 SDK_DEFAULT_API_URL = "https://app.daytona.io/api"  # where the SDK goes when nothing names an API
 _EXEC_GRACE_S = 10.0  # past the daemon's own command deadline, before the adapter gives up on it
+SNAPSHOT_PREFIX = "snapshot:"  # `snapshot`'s answer: `create` starts from that Daytona snapshot, not a registry image
+PULLING_STATE = "pulling_snapshot"  # the sandbox's state while its runner pulls the image
 _QUOTA_TEXTS = ("Total CPU limit exceeded", "Total memory limit exceeded", "Total disk limit exceeded")
 
 
@@ -188,22 +202,40 @@ class _Start:
     acked: asyncio.Future[str]
     task: asyncio.Task[AsyncSandbox] | None = None
     acked_at: float = 0.0
+    acked_state: str = ""  # the state the create's answer gave
     looks: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, state) of each status GET
     sandbox: AsyncSandbox | None = None
     session_id: str | None = None
 
-    def acknowledge(self, sandbox_id: str) -> None:
+    def acknowledge(self, sandbox_id: str, state: str = "") -> None:
         if not self.acked.done():
             self.acked_at = time.monotonic()
+            self.acked_state = state
             self.acked.set_result(sandbox_id)
 
     def observation(self) -> ReadyObservation:
-        """How promptly the SDK saw `started` (the module's docstring)."""
+        """How promptly the SDK saw `started` (the module's docstring), and how long it saw the image pulled."""
         looks = [look for look in self.looks if look[0] >= self.acked_at]
+        pull_s = self.pull_s()
         if not looks or looks[-1][1] != "started":
-            return ReadyObservation(poll_window_s=0.0, polls=len(looks))
+            return ReadyObservation(poll_window_s=0.0, polls=len(looks), pull_s=pull_s)
         previous = looks[-2][0] if len(looks) > 1 else self.acked_at
-        return ReadyObservation(poll_window_s=max(0.0, looks[-1][0] - previous), polls=len(looks))
+        return ReadyObservation(poll_window_s=max(0.0, looks[-1][0] - previous), polls=len(looks), pull_s=pull_s)
+
+    def pull_s(self) -> float | None:
+        """From the first answer in `pulling_snapshot` (the create's, or a status look's) to the first look past it:
+        the pull as the SDK's looks saw it (at most a look's interval long on either side); None if none said so."""
+        looks = [(self.acked_at, self.acked_state), *(look for look in self.looks if look[0] >= self.acked_at)]
+        began = next((at for at, state in looks if state == PULLING_STATE), None)
+        if began is None:
+            return None
+        ended = next((at for at, state in looks if at > began and state != PULLING_STATE), None)
+        return None if ended is None else ended - began
+
+    def pulled(self) -> bool:
+        """Whether the last state the SDK saw was the pull (a failure then is the image's, in the pull phase)."""
+        states = [self.acked_state, *(state for _, state in self.looks)]
+        return states[-1] == PULLING_STATE
 
 
 _START: contextvars.ContextVar[_Start | None] = contextvars.ContextVar("stampede_daytona_start", default=None)
@@ -283,6 +315,8 @@ class DaytonaProvider(Provider):
         }
         image = spec.image or opts.image
         try:
+            if image and image.startswith(SNAPSHOT_PREFIX):
+                return CreateSandboxFromSnapshotParams(snapshot=image[len(SNAPSHOT_PREFIX) :], **common)
             if image:
                 resources = Resources(
                     cpu=max(1, math.ceil(spec.cpu)),
@@ -333,6 +367,8 @@ class DaytonaProvider(Provider):
             raise ProviderError(FailureKind.READY_TIMEOUT, f"not started within {timeout:g}s") from None
         except DaytonaError as exc:
             await self._explain_start_failure(ref.sandbox_id, exc)
+            if start.pulled() and classify_daytona(exc, Phase.READY) is FailureKind.IMAGE:
+                raise ProviderError(FailureKind.IMAGE, exc.message, phase=Phase.PULL) from exc
             raise
         return start.observation()
 
@@ -382,6 +418,64 @@ class DaytonaProvider(Provider):
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {seconds}s") from None
         code = result.exit_code if result.exit_code is not None else -1
         return ExecResult(exit_code=code, stdout=result.stdout or "", stderr=result.stderr or "")
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """A session command run async, its logs followed over the daemon's WebSocket
+        (`get_session_command_logs_async`) until it ends, then its exit code (`get_session_command`)."""
+        sandbox = await self._sandbox(ref)
+        clock = OutputClock(on_output)
+        session_id = f"stampede-{uuid.uuid4().hex[:12]}"
+        stdout: list[str] = []
+        stderr: list[str] = []
+
+        def out(chunk: str) -> None:
+            clock.seen(chunk)
+            stdout.append(chunk)
+
+        def err(chunk: str) -> None:
+            clock.seen(chunk)
+            stderr.append(chunk)
+
+        seconds = max(1, math.ceil(timeout))
+        try:
+            async with asyncio.timeout(seconds + _EXEC_GRACE_S):
+                await sandbox.process.create_session(session_id)
+                request = SessionExecuteRequest(command=shlex.join(argv), run_async=True)
+                started = await sandbox.process.execute_session_command(session_id, request)
+                await sandbox.process.get_session_command_logs_async(session_id, started.cmd_id, out, err)
+                command = await sandbox.process.get_session_command(session_id, started.cmd_id)
+                while command.exit_code is None:  # the log stream ended a moment before the exit was recorded
+                    await asyncio.sleep(0.05)
+                    command = await sandbox.process.get_session_command(session_id, started.cmd_id)
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no end within {seconds + _EXEC_GRACE_S:g}s") from None
+        finally:
+            await _quietly(sandbox.process.delete_session(session_id))  # after the last byte: not in its time
+        return clock.done(ExecResult(exit_code=int(command.exit_code), stdout="".join(stdout), stderr="".join(stderr)))
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """A session of its own, the command run async in it (`run_async`): the handle is `session:command`."""
+        sandbox = await self._sandbox(ref)
+        session_id = f"stampede-bg-{uuid.uuid4().hex[:12]}"
+        await sandbox.process.create_session(session_id)
+        started = await sandbox.process.execute_session_command(
+            session_id, SessionExecuteRequest(command=shlex.join(argv), run_async=True)
+        )
+        return f"{session_id}:{started.cmd_id}"
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """`get_session_command`'s exit code (None while it runs)."""
+        session_id, _, command_id = handle.partition(":")
+        command = await (await self._sandbox(ref)).process.get_session_command(session_id, command_id)
+        return None if command.exit_code is None else int(command.exit_code)
+
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """`create_snapshot` under a fresh name; `snapshot:<name>` is what `create` starts from (`SandboxSpec.image`)."""
+        name = f"stampede-{uuid.uuid4().hex[:16]}"
+        await (await self._sandbox(ref)).create_snapshot(name, timeout=0)
+        return SNAPSHOT_PREFIX + name
 
     async def terminate(self, ref: SandboxRef) -> None:
         start = ref.handle if isinstance(ref.handle, _Start) else None
@@ -451,6 +545,15 @@ class DaytonaProvider(Provider):
         return start.sandbox
 
 
+async def _quietly(call: Any) -> None:
+    """A clean-up (a streamed command's session) whose failure changes nothing: bounded, errors dropped."""
+    try:
+        async with asyncio.timeout(_EXEC_GRACE_S):
+            await call
+    except Exception:
+        pass
+
+
 def _start_of(ref: SandboxRef) -> _Start:
     if not isinstance(ref.handle, _Start):
         raise ProviderError(FailureKind.HARNESS, f"sandbox {ref.sandbox_id} was not created by this provider")
@@ -488,7 +591,7 @@ def _observe_sandbox_api(sdk: AsyncDaytona) -> None:
         response = await post(*args, **kwargs)
         start = _START.get()
         if start is not None:
-            start.acknowledge(response.id)
+            start.acknowledge(response.id, response.state.value if response.state is not None else "")
         return response
 
     async def get_sandbox(*args: Any, **kwargs: Any) -> Any:
