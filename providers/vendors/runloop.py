@@ -17,6 +17,11 @@ per-command deadline: past the timeout the adapter kills the execution (`executi
 `EXEC_TIMEOUT`. A command the devbox did not outlive completes without an exit status: the devbox's own status
 tells OOM (`failure_reason` `out_of_memory`) from another death.
 
+Contract 9's steps: `exec_stream` is `execute_async` with both SSE streams read as the command writes them, then
+`executions.await_completed`; `start_process` is `execute_async` (the execution id is the handle), `process_exit`
+`executions.retrieve`; a fork is the contract's default, `count` creates from `snapshot_disk`'s snapshot (Runloop has
+no multi-create).
+
 Images: `spec.image` (or the `blueprint` option) names a blueprint by name; `bpt_…` is a blueprint id; `snapshot:ID`
 (what `snapshot` returns) starts from a disk snapshot. Files: `upload_file` / `download_file` are the SDK's own.
 
@@ -38,7 +43,7 @@ import math
 import os
 import shlex
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +73,7 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     classify_common,
     gone_kind,
     owner_labels,
@@ -86,6 +92,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 
 if TYPE_CHECKING:
@@ -331,7 +338,52 @@ class RunloopProvider(Provider):
             return ExecResult(exit_code=result.exit_status, stdout=streamed[0], stderr=streamed[1])
         return ExecResult(exit_code=result.exit_status, stdout=result.stdout or "", stderr=result.stderr or "")
 
-    def _stream(self, devbox_id: str, execution_id: str) -> asyncio.Future[tuple[str, str]]:
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """`execute_async`, both SSE streams read as the command writes (`stream_stdout_updates`,
+        `stream_stderr_updates`), then `executions.await_completed` for the exit status."""
+        clock = OutputClock(on_output)
+        devboxes = self.sdk.devboxes
+        started: list[str] = []
+        try:
+            async with asyncio.timeout(timeout + _EXEC_GRACE_S):
+                execution = await devboxes.execute_async(ref.sandbox_id, command=shlex.join(argv))
+                started.append(execution.execution_id)
+                streams = self._stream(ref.sandbox_id, execution.execution_id, clock.seen)
+                polling = PollingConfig(interval_seconds=1.0, max_attempts=10**6, timeout_seconds=timeout)
+                result = await devboxes.executions.await_completed(
+                    execution.execution_id, devbox_id=ref.sandbox_id, polling_config=polling
+                )
+                stdout, stderr = await streams
+        except (TimeoutError, PollingTimeout):
+            if started:
+                await self._kill(ref.sandbox_id, started[0])
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no result within {timeout:g}s") from None
+        if result.exit_status is None:
+            kind = await self._why_ended(ref.sandbox_id, Phase.EXEC)
+            raise ProviderError(kind, f"devbox {ref.sandbox_id} ended during the command")
+        return clock.done(ExecResult(exit_code=result.exit_status, stdout=stdout, stderr=stderr))
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """`execute_async`: the execution's id is the handle."""
+        execution = await self.sdk.devboxes.execute_async(ref.sandbox_id, command=shlex.join(argv))
+        return str(execution.execution_id)
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """`executions.retrieve`: the exit status once the execution completed (a devbox that ended under it:
+        classified as a death during the command)."""
+        execution = await self.sdk.devboxes.executions.retrieve(handle, devbox_id=ref.sandbox_id)
+        if execution.status != "completed":
+            return None
+        if execution.exit_status is None:
+            kind = await self._why_ended(ref.sandbox_id, Phase.EXEC)
+            raise ProviderError(kind, f"devbox {ref.sandbox_id} ended during the background command")
+        return int(execution.exit_status)
+
+    def _stream(
+        self, devbox_id: str, execution_id: str, seen: Callable[[str], None] | None = None
+    ) -> asyncio.Future[tuple[str, str]]:
         """Read both SSE streams (the SDK's, reconnecting from the last offset) while the command runs."""
         executions = self.sdk.devboxes.executions
 
@@ -340,6 +392,8 @@ class RunloopProvider(Provider):
             stream = await method(execution_id, devbox_id=devbox_id)
             parts: list[str] = []
             async for chunk in stream:
+                if seen is not None:
+                    seen(chunk.output)
                 parts.append(chunk.output)
             return "".join(parts)
 
