@@ -301,6 +301,12 @@ class Provider(abc.ABC):
         vendor's own files API. A relative path is the vendor's: relative to the sandbox user's home or workdir."""
         raise UnsupportedFeature(self.name, "file upload")
 
+    async def upload_files(self, ref: SandboxRef, files: Mapping[str, bytes]) -> None:
+        """Write a file tree (path -> bytes, as `upload_file` takes each): a repository in. This default uploads
+        them one by one; an adapter whose vendor takes a whole tree in one call (an archive) overrides it."""
+        for path, data in files.items():
+            await self.upload_file(ref, path, data)
+
     async def download_file(self, ref: SandboxRef, path: str) -> bytes:
         """The bytes of the file at `path` in the sandbox; `FileNotFoundError` when there is none (the vendor's
         own exception as its `__cause__`)."""

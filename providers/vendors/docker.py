@@ -22,11 +22,14 @@ image building `docker_image.py`, files and snapshots (archive API, commit) `doc
 from __future__ import annotations
 
 import asyncio
+import codecs
 import logging
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,21 +40,27 @@ from aiodocker.execs import Exec
 
 from foundation.open_files import raise_open_files_limit
 from providers.base import (
+    ENGINE_LABEL,
+    INVOCATION_LABEL,
     ROLLOUT_LABEL,
     RUN_LABEL,
+    Capability,
     ExecResult,
     FailureKind,
     Phase,
     Provider,
     ProviderConfigError,
     ProviderError,
+    ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     UnsupportedFeature,
     classify_common,
     owner_labels,
 )
 from providers.options import Option, declare, declared_options, declared_values, parse_options, text
+from providers.output_clock import OutputClock
 from providers.vendors.docker_errors import (
     TRANSPORT_STATUS,
     container_death,
@@ -67,8 +76,25 @@ from providers.vendors.docker_exec import (
     main_process_gone,
     parse_oom_kills,
 )
-from providers.vendors.docker_files import commit, file_errors, read_file, sandbox_path, via_exec, write_file
-from providers.vendors.docker_image import DEFAULT_IMAGE, SCRATCH_DIR, default_host, ensure_image, image_id
+from providers.vendors.docker_files import (
+    commit,
+    file_errors,
+    read_file,
+    remove_snapshots,
+    sandbox_path,
+    via_exec,
+    write_file,
+    write_tree,
+)
+from providers.vendors.docker_image import (
+    DEFAULT_IMAGE,
+    SCRATCH_DIR,
+    default_host,
+    ensure_image,
+    ensure_sized_image,
+    image_id,
+)
+from providers.vendors.docker_registry import SizedImage, registry_dir
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +129,11 @@ class DockerOptions:
     pull: bool = declare(False)  # pull a missing non-stampede image (needs registry access)
     name_containers: bool = declare(True)  # name containers stampede-<run>-<rollout> (readable `docker ps`)
     kill_on_exec_timeout: bool = declare(True)  # kill a timed-out command's processes (local daemon only)
+    sized_images: bool = declare(
+        True
+    )  # a spec with image_size_mb runs from stampede-size:<mb>[-<image>], built offline
+    shared_base_mb: int = declare(0)  # of each sized image, MB in one layer all sized images share (a common base)
+    image_registry: str = declare("")  # the offline registry's folder; "" = STAMPEDE_IMAGE_REGISTRY or ~/.cache
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> DockerOptions:
@@ -110,6 +141,8 @@ class DockerOptions:
         parsed = cls(**declared_values(cls, parse_options("docker", options, DOCKER_OPTIONS)))
         if parsed.max_connections < 1 or parsed.api_timeout_s <= 0 or parsed.scratch_mb < 1:
             raise ProviderConfigError("docker provider: max_connections, api_timeout_s and scratch_mb must be positive")
+        if parsed.shared_base_mb < 0:
+            raise ProviderConfigError("docker provider: shared_base_mb must be 0 or more")
         if not parsed.scratch.startswith("/"):
             raise ProviderConfigError(f"docker provider: scratch must be an absolute path (got {parsed.scratch!r})")
         return parsed
@@ -129,6 +162,9 @@ class _Sandbox:
 
     container_id: str
     memory_mb: int = 0
+    owner: Mapping[str, str] = field(default_factory=dict)  # its owner labels, which its snapshots carry too
+    pending: tuple[dict[str, Any], str] | None = None  # (config, name): created once its image is pulled
+    terminated: bool = False
     started: bool = False
     execs_ok: int = 0  # a container that dies before any command ran was never usable
     oom_kills: int = 0  # last cgroup oom_kill count seen, so an old OOM is not blamed on a new exit
@@ -317,9 +353,22 @@ class DockerProvider(Provider):
             "HostConfig": host_config,
         }
 
+    def image_for(self, spec: SandboxSpec) -> str:
+        """The image a spec runs from: a plan's declared size maps to the offline sized image of that size (named
+        after the plan's image, so two images of one size are two images), unless `sized_images=false`."""
+        if spec.image and SizedImage.parse(spec.image) is not None:
+            return spec.image
+        if spec.image_size_mb is not None and self.options.sized_images:
+            shared = min(self.options.shared_base_mb, spec.image_size_mb)
+            return SizedImage.of(spec.image_size_mb, spec.image or "", shared).tag
+        return spec.image or self.options.image
+
     async def create(self, spec: SandboxSpec) -> SandboxRef:
-        """Post the container; returns once the daemon gave it an id (start happens in `wait_ready`)."""
-        image = spec.image or self.options.image
+        """Post the container; returns once the daemon gave it an id (start happens in `wait_ready`).
+
+        A sized image the daemon lacks is pulled (loaded from the offline registry) in `wait_ready`, as a vendor
+        pulls while the sandbox boots: the container is then created there, under the name returned here."""
+        image = self.image_for(spec)
         name = _container_name(spec) if self.options.name_containers else None
         timed_out = f"docker did not acknowledge the create within {self.options.api_timeout_s:g}s"
         with daemon_errors("create", Phase.CREATE, FailureKind.CREATE_ERROR, timed_out):
@@ -328,6 +377,12 @@ class DockerProvider(Provider):
                 if _is_stampede_image(image) and image not in self._images_ok:
                     await self._obtain_image(image)
                 config = self.container_config(spec, facts.ncpu)
+                config["Image"] = image
+                owner = {k: v for k, v in spec.tags().items() if k in (RUN_LABEL, ENGINE_LABEL, INVOCATION_LABEL)}
+                if SizedImage.parse(image) is not None and not await self._present(image):
+                    name = name or f"stampede-{secrets.token_hex(8)}"  # the id the container will have
+                    box = _Sandbox(name, memory_mb=int(spec.memory_mb), owner=owner, pending=(config, name))
+                    return self._ref(spec, box, image, name, pull=True)
                 docker = self._client()
                 try:
                     container = await docker.containers.create(config, name=name)
@@ -337,43 +392,120 @@ class DockerProvider(Provider):
                     self._images_ok.discard(image)  # removed behind our back, or never there
                     await self._obtain_image(image)
                     container = await docker.containers.create(config, name=name)
-        box = _Sandbox(container.id, memory_mb=int(spec.memory_mb))
-        return SandboxRef(
-            sandbox_id=container.id,
-            provider=self.name,
-            run_id=spec.run_id,
-            rollout_id=spec.rollout_id,
-            handle=box,
-            meta={"image": image, "name": name or ""},
-        )
+        return self._ref(spec, _Sandbox(container.id, memory_mb=int(spec.memory_mb), owner=owner), image, name)
 
-    async def wait_ready(self, ref: SandboxRef, timeout: float) -> None:
-        """Start the container (once) and return when it is running; a death or OOM is classified."""
+    def _ref(self, spec: SandboxSpec, box: _Sandbox, image: str, name: str | None, pull: bool = False) -> SandboxRef:
+        meta = {"image": image, "name": name or "", **({"pull": True} if pull else {})}
+        return SandboxRef(box.container_id, self.name, spec.run_id, spec.rollout_id, handle=box, meta=meta)
+
+    async def _present(self, image: str) -> bool:
+        """Whether the daemon holds `image` (remembered once seen: a warm node stays warm)."""
+        if image in self._images_ok:
+            return True
+        if await image_id(self._client(), image) is None:
+            return False
+        self._images_ok.add(image)
+        return True
+
+    async def _pull(self, image: str) -> None:
+        """Load a sized image from the offline registry (once however many sandboxes wait on it: a node's pull)."""
+        lock = self._image_locks.setdefault(image, asyncio.Lock())
+        async with lock:
+            if image in self._images_ok:
+                return
+            sized = SizedImage.parse(image)
+            assert sized is not None
+            await ensure_sized_image(self._client(), sized, registry_dir(self.options.image_registry))
+            self._images_ok.add(image)
+
+    async def _create_pulled(self, box: _Sandbox, image: str) -> float:
+        """A pending sandbox's pull then its container; returns the seconds the pull took (waiting on one too)."""
+        assert box.pending is not None
+        config, name = box.pending
+        started = time.monotonic()
+        try:
+            await self._pull(image)
+        except ProviderError as exc:
+            raise ProviderError(exc.kind, f"pull {image}: {exc.args[0]}", phase=Phase.PULL) from None
+        except DockerError as exc:
+            kind = FailureKind.TRANSPORT if exc.status == TRANSPORT_STATUS else FailureKind.IMAGE
+            raise ProviderError(kind, f"pull {image}: {short_error(exc)}", phase=Phase.PULL) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"pull {image}: {short_error(exc)}", phase=Phase.PULL) from None
+        pulled_s = time.monotonic() - started
+        if box.terminated:
+            raise ProviderError(FailureKind.DIED_BEFORE_READY, "terminated while its image was pulled")
+        with daemon_errors("create", Phase.CREATE, FailureKind.CREATE_ERROR, "create timed out"):
+            container = await self._client().containers.create(config, name=name)
+        box.pending = None
+        if box.terminated:  # terminated while the create was in flight: it finds nothing to remove
+            await self._client().containers.container(container.id).delete(force=True, v=True)
+            raise ProviderError(FailureKind.DIED_BEFORE_READY, "terminated while it was created")
+        return pulled_s
+
+    async def wait_ready(self, ref: SandboxRef, timeout: float) -> ReadyObservation | None:
+        """Start the container (once) and return when it is running; a death or OOM is classified. A sandbox
+        whose image was absent is first pulled and created: `pull_s` says how long the pull took."""
         box = _box(ref)
         container = self._client().containers.container(box.container_id)
+        pulled: ReadyObservation | None = None
         with daemon_errors(
             "start", Phase.READY, FailureKind.READY_TIMEOUT, f"container not running within {timeout:g}s"
         ):
-            async with asyncio.timeout(timeout):
-                if not box.started:
-                    await container.start()
-                    box.started = True
-                delay = 0.01
-                while True:
-                    state = (await container.show())["State"]
-                    if _running(state):
-                        return
-                    if state.get("Status") == "created" and not box.started:
-                        await container.start()  # a ref from list_owned: never started
-                        box.started = True
-                        continue
-                    if state.get("Status") in {"exited", "dead", "removing"}:
-                        raise box.death(state, Phase.READY)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 0.25)
+            try:
+                async with asyncio.timeout(timeout):
+                    if box.pending is not None:
+                        pulled = ReadyObservation(pull_s=await self._create_pulled(box, str(ref.meta["image"])))
+                    await self._started(box, container)
+                    return pulled
+            except TimeoutError:
+                if box.pending is None or ref.meta["image"] in self._images_ok:  # the pull was over
+                    raise
+                raise ProviderError(
+                    FailureKind.READY_TIMEOUT, f"image not pulled within {timeout:g}s", phase=Phase.PULL
+                ) from None
+
+    async def _started(self, box: _Sandbox, container: Any) -> None:
+        """Start the container (once) and return when it is running."""
+        if not box.started:
+            await container.start()
+            box.started = True
+        delay = 0.01
+        while True:
+            state = (await container.show())["State"]
+            if _running(state):
+                return
+            if state.get("Status") == "created" and not box.started:
+                await container.start()  # a ref from list_owned: never started
+                box.started = True
+                continue
+            if state.get("Status") in {"exited", "dead", "removing"}:
+                raise box.death(state, Phase.READY)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:
         """Run one command through the exec API: demultiplexed stdout/stderr, exit code from exec inspect."""
+        return await self._exec(ref, argv, timeout)
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """The exec API's attach stream read as it comes: each frame (stdout or stderr) to `on_output`, and the
+        times from this call to the first and the last output byte."""
+        clock = OutputClock()  # the times only: the text is decoded here, a character split across two frames
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+        def arrived(data: bytes) -> None:
+            clock.seen(data)
+            if on_output is not None and (text := decoder.decode(data)):
+                on_output(text)
+
+        return clock.done(await self._exec(ref, argv, timeout, arrived))
+
+    async def _exec(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_frame: Callable[[bytes], None] | None = None
+    ) -> ExecResult:
         if not argv:
             raise ProviderError(FailureKind.INVALID_REQUEST, "exec needs a command (empty argv)")
         box = _box(ref)
@@ -383,7 +515,7 @@ class DockerProvider(Provider):
         try:
             async with asyncio.timeout(timeout):
                 execution = await container.exec([str(part) for part in argv], stdout=True, stderr=True)
-                stdout, stderr = await collect_output(execution)
+                stdout, stderr = await collect_output(execution, on_frame)
                 exit_code = await exec_exit_code(execution)
         except TimeoutError:
             if execution is not None and self.options.kill_on_exec_timeout:
@@ -407,6 +539,8 @@ class DockerProvider(Provider):
         Gone already is success. When another removal of it is in progress (the engine's sweep racing a
         cancelled rollout's own terminate), wait for that one rather than report a sandbox gone early.
         """
+        if isinstance(ref.handle, _Sandbox):
+            ref.handle.terminated = True  # a pull in flight creates nothing after this
         container = self._client().containers.container(ref.sandbox_id)
         timed_out = f"docker did not answer the remove within {self.options.api_timeout_s:g}s"
         with daemon_errors("remove", Phase.TERMINATE, FailureKind.TRANSPORT, timed_out):
@@ -444,7 +578,71 @@ class DockerProvider(Provider):
         if self.options.read_only:
             raise UnsupportedFeature(self.name, "snapshot with read_only=true (the scratch tmpfs is never committed)")
         async with file_errors("commit", ref.sandbox_id, self.options.api_timeout_s):
-            return await commit(self._client().containers.container(ref.sandbox_id), {RUN_LABEL: ref.run_id})
+            owner = _box(ref).owner or {RUN_LABEL: ref.run_id}  # (the container's own labels are kept too)
+            return await commit(self._client().containers.container(ref.sandbox_id), owner)
+
+    async def upload_files(self, ref: SandboxRef, files: Mapping[str, bytes]) -> None:
+        """A file tree in one tar: one archive-API call, plus one `tar -x` fed on stdin for the paths only a
+        command reaches (the scratch tmpfs, a read-only root), instead of a call per file."""
+        paths = {sandbox_path(path): data for path, data in files.items()}
+        tmpfs = (self.options.scratch,)
+        by_streams: dict[bool, dict[str, bytes]] = {False: {}, True: {}}
+        for path, data in paths.items():
+            by_streams[via_exec(path, read_only=self.options.read_only, write=True, tmpfs=tmpfs)][path] = data
+        container = self._client().containers.container(ref.sandbox_id)
+        async with file_errors("upload", f"{len(paths)} files", self.options.api_timeout_s):
+            for streams, tree in by_streams.items():
+                await write_tree(container, tree, streams=streams)
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """A detached exec (the exec API's `Detach`): the handle is its exec id, which `process_exit` inspects."""
+        if not argv:
+            raise ProviderError(FailureKind.INVALID_REQUEST, "start_process needs a command (empty argv)")
+        box = _box(ref)
+        container = self._client().containers.container(box.container_id)
+        timed_out = f"docker did not start the process within {self.options.api_timeout_s:g}s"
+        try:
+            async with asyncio.timeout(self.options.api_timeout_s):
+                execution = await container.exec([str(part) for part in argv], stdout=False, stderr=False)
+                await execution.start(detach=True)
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, timed_out) from None
+        except DockerError as exc:
+            raise await self._exec_failure(exc, box) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"start process: {short_error(exc)}") from None
+        return str(execution.id)
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """Exec inspect: None while it runs, else its exit code; a sandbox found dead is a death, not an exit."""
+        box = _box(ref)
+        timed_out = f"docker did not answer the exec inspect within {self.options.api_timeout_s:g}s"
+        try:
+            async with asyncio.timeout(self.options.api_timeout_s):
+                info = await Exec(self._client(), handle).inspect()
+                if info.get("Running") or info.get("ExitCode") is None:
+                    state = (await self._client().containers.container(box.container_id).show())["State"]
+                    if not _running(state):
+                        raise box.death(state, Phase.EXEC)
+                    return None
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, timed_out) from None
+        except DockerError as exc:
+            raise await self._exec_failure(exc, box) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ProviderError(FailureKind.TRANSPORT, f"process exit: {short_error(exc)}") from None
+        code = int(info["ExitCode"])
+        if code == SIGKILL_EXIT:  # the OOM killer, or the sandbox dying under it: not the process's own exit
+            await self._check_killed(box, count_ooms=True, patient=True)
+        return code
+
+    def capabilities(self) -> frozenset[Capability]:
+        """Everything but snapshot and fork under a read-only root: there the scratch tmpfs is all that can be
+        written, and a commit never holds a tmpfs."""
+        offered = super().capabilities()
+        if self.options.read_only:
+            offered -= {Capability.SNAPSHOT, Capability.FORK}
+        return offered
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         """Every container (running or not) carrying this run's label (and the engine's, when given)."""
@@ -490,7 +688,20 @@ class DockerProvider(Provider):
                 break
             results = await asyncio.gather(*(self.terminate(ref) for ref in refs), return_exceptions=True)
             reaped.update(ref.sandbox_id for ref, result in zip(refs, results, strict=True) if result is None)
+        await self._remove_snapshots([f"{key}={value}" for key, value in owner_labels(run_id, engine).items()])
         return len(reaped)
+
+    async def cleanup_all_owned(self) -> int:
+        """Every tagged container, then every snapshot image stampede committed."""
+        reaped = await super().cleanup_all_owned()
+        await self._remove_snapshots([RUN_LABEL])
+        return reaped
+
+    async def _remove_snapshots(self, labels: Sequence[str]) -> None:
+        """The snapshots (committed images) of what was reaped: an image is a leak too."""
+        with daemon_errors("remove snapshots", None, FailureKind.TRANSPORT, "docker did not answer the image list"):
+            async with asyncio.timeout(self.options.api_timeout_s):
+                await remove_snapshots(self._client(), labels)
 
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         """Our raises are already `ProviderError`s; this covers raw SDK errors and the caller's timeouts."""

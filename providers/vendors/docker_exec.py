@@ -9,19 +9,22 @@ no exec-kill call).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 from aiodocker.execs import Exec
 
 
-async def collect_output(execution: Exec) -> tuple[bytes, bytes]:
-    """Start the exec attached and read its demultiplexed streams to the end."""
+async def collect_output(execution: Exec, on_frame: Callable[[bytes], None] | None = None) -> tuple[bytes, bytes]:
+    """Start the exec attached and read its demultiplexed streams to the end (each frame also to `on_frame`, as it
+    comes: a streamed exec's first byte)."""
     stdout, stderr = bytearray(), bytearray()
     async with execution.start(detach=False) as stream:
         while (message := await stream.read_out()) is not None:
             (stderr if message.stream == 2 else stdout).extend(message.data)
+            if on_frame is not None and message.data:
+                on_frame(message.data)
     return bytes(stdout), bytes(stderr)
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
+import aiodocker
 import aiohttp
 from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
@@ -65,17 +66,40 @@ def via_exec(path: str, *, read_only: bool, write: bool, tmpfs: Sequence[str]) -
     return under_tmpfs or (write and read_only)
 
 
+def tree_tar(files: Mapping[str, bytes]) -> bytes:
+    """One tar of many files, at their absolute paths (leading folders are made by whoever extracts it)."""
+    tar = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=tar, mode="w") as archive:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            archive.addfile(info, io.BytesIO(data))
+    return tar.getvalue()
+
+
 async def write_file(container: DockerContainer, path: str, data: bytes, *, streams: bool) -> None:
     """Write `data` at `path`, making its parent folders."""
     if not streams:
-        tar = io.BytesIO()
-        with tarfile.open(fileobj=tar, mode="w") as archive:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            archive.addfile(info, io.BytesIO(data))
-        await container.put_archive("/", tar.getvalue())
+        await container.put_archive("/", tree_tar({path: data}))
         return
-    execution = await container.exec(["sh", "-c", _WRITE, "sh", path], stdin=True, stdout=True, stderr=True)
+    await _feed(container, ["sh", "-c", _WRITE, "sh", path], data, f"writing {path}")
+
+
+async def write_tree(container: DockerContainer, files: Mapping[str, bytes], *, streams: bool) -> None:
+    """Write many files in one call: one tar, to the archive API or on a command's stdin (`tar -x`, the sandbox's
+    own user), rather than a call per file."""
+    if not files:
+        return
+    if not streams:
+        await container.put_archive("/", tree_tar(files))
+        return
+    await _feed(container, ["tar", "-x", "-f", "-", "-C", "/"], tree_tar(files), f"writing {len(files)} files")
+
+
+async def _feed(container: DockerContainer, argv: list[str], data: bytes, what: str) -> None:
+    """Run `argv` with `data` on its stdin (then its end); a non-zero exit is the command's refusal."""
+    execution = await container.exec(argv, stdin=True, stdout=True, stderr=True)
     stderr = bytearray()
     async with execution.start(detach=False) as stream:
         await stream.write_in(data)
@@ -87,7 +111,7 @@ async def write_file(container: DockerContainer, path: str, data: bytes, *, stre
                 stderr.extend(message.data)
     if await exec_exit_code(execution) != 0:
         said = bytes(stderr).decode("utf-8", "replace").strip()
-        raise ProviderError(FailureKind.INVALID_REQUEST, f"writing {path} in the sandbox failed: {said}")
+        raise ProviderError(FailureKind.INVALID_REQUEST, f"{what} in the sandbox failed: {said}")
 
 
 async def read_file(container: DockerContainer, path: str, *, streams: bool) -> bytes:
@@ -114,6 +138,24 @@ async def read_file(container: DockerContainer, path: str, *, streams: bool) -> 
             raise FileNotFoundError(f"no such file in the sandbox: {path}") from OSError(said)
         raise ProviderError(FailureKind.INVALID_REQUEST, f"reading {path} in the sandbox failed: {said}")
     return stdout
+
+
+async def remove_snapshots(docker: aiodocker.Docker, labels: Sequence[str]) -> int:
+    """Remove the snapshot images matching every label filter (`key=value` or `key`: a run's, an engine's); how
+    many went. One still used by a container (being removed elsewhere) stays, for the next sweep."""
+    filters = {"label": list(labels), "reference": [SNAPSHOT_REPOSITORY]}
+    images = await docker.images.list(filters=filters)
+    removed = 0
+    for image in images:
+        try:
+            await docker.images.delete(str(image["Id"]), force=True)
+            removed += 1
+        except DockerError as exc:
+            if exc.status == 404:
+                continue
+            if exc.status != 409:
+                raise
+    return removed
 
 
 async def commit(container: DockerContainer, labels: Mapping[str, str]) -> str:
