@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
@@ -19,7 +18,6 @@ from typing import Any
 import httpx
 import kubernetes.config
 import kubernetes_asyncio.config
-import pandas as pd
 import pytest
 from k8s_agent_sandbox import AsyncSandboxClient, SandboxClient
 from k8s_agent_sandbox.exceptions import (
@@ -31,17 +29,16 @@ from k8s_agent_sandbox.exceptions import (
 from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
 from providers.sim.agent_sandbox.server import WARM_POOL, AgentSandboxSettings, RunningAgentSandbox, start_agent_sandbox
 from providers.vendors.agent_sandbox import AgentSandboxProvider, classify_agent_sandbox, label_value
 from tests.support.live_lifecycle import check_live_lifecycle
+from tests.support.local_runs import run_local
 
 TOKEN = "agent_sandbox_conformance"
 FLAVOURS = ("sync", "async")
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, "-m", "harness.cli", "agent-sandbox-local", "serve"]
-RUN = [sys.executable, "-m", "harness.cli", "run", "--provider", "agent-sandbox", "--local"]
 
 
 @pytest.fixture(autouse=True)
@@ -284,18 +281,16 @@ async def test_cold_starts_past_the_clusters_pod_rate_queue_in_order_and_all_bin
 
 @pytest.mark.slow
 def test_a_burst_through_the_real_sdk_joins_the_truth_and_has_no_unknown_failures(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [*RUN, "--scenario", "burst", "--users", "40", "--out", str(tmp_path), "--progress-interval", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "STAMPEDE_AGENT_SANDBOX_WARM_POOL": "24"},  # 24 claims warm, 16 past the pool cold
+    run = run_local(
+        "agent-sandbox",
+        tmp_path,
+        "--scenario",
+        "burst",
+        "--users",
+        "40",
+        env={"STAMPEDE_AGENT_SANDBOX_WARM_POOL": "24"},
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(run_dir / "rollouts")
-    truth = load_truth(run_dir)
+    rollouts, truth = run.rollouts, run.truth
     assert len(rollouts) == 40 and (rollouts["outcome"] == "ok").all()
     assert (
         set(rollouts["sdk_version"])
@@ -307,4 +302,4 @@ def test_a_burst_through_the_real_sdk_joins_the_truth_and_has_no_unknown_failure
     )
     assert set(truth["id"]) == set(rollouts["sandbox_id"])  # every claim's Sandbox, found by its claim's run label
     assert set(truth["status"]) == {"TERMINATED"}  # and every one deleted with its claim
-    assert "unknown failures 0; harness failures 0" in result.stdout
+    assert "unknown failures 0; harness failures 0" in run.stdout

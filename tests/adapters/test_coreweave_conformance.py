@@ -12,16 +12,12 @@ and the serve command a user's own script starts from.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import grpc
-import pandas as pd
 import pytest
 from cwsandbox import (
     CWSandboxAuthenticationError,
@@ -34,13 +30,13 @@ from cwsandbox import (
     SandboxStatus,
 )
 
-from harness.results.read.dataset import load_truth
 from providers.base import INVOCATION, FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.coreweave.server import CoreWeaveSettings, RunningCoreWeave, start_coreweave
 from providers.sim.coreweave.service import cpu_cores, memory_mb
 from providers.vendors.coreweave import CoreWeaveProvider, classify_coreweave, label_tags, poll_schedule
 from tests.support.live_lifecycle import check_live_lifecycle
+from tests.support.local_runs import run_local
 
 TOKEN = "coreweave_conformance"
 FLAVOURS = ("sync", "async")
@@ -310,38 +306,19 @@ def test_raw_grpc_statuses_are_classified() -> None:
 @pytest.mark.slow
 def test_a_burst_past_the_free_quota_through_the_real_sdk_has_only_classified_failures(tmp_path: Path) -> None:
     """The free tier's 20 concurrent sandboxes (documented) against a burst of 60: 20 ok, 40 `quota_exhausted`."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--provider",
-            "coreweave",
-            "--local",
-            "--scenario",
-            "burst",
-            "--users",
-            "60",
-            "--profile-set",
-            "quota.max_active=20",
-            "-t",
-            "120s",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = run_local(
+        "coreweave",
+        tmp_path,
+        "--scenario",
+        "burst",
+        "--users",
+        "60",
+        "--profile-set",
+        "quota.max_active=20",
+        "-t",
+        "120s",
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(run_dir / "rollouts")
-    truth = load_truth(run_dir)
-    manifest = json.loads((run_dir / "run.json").read_text())
+    rollouts, truth, manifest = run.rollouts, run.truth, run.manifest
     assert len(rollouts) == 60 and (rollouts["outcome"] == "ok").sum() == 20
     assert set(rollouts["failure_kind"].dropna()) == {"quota_exhausted"}
     assert set(rollouts["sdk_version"]) == {f"cwsandbox={metadata.version('cwsandbox')}"}
@@ -350,4 +327,4 @@ def test_a_burst_past_the_free_quota_through_the_real_sdk_has_only_classified_fa
     assert set(truth["status"]) == {"TERMINATED"}  # and every one of them stopped
     ok = rollouts[rollouts["outcome"] == "ok"]
     assert (ok["ready_poll_s"] > 0).all() and ok["tti_s"].notna().all()  # the SDK's poll: its window is recorded
-    assert "unknown failures 0; harness failures 0" in result.stdout
+    assert "unknown failures 0; harness failures 0" in run.stdout

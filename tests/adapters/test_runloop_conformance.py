@@ -13,15 +13,11 @@ classification table, `stampede runloop-local serve` and a whole `stampede run -
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pandas as pd
 import pytest
 from runloop_api_client import (
     APIConnectionError,
@@ -36,12 +32,12 @@ from runloop_api_client import (
 )
 from runloop_api_client.lib.polling import PollingTimeout
 
-from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.runloop.server import RunloopSettings, RunningRunloop, start_runloop
 from providers.vendors.runloop import RunloopProvider, classify_runloop
 from tests.support.live_lifecycle import check_live_lifecycle
+from tests.support.local_runs import run_local
 
 TOKEN = "conformance-token"
 FLAVOURS = ("sync", "async")
@@ -333,38 +329,12 @@ def test_classification_table() -> None:
 
 @pytest.mark.slow
 def test_a_local_run_through_the_real_sdk(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--provider",
-            "runloop",
-            "--local",
-            "--stages",
-            "20,40",
-            "--hold",
-            "5",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(run_dir / "rollouts")
-    truth = load_truth(run_dir)
-    manifest = json.loads((run_dir / "run.json").read_text())
+    run = run_local("runloop", tmp_path, "--stages", "20,40", "--hold", "5")
+    rollouts, truth, manifest = run.rollouts, run.truth, run.manifest
     assert len(rollouts) >= 60 and manifest["profile"] == "runloop-like" and manifest["local_vendor"] is True
     assert manifest["provider_versions"] == {"runloop-api-client": "3.0.0"}
     assert not set(rollouts["failure_kind"].dropna()) & {"unknown", "harness"}
     assert (rollouts["outcome"] == "ok").mean() > 0.95
     assert set(truth["id"]) == set(rollouts["sandbox_id"].dropna())  # one vendor devbox per rollout
     assert set(truth["status"]) <= {"TERMINATED", "ERROR", "TIMEOUT"}  # and none left running
-    assert "unknown failures 0; harness failures 0" in result.stdout
+    assert "unknown failures 0; harness failures 0" in run.stdout

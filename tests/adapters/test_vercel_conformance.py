@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pandas as pd
 import pytest
 from vercel.sandbox import (
     SandboxApiError,
@@ -32,12 +29,12 @@ from vercel.sandbox import (
 from vercel.sandbox.sync import SandboxServiceOptions as SyncServiceOptions
 from vercel.sandbox.sync import SyncSandboxClient
 
-from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, ReadyObservation, SandboxSpec
 from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.vercel.server import PROJECT_ID, TEAM_ID, RunningVercel, VercelSettings, start_vercel
 from providers.vendors.vercel import VercelProvider, classify_vercel
 from tests.support.live_lifecycle import check_live_lifecycle
+from tests.support.local_runs import run_local
 
 TOKEN = "vercel_conformance"
 FLAVOURS = ("sync", "async")
@@ -328,38 +325,12 @@ def test_options_are_checked() -> None:
 
 @pytest.mark.slow
 def test_a_ramp_through_the_real_sdk_has_only_classified_failures(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--provider",
-            "vercel",
-            "--local",
-            "--stages",
-            "20,40",
-            "--hold",
-            "5",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(run_dir / "rollouts")
-    truth = load_truth(run_dir)
-    manifest = json.loads((run_dir / "run.json").read_text())
+    run = run_local("vercel", tmp_path, "--stages", "20,40", "--hold", "5")
+    rollouts, truth, manifest = run.rollouts, run.truth, run.manifest
     assert len(rollouts) >= 60 and (rollouts["outcome"] == "ok").sum() >= 60
     assert set(rollouts["failure_kind"].dropna()) <= {"rate_limited"}  # vercel-like: 200 vCPUs a minute
     sdk = f"vercel-sandbox={metadata.version('vercel-sandbox')}"
     assert set(rollouts["sdk_version"]) == {sdk} and manifest["profile"] == "vercel-like"
     assert set(truth["id"]) == set(rollouts["sandbox_id"].dropna())  # a sandbox's name is its first session's id
     assert set(truth["status"]) == {"TERMINATED"}  # every sandbox destroyed
-    assert "unknown failures 0; harness failures 0" in result.stdout
+    assert "unknown failures 0; harness failures 0" in run.stdout

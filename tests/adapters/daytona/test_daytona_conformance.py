@@ -13,16 +13,12 @@ provider itself, its classification table, and a whole `stampede run --provider 
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pandas as pd
 import pytest
 from daytona import (
     AsyncDaytona,
@@ -39,11 +35,11 @@ from daytona import (
     SessionExecuteRequest,
 )
 
-from harness.results.read.dataset import load_truth
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.sim.core.profile import ProfileError, load_profile
 from providers.sim.daytona.server import DaytonaSettings, RunningDaytona, start_daytona
 from providers.vendors.daytona import DaytonaProvider, classify_daytona
+from tests.support.local_runs import run_local
 
 TOKEN = "conformance-token"
 FLAVOURS = ("sync", "async")
@@ -434,38 +430,12 @@ def test_classification_table() -> None:
 
 @pytest.mark.slow
 def test_a_local_run_through_the_real_sdk(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--provider",
-            "daytona",
-            "--local",
-            "--stages",
-            "20,40",
-            "--hold",
-            "5",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(run_dir / "rollouts")
-    truth = load_truth(run_dir)
-    manifest = json.loads((run_dir / "run.json").read_text())
+    run = run_local("daytona", tmp_path, "--stages", "20,40", "--hold", "5")
+    rollouts, truth, manifest = run.rollouts, run.truth, run.manifest
     assert len(rollouts) >= 60 and manifest["profile"] == "daytona-like" and manifest["local_vendor"] is True
     assert manifest["provider_versions"] == {"daytona": "0.226.1"}
     assert not set(rollouts["failure_kind"].dropna()) & {"unknown", "harness"}
     assert (rollouts["outcome"] == "ok").mean() > 0.95
     assert set(truth["id"]) == set(rollouts["sandbox_id"].dropna())  # one vendor sandbox per rollout
     assert set(truth["status"]) <= {"TERMINATED", "ERROR", "TIMEOUT"}  # and none left running
-    assert "unknown failures 0; harness failures 0" in result.stdout
+    assert "unknown failures 0; harness failures 0" in run.stdout

@@ -12,9 +12,6 @@ serving. Then the `e2b` provider: its classification table, the contract walked 
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import metadata
@@ -22,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pandas as pd
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -45,7 +41,6 @@ from e2b import (
 )
 from e2b.api import client_async as sdk_transports
 
-from harness.results.read.dataset import load_truth
 from providers.base import (
     INVOCATION,
     FailureKind,
@@ -58,6 +53,7 @@ from providers.base import (
 from providers.sim.e2b.server import E2BSettings, RunningE2B, start_e2b
 from providers.vendors.e2b import E2BProvider, classify_e2b, sandbox_timeout, sdk_supported
 from tests.support.live_lifecycle import check_live_lifecycle
+from tests.support.local_runs import run_local
 
 TOKEN = "e2b_conformance"
 FLAVOURS = ("sync", "async")
@@ -408,34 +404,8 @@ async def test_the_provider_surfaces_throttling_at_once_unless_told_to_retry(ope
 
 @pytest.mark.slow
 def test_a_ramp_through_the_real_sdk_has_only_classified_failures(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--provider",
-            "e2b",
-            "--local",
-            "--stages",
-            "20,40",
-            "--hold",
-            "5",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
-    rollouts = pd.read_parquet(run_dir / "rollouts")
-    truth = load_truth(run_dir)
-    manifest = json.loads((run_dir / "run.json").read_text())
+    run = run_local("e2b", tmp_path, "--stages", "20,40", "--hold", "5")
+    rollouts, truth, manifest = run.rollouts, run.truth, run.manifest
     assert len(rollouts) >= 60 and (rollouts["outcome"] == "ok").sum() >= 60
     assert set(rollouts["failure_kind"].dropna()) <= {"rate_limited", "quota_exhausted"}  # e2b-like: 5 creates/s
     assert set(rollouts["sdk_version"]) == {f"e2b={metadata.version('e2b')}"} and manifest["profile"] == "e2b-like"
@@ -443,4 +413,4 @@ def test_a_ramp_through_the_real_sdk_has_only_classified_failures(tmp_path: Path
     assert set(truth["status"]) == {"TERMINATED"}  # and every one of them killed
     ok = rollouts[rollouts["outcome"] == "ok"]
     assert (ok["ready_poll_s"] == 0).all() and ok["tti_s"].notna().all()
-    assert "unknown failures 0; harness failures 0" in result.stdout
+    assert "unknown failures 0; harness failures 0" in run.stdout
