@@ -72,7 +72,9 @@ class ScriptRollout(_Rollout):
         self.fork_index = script.fork_index
         self.t_rollout = self.record.t_submit
         self.image: str | None = None  # the snapshot taken (a fork starts its copies from it)
-        self.terminate_index = len(script.steps)  # the step a terminate row belongs to (a group's: its fork)
+        last = len(script.steps) - 1
+        # the step a terminate row belongs to: the plan's terminate step, else one past the last (a group's: its fork)
+        self.terminate_index = last if script.steps[last].kind == "terminate" else last + 1
 
     # -- rows -------------------------------------------------------------------------------------------------------
 
@@ -408,8 +410,8 @@ class ScriptRollout(_Rollout):
         if self.record.terminate_s is None:
             return  # the client left it behind (its leak): no terminate happened
         index = self.terminate_index
-        name = self.script.steps[index].name if index < len(self.script.steps) else "terminate"
-        name = name if index < len(self.script.steps) and self.script.steps[index].kind == "terminate" else "terminate"
+        steps = self.script.steps
+        name = steps[index].name if index < len(steps) and steps[index].kind == "terminate" else "terminate"
         self.emit(index, "terminate", name, start, self.elapsed() - start, exc=self.terminate_error,
                   phase=Phase.TERMINATE)  # fmt: skip
 
