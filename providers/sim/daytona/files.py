@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import functools
 import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.typedefs import Handler
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
 from providers.sim.core.simulator import NotFound, NotRunning
@@ -91,6 +93,24 @@ def _tree(request: web.Request) -> tuple[SandboxTree | None, web.Response | None
 
 def _answer(request: web.Request, exc: FileProblem) -> web.Response:
     return error(request, exc.status, exc.message, source=SOURCE_DAEMON)
+
+
+def _on_tree(handler: Callable[[web.Request, SandboxTree], Awaitable[web.StreamResponse]]) -> Handler:
+    """A handler on the running sandbox's own tree: the tree looked up first (the proxy's refusal answered as is),
+    a FileProblem the handler raises answered in the daemon's envelope."""
+
+    @functools.wraps(handler)
+    async def on_tree(request: web.Request) -> web.StreamResponse:
+        tree, refused = _tree(request)
+        if refused is not None:
+            return refused
+        assert tree is not None
+        try:
+            return await handler(request, tree)
+        except FileProblem as exc:
+            return _answer(request, exc)
+
+    return on_tree
 
 
 def _query(request: web.Request, name: str) -> str:
@@ -205,128 +225,93 @@ def _entries(tree: SandboxTree, path: str, depth: int) -> list[dict[str, Any]]:
 # --- handlers ------------------------------------------------------------------------------------------
 
 
-async def list_files(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def list_files(request: web.Request, tree: SandboxTree) -> web.Response:
     try:
         depth = int(request.query.get("depth") or 1)
         return web.json_response(_entries(tree, request.query.get("path") or ".", max(1, depth)))
     except ValueError:
         return error(request, 400, "depth must be an integer", source=SOURCE_DAEMON)
-    except FileProblem as exc:
-        return _answer(request, exc)
 
 
-async def get_info(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def get_info(request: web.Request, tree: SandboxTree) -> web.Response:
+    path = _query(request, "path")
+    host = _read_path(tree, path)
     try:
-        path = _query(request, "path")
-        host = _read_path(tree, path)
-        try:
-            return web.json_response(file_info(tree, tree.sandbox_path(path), host))
-        except OSError as exc:
-            raise _problem(exc, path) from exc
-    except FileProblem as exc:
-        return _answer(request, exc)
+        return web.json_response(file_info(tree, tree.sandbox_path(path), host))
+    except OSError as exc:
+        raise _problem(exc, path) from exc
 
 
-async def create_folder(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def create_folder(request: web.Request, tree: SandboxTree) -> web.Response:
+    path = _query(request, "path")
     try:
-        path = _query(request, "path")
-        try:
-            mode = int(request.query.get("mode") or "755", 8)
-        except ValueError:
-            raise FileProblem(400, "mode must be an octal number such as 755") from None
-        host = _write_path(tree, path)
-        try:
-            host.mkdir(parents=True, exist_ok=True)
-            os.chmod(host, mode)
-        except FileExistsError as exc:
-            raise FileProblem(409, f"a file is in the way: {tree.sandbox_path(path)}") from exc
-        except OSError as exc:
-            raise _problem(exc, path) from exc
-    except FileProblem as exc:
-        return _answer(request, exc)
+        mode = int(request.query.get("mode") or "755", 8)
+    except ValueError:
+        raise FileProblem(400, "mode must be an octal number such as 755") from None
+    host = _write_path(tree, path)
+    try:
+        host.mkdir(parents=True, exist_ok=True)
+        os.chmod(host, mode)
+    except FileExistsError as exc:
+        raise FileProblem(409, f"a file is in the way: {tree.sandbox_path(path)}") from exc
+    except OSError as exc:
+        raise _problem(exc, path) from exc
     return web.Response(status=201)
 
 
-async def delete(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def delete(request: web.Request, tree: SandboxTree) -> web.Response:
+    path = _query(request, "path")
+    recursive = request.query.get("recursive", "false").lower() == "true"
+    host = _write_path(tree, path, follow=False)
+    if host == tree.root:
+        raise FileProblem(403, "cannot delete /")
     try:
-        path = _query(request, "path")
-        recursive = request.query.get("recursive", "false").lower() == "true"
-        host = _write_path(tree, path, follow=False)
-        if host == tree.root:
-            raise FileProblem(403, "cannot delete /")
-        try:
-            if host.is_dir() and not host.is_symlink():
-                if not recursive:
-                    raise FileProblem(400, f"cannot delete directory without recursive flag: {path}")
-                shutil.rmtree(host)
-            else:
-                host.unlink()
-        except OSError as exc:
-            raise _problem(exc, path) from exc
-    except FileProblem as exc:
-        return _answer(request, exc)
+        if host.is_dir() and not host.is_symlink():
+            if not recursive:
+                raise FileProblem(400, f"cannot delete directory without recursive flag: {path}")
+            shutil.rmtree(host)
+        else:
+            host.unlink()
+    except OSError as exc:
+        raise _problem(exc, path) from exc
     return web.Response(status=204)
 
 
-async def move(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def move(request: web.Request, tree: SandboxTree) -> web.Response:
+    source, destination = _query(request, "source"), _query(request, "destination")
+    src = _write_path(tree, source, follow=False)
+    dst = _write_path(tree, destination, follow=False)
+    if not src.exists() and not src.is_symlink():
+        raise FileProblem(404, f"file not found: {source}")
     try:
-        source, destination = _query(request, "source"), _query(request, "destination")
-        src = _write_path(tree, source, follow=False)
-        dst = _write_path(tree, destination, follow=False)
-        if not src.exists() and not src.is_symlink():
-            raise FileProblem(404, f"file not found: {source}")
-        try:
-            os.replace(src, dst)
-        except OSError as exc:
-            raise _problem(exc, destination) from exc
-    except FileProblem as exc:
-        return _answer(request, exc)
+        os.replace(src, dst)
+    except OSError as exc:
+        raise _problem(exc, destination) from exc
     return web.Response(status=200)
 
 
-async def set_permissions(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def set_permissions(request: web.Request, tree: SandboxTree) -> web.Response:
+    path = _query(request, "path")
+    host = _write_path(tree, path)
+    for who in ("owner", "group"):
+        name = request.query.get(who)
+        if name and name not in (tree.user.name, "root"):
+            raise FileProblem(400, f"unknown {who}: {name}")
     try:
-        path = _query(request, "path")
-        host = _write_path(tree, path)
-        for who in ("owner", "group"):
-            name = request.query.get(who)
-            if name and name not in (tree.user.name, "root"):
-                raise FileProblem(400, f"unknown {who}: {name}")
-        try:
-            if request.query.get("mode"):
-                os.chmod(host, int(request.query["mode"], 8))
-            elif not host.exists():
-                raise FileProblem(404, f"file not found: {path}")
-        except ValueError:
-            raise FileProblem(400, "mode must be an octal number such as 644") from None
-        except OSError as exc:
-            raise _problem(exc, path) from exc
-    except FileProblem as exc:
-        return _answer(request, exc)
+        if request.query.get("mode"):
+            os.chmod(host, int(request.query["mode"], 8))
+        elif not host.exists():
+            raise FileProblem(404, f"file not found: {path}")
+    except ValueError:
+        raise FileProblem(400, "mode must be an octal number such as 644") from None
+    except OSError as exc:
+        raise _problem(exc, path) from exc
     return web.Response(status=200)
 
 
@@ -347,52 +332,37 @@ def _walk(tree: SandboxTree, path: str) -> Iterator[tuple[str, Path]]:
             yield base.rstrip("/") + "/" + name, Path(folder) / name
 
 
-async def find_in_files(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def find_in_files(request: web.Request, tree: SandboxTree) -> web.Response:
+    path, pattern = _query(request, "path"), _query(request, "pattern")
     try:
-        path, pattern = _query(request, "path"), _query(request, "pattern")
-        try:
-            wanted = re.compile(pattern)
-        except re.error:
-            wanted = re.compile(re.escape(pattern))
-        matches: list[dict[str, Any]] = []
-        for sandbox_path, host in _walk(tree, path):
-            if host.is_symlink() or not host.is_file() or host.stat().st_size > MAX_GREP_BYTES:
-                continue
-            data = host.read_bytes()
-            if b"\0" in data:
-                continue  # binary, as grep -I
-            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-                if wanted.search(line):
-                    matches.append({"file": sandbox_path, "line": number, "content": line})
-            if len(matches) >= MAX_MATCHES:
-                break
-    except FileProblem as exc:
-        return _answer(request, exc)
+        wanted = re.compile(pattern)
+    except re.error:
+        wanted = re.compile(re.escape(pattern))
+    matches: list[dict[str, Any]] = []
+    for sandbox_path, host in _walk(tree, path):
+        if host.is_symlink() or not host.is_file() or host.stat().st_size > MAX_GREP_BYTES:
+            continue
+        data = host.read_bytes()
+        if b"\0" in data:
+            continue  # binary, as grep -I
+        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+            if wanted.search(line):
+                matches.append({"file": sandbox_path, "line": number, "content": line})
+        if len(matches) >= MAX_MATCHES:
+            break
     return web.json_response(matches[:MAX_MATCHES])
 
 
-async def search_files(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
-    try:
-        path, pattern = _query(request, "path"), _query(request, "pattern")
-        found = [p for p, _host in _walk(tree, path) if fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], pattern)]
-    except FileProblem as exc:
-        return _answer(request, exc)
+@_on_tree
+async def search_files(request: web.Request, tree: SandboxTree) -> web.Response:
+    path, pattern = _query(request, "path"), _query(request, "pattern")
+    found = [p for p, _host in _walk(tree, path) if fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], pattern)]
     return web.json_response({"files": found})
 
 
-async def replace_in_files(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def replace_in_files(request: web.Request, tree: SandboxTree) -> web.Response:
     try:
         body = await request.json()
     except ValueError:
@@ -420,16 +390,10 @@ async def replace_in_files(request: web.Request) -> web.Response:
     return web.json_response(results)
 
 
-async def download(request: web.Request) -> web.StreamResponse:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
-    try:
-        path = _query(request, "path")
-        host = _regular_file(tree, path)
-    except FileProblem as exc:
-        return _answer(request, exc)
+@_on_tree
+async def download(request: web.Request, tree: SandboxTree) -> web.StreamResponse:
+    path = _query(request, "path")
+    host = _regular_file(tree, path)
     return web.FileResponse(host, headers={"Content-Type": "application/octet-stream"})
 
 
@@ -447,11 +411,8 @@ def _disposition(name: str, path: str) -> str:
     return f'form-data; name="{name}"; filename="{quoted}"'
 
 
-async def bulk_download(request: web.Request) -> web.StreamResponse:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def bulk_download(request: web.Request, tree: SandboxTree) -> web.StreamResponse:
     try:
         body = await request.json()
     except ValueError:
@@ -495,11 +456,8 @@ def _code(status: int) -> str:
     return {400: "BAD_REQUEST", 403: "FORBIDDEN", 404: "FILE_NOT_FOUND", 409: "CONFLICT"}.get(status, "INTERNAL_ERROR")
 
 
-async def bulk_upload(request: web.Request) -> web.Response:
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
+@_on_tree
+async def bulk_upload(request: web.Request, tree: SandboxTree) -> web.Response:
     if not request.content_type.startswith("multipart/"):
         return error(request, 400, "expected multipart/form-data", source=SOURCE_DAEMON)
     reader = await request.multipart()
@@ -554,27 +512,21 @@ def _store(tree: SandboxTree, path: str, data: bytes, written: list[str], errors
         errors.append(exc.message)
 
 
-async def upload_one(request: web.Request) -> web.Response:
+@_on_tree
+async def upload_one(request: web.Request, tree: SandboxTree) -> web.Response:
     """`POST /files/upload?path` and `/files/upload-v2?path`: one multipart `file` part."""
-    tree, refused = _tree(request)
-    if refused is not None:
-        return refused
-    assert tree is not None
-    try:
-        path = _query(request, "path")
-        if not request.content_type.startswith("multipart/"):
-            raise FileProblem(400, "expected multipart/form-data with a file part")
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if not isinstance(part, BodyPartReader):
-                continue
-            if part.name == "file":
-                _write_file(tree, path, data=await part.read())
-                return web.json_response({"path": tree.sandbox_path(path)})
-            await part.release()
-        raise FileProblem(400, "no file part")
-    except FileProblem as exc:
-        return _answer(request, exc)
+    path = _query(request, "path")
+    if not request.content_type.startswith("multipart/"):
+        raise FileProblem(400, "expected multipart/form-data with a file part")
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.name == "file":
+            _write_file(tree, path, data=await part.read())
+            return web.json_response({"path": tree.sandbox_path(path)})
+        await part.release()
+    raise FileProblem(400, "no file part")
 
 
 def add_routes(app: web.Application, prefix: str) -> None:
