@@ -15,18 +15,19 @@ image has a size:
 - a layer stays on the node after it arrived (the cache); past `cache_mb` the least recently used layers no pull
   and no placed sandbox needs are evicted.
 
-Flows advance on the simulator's clock (one timer: the next flow to finish), so a pull is deterministic.
+Flows advance on the simulator's clock (`bandwidth.py`: one timer, the next flow to finish), so a pull is
+deterministic.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from providers.base import IMAGE_SIZE_LABEL
-from providers.sim.core.clock import SimClock, TimerHandle
+from providers.sim.core.bandwidth import SharedBandwidth
+from providers.sim.core.clock import SimClock
 from providers.sim.core.profile import OWN_LAYER, Image, parse_catalogue
 
 Layer = tuple[str, float]  # (layer name, MB)
@@ -69,100 +70,8 @@ class ImageLayers:
         return ((image, size),) if size > 0 else ()
 
 
-@dataclass(slots=True, eq=False)
-class Flow:
-    """One layer moving to one node; `on_done` runs when its last MB arrived."""
-
-    node: int
-    layer: str
-    remaining_mb: float
-    on_done: list[Callable[[], None]] = field(default_factory=list)
-    rate: float = 0.0
-
-
-class Registry:
-    """The account's image registry: every layer flow in progress, sharing node and registry bandwidth."""
-
-    def __init__(self, spec: Image, clock: SimClock) -> None:
-        self.node_mb_s = spec.node_bandwidth_mb_s
-        self.registry_mb_s = spec.registry_bandwidth_mb_s
-        self.clock = clock
-        self.flows: dict[tuple[int, str], Flow] = {}
-        self._at = clock.now()
-        self._timer: TimerHandle | None = None
-        self.moved_mb = 0.0  # MB pulled so far (a stat)
-        self.peak_flows = 0
-
-    def moving(self, node: int, layer: str) -> Flow | None:
-        return self.flows.get((node, layer))
-
-    def start(self, node: int, layer: str, mb: float, on_done: Callable[[], None]) -> Flow:
-        """Move `mb` of `layer` to `node` (or join the flow already moving it)."""
-        flow = self.flows.get((node, layer))
-        if flow is not None:
-            flow.on_done.append(on_done)
-            return flow
-        self._advance()
-        flow = Flow(node, layer, mb, [on_done])
-        self.flows[(node, layer)] = flow
-        self.peak_flows = max(self.peak_flows, len(self.flows))
-        self._reschedule()
-        return flow
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self.flows.clear()
-
-    def _advance(self) -> None:
-        """Count what every flow moved since the last change, at the rates it had."""
-        now = self.clock.now()
-        elapsed = now - self._at
-        self._at = now
-        if elapsed <= 0:
-            return
-        for flow in self.flows.values():
-            moved = min(flow.remaining_mb, flow.rate * elapsed)
-            flow.remaining_mb -= moved
-            self.moved_mb += moved
-
-    def _share(self) -> None:
-        """Max-min fair rates: a flow gets its node's bandwidth over the node's flows, unless the registry's level is
-        lower; the level is set so the flows' rates add up to the registry's bandwidth (water-filling)."""
-        per_node: dict[int, int] = {}
-        for flow in self.flows.values():
-            per_node[flow.node] = per_node.get(flow.node, 0) + 1
-        caps = sorted((self.node_mb_s / per_node[f.node], key) for key, f in self.flows.items())
-        budget, left = self.registry_mb_s, len(caps)
-        level = math.inf
-        for cap, _ in caps:
-            if cap * left <= budget:
-                budget -= cap
-                left -= 1
-            else:
-                level = budget / left
-                break
-        for cap, key in caps:
-            self.flows[key].rate = min(cap, level)
-
-    def _reschedule(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self.flows:
-            return
-        self._share()
-        soonest = min(f.remaining_mb / f.rate if f.rate > 0 else math.inf for f in self.flows.values())
-        if math.isfinite(soonest):
-            self._timer = self.clock.call_at(self._at + soonest, self._tick)
-
-    def _tick(self) -> None:
-        self._timer = None
-        self._advance()
-        done = [key for key, f in self.flows.items() if f.remaining_mb <= 1e-9 * max(1.0, f.rate)]
-        finished = [self.flows.pop(key) for key in sorted(done)]
-        self._reschedule()
-        for flow in finished:
-            for callback in flow.on_done:
-                callback()
+def registry(spec: Image, clock: SimClock) -> SharedBandwidth:
+    """The account's image registry: layer flows keyed (node id, layer), `node_bandwidth_mb_s` a node,
+    `registry_bandwidth_mb_s` in all."""
+    node_mb_s = spec.node_bandwidth_mb_s
+    return SharedBandwidth(clock, spec.registry_bandwidth_mb_s, lambda node: node_mb_s)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from providers.sim.core.autoscale import Autoscaler
 from providers.sim.core.clock import SimClock, TimerHandle
 from providers.sim.core.draws import Stream
-from providers.sim.core.image_pulls import ImageLayers, Layer, Registry, declared_size_mb
+from providers.sim.core.image_pulls import ImageLayers, Layer, declared_size_mb, registry
 from providers.sim.core.pool import Node, NodePool, Pull
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
@@ -64,7 +64,7 @@ class StartPipeline:
         self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self.dispatch)
         # pulls by size (`image_pulls.py`): the image's layers, and the registry every layer flow shares
         self.layers = ImageLayers(profile.image)
-        self.registry = Registry(profile.image, clock)
+        self.registry = registry(profile.image, clock)
         self._layers_of: dict[tuple[str, float | None], tuple[Layer, ...]] = {}
         self._image_layers: dict[str, tuple[Layer, ...]] = {}  # image -> its layers, as the last pull resolved them
         # the start pipeline's own throughput (profile [account]): boots holding a start, and those waiting for one

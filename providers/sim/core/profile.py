@@ -297,7 +297,7 @@ class SandboxSpec:
     snapshot_per_gib_s x GiB of its files`, a fork's boot `fork_median_s + fork_per_gib_s x GiB of the source's
     files`. `exec_overhead_s`: a fixed hold on every command's answer (OpenSandbox's execd held each 1 s), beside
     `[exec]`'s drawn overhead. Transfers (`transfers.py`): a file moves at `upload_mb_s` / `download_mb_s` a
-    sandbox, all of the account's at most `account_transfer_mb_s` together; a file over `max_file_mb`, or more than
+    sandbox, all of the account's at most `account_transfer_mb_s` together; a file over `max_file_mib`, or more than
     `max_concurrent_transfers` at once in one sandbox, is refused. A profile without the section gets these
     defaults, each with an "assumption:" source.
     """
@@ -315,7 +315,7 @@ class SandboxSpec:
     upload_mb_s: float = math.inf
     download_mb_s: float = math.inf
     account_transfer_mb_s: float = math.inf
-    max_file_mb: float = math.inf
+    max_file_mib: float = math.inf
     max_concurrent_transfers: float = math.inf
 
     def __post_init__(self) -> None:
@@ -335,7 +335,7 @@ class SandboxSpec:
         for name in timed:
             if math.isinf(getattr(self, name)):
                 raise ValueError(f"{name} must be finite, got inf")
-        _positive(self, "upload_mb_s", "download_mb_s", "account_transfer_mb_s", "max_file_mb")
+        _positive(self, "upload_mb_s", "download_mb_s", "account_transfer_mb_s", "max_file_mib")
         _positive(self, "max_concurrent_transfers")
 
 

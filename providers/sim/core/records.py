@@ -215,6 +215,7 @@ class SimSandbox:
     first_exec_started_at: float | None = None  # when that command reached the vendor
     exec_busy_s: float = 0.0  # vendor seconds spent running commands that completed (overhead + own time)
     pull_s: float = 0.0  # vendor seconds it waited for its image's pull (placed -> pulled; 0: the node had it)
+    state_bytes: int = 0  # bytes of files a fork started with (its source's; its boot grows with them)
     user: SandboxUser | None = None  # None: root
     from_snapshot: str | None = None  # the snapshot id it started from
     fork_of: str | None = None  # the sandbox it was forked from

@@ -76,6 +76,7 @@ from providers.sim.core.records import (
 from providers.sim.core.sandbox_state.pausing import Pausing
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxTree, SandboxTrees
 from providers.sim.core.sandbox_state.snapshots import Snapshots, user_of
+from providers.sim.core.transfers import TransferRefused, Transfers
 from providers.sim.core.truth_archive import Retention
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "SimSandbox",
     "SimSnapshot",
     "SnapshotNotFound",
+    "TransferRefused",
     "VendorSimulator",
     "iso",
 ]
@@ -134,6 +136,7 @@ class VendorSimulator:
         self.real_shell: IsolatedShell | None = None  # real commands' processes (`commands.real_shell_of`)
         self._pausing = Pausing(self)
         self._snapshots = Snapshots(self, self._id_nonce)
+        self.transfers = Transfers(profile.sandbox, clock)  # files moving in and out (`transfers.py`)
         # the queue, the node pool and boots
         notify, boot = self._notify, self._pausing.boot_time
         self._pipeline = StartPipeline(profile, self.seed, clock, end=self._end, notify=notify, special_boot=boot)
@@ -258,6 +261,28 @@ class VendorSimulator:
     def delete_snapshot(self, id_or_name: str) -> SimSnapshot:
         return self._snapshots.delete(id_or_name)
 
+    def transfer_start(
+        self, sandbox_id: str, direction: str, size_bytes: int, on_done: Callable[[float], None]
+    ) -> None:
+        """A file of `size_bytes` moving into ("upload") or out of ("download") a RUNNING sandbox; `on_done(seconds)`
+        when it arrived (`transfers.py`). Raises NotFound, NotRunning, or TransferRefused (a vendor cap)."""
+        sb = self.get(sandbox_id)
+        if sb._phase != _RUNNING:
+            raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
+        self.transfers.start(sb.id, direction, size_bytes, on_done)
+
+    async def transfer(self, sandbox_id: str, direction: str, size_bytes: int) -> float:
+        """`transfer_start` awaited on a live loop (a front's files API waits it before it answers): the seconds
+        the file took (0 at once when nothing bounds transfers)."""
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+        def done(seconds: float) -> None:
+            if not fut.done():
+                fut.set_result(seconds)
+
+        self.transfer_start(sandbox_id, direction, size_bytes, done)
+        return await fut
+
     def exec_start(
         self,
         sandbox_id: str,
@@ -369,6 +394,8 @@ class VendorSimulator:
             "ended": dict(self.ended),
             "rejected": {str(k): v for k, v in self.admission.rejections.items()},
             "execs": dict(self.exec_counts),
+            "transferred_bytes": dict(self.transfers.moved_bytes),
+            "transfers_refused": dict(self.transfers.refused),
         }
 
     def truth(self) -> builtins.list[builtins.dict[str, Any]]:
@@ -381,6 +408,7 @@ class VendorSimulator:
         the snapshots are removed."""
         self._closed = True
         self._pipeline.close()
+        self.transfers.close()
         for sb in list(self._active.values()):
             for handle in sb._timers:
                 handle.cancel()

@@ -1,5 +1,7 @@
 """One command in a simulated sandbox: its fate drawn per (seed, sandbox, command number), its output from
 the tiny shell (`shell.py`), its outcome (done, timeout, transient error, crash, OOM) scheduled on the clock.
+Every answer is held `[sandbox] exec_overhead_s` after the command's output ended (a fixed per-command overhead, as
+OpenSandbox's execd held each answer 1 s), on top of `[exec]`'s drawn overhead before it starts.
 
 With the profile's `[sandbox] commands = "real"` on a live clock, the command runs for real in the sandbox's
 own tree (`isolated_shell.py`): the drawn overhead comes first (vendor seconds), then the process; its exit
@@ -128,7 +130,7 @@ def start_command(
         return real.start(env=env, cwd=cwd, on_stdout=on_stdout, on_stderr=on_stderr, stdin=stdin, pty=pty)
     full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": sb.id[:12], **sb.env, **(env or {})}
     result = run_shell(command, env=full_env, cwd=cwd or sim.profile.exec.default_cwd, memory_mb=sb.memory_mb)
-    total = overhead + result.duration_s
+    total = overhead + result.duration_s + sim.profile.sandbox.exec_overhead_s  # the answer held after the output
     now = sim.clock.now()
     # the earliest of these happens; ties resolve in this order
     events: list[tuple[float, int, str]] = [(now + total, 5, "done"), (now + timeout_s, 4, "timeout")]
@@ -238,6 +240,7 @@ class _RealCommand:
         self.ooms = ooms
         self.timeout_s = timeout_s
         self.ticket = ExecTicket(sb, on_done)
+        self.timers = _Timers()  # its start after the overhead, its timeout, the answer's hold
         self.accepted_at = sim.clock.now()
         self.loop = asyncio.get_running_loop()
         self.started_real = self.loop.time()
@@ -263,7 +266,7 @@ class _RealCommand:
         process.add_exit_callback(self._exited)
         ticket.process = process
         sb._execs[ticket] = None
-        timers = _Timers()
+        timers = self.timers
         ticket.timer = timers
         now = self.accepted_at
 
@@ -316,6 +319,17 @@ class _RealCommand:
                 message = "Sandbox crashed while running a command"
                 sim._end(sb, SandboxStatus.ERROR, ErrorType.SANDBOX_CRASHED, message)
             return
+        hold = sim.profile.sandbox.exec_overhead_s
+        if hold > 0:  # the answer is held after the last output (OpenSandbox's execd: 1 s)
+            self.timers.handles.append(sim.clock.call_at(now + hold, lambda: self._answer(process, total + hold)))
+            return
+        self._answer(process, total)
+
+    def _answer(self, process: RealProcess, total: float) -> None:
+        sim, sb, ticket = self.sim, self.sb, self.ticket
+        if ticket.done:
+            return
+        now = sim.clock.now()
         sim.exec_counts["ok"] += 1
         sb.exec_busy_s += total
         if sb.first_exec_done_at is None:

@@ -137,7 +137,8 @@ class Pausing:
         spec = self.host.profile.sandbox
         if sb._resuming:
             return Stream(self.host.seed, "resume", sb.seq, sb.pause_count).lognormal(spec.resume_median_s, spec.sigma)
-        return Stream(self.host.seed, "fork", sb.seq).lognormal(spec.fork_median_s, spec.sigma)
+        median = spec.fork_median_s + spec.fork_per_gib_s * sb.state_bytes / float(1 << 30)  # by the source's files
+        return Stream(self.host.seed, "fork", sb.seq).lognormal(median, spec.sigma)
 
     def ended(self, sb: SimSandbox, phase: int) -> None:
         """A sandbox ended from `phase`: a PAUSED one gives its place back (it held no slot and no quota)."""

@@ -4,8 +4,11 @@ A snapshot copies the sandbox's tree when it is asked for (the vendor's "snapsho
 `duration_s`, drawn from the profile's `sandbox.snapshot_median_s`: the front waits it before answering), so
 later writes in the source never reach it. A create with `from_snapshot` starts with a copy of the snapshot and
 boots as any create does (on Daytona and E2B a snapshot is what a sandbox boots from); a create with `fork_of`
-starts with a copy of a running or paused sandbox's files and boots in `sandbox.fork_median_s`. Copies are made
-only where files exist: a fork of a sandbox nobody wrote to gets its tree on first use, like any other.
+starts with a copy of a running or paused sandbox's files and boots in `sandbox.fork_median_s`. Both grow with
+size: a snapshot's median is `snapshot_median_s + snapshot_per_gib_s x GiB of files`, a fork's `fork_median_s +
+fork_per_gib_s x GiB of the source's files` (E2B's resume -> fork -> pause 2-4 s and Morph's < 250 ms a branch are
+the public fixed parts; no vendor publishes a per-GiB figure). Copies are made only where files exist: a fork of a
+sandbox nobody wrote to gets its tree on first use, like any other.
 
 Names: a snapshot may carry a name; `get`/`delete` take an id or a name (the newest snapshot of that name).
 """
@@ -77,14 +80,16 @@ class Snapshots:
         snapshot_id = f"snap{digest}"
         root = host.trees.save(sb.id, snapshot_id, user_of(sb))
         spec = host.profile.sandbox
+        size = _size_of(root)
+        median = spec.snapshot_median_s + spec.snapshot_per_gib_s * size / GIB
         snap = SimSnapshot(
             id=snapshot_id,
             name=name or snapshot_id,
             source_sandbox_id=sb.id,
             image=sb.image,
             created_at=host.clock.now(),
-            size_bytes=_size_of(root),
-            duration_s=Stream(host.seed, "snapshot", k).lognormal(spec.snapshot_median_s, spec.sigma),
+            size_bytes=size,
+            duration_s=Stream(host.seed, "snapshot", k).lognormal(median, spec.sigma),
         )
         self._by_id[snapshot_id] = snap
         return snap
@@ -131,10 +136,13 @@ class Snapshots:
             sb.fork_of = req.fork_of
             trees = self.host.trees
             if req.fork_of in trees:
-                trees.copy(req.fork_of, sb.id, user_of(sb))
+                sb.state_bytes = _size_of(trees.copy(req.fork_of, sb.id, user_of(sb)).root)
 
     def close(self) -> None:
         self._by_id.clear()
+
+
+GIB = float(1 << 30)
 
 
 def _size_of(root: Path) -> int:
