@@ -608,9 +608,14 @@ def parse_profile(data: Mapping[str, Any], *, where: str = "profile", path: str 
     for section, cls in _DEFAULTED_SECTIONS.items():
         sections[section] = _build_section(cls, data.get(section, {}), section, sources, where, labels)
         for f in dataclasses.fields(cls):
-            if isinstance(getattr(sections[section], f.name), (int, float)):
-                sources.setdefault(f"{section}.{f.name}", DEFAULTED_SOURCE.format(section=section))
-                labels.setdefault(f"{section}.{f.name}", DEFAULTED_LABEL.format(section=section))
+            value = getattr(sections[section], f.name)
+            if not isinstance(value, (int, float)):
+                continue
+            if section in data:  # the section is there, this number is not
+                sources.setdefault(f"{section}.{f.name}", FIELD_DEFAULTED_SOURCE.format(field=f"{section}.{f.name}"))
+                labels.setdefault(f"{section}.{f.name}", FIELD_DEFAULTED_LABEL.format(value=value))
+            sources.setdefault(f"{section}.{f.name}", DEFAULTED_SOURCE.format(section=section))
+            labels.setdefault(f"{section}.{f.name}", DEFAULTED_LABEL.format(section=section))
     return Profile(
         name=name,
         description=description,
