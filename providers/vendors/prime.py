@@ -9,6 +9,10 @@ gateway probe `echo 'sandbox ready'`: both count as ready), `execute_command` (C
 `command_session.CommandSession/Start` on the gateway) and `delete`; a run's leftovers are found with
 `list(labels=..., exclude_terminated=True)` and reaped with one `bulk_delete(labels=...)`.
 
+Contract 9's steps: `exec_stream` is `open_process` (a live command session: stdout and stderr iterated as the
+gateway sends them, then `wait`); `start_process` is `start_background_job` (the SDK's nohup launch; the job's record,
+as JSON, is the handle), `process_exit` `get_background_job_status`. Prime has no snapshot: no fork either.
+
 Where it talks, as whom: without `base_url`, the SDK's own configuration (`PRIME_API_KEY`, optional
 `PRIME_TEAM_ID`, `PRIME_API_BASE_URL`, or `~/.prime/config.json`: what `prime login` writes); with
 `base_url` (`--base-url`, or `--local` for the embedded Prime-like stub), that URL and `token`. Both are
@@ -50,6 +54,7 @@ that wait is the SDK's polling).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import math
@@ -70,6 +75,7 @@ from prime_sandboxes import (
     APIError,
     APITimeoutError,
     AsyncSandboxClient,
+    BackgroundJob,
     Config,
     CreateSandboxRequest,
     PaymentRequiredError,
@@ -86,6 +92,7 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     owner_labels,
     tagged_by_stampede,
 )
@@ -102,6 +109,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 from providers.vendors.prime_errors import TRANSPORT_ERRORS, classify_prime
@@ -433,6 +441,51 @@ class PrimeProvider(Provider):
         except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {seconds + _EXEC_GRACE_S:g}s") from None
         return ExecResult(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """`open_process` (the gateway's command session, streamed): stdout and stderr iterated as they come, then
+        `wait`; past the timeout the process is killed."""
+        clock = OutputClock(on_output)
+        seconds = max(1, math.ceil(timeout))
+        process: Any = None
+
+        async def read(stream: AsyncIterator[bytes]) -> bytes:
+            parts: list[bytes] = []
+            async for chunk in stream:
+                clock.seen(chunk)
+                parts.append(chunk)
+            return b"".join(parts)
+
+        try:
+            async with asyncio.timeout(seconds + _EXEC_GRACE_S):
+                process = await cancellable(self.sdk.open_process(ref.sandbox_id, shlex.join(argv)))
+                stdout, stderr = await asyncio.gather(read(process.stdout), read(process.stderr))
+                code = await cancellable(process.wait())
+        except TimeoutError:
+            if process is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(process.kill(), _EXEC_GRACE_S)
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no end within {seconds + _EXEC_GRACE_S:g}s") from None
+        finally:
+            if process is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(process.aclose(), _EXEC_GRACE_S)
+        result = ExecResult(int(code), stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+        return clock.done(result)
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """`start_background_job` (the SDK's nohup launch, its exit code written to a file): the job's own record, as
+        JSON, is the handle, so any process of the run can poll it."""
+        job = await cancellable(self.sdk.start_background_job(ref.sandbox_id, shlex.join(argv)))
+        return str(job.model_dump_json())
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """`get_background_job_status` (the exit file, without downloading the output)."""
+        job = BackgroundJob.model_validate_json(handle)
+        status = await cancellable(self.sdk.get_background_job_status(ref.sandbox_id, job))
+        return None if not status.completed or status.exit_code is None else int(status.exit_code)
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         """`upload_bytes`: the gateway's multipart upload (a relative path is root's home's)."""

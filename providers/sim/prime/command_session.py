@@ -13,7 +13,8 @@ Base URL `{gateway_url}/{user_ns}/{job_id}` (from `POST /api/v1/sandbox/{id}/aut
 - `SendSignal`: SIGTERM/SIGKILL to a running session by pid or session_uuid: it ends with exit code
   128 + signal and status `signaled`.
 - `SendInput`, `Connect`, `Update`, `StreamInput`: `unimplemented` (the simulator's commands take no
-  stdin and are not re-attachable), as are `pty` sessions and `stdin: true`.
+  stdin and are not re-attachable), as are `pty` sessions. `stdin: true` (what `open_process` sends) is accepted:
+  the command runs with no input.
 
 Errors (Connect codes, what the SDK makes of them): bad or expired gateway token -> `unauthenticated`
 (re-auth once, then `APIError`); unknown sandbox, or one that ended or died during the command ->
@@ -24,8 +25,8 @@ error-context lookup); still starting -> `unavailable` "Sandbox is not running y
 
 Time: `connect-timeout-ms` is the client's real-time deadline; the command gets that many real seconds,
 i.e. `timeout / time_scale` vendor seconds, so the stub's answer and the client's own deadline agree.
-Output is delivered when the command finishes (the simulator runs commands atomically), stdout before
-stderr. A command whose client hung up is forgotten within `DISCONNECT_CHECK_S`.
+A modelled command's output is delivered when it finishes (the simulator runs those atomically), stdout before
+stderr; a real command's (`sandbox.commands=real`) is sent as the command writes it, the rest at its end. A command whose client hung up is forgotten within `DISCONNECT_CHECK_S`.
 """
 
 from __future__ import annotations
@@ -159,8 +160,6 @@ def build_service(
     async def start(req: Any, ctx: CallContext) -> AsyncIterator[Any]:
         if req.HasField("pty"):
             raise RpcError(Code.UNIMPLEMENTED, "pty sessions are not modelled by the simulator")
-        if req.HasField("stdin") and req.stdin:
-            raise RpcError(Code.UNIMPLEMENTED, "stdin sessions are not modelled by the simulator")
         job_id = ctx.request.match_info["job_id"]
         sim = get_sim(ctx.request)
         command = shell_command(req.command)
@@ -174,6 +173,17 @@ def build_service(
             if not ended.done():
                 ended.set_result(result)
 
+        grew = asyncio.Event()  # a real command wrote output: sent as it comes (`open_process` reads it live)
+        pending: list[tuple[str, bytes]] = []
+        sent = {"stdout": 0, "stderr": 0}
+
+        def output(which: str) -> Callable[[bytes], None]:
+            def took(data: bytes) -> None:
+                pending.append((which, data))
+                grew.set()
+
+            return took
+
         try:
             ticket = sim.exec_start(
                 job_id,
@@ -182,6 +192,8 @@ def build_service(
                 on_done=done,
                 env=dict(req.command.envs),
                 cwd=req.command.cwd if req.command.HasField("cwd") else None,
+                on_stdout=output("stdout"),
+                on_stderr=output("stderr"),
             )
         except NotFound:
             raise RpcError(Code.NOT_FOUND, "Sandbox not found: unknown sandbox") from None
@@ -200,10 +212,25 @@ def build_service(
                 return
             quiet_since = time.monotonic()
             while True:
-                try:
-                    result = await asyncio.wait_for(asyncio.shield(ended), min(KEEPALIVE_S, DISCONNECT_CHECK_S))
+                while pending:
+                    which, data = pending.pop(0)
+                    sent[which] += len(data)
+                    for chunk in _chunks(data):
+                        yield pb.StartResponse(event=pb.CommandSessionEvent(data=_data_event(pb, which, chunk)))
+                if ended.done():
+                    result = ended.result()
                     break
-                except TimeoutError:
+                grew.clear()
+                waiter = asyncio.ensure_future(grew.wait())
+                try:
+                    await asyncio.wait(
+                        (ended, waiter),
+                        timeout=min(KEEPALIVE_S, DISCONNECT_CHECK_S),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    waiter.cancel()
+                if not ended.done() and not pending:
                     transport = ctx.request.transport
                     if transport is None or transport.is_closing():
                         return  # the client hung up: forget the command (below), as for a cancelled call
@@ -214,7 +241,7 @@ def build_service(
         finally:
             ticket.cancel()  # a no-op once resolved; forgets the command when the client went away
             sessions.close(job_id, session)
-        for event in _outcome_events(pb, result, timeout_s):
+        for event in _outcome_events(pb, result, timeout_s, sent["stdout"], sent["stderr"]):
             yield pb.StartResponse(event=event)
 
     async def list_sessions(req: Any, ctx: CallContext) -> Any:
@@ -243,12 +270,21 @@ def build_service(
     return service
 
 
-def _outcome_events(pb: Any, result: ExecOutcome | BaseException | int, timeout_s: float) -> list[Any]:
-    """What the end of a command looks like on the stream (or the error that ends the call)."""
+def _data_event(pb: Any, which: str, chunk: bytes) -> Any:
+    data_event = pb.CommandSessionEvent.DataEvent
+    return data_event(stdout=chunk) if which == "stdout" else data_event(stderr=chunk)
+
+
+def _outcome_events(
+    pb: Any, result: ExecOutcome | BaseException | int, timeout_s: float, sent_out: int = 0, sent_err: int = 0
+) -> list[Any]:
+    """What the end of a command looks like on the stream (or the error that ends the call); output already sent
+    as it came (`sent_out`/`sent_err` bytes of each stream) is not sent again."""
     event = pb.CommandSessionEvent
     if isinstance(result, ExecOutcome):
-        events = [event(data=event.DataEvent(stdout=chunk)) for chunk in _chunks(result.stdout.encode("utf-8"))] + [
-            event(data=event.DataEvent(stderr=chunk)) for chunk in _chunks(result.stderr.encode("utf-8"))
+        stdout, stderr = result.stdout.encode("utf-8")[sent_out:], result.stderr.encode("utf-8")[sent_err:]
+        events = [event(data=event.DataEvent(stdout=chunk)) for chunk in _chunks(stdout)] + [
+            event(data=event.DataEvent(stderr=chunk)) for chunk in _chunks(stderr)
         ]
         events.append(event(end=event.EndEvent(exit_code=result.exit_code, exited=True, status="exited")))
         return events
