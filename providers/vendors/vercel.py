@@ -13,6 +13,11 @@ filter a query, so the engine's is checked here) and destroyed one by one. Files
 to `fs/write`) and `fs.read_bytes` (`fs/read`); snapshots: `Sandbox.snapshot()`, whose id `create` takes back
 through `SandboxSpec.image` as `SnapshotSource` (Vercel stops the sandbox it snapshots).
 
+Contract 9's steps: `exec_stream` is `create_process` with its stdout and stderr readers iterated as the log stream
+routes them, then `wait`; `start_process` is `create_process` with output discarded (the process id is the handle),
+`process_exit` `get_process`'s return code; a fork is the contract's default, `count` creates from `snapshot`'s
+snapshot (Vercel has no multi-create).
+
 Where it talks, as whom: `SandboxServiceOptions(base_url=..., credentials_factory=...)`, per client, never the
 process environment. Without `base_url` the SDK's own (`https://vercel.com/api`) and its own credentials
 (`VERCEL_TOKEN`, `VERCEL_TEAM_ID`, `VERCEL_PROJECT_ID`, or a `VERCEL_OIDC_TOKEN`); with `base_url` (`--base-url`,
@@ -45,7 +50,8 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import Mapping, Sequence
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import metadata
@@ -83,6 +89,7 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     classify_common,
     gone_kind,
     owner_labels,
@@ -100,6 +107,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 
 SDK_VERSION = "0.10.0"  # the `[vercel]` extra's pin: its wire and exceptions were read for this release
@@ -283,6 +291,51 @@ class VercelProvider(Provider):
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no end within {timeout:g}s") from None
         return ExecResult(exit_code=int(result.returncode), stdout=result.stdout or "", stderr=result.stderr or "")
 
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """`create_process` (detached), its stdout and stderr readers iterated as the log stream routes them, then
+        `wait` for the exit code."""
+        sandbox = await self._sandbox(ref)
+        if not argv:
+            raise ProviderError(FailureKind.INVALID_REQUEST, "an empty command")
+        clock = OutputClock(on_output)
+
+        async def read(reader: Any) -> str:
+            parts: list[str] = []
+            async for chunk in reader:
+                clock.seen(chunk)
+                parts.append(chunk)
+            return "".join(parts)
+
+        try:
+            async with asyncio.timeout(timeout):
+                process = await cancellable(
+                    sandbox.create_process(argv[0], list(argv[1:]), kill_after=timeout + _EXEC_GRACE_S)
+                )
+                stdout, stderr = await asyncio.gather(read(process.stdout), read(process.stderr))
+                code = await cancellable(process.wait())
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no end within {timeout:g}s") from None
+        return clock.done(ExecResult(exit_code=int(code), stdout=stdout, stderr=stderr))
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """`create_process` with its output discarded: the process id is the handle (`get_process` finds it)."""
+        sandbox = await self._sandbox(ref)
+        if not argv:
+            raise ProviderError(FailureKind.INVALID_REQUEST, "an empty command")
+        process = await cancellable(
+            sandbox.create_process(argv[0], list(argv[1:]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
+        return str(process.id)
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """`get_process`: its return code once it exited."""
+        sandbox = await self._sandbox(ref)
+        process = await cancellable(sandbox.get_process(handle))
+        code = process.returncode
+        return None if code is None else int(code)
+
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         """`fs.write_bytes` (a gzip tar to `fs/write`; a relative path is the sandbox's working directory's)."""
         sandbox = await self._sandbox(ref)
@@ -380,7 +433,9 @@ def _timed_out(phase: Phase | None) -> FailureKind:
         return FailureKind.EXEC_TIMEOUT
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
-    return FailureKind.READY_TIMEOUT  # create (which waits for the boot) or ready
+    if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
+        return vendor_error_kind(phase)
+    return FailureKind.READY_TIMEOUT  # create (which waits for the boot), ready, pull or a fork's boot
 
 
 def _status_kind(status: int, code: str | None, message: str, phase: Phase | None) -> FailureKind:
