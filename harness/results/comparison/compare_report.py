@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from harness.errors import UsageError
-from harness.results.render import html_report
 from harness.results.comparison.compare import (
     BETTER,
     WHOLE_RUN,
@@ -29,10 +28,11 @@ from harness.results.comparison.compare import (
     compare_runs,
 )
 from harness.results.export.json_schemas import SchemaMismatch, check_against
-from harness.results.render.report import load_runs
-from harness.results.render.report_tables import Table, basis_note, seconds
 from harness.results.figures.stage_aggregate import STARTUP, RunStats, TimeBasis
 from harness.results.figures.thresholds import Threshold, any_crossed, evaluate, format_verdicts
+from harness.results.render import html_report
+from harness.results.render.report import load_runs
+from harness.results.render.report_tables import Table, basis_note, seconds
 from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH, EXIT_THRESHOLDS_CROSSED
 
 COMPARE_VERSION = 1
@@ -471,11 +471,15 @@ def _check_thresholds(
     if not thresholds:
         return False, [], []
     from harness.results.figures.run_figures import load_aggregate, run_figures
+    from harness.results.figures.step_figures import load_step_view
+    from harness.results.figures.thresholds import check_steps
 
     crossed, lines, saved = False, [], []
     for run in candidates:
         info, aggregate = load_aggregate(run.info.run_dir, "vendor")
-        verdicts = evaluate(thresholds, run_figures(aggregate))
+        figures = run_figures(aggregate, load_step_view(info))
+        check_steps(thresholds, figures, f"candidate {info.label}")  # a step it never ran: one line, exit 2
+        verdicts = evaluate(thresholds, figures)
         lines += [f"{run.info.label}: {line}" for line in format_verdicts(verdicts).splitlines()]
         saved.append({"run_id": info.run_id, "verdicts": [v.to_dict() for v in verdicts]})
         crossed = crossed or any_crossed(verdicts)

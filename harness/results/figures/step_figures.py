@@ -241,6 +241,12 @@ class StepView:
     run: list[StepStats]
     stages: dict[str, list[StepStats]]
     tax: InfraTax | None
+    survival: dict[str, tuple[np.ndarray, int]] = field(default_factory=dict)
+    """Per kind (and exec.overhead): its successful steps' sorted vendor seconds, and every step of it (the
+    denominator of a survival curve: failed steps never finish, they are its floor)."""
+    per_rollout_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per stage, per kind: vendor seconds the kind took per rollout (its steps summed, over the stage's rollouts;
+    pull apart from ready, which holds it): the report's breakdown of where a rollout's time goes."""
 
     def keys(self) -> list[str]:
         return [entry.key for entry in self.run]
@@ -250,7 +256,29 @@ def step_view(steps: pd.DataFrame) -> StepView | None:
     """None for a run without steps (no plan): every printer then prints what it printed before."""
     if steps.empty:
         return None
-    return StepView(run=step_stats(steps), stages=steps_by_stage(steps), tax=infra_tax(steps))
+    survival: dict[str, tuple[np.ndarray, int]] = {}
+    for kind in kind_order(steps["kind"]):
+        rows = steps.loc[steps["kind"] == kind]
+        survival[kind] = (np.sort(rows.loc[rows["ok"], "duration"].dropna().to_numpy(dtype=float)), len(rows))
+        if kind == "exec" and rows["overhead"].notna().any():
+            measured = rows.loc[rows["overhead"].notna()]
+            values = measured.loc[measured["ok"], "overhead"].to_numpy(dtype=float)
+            survival[OVERHEAD] = (np.sort(values), len(measured))
+    per_rollout: dict[str, dict[str, float]] = {}
+    for stage, part in steps.groupby("stage", sort=False):
+        rollouts = max(int(part[["rollout_id", "attempt"]].drop_duplicates().shape[0]), 1)
+        sums = part.groupby("kind")["duration"].sum()
+        shares = {str(k): float(v) / rollouts for k, v in sums.items()}
+        if "pull" in shares and "ready" in shares:  # a pull lies inside its ready: the bar shows them apart
+            shares["ready"] = max(shares["ready"] - shares["pull"], 0.0)
+        per_rollout[str(stage)] = {k: shares[k] for k in kind_order(shares)}
+    return StepView(
+        run=step_stats(steps),
+        stages=steps_by_stage(steps),
+        tax=infra_tax(steps),
+        survival=survival,
+        per_rollout_s=per_rollout,
+    )
 
 
 def load_step_view(info: RunInfo) -> StepView | None:

@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.results.render import html_report
-from harness.results.render import plots
-from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.figures.knee import Knee, KneeThresholds, find_knee
 from harness.results.figures.quantiles import QUANTILE_NAMES, REPORT_QUANTILES, SMALL_SAMPLE_MARK, supported
+from harness.results.figures.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
+from harness.results.figures.step_figures import StepView
+from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, evaluate
+from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.results.read.run_ending import RunEnding, run_ending
+from harness.results.read.run_pointer import resolve_run_dir
+from harness.results.render import html_report, plots, step_report
 from harness.results.render.report_tables import (
     REPORT_SMALL_SAMPLE_NOTE,
     Table,
@@ -27,10 +31,6 @@ from harness.results.render.report_tables import (
     phase_table,
     stage_table,
 )
-from harness.results.read.run_ending import RunEnding, run_ending
-from harness.results.read.run_pointer import resolve_run_dir
-from harness.results.figures.stage_aggregate import PHASES, TTI_PARTS, RunStats, TimeBasis, compute_run_stats
-from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, evaluate
 from harness.wire.run_endings import EXIT_THRESHOLDS_CROSSED
 
 FIGURES: tuple[tuple[str, str], ...] = (
@@ -153,6 +153,8 @@ def build_report(
         (run, stage_table(run, knee), phase_table(run)) for run, knee in zip(runs, knees, strict=True)
     ]
     knees_t = knee_table(runs, knees)
+    step_views = _step_views(runs)
+    step_tables = {label: _step_tables(label, view) for label, view in step_views}
     comparison = comparison_table(runs) if len(runs) > 1 else None
     censored = censoring_table(runs)
 
@@ -160,8 +162,10 @@ def build_report(
         (f"{run.info.run_id}: {end.banner()}", end.cut_short) for run, end in zip(runs, run_endings, strict=True)
     ]
     text_parts = [line for line, _ in ending_lines] + [basis_note(run) for run in runs]
-    for _, stages_t, phases_t in per_run:
+    for run, stages_t, phases_t in per_run:
         text_parts += ["", stages_t.to_text(), "", phases_t.to_text()]
+        for table in step_tables.get(run.info.label, []):
+            text_parts += ["", table.to_text()]
     if comparison is not None:
         text_parts += ["", comparison.to_text()]
     if censored is not None:
@@ -188,6 +192,10 @@ def build_report(
         drawn = [(name, alt, make) for (name, alt), make in zip(FIGURES, makers, strict=True)]
         if any(s.retries for run in runs for s in run.stages):
             drawn.insert(2, (*STARTUP_FIGURE, lambda runs: plots.tti_cdf(runs, per_rollout=True)))
+        if step_views:
+            step_makers = (step_report.step_breakdown, step_report.step_survival)
+            for (name, alt), step_make in zip(step_report.STEP_FIGURES, step_makers, strict=True):
+                drawn.append((name, alt, lambda _runs, make=step_make: make(step_views)))  # type: ignore[misc]
         for name, alt, make in drawn:
             png = make(runs)
             path = out / name
@@ -203,7 +211,7 @@ def build_report(
     if comparison is not None:
         sections.append(("Side by side", [comparison], []))
     for run, stages_t, phases_t in per_run:
-        sections.append((run.info.label, [stages_t, phases_t], []))
+        sections.append((run.info.label, [stages_t, phases_t, *step_tables.get(run.info.label, [])], []))
     if censored is not None:
         sections.append(("Censored rollouts", [censored], []))
     sections.append(("Figures", [], images))
@@ -216,16 +224,34 @@ def build_report(
         )
     )
     text_parts += ["", f"report: {html_path}"]
-    tables = [knees_t, *_tables(per_run, comparison, censored)]
+    tables = [knees_t, *_tables(per_run, comparison, censored), *(t for ts in step_tables.values() for t in ts)]
     return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees, tables, verdicts)
+
+
+def _step_views(runs: Sequence[RunStats]) -> list[tuple[str, StepView]]:
+    """(label, steps) of each run with a plan; none for the others (their report is unchanged)."""
+    from harness.results.figures.step_figures import load_step_view
+
+    views = [(run.info.label, load_step_view(run.info)) for run in runs]
+    return [(label, view) for label, view in views if view is not None]
+
+
+def _step_tables(label: str, view: StepView) -> list[Table]:
+    tables = [step_report.step_table(label, view), step_report.step_phase_table(label, view)]
+    tax = step_report.tax_table(label, view)
+    return tables + ([tax] if tax is not None else [])
 
 
 def _verdicts(run: RunStats, pass_fail: Sequence[Threshold]) -> list[Verdict]:
     """Thresholds are in vendor seconds: the run is aggregated on that basis (whole run pooled, and per stage)."""
     from harness.results.figures.run_figures import aggregate_run, run_figures
+    from harness.results.figures.step_figures import load_step_view
+    from harness.results.figures.thresholds import check_steps
 
     aggregate = aggregate_run(run.info, load_rollout_frame(run.info.run_dir), "vendor")
-    return evaluate(pass_fail, run_figures(aggregate))
+    figures = run_figures(aggregate, load_step_view(run.info))
+    check_steps(pass_fail, figures, f"run {run.info.label}")  # a step the run never ran: one line, exit 2
+    return evaluate(pass_fail, figures)
 
 
 def threshold_banner(verdicts: Sequence[tuple[str, Sequence[Verdict]]]) -> tuple[str, Table, bool] | None:

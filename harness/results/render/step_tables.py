@@ -19,7 +19,7 @@ STEP_NOTE = (
 def _seconds(value: float) -> str:
     if value != value:
         return "-"
-    if value < 0.01:
+    if 0 < value < 0.01:
         return f"{1000 * value:.2f}ms"
     if value < 10:
         return f"{value:.3f}"
