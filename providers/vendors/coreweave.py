@@ -15,6 +15,12 @@ chunks, exit); a non-zero exit is a result. `terminate` is `stop(missing_ok=True
 to a terminal state), or `Sandbox.delete(id, missing_ok=True)` without a handle. Files are `write_file` /
 `read_file`. A run's leftovers are `Sandbox.list(tags=[run label])`, each deleted.
 
+Contract 9's steps: `exec_stream` is `sandbox.exec` with its `stdout`/`stderr` readers iterated as the exec stream
+delivers; `start_process` is `sandbox.exec` not awaited (the SDK's `Process` kept here), `process_exit` its `poll`. No
+snapshot (so no fork): the SDK's `snapshot` captures a file-system-snapshot mount the sandbox must have been created
+with (FSS, an organization feature), restored through `file_system_snapshot` options rather than an image, and the
+local plane does not serve it.
+
 Where it talks, as whom: everything is passed per call, never put into the process environment. Without
 `base_url`, the SDK's own configuration (`CWSANDBOX_BASE_URL`, else https://api.cwsandbox.com, and
 `CWSANDBOX_API_KEY`); with `base_url` (`--base-url`, or `--local` for the local plane), that URL and `token` as
@@ -38,10 +44,11 @@ checked against, `SUPPORTED_SDK`). The spec's cpu and memory go as the container
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -80,6 +87,7 @@ from providers.base import (
     ReadyObservation,
     SandboxRef,
     SandboxSpec,
+    StreamedExec,
     classify_common,
     gone_kind,
     owner_labels,
@@ -98,6 +106,7 @@ from providers.options import (
     parse_options,
     text,
 )
+from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 
 SUPPORTED_SDK = "1.22.0"  # the `[coreweave]` extra's pin in pyproject.toml
@@ -196,6 +205,8 @@ class CoreWeaveProvider(Provider):
 
     def __init__(self, options: CoreWeaveOptions) -> None:
         self.options = options
+        self._processes: dict[str, Any] = {}  # start_process's key -> the SDK's Process
+        self._started = 0
         with contextlib.suppress(RuntimeError):  # already installed by the user's own code: theirs stands
             disable_signal_handlers()  # the harness owns SIGINT/SIGTERM (and cleans up by label); atexit stays
 
@@ -269,6 +280,52 @@ class CoreWeaveProvider(Provider):
         except TimeoutError:
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + _EXEC_GRACE_S:g}s") from None
         return ExecResult(exit_code=result.returncode, stdout=result.stdout, stderr=result.stderr)
+
+    async def exec_stream(
+        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
+    ) -> StreamedExec:
+        """`sandbox.exec`, its `stdout` and `stderr` readers iterated as the exec stream delivers, then its result."""
+        sandbox = await self._sandbox(ref)
+        clock = OutputClock(on_output)
+
+        async def read(reader: Any) -> str:
+            parts: list[str] = []
+            async for chunk in reader:
+                text = chunk.decode(errors="replace") if isinstance(chunk, bytes) else str(chunk)
+                clock.seen(text)
+                parts.append(text)
+            return "".join(parts)
+
+        try:
+            async with asyncio.timeout(timeout + _EXEC_GRACE_S):
+                process = sandbox.exec(list(argv), timeout_seconds=timeout)
+                stdout, stderr = await asyncio.gather(read(process.stdout), read(process.stderr))
+                result = await cancellable(_result(process))
+        except TimeoutError:
+            raise ProviderError(FailureKind.EXEC_TIMEOUT, f"no answer within {timeout + _EXEC_GRACE_S:g}s") from None
+        return clock.done(ExecResult(exit_code=result.returncode, stdout=stdout, stderr=stderr))
+
+    async def start_process(self, ref: SandboxRef, argv: Sequence[str]) -> str:
+        """`sandbox.exec` not awaited: the SDK's `Process` is kept here, `process_exit` is its `poll`."""
+        sandbox = await self._sandbox(ref)
+        process = sandbox.exec(list(argv))
+        self._started += 1
+        key = f"{ref.sandbox_id}:{self._started}"
+        self._processes[key] = process
+        return key
+
+    async def process_exit(self, ref: SandboxRef, handle: str) -> int | None:
+        """The `Process`'s exit code once its stream ended (an exec stream that failed raises its error)."""
+        process = self._processes.get(handle)
+        if process is None:
+            raise ProviderError(FailureKind.EXEC_ERROR, f"no background process {handle} started by this provider")
+        if process.poll() is None:
+            try:
+                process.wait(timeout=0)  # ended without an exit code: its stream's error is raised here
+            except concurrent.futures.TimeoutError:
+                return None  # still running
+        self._processes.pop(handle, None)
+        return int(process.wait(timeout=0))
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         sandbox = await self._sandbox(ref)
@@ -389,6 +446,8 @@ def _timed_out(phase: Phase | None) -> FailureKind:
         return FailureKind.EXEC_TIMEOUT
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
+    if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
+        return vendor_error_kind(phase)
     return FailureKind.READY_TIMEOUT
 
 
