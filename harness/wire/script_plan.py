@@ -297,16 +297,3 @@ def _check_order(steps: tuple[Step, ...], source: str) -> None:
             raise UsageError(f"{where}: kind: terminate ends the rollout: it must be the last step")
         if step.kind == "fork" and any(s.kind == "fork" for s in steps[:i]):
             raise UsageError(f"{where}: kind: one fork per plan (the steps after it run in each copy)")
-
-
-def plan_summary(plan: ScriptPlan) -> str:
-    """One line for the run's banner: `swe-task: create, upload, exec x uniform:20,50, ...`."""
-    parts = []
-    for step in plan.steps:
-        if step.kind == "exec" and step.repeat != "const:1":
-            parts.append(f"{step.name} x {step.repeat}")
-        elif step.kind == "fork":
-            parts.append(f"fork x {step.copies}")
-        else:
-            parts.append(step.name if step.name == step.kind else f"{step.kind} {step.name}")
-    return f"{plan.name}: {', '.join(parts)}"
