@@ -160,13 +160,23 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-async def create_context(request: web.Request) -> web.Response:
+def _with_real_commands(request: web.Request) -> tuple[Front, SimSandbox] | web.Response:
+    """The front and the path's running sandbox when commands run for real (the interpreter is a real python3);
+    else the proxy's or the daemon's answer."""
     front, sb, refused = running(request)
     if refused is not None:
         return refused
     assert sb is not None
     if front.sim.profile.sandbox.commands != "real":
         return _unmodelled(request)
+    return front, sb
+
+
+async def create_context(request: web.Request) -> web.Response:
+    found = _with_real_commands(request)
+    if isinstance(found, web.Response):
+        return found
+    front, sb = found
     body = await json_object(request) or {}
     cwd, language = body.get("cwd"), body.get("language") or "python"
     if cwd is not None and not isinstance(cwd, str):
@@ -204,12 +214,10 @@ async def delete_context(request: web.Request) -> web.Response:
 
 
 async def execute(request: web.Request) -> web.StreamResponse:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
-    if front.sim.profile.sandbox.commands != "real":
-        return _unmodelled(request)
+    found = _with_real_commands(request)
+    if isinstance(found, web.Response):
+        return found
+    front, sb = found
     ws = web.WebSocketResponse()
     if not ws.can_prepare(request).ok:
         return error(request, 400, "code runs over a WebSocket upgrade", source=SOURCE_DAEMON)

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from providers.sim.core.serving.listening import stampede_stats, stampede_truth
-from providers.sim.core.simulator import NotFound, Rejected, RejectReason, SandboxStatus
+from providers.sim.core.simulator import NotFound, Rejected, RejectReason, SandboxStatus, SimSandbox
 from providers.sim.daytona.front import Front, error, front_of
 from providers.sim.daytona.openapi import openapi_document
 from providers.sim.daytona.shapes import (
@@ -106,12 +106,20 @@ async def create_sandbox(request: web.Request) -> web.Response:
     return web.json_response(front.body(sb))
 
 
-async def get_sandbox(request: web.Request) -> web.Response:
+def _live(request: web.Request) -> tuple[Front, SimSandbox] | web.Response:
+    """The front and the sandbox the path's `id` names (id or name), or the API's 404 for one destroyed or unknown."""
     front = front_of(request)
     try:
-        sb = front.find_live(request.match_info["id"])
+        return front, front.find_live(request.match_info["id"])
     except NotFound:
         return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
+
+
+async def get_sandbox(request: web.Request) -> web.Response:
+    found = _live(request)
+    if isinstance(found, web.Response):
+        return found
+    front, sb = found
     return web.json_response(front.body(sb))
 
 
@@ -177,11 +185,10 @@ async def delete_sandbox(request: web.Request) -> web.Response:
 async def stop_sandbox(request: web.Request) -> web.Response:
     """A stop keeps the sandbox's disk (the simulator's pause: its slot and quota freed, its files kept) until a
     `start`; an ephemeral sandbox (`autoDeleteInterval` 0) is deleted by its stop, as on the API."""
-    front = front_of(request)
-    try:
-        sb = front.find_live(request.match_info["id"])
-    except NotFound:
-        return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
+    found = _live(request)
+    if isinstance(found, web.Response):
+        return found
+    front, sb = found
     if sb.status is not SandboxStatus.RUNNING:
         return error(request, 400, f"Sandbox is not started (state: {state_of(sb, front.life.get(sb.id))})")
     life = front.lifecycle(sb)
@@ -197,11 +204,10 @@ async def stop_sandbox(request: web.Request) -> web.Response:
 async def start_sandbox(request: web.Request) -> web.Response:
     """A stopped (or archived) sandbox is queued again and boots in the profile's resume time, files as it left
     them; the SDK waits for `started` as after a create."""
-    front = front_of(request)
-    try:
-        sb = front.find_live(request.match_info["id"])
-    except NotFound:
-        return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
+    found = _live(request)
+    if isinstance(found, web.Response):
+        return found
+    front, sb = found
     state = state_of(sb, front.life.get(sb.id))
     if state in ("creating", "starting", "started"):
         return web.json_response(front.body(sb))
@@ -219,11 +225,10 @@ async def start_sandbox(request: web.Request) -> web.Response:
 
 async def archive_sandbox(request: web.Request) -> web.Response:
     """Archive a stopped sandbox (its disk moves to cheaper storage on the API; here a state, nothing more)."""
-    front = front_of(request)
-    try:
-        sb = front.find_live(request.match_info["id"])
-    except NotFound:
-        return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
+    found = _live(request)
+    if isinstance(found, web.Response):
+        return found
+    front, sb = found
     state = state_of(sb, front.life.get(sb.id))
     if state == "archived":
         return web.json_response(front.body(sb))
@@ -235,12 +240,10 @@ async def archive_sandbox(request: web.Request) -> web.Response:
 
 
 async def toolbox_proxy_url(request: web.Request) -> web.Response:
-    front = front_of(request)
-    try:
-        front.find_live(request.match_info["id"])
-    except NotFound:
-        return error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
-    return web.json_response({"url": front.toolbox_url})
+    found = _live(request)
+    if isinstance(found, web.Response):
+        return found
+    return web.json_response({"url": found[0].toolbox_url})
 
 
 async def config(request: web.Request) -> web.Response:
