@@ -4,6 +4,8 @@ sandbox (a fork group's copies too) terminated whatever happens."""
 from __future__ import annotations
 
 import asyncio
+import io
+import tarfile
 from typing import Any
 
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry
@@ -77,6 +79,10 @@ async def test_every_step_kind_is_a_row_with_what_it_moved_and_the_sandbox_ends(
     tar, files, one = (row for row in rows if row.kind == "upload")
     assert tar.files == 30 and tar.bytes is not None and tar.bytes >= 3000  # one archive of 30 files
     assert (files.files, files.bytes) == (5, 50) and (one.files, one.bytes) == (1, 64)
+    with tarfile.open(fileobj=io.BytesIO(provider.uploaded["/w/repo/stampede-upload.tar"])) as archive:
+        members = archive.getmembers()
+        assert len(members) == 30 and all(member.size == 100 for member in members)
+        assert members[0].name == "w/repo/f00000.txt" and len(archive.extractfile(members[0]).read()) == 100
     assert next(row for row in rows if row.kind == "download").bytes == 64  # what went in comes out
     streamed = [row for row in rows if row.name == "echo"]
     assert len(streamed) == 3 and all(row.first_byte_s is not None for row in streamed)

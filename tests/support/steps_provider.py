@@ -44,6 +44,7 @@ class StepsProvider(ScriptedProvider):
         self.answer_overhead_s = float(options.get("answer_overhead_s", 0.0))
         self.no_fork = str(options.get("no_fork", "")).lower() in ("1", "true")
         self.forks: list[int] = []  # the count of each fork call
+        self.uploaded: dict[str, bytes] = {}  # every upload's last bytes by path, kept past the sandbox's end
         self.pull_s = float(options["pull_s"]) if "pull_s" in options else None
         self.pull_fail = str(options.get("pull_fail", "")).lower() in ("1", "true")
 
@@ -89,6 +90,7 @@ class StepsProvider(ScriptedProvider):
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         self._sandbox_files(ref)[path] = data
+        self.uploaded[path] = data
 
     async def download_file(self, ref: SandboxRef, path: str) -> bytes:
         try:
