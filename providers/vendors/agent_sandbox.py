@@ -395,7 +395,9 @@ def _timed_out(phase: Phase | None) -> FailureKind:
         return FailureKind.EXEC_TIMEOUT
     if phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
-    return FailureKind.READY_TIMEOUT  # create (which waits for the claim's Ready) or ready
+    if phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
+        return vendor_error_kind(phase)
+    return FailureKind.READY_TIMEOUT  # create (which waits for the claim's Ready), ready or pull
 
 
 def _status_kind(status: int | None, message: str, phase: Phase | None) -> FailureKind:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from providers.base import FailureKind, Phase, ProviderError, classify_common
+from providers.base import FailureKind, Phase, ProviderError, classify_common, gone_kind, vendor_error_kind
 
 SANDBOX_LIMIT_CODE = "SANDBOX_LIMIT_REACHED"
 CAPACITY_CODE = "INSUFFICIENT_CAPACITY"
@@ -58,6 +58,8 @@ def status_kind(status: int, phase: Phase | None, detail: str = "", error_code: 
         status in (404, 409) or (status == 502 and (error_code == SANDBOX_NOT_FOUND or _NOT_FOUND.search(detail)))
     ):
         return FailureKind.DIED_DURING_EXEC
+    if status == 404 and phase in (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT):
+        return gone_kind(phase)  # the sandbox is gone (a missing file is the adapter's FileNotFoundError first)
     if status in (400, 409, 422):
         return FailureKind.INVALID_REQUEST
     if status == 404 and phase is Phase.READY:
@@ -66,12 +68,13 @@ def status_kind(status: int, phase: Phase | None, detail: str = "", error_code: 
 
 
 def _by_phase(phase: Phase | None) -> FailureKind:
-    """An error status with no more specific meaning, by phase (no phase: as on create)."""
-    if phase is Phase.EXEC:
-        return FailureKind.EXEC_ERROR
+    """An error status with no more specific meaning, by phase (no phase: as on create; a 413 on an upload, a
+    5xx on a download: `transfer_error`)."""
     if phase in (Phase.READY, Phase.TERMINATE):
         return FailureKind.TRANSPORT
-    return FailureKind.CREATE_ERROR
+    if phase in (None, Phase.CREATE):
+        return FailureKind.CREATE_ERROR
+    return vendor_error_kind(phase)
 
 
 def body_detail(body: Any) -> tuple[str, str | None]:

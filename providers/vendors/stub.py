@@ -40,6 +40,7 @@ from providers.base import (
     classify_common,
     owner_labels,
     tagged_by_stampede,
+    vendor_error_kind,
 )
 from providers.http1_client import Http1Client
 from providers.options import Option, declare, declared_options, declared_values, integer, number, parse_options, text
@@ -137,7 +138,13 @@ _NOT_RETRIED = frozenset({FailureKind.AUTH, FailureKind.INVALID_REQUEST, Failure
 
 def unreadable(phase: Phase, status: int, what: str) -> ProviderError:
     """A 2xx answer that is not what the protocol promises (garbage, truncated, the wrong content type)."""
-    return ProviderError(_UNREADABLE_KINDS[phase], f"HTTP {status} but not a JSON object: {what[:120]!r}")
+    return ProviderError(_unreadable_kind(phase), f"HTTP {status} but not a JSON object: {what[:120]!r}")
+
+
+def _unreadable_kind(phase: Phase | None) -> FailureKind:
+    """An unreadable answer's kind: the table's, else the phase's vendor error (an upload's: `transfer_error`)."""
+    phase = phase or Phase.CREATE
+    return _UNREADABLE_KINDS.get(phase) or vendor_error_kind(phase)
 
 
 ALL_OWNED_MAX_PAGES = 10_000  # 1,000,000 sandboxes: a bound, not a limit anyone meets
@@ -512,7 +519,7 @@ class StubProvider(Provider):
     def classify(self, exc: BaseException, phase: Phase | None = None) -> FailureKind:
         if isinstance(exc, (KeyError, ValueError, TypeError)):
             # The API answered something we cannot read: a vendor error in this phase, not ours.
-            return _UNREADABLE_KINDS[phase or Phase.CREATE]
+            return _unreadable_kind(phase)
         return classify_common(exc, phase)
 
     def versions(self) -> Mapping[str, str]:
