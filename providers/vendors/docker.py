@@ -91,6 +91,7 @@ from providers.vendors.docker_image import (
     SCRATCH_DIR,
     default_host,
     ensure_image,
+    ensure_sized_archive,
     ensure_sized_image,
     image_id,
 )
@@ -390,6 +391,10 @@ class DockerProvider(Provider):
                     if not (exc.status == 404 and "image" in exc.message.lower()):
                         raise
                     self._images_ok.discard(image)  # removed behind our back, or never there
+                    if SizedImage.parse(image) is not None:  # pulled again, in readiness
+                        name = name or f"stampede-{secrets.token_hex(8)}"
+                        box = _Sandbox(name, memory_mb=int(spec.memory_mb), owner=owner, pending=(config, name))
+                        return self._ref(spec, box, image, name, pull=True)
                     await self._obtain_image(image)
                     container = await docker.containers.create(config, name=name)
         return self._ref(spec, _Sandbox(container.id, memory_mb=int(spec.memory_mb), owner=owner), image, name)
@@ -407,6 +412,13 @@ class DockerProvider(Provider):
         self._images_ok.add(image)
         return True
 
+    async def _archive(self, image: str) -> None:
+        """The registry's archive of a sized image, written the first time it is needed (never part of a pull)."""
+        sized = SizedImage.parse(image)
+        assert sized is not None
+        async with self._image_locks.setdefault(f"archive:{image}", asyncio.Lock()):
+            await asyncio.to_thread(ensure_sized_archive, sized, registry_dir(self.options.image_registry))
+
     async def _pull(self, image: str) -> None:
         """Load a sized image from the offline registry (once however many sandboxes wait on it: a node's pull)."""
         lock = self._image_locks.setdefault(image, asyncio.Lock())
@@ -422,8 +434,10 @@ class DockerProvider(Provider):
         """A pending sandbox's pull then its container; returns the seconds the pull took (waiting on one too)."""
         assert box.pending is not None
         config, name = box.pending
-        started = time.monotonic()
         try:
+            if image not in self._images_ok:
+                await self._archive(image)
+            started = time.monotonic()
             await self._pull(image)
         except ProviderError as exc:
             raise ProviderError(exc.kind, f"pull {image}: {exc.args[0]}", phase=Phase.PULL) from None
