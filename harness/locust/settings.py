@@ -496,6 +496,14 @@ class RunSettings:
             raise UsageError("--burst-steps must be a positive whole number")
         check_users_and_rate(get("num_users"), get("spawn_rate"))
         turns, turns_max = parse_turns(get("turns", "0") or "0")
+        if get("plan_file") and (
+            turns
+            or get("reward_command")
+            or (get("commands") or commands_to_text(DEFAULT_COMMANDS)) != commands_to_text(DEFAULT_COMMANDS)
+        ):
+            raise UsageError(
+                "--plan replaces --commands, --turns and --reward-command: give the plan's exec steps instead"
+            )
         client = client_named(str(get("client") or "none"))
         plan = RolloutPlan(
             commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),

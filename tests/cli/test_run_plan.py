@@ -181,3 +181,8 @@ def test_tool_latency_finds_an_injected_per_answer_overhead_and_none_without_it(
     assert plain.median() < 0.5  # the round trip only: nothing near the injected second
     found = held.median() - plain.median()
     assert abs(found - 1.0) <= 0.05, (held.median(), plain.median())
+
+
+def test_a_plan_does_not_mix_with_the_commands_rollout(tmp_path):
+    result = stampede("run", "--plan", "tool-latency", "--turns", "3", "--out", str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 2 and "--plan replaces --commands, --turns" in result.stderr
