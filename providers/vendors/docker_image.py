@@ -293,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     sized.add_argument(
         "--shared-mb", type=int, default=0, help="of it, MB in a layer every image with this value shares"
     )
-    sized.add_argument("--name", default="", help="tells two images of one size apart (each its own bytes)")
+    sized.add_argument(
+        "--name", default="", help="tells two images of one size apart (each its own bytes; default: none)"
+    )
     sized.add_argument(
         "--registry", default="", help="the archives' folder (default: STAMPEDE_IMAGE_REGISTRY or ~/.cache)"
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import platform
 import random
@@ -64,7 +65,7 @@ class SizedImage:
     def of(cls, size_mb: float, name: str = "", shared_mb: float = 0) -> SizedImage:
         """The sized image a plan's `image` and `image_size_mb` stand for (sizes rounded up to whole MB)."""
         slug = re.sub(r"[^a-z0-9]+", ".", name.lower()).strip(".")[:60]
-        return cls(max(0, -int(-size_mb // 1)), max(0, -int(-shared_mb // 1)), slug)
+        return cls(math.ceil(size_mb), math.ceil(shared_mb), slug)
 
     @classmethod
     def parse(cls, tag: str) -> SizedImage | None:

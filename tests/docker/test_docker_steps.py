@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -28,9 +29,10 @@ from providers.base import (
     SandboxSpec,
 )
 from providers.vendors.docker import DockerProvider
-from providers.vendors.docker_image import ensure_sized_archive
+from providers.vendors.docker_image import busybox_path, ensure_sized_archive
+from providers.vendors.docker_image import main as image_main
 from providers.vendors.docker_registry import SizedImage, archive_path
-from tests.docker_support import new_run_id
+from tests.docker_support import new_run_id, unavailable
 
 pytestmark = pytest.mark.docker
 
@@ -181,6 +183,8 @@ def test_the_image_a_spec_runs_from_follows_the_options() -> None:
 
 
 def test_sized_archives_are_the_same_bytes_every_time(tmp_path: Path) -> None:
+    if not os.path.exists(busybox_path()):
+        unavailable("busybox-static is not installed (scripts/ensure-docker installs it)")
     image = SizedImage.of(3, "same", 1)
     first, built = ensure_sized_archive(image, tmp_path / "a")
     second, _ = ensure_sized_archive(image, tmp_path / "b")
@@ -280,3 +284,16 @@ async def test_a_fork_from_a_missing_snapshot_fails_and_leaks_nothing(writable: 
         await writable.fork("stampede-snapshot:never-made", SandboxSpec(run_id=run_id, rollout_id="g"), 3)
     assert failed.value.kind is FailureKind.IMAGE
     assert await writable.list_owned(run_id) == []
+
+
+def test_the_image_command_writes_an_archive_and_refuses_bad_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not os.path.exists(busybox_path()):
+        unavailable("busybox-static is not installed (scripts/ensure-docker installs it)")
+    assert image_main(["--size-mb", "2", "--name", "Repo A", "--registry", str(tmp_path)]) == 0
+    assert archive_path(tmp_path, "stampede-size:2-repo.a").exists()
+    assert "stampede-size:2-repo.a" in capsys.readouterr().out
+    assert image_main(["--size-mb", "5", "--shared-mb", "9", "--registry", str(tmp_path)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "shared (9 MB) <= size (5 MB)" in said[0]
