@@ -1,9 +1,12 @@
-"""The README and docs/ stay true: every command they show is run here, in order, as a user would type it.
+"""The README and docs/ stay true: every command they show is run here, as a user would type it.
 
 A command is a line of a ```sh block; a block without a language (output, or a command that needs a vendor's key or a
-script of yours) is shown only. Pages run in PAGES's order, each top to bottom, one shell per line, so a page may use
-what an earlier one made (the README's `results/eight` runs, its `/tmp/latency_model.json`, a server a page started).
-Every `docs/*.md` must be in PAGES: a page left out would be a page whose commands go stale unseen."""
+script of yours) is shown only. The commands run in GROUPS, one pytest each beside the others (scripts/test), each in a
+folder of its own that holds the clone but a `results/` of its own, as a fresh clone does: one after another they took
+~20 min. A group runs its parts in order, each top to bottom, one shell per line, so a part may use what an earlier
+part of its group made (`results/latest`, the README's `results/eight` runs and `/tmp/latency_model.json`, a server it
+started); never what another group made. Every command of the README and every `docs/*.md` is in exactly one group: a
+command left out would be a command that goes stale unseen."""
 
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -30,17 +35,49 @@ from tests.docker_support import default_host, in_ci, machine_daemon, ping
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 DOCS = REPO / "docs"
-# the reading order a newcomer follows, and the order the commands run in (see the module docstring)
-PAGES = (
-    README,
-    DOCS / "commands.md",
-    DOCS / "thresholds-and-compare.md",
-    DOCS / "reports-and-model.md",
-    DOCS / "results-schema.md",
-    DOCS / "vendors.md",
-    DOCS / "simulated-vendors.md",
-    DOCS / "rl-frameworks.md",
-)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A page, or the one `## ` section of it whose title starts with `section`."""
+
+    page: Path
+    section: str | None = None
+
+    def commands(self) -> list[str]:
+        text = self.page.read_text()
+        if self.section is not None:
+            sections = [s for s in re.split(r"^(?=## )", text, flags=re.M) if s.startswith(f"## {self.section}")]
+            assert len(sections) == 1, f"{self.page.name}: {len(sections)} sections titled {self.section!r}"
+            text = sections[0]
+        return sh_commands(text)
+
+
+# Independent groups (see the module docstring), balanced by each command's wall time on 2 cores beside the rest of
+# the suite (2026-12-06): the README's main job and docs/commands.md 6 min; Job 1 with compare 5 min, Job 2 to the
+# model 5 min; docs/vendors.md's 960 through Modal's SDK 6.5 min, its other sections with the simulated vendors 6.5 min
+GROUPS: dict[str, tuple[Part, ...]] = {
+    "main-job": (Part(README, "Set up"), Part(DOCS / "commands.md")),
+    "job-1": (
+        Part(README, "Job 1"),  # results/eight, which thresholds-and-compare.md compares
+        Part(DOCS / "thresholds-and-compare.md"),
+    ),
+    "jobs-2-3": (
+        Part(README, "Job 2"),  # results/latest, which Job 3 exports to /tmp/latency_model.json
+        Part(README, "Job 3"),
+        Part(DOCS / "reports-and-model.md"),  # models /tmp/latency_model.json
+        Part(DOCS / "results-schema.md"),  # reads results/latest
+        Part(DOCS / "rl-frameworks.md"),
+    ),
+    "modal": (Part(DOCS / "vendors.md", "Modal"),),
+    "vendors": (
+        Part(DOCS / "vendors.md", "Prime"),
+        Part(DOCS / "vendors.md", "E2B"),
+        Part(DOCS / "vendors.md", "Daytona"),
+        Part(DOCS / "vendors.md", "Your own hardware"),
+        Part(DOCS / "simulated-vendors.md"),
+    ),
+}
 RUN_BY_CI = "pip install -e '.[test,dev]' && scripts/test"  # the test command itself: CI runs it
 pytestmark = pytest.mark.slow
 
@@ -51,35 +88,49 @@ def test_every_check_names_a_command_the_docs_show():
     assert set(CHECKS) <= run
 
 
-def test_every_docs_page_runs():
-    """A docs page missing from PAGES would never have its commands run."""
-    assert set(DOCS.glob("*.md")) | {README} == set(PAGES)
+def test_every_command_runs_in_exactly_one_group():
+    """A page, section or command in no group would never run; one in two would race itself."""
+    grouped = Counter(command for parts in GROUPS.values() for part in parts for command in part.commands())
+    shown = Counter(doc_commands())
+    assert grouped == shown, {"in no group": list(shown - grouped), "in two": list(grouped - shown)}
 
 
-def page_commands(page: Path) -> list[str]:
-    blocks = re.findall(r"^```sh\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+def test_scripts_test_runs_every_group():
+    """scripts/test runs each group in a pytest of its own; a group it does not name would not run in CI."""
+    script = (REPO / "scripts" / "test").read_text()
+    assert "readme=tests/test_readme.py::test_documented_commands_run\n" in script
+    assert [group for group in GROUPS if f'"$readme[{group}]"' not in script] == []
+
+
+def sh_commands(text: str) -> list[str]:
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
+def page_commands(page: Path) -> list[str]:
+    return sh_commands(page.read_text())
+
+
 def doc_commands() -> list[str]:
-    return [command for page in PAGES for command in page_commands(page)]
+    """Every command of the README and of every page in docs/."""
+    return [command for page in (README, *sorted(DOCS.glob("*.md"))) for command in page_commands(page)]
 
 
-def latest() -> Path:
-    return resolve_run_dir(REPO / "results" / "latest")
+def latest(root: Path) -> Path:
+    return resolve_run_dir(root / "results" / "latest")
 
 
-def check_default_run(_: subprocess.CompletedProcess) -> None:
+def check_default_run(_: subprocess.CompletedProcess, root: Path) -> None:
     """The main job: reaches 960 in flight and writes every schema-v1 column."""
-    frame = pd.read_parquet(latest() / "rollouts")
+    frame = pd.read_parquet(latest(root) / "rollouts")
     assert set(SCHEMA_V1_ROLLOUT_COLUMNS) <= set(frame.columns)
     assert frame["inflight_at_submit"].max() >= 960
     assert not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
-    assert json.loads((latest() / "run.json").read_text())["status"] == "completed"
+    assert json.loads((latest(root) / "run.json").read_text())["status"] == "completed"
 
 
-def check_modal_burst(result: subprocess.CompletedProcess) -> None:
-    frame = pd.read_parquet(latest() / "rollouts")
+def check_modal_burst(result: subprocess.CompletedProcess, root: Path) -> None:
+    frame = pd.read_parquet(latest(root) / "rollouts")
     command = result.args[-1] if isinstance(result.args, list) else result.args
     size = int(re.search(r"--users (\d+)", command).group(1))
     client = re.search(r"--client (\S+)", command)
@@ -95,7 +146,7 @@ def check_modal_burst(result: subprocess.CompletedProcess) -> None:
         # time-scale invariance: at the default 0.1 the live burst's first attempts fail as often as the offline
         # model's given the same first-wave create arrivals in vendor seconds (its truth; a create it refused has
         # none, and counts as the last). A busy machine sends for longer, and later creates meet less congestion
-        truth = pd.read_parquet(latest() / "truth", columns=["created_s"])["created_s"]
+        truth = pd.read_parquet(latest(root) / "truth", columns=["created_s"])["created_s"]
         arrivals = sorted(t for t in (truth - truth.min()).tolist() if t < 60.0)[:size]
         arrivals += [arrivals[-1]] * (size - len(arrivals))
         burst = simulate_burst("modal-like", size, seed=0, arrivals_s=arrivals, client=CLIENTS[client.group(1)])
@@ -105,10 +156,10 @@ def check_modal_burst(result: subprocess.CompletedProcess) -> None:
         assert len(failed) <= 0.05 * size
 
 
-def check_readiness_probe(result: subprocess.CompletedProcess) -> None:
+def check_readiness_probe(result: subprocess.CompletedProcess, root: Path) -> None:
     """The Prime SDK's readiness beside a direct probe's, and each row carrying the probe."""
     assert "readiness (n=" in result.stdout and "the SDK's polling adds" in result.stdout
-    frame = pd.read_parquet(latest() / "rollouts")
+    frame = pd.read_parquet(latest(root) / "rollouts")
     assert frame["ready_probe_s"].notna().sum() > 0
     assert (frame["ready_probe_s"].dropna() <= frame.loc[frame["ready_probe_s"].notna(), "ready_s"] + 1e-6).all()
 
@@ -120,9 +171,9 @@ FAULTS = (
 )
 
 
-def check_transport_faults(result: subprocess.CompletedProcess) -> None:
+def check_transport_faults(result: subprocess.CompletedProcess, root: Path) -> None:
     """A hostile wire: every rollout classified, the run and its sweep go on, nothing left alive."""
-    frame = pd.read_parquet(latest() / "rollouts")
+    frame = pd.read_parquet(latest(root) / "rollouts")
     assert len(frame) == 60 and (frame["outcome"] == "failed").sum() > 0  # the faults reached the rollouts
     assert not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
     assert "unknown failures 0; harness failures 0" in result.stdout and "sweep failed" not in result.stdout
@@ -135,10 +186,10 @@ PANDAS = (
 )
 
 
-def check_plain_pandas(result: subprocess.CompletedProcess) -> None:
+def check_plain_pandas(result: subprocess.CompletedProcess, root: Path) -> None:
     """A plain reader's one line prints the TTI p99 summary.json holds, stage by stage, in vendor seconds."""
     printed = {stage: float(value) for stage, value in re.findall(r"^(\S+)\s+([\d.]+)$", result.stdout, flags=re.M)}
-    stages = json.loads((latest() / "summary.json").read_text())["stages"]
+    stages = json.loads((latest(root) / "summary.json").read_text())["stages"]
     expected = {s["stage"]: s["quantiles"]["tti"]["p99"]["value"] for s in stages if s["quantiles"]["tti"]["p99"]}
     assert printed and printed == pytest.approx({k: v for k, v in expected.items() if v is not None}, rel=1e-5)
 
@@ -147,18 +198,18 @@ VENDORS = ("modal", "prime", "e2b", "daytona", "runloop", "vercel", "coreweave",
 EIGHT = "stampede report " + " ".join(f"results/eight/{vendor}" for vendor in VENDORS)
 
 
-def check_eight_vendors(result: subprocess.CompletedProcess) -> None:
+def check_eight_vendors(result: subprocess.CompletedProcess, root: Path) -> None:
     """Each vendor's own SDK against its local control plane: every failure classified, one joined report."""
     assert "side by side" in result.stdout
     for vendor in VENDORS:
-        run = REPO / "results" / "eight" / vendor
+        run = root / "results" / "eight" / vendor
         assert json.loads((run / "run.json").read_text())["status"] == "completed"
         frame = pd.read_parquet(run / "rollouts")
         assert len(frame) == 100 and not set(frame["failure_kind"].dropna()) & {"unknown", "harness"}
         assert f"{vendor}/{vendor}-like" in result.stdout
 
 
-def check_verl_sweep(result: subprocess.CompletedProcess) -> None:
+def check_verl_sweep(result: subprocess.CompletedProcess, root: Path) -> None:
     """verl's staleness sweep: the step shortens from 0 to 0.3 and then stops gaining (a batch ahead at each sync)."""
     assert "sweep over staleness_threshold" in result.stdout and "recommend staleness threshold" in result.stdout
     points = json.loads(Path("/tmp/verl-sweep/model.json").read_text())["sweep"]["points"]
@@ -185,19 +236,25 @@ CHECKS = {
 }
 
 
+def clone_without_results(root: Path) -> Path:
+    """A folder that holds the clone (a link per entry) but no `results/`: a group's runs and `results/latest` are
+    its own, as in a fresh clone, while the groups run side by side."""
+    root.mkdir()
+    for entry in REPO.iterdir():
+        if entry.name != "results":
+            (root / entry.name).symlink_to(entry)
+    return root
+
+
 @pytest.mark.timeout(1800)
-def test_every_documented_command_runs():
+@pytest.mark.parametrize("group", GROUPS)
+def test_documented_commands_run(group: str, tmp_path: Path) -> None:
     assert RUN_BY_CI in page_commands(README) and "pip install -e . && stampede run" in page_commands(README)
-    commands = doc_commands()
+    commands = [command for part in GROUPS[group] for command in part.commands()]
+    root = clone_without_results(tmp_path / "clone")
     servers: list[subprocess.Popen] = []
     skipped: list[str] = []
     env = {**os.environ, "STAMPEDE_PROGRESS_INTERVAL": "0"}
-    # runs that name their run id are refused when it exists: start from none, as a clone does (a second local
-    # run of this test found the first one's results/readme-ramp; the eight-vendor runs are among them)
-    for command in commands:
-        named = dict(itertools.pairwise(shlex.split(command)))
-        if command.startswith("stampede run") and "--run-id" in named:
-            shutil.rmtree(REPO / named.get("--out", "results") / named["--run-id"], ignore_errors=True)
     try:
         for command in commands:
             if command == RUN_BY_CI:
@@ -213,7 +270,7 @@ def test_every_documented_command_runs():
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
                     text=True,
-                    cwd=REPO,
+                    cwd=root,
                     env={**os.environ, **assigned},
                 )
                 servers.append(server)
@@ -225,14 +282,17 @@ def test_every_documented_command_runs():
                 else:
                     skipped.append(command)
                     continue
+            started = time.monotonic()
             result = subprocess.run(
-                ["bash", "-c", command], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+                ["bash", "-c", command], capture_output=True, text=True, cwd=root, env=env, timeout=600
             )
+            # each command's wall time, for balancing GROUPS (scripts/test shows it: pytest -rP)
+            print(f"{time.monotonic() - started:7.1f} s  {command}")
             assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
             assert "Traceback" not in result.stderr, command
             result.args = [command]
             if command in CHECKS:
-                CHECKS[command](result)
+                CHECKS[command](result, root)
     finally:
         for server in servers:
             server.send_signal(signal.SIGTERM)
