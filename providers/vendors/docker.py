@@ -380,7 +380,7 @@ class DockerProvider(Provider):
                 config = self.container_config(spec, facts.ncpu)
                 config["Image"] = image
                 owner = {k: v for k, v in spec.tags().items() if k in (RUN_LABEL, ENGINE_LABEL, INVOCATION_LABEL)}
-                if SizedImage.parse(image) is not None and not await self._present(image):
+                if self._pulled_in_readiness(image) and not await self._present(image):
                     name = name or f"stampede-{secrets.token_hex(8)}"  # the id the container will have
                     box = _Sandbox(name, memory_mb=int(spec.memory_mb), owner=owner, pending=(config, name))
                     return self._ref(spec, box, image, name, pull=True)
@@ -391,7 +391,7 @@ class DockerProvider(Provider):
                     if not (exc.status == 404 and "image" in exc.message.lower()):
                         raise
                     self._images_ok.discard(image)  # removed behind our back, or never there
-                    if SizedImage.parse(image) is not None:  # pulled again, in readiness
+                    if self._pulled_in_readiness(image):  # pulled again
                         name = name or f"stampede-{secrets.token_hex(8)}"
                         box = _Sandbox(name, memory_mb=int(spec.memory_mb), owner=owner, pending=(config, name))
                         return self._ref(spec, box, image, name, pull=True)
@@ -402,6 +402,10 @@ class DockerProvider(Provider):
     def _ref(self, spec: SandboxSpec, box: _Sandbox, image: str, name: str | None, pull: bool = False) -> SandboxRef:
         meta = {"image": image, "name": name or "", **({"pull": True} if pull else {})}
         return SandboxRef(box.container_id, self.name, spec.run_id, spec.rollout_id, handle=box, meta=meta)
+
+    def _pulled_in_readiness(self, image: str) -> bool:
+        """A sized image (loaded from the offline registry), or any other but stampede's own with `pull=true`."""
+        return SizedImage.parse(image) is not None or (self.options.pull and not _is_stampede_image(image))
 
     async def _present(self, image: str) -> bool:
         """Whether the daemon holds `image` (remembered once seen: a warm node stays warm)."""
@@ -420,14 +424,17 @@ class DockerProvider(Provider):
             await asyncio.to_thread(ensure_sized_archive, sized, registry_dir(self.options.image_registry))
 
     async def _pull(self, image: str) -> None:
-        """Load a sized image from the offline registry (once however many sandboxes wait on it: a node's pull)."""
+        """Load a sized image from the offline registry, or pull another from its registry; once however many
+        sandboxes wait on it (a node's pull)."""
         lock = self._image_locks.setdefault(image, asyncio.Lock())
         async with lock:
             if image in self._images_ok:
                 return
             sized = SizedImage.parse(image)
-            assert sized is not None
-            await ensure_sized_image(self._client(), sized, registry_dir(self.options.image_registry))
+            if sized is not None:
+                await ensure_sized_image(self._client(), sized, registry_dir(self.options.image_registry))
+            else:
+                await self._client().images.pull(image)
             self._images_ok.add(image)
 
     async def _create_pulled(self, box: _Sandbox, image: str) -> float:
@@ -435,7 +442,7 @@ class DockerProvider(Provider):
         assert box.pending is not None
         config, name = box.pending
         try:
-            if image not in self._images_ok:
+            if image not in self._images_ok and SizedImage.parse(image) is not None:
                 await self._archive(image)
             started = time.monotonic()
             await self._pull(image)

@@ -297,3 +297,19 @@ def test_the_image_command_writes_an_archive_and_refuses_bad_sizes(
     assert image_main(["--size-mb", "5", "--shared-mb", "9", "--registry", str(tmp_path)]) == 2
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and "shared (9 MB) <= size (5 MB)" in said[0]
+
+
+async def test_a_registry_image_is_pulled_in_readiness_and_its_failure_is_the_pulls(
+    docker_host: str, run_id: str
+) -> None:
+    prov = await _provider(docker_host, pull=True)
+    try:
+        ref = await prov.create(SandboxSpec(run_id=run_id, rollout_id="p", image="127.0.0.1:9/nothing/here:1"))
+        assert ref.meta.get("pull")  # acknowledged; the pull is readiness's, as a vendor's boot is
+        with pytest.raises(ProviderError) as failed:  # a loopback port nothing listens on: refused at once
+            await prov.wait_ready(ref, 60)
+        assert failed.value.phase is Phase.PULL and failed.value.kind is FailureKind.IMAGE
+        assert await prov.list_owned(run_id) == []
+    finally:
+        await prov.cleanup(run_id)
+        await prov.aclose()
