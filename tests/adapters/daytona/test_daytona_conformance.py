@@ -300,7 +300,9 @@ async def test_the_provider_splits_create_at_the_acknowledgement(open_front: Ope
         acknowledged = time.monotonic() - started
         await provider.wait_ready(ref, 30)
         ready = time.monotonic() - started
-        assert acknowledged < 0.3 and 0.45 < ready < 1.0  # the POST answered at once; the boot took 0.5 s
+        # the POST answered at once: the 0.5 s boot came after the acknowledgement, not inside it (a busy machine
+        # only lengthens either wait; it cannot move the boot from one side to the other)
+        assert ready - acknowledged >= 0.45, (acknowledged, ready)
         with pytest.raises(ProviderError) as info:  # a start still waited for, cut short by the harness
             await provider.wait_ready(await provider.create(SandboxSpec(run_id="run-2", rollout_id="r2")), 0.1)
         assert info.value.kind is FailureKind.READY_TIMEOUT
