@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.results.export.latency_export import build_latency_model, write_latency_model
+    from harness.results.export.step_export import describe_bucket, describe_image_pull
 
     if args.max_fit_samples < 100:
         raise UsageError("--max-fit-samples must be at least 100")
@@ -53,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
                 f" init failure {100 * bucket['failure_probability']['init']:.1f}%,"
                 f" TTI p50 {p50:.3g} s p99 {p99:.3g} s (vendor), best fit {fit or '-'}"
             )
+            for line in describe_bucket(bucket, levels):
+                print(line)
+        pull_line = describe_image_pull(model)
+        if pull_line:
+            print(pull_line)
         limits = model.get("limits")
         if limits:
             cap, rate = limits["concurrency_cap"], limits["create_rate_per_s"]
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 f"  concurrency cap {cap['value'] if cap['value'] is not None else '-'} ({cap['source']}),"
                 f" create rate {rate['value'] if rate['value'] is not None else '-'}/s ({rate['source']})"
             )
-    print(f"latency model (schema v1, validated): {args.out}")
+    print(f"latency model (schema v{document['version']}, validated): {args.out}")
     return 0
 
 

@@ -171,3 +171,73 @@ def write_plan_run(
     }
     (run_dir / "run.json").write_text(json.dumps(manifest))
     return run_dir
+
+
+def fork_group(
+    g: int, copies: int = 4, fork_s: float = 1.0, stage: str = "01-ramp", execs: int = 2
+) -> list[PlanRollout]:
+    """A grpo-fork group: the prepared sandbox `<group>` (create, ready, snapshot, one fork of `copies`) and each copy
+    `<group>-<i>` (its tool calls and terminate, from the fork's start)."""
+    group_id = f"g{g:04d}"
+    base = 1000 * (g + 1)
+    prepared = PlanRollout(
+        i=base,
+        stage=stage,
+        row={"rollout_id": group_id, "exec_count": 0, "exec_s": None, "tti_s": None, "total_s": 2.0 + fork_s},
+        steps=[
+            {"kind": "create", "name": "create", "step": 0, "t_start_s": 0.0, "duration_s": 0.1, "ok": True},
+            {"kind": "ready", "name": "ready", "step": 0, "t_start_s": 0.1, "duration_s": 0.3, "ok": True},
+            {"kind": "snapshot", "name": "snapshot", "step": 1, "t_start_s": 0.4, "duration_s": 0.5, "ok": True},
+            {
+                "kind": "fork",
+                "name": "fork",
+                "step": 2,
+                "t_start_s": 0.9,
+                "duration_s": fork_s,
+                "ok": True,
+                "copies": copies,
+            },
+        ],
+    )
+    members = []
+    for c in range(copies):
+        steps = [
+            {
+                "kind": "exec",
+                "name": "bash",
+                "step": 3 + n,
+                "t_start_s": fork_s + 0.2 * n,
+                "duration_s": 0.2,
+                "command_s": 0.19,
+                "overhead_s": 0.01,
+                "ok": True,
+            }
+            for n in range(execs)
+        ]
+        steps.append(
+            {
+                "kind": "terminate",
+                "name": "terminate",
+                "step": 3 + execs,
+                "t_start_s": fork_s + 0.4,
+                "duration_s": 0.02,
+                "ok": True,
+            }
+        )
+        members.append(
+            PlanRollout(
+                i=base + 1 + c,
+                stage=stage,
+                row={
+                    "rollout_id": f"{group_id}-{c}",
+                    "create_s": None,
+                    "ready_s": None,
+                    "tti_s": fork_s + 0.2,
+                    "exec_count": execs,
+                    "exec_s": 0.2 * execs,
+                    "total_s": fork_s + 0.42,
+                },
+            )
+        )
+        members[-1].steps = steps
+    return [prepared, *members]

@@ -1,4 +1,9 @@
-"""`stampede export`: the latency model (ARCHITECTURE.md "Contracts", version 1) from one or more runs.
+"""`stampede export`: the latency model (ARCHITECTURE.md "Contracts", version 2) from one or more runs.
+
+Version 2 adds, for runs with a plan (the steps/ table; harness.results.export.step_export): per bucket each step
+kind's distribution (`steps`) and fork versus fresh starts (`starts`), per model the image cache's cold and warm
+split (`image_pull`); failure kinds and phases gain the contract's new ones. Everything of version 1 is unchanged,
+and version-1 files still load (harness.results.export.latency_schema validates either).
 
 Runs of the same provider and profile are pooled after conversion to vendor seconds (the simulated vendor's own
 share of each duration / time scale, harness time as measured: vendor_time.py; wall / time scale without the
@@ -33,14 +38,16 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results.read.concurrency import concurrency_during, group_levels, stage_concurrency
-from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.results.export.latency_schema import LATENCY_MODEL_VERSION, validate_latency_model
+from harness.results.export.step_export import bucket_blocks, image_pull_block, metric_maker, split_by_bucket
 from harness.results.figures.fits import DEFAULT_MAX_FIT_SAMPLES, MIN_FIT_SAMPLES, fit_sample
-from harness.results.export.latency_schema import validate_latency_model
 from harness.results.figures.quantiles import group_sorted
 from harness.results.figures.stage_aggregate import stage_order
 from harness.results.figures.timing_error import per_rollout_error_s, stage_timing_error
 from harness.results.figures.vendor_limits import ProfileResolver, limits_block
+from harness.results.read.concurrency import concurrency_during, group_levels, stage_concurrency
+from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
+from harness.results.read.steps import load_steps
 from harness.results.read.vendor_time import DURATIONS, VendorSeconds, to_vendor_seconds
 from harness.wire.records import INIT_PHASES
 
@@ -179,9 +186,16 @@ def _assign_buckets(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[str, Any]]:
+def _buckets(
+    rows: pd.DataFrame, fit: bool, max_fit_samples: int, steps: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
     rows = _assign_buckets(rows)
     levels = sorted(int(b) for b in rows["bucket"].unique())
+    stage_buckets = {
+        (str(r), str(s)): int(b) for r, s, b in rows[["run_id", "stage", "bucket"]].drop_duplicates().itertuples(False)
+    }
+    steps_of = split_by_bucket(steps if steps is not None else pd.DataFrame(), stage_buckets)
+    make = metric_maker(QUANTILE_LEVELS, fit, max_fit_samples)
     codes = pd.Categorical(rows["bucket"], categories=levels).codes.astype(np.int64)
     n = len(levels)
     grouped = {name: group_sorted(codes, values, n) for name, values in _metric_values(rows).items()}
@@ -250,6 +264,7 @@ def _buckets(rows: pd.DataFrame, fit: bool, max_fit_samples: int) -> list[dict[s
                     "flagged": timing.flagged,
                 },
                 "metrics": metrics,
+                **bucket_blocks(steps_of.get(int(level), pd.DataFrame()), make),
             }
         )
     return result
@@ -294,6 +309,7 @@ def build_latency_model(
             seen.add(resolved)
             unique.append(info)
     groups: dict[tuple[str, str], list[pd.DataFrame]] = {}
+    step_groups: dict[tuple[str, str], list[pd.DataFrame]] = {}
     run_ids: dict[tuple[str, str], list[str]] = {}
     profiles: dict[tuple[str, str], Any] = {}
     provenance = []
@@ -318,24 +334,33 @@ def build_latency_model(
             continue
         key = (info.provider, info.profile)
         groups.setdefault(key, []).append(rows)
+        steps = _run_steps(info, ended_within)
+        if not steps.empty:
+            step_groups.setdefault(key, []).append(steps)
         run_ids.setdefault(key, []).append(info.run_id)
         if key not in profiles or profiles[key] is None:
             profiles[key] = _profile_limits(info, profile_limits)
     if not groups:
         raise UsageError("the runs have no rollouts to export")
-    models = [
-        {
+    make = metric_maker(QUANTILE_LEVELS, fit, max_fit_samples)
+    models = []
+    for (provider, profile), frames in sorted(groups.items()):
+        parts = step_groups.get((provider, profile))
+        steps = pd.concat(parts, ignore_index=True) if parts else None
+        model: dict[str, Any] = {
             "provider": provider,
             "profile": profile,
             "run_ids": run_ids[(provider, profile)],
-            "buckets": _buckets(pd.concat(frames, ignore_index=True), fit, max_fit_samples),
+            "buckets": _buckets(pd.concat(frames, ignore_index=True), fit, max_fit_samples, steps),
             "limits": limits_block(pd.concat(frames, ignore_index=True), profiles.get((provider, profile))),
         }
-        for (provider, profile), frames in sorted(groups.items())
-    ]
+        pull = image_pull_block(steps, make) if steps is not None else None
+        if pull is not None:
+            model["image_pull"] = pull
+        models.append(model)
     document = {
         "format": "stampede.latency_model",
-        "version": 1,
+        "version": LATENCY_MODEL_VERSION,
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "units": "seconds",
         "time_basis": clock,
@@ -355,6 +380,18 @@ def build_latency_model(
     }
     validate_latency_model(document, "export")
     return document
+
+
+def _run_steps(info: RunInfo, ended_within: tuple[float, float] | None) -> pd.DataFrame:
+    """A run's steps with its run id (vendor seconds); with `ended_within`, the steps of rollouts begun in it."""
+    steps = load_steps(info)
+    if steps.empty:
+        return steps
+    steps = steps.assign(run_id=info.run_id)
+    if ended_within is not None:
+        begun = steps["t_rollout"].to_numpy(dtype=float)
+        steps = steps.loc[(begun >= ended_within[0]) & (begun < ended_within[1])]
+    return steps
 
 
 def write_latency_model(document: dict[str, Any], path: Path) -> None:
