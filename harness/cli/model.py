@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"vendor {vendor.name}: {plan.sandbox.describe()}")
     for limit in plan.limits:
         print(f"vendor limit: {limit.describe()}")
+    for note in plan.start_notes:
+        print(note)
     pricing_ = pricing(config, vendor.provider, vendor.profile)
     for line in pricing_.lines():
         print(line)
@@ -175,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         "latency_model": args.latency,
         "vendor": vendor.name,
         "limits": [dataclasses.asdict(limit) for limit in plan.limits],
+        "infrastructure_tax": plan.tax.to_dict() if plan.tax is not None else None,
         "pricing": {
             "price": dataclasses.asdict(pricing_.price) if pricing_.price else None,
             "basis": pricing_.basis,
@@ -191,6 +194,10 @@ def run(args: argparse.Namespace) -> int:
         for result in (closed, simulated):
             if result is not None and result.notes:
                 print(f"{result.engine}: " + "; ".join(result.notes))
+        if plan.tax is not None:
+            from harness.results.figures.step_figures import format_tax
+
+            print(format_tax(plan.tax, f"infrastructure tax of this shape ({config.turns} tool calls per trajectory)"))
         if simulated is not None and simulated.staleness_distribution and config.mode != "sync":
             dist = ", ".join(f"{lag}: {100 * share:.1f}%" for lag, share in simulated.staleness_distribution.items())
             print(f"staleness (policy versions behind, share of trained samples): {dist}")

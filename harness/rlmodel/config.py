@@ -64,6 +64,7 @@ class RLConfig:
     price: str | dict[str, Any] | None  # a prices.toml vendor, or an inline price with its source
     latency_source: Literal["empirical", "fitted"]
     startup_metric: Literal["startup", "tti"]
+    start_from: Literal["auto", "fresh", "fork"]  # a v2 export: a group's copies from one fork, or each created
     # [retry]
     max_retries: int
     backoff_s: float
@@ -133,6 +134,7 @@ _TABLES: dict[str, set[str]] = {
         "teardown_holds_slot",
         "latency",
         "startup_metric",
+        "start",
         "cpu",
         "memory_gib",
         "price",
@@ -275,6 +277,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> RLConfig:
         price=_price(r),
         latency_source=r.choice("sandbox", "latency", "empirical", ("empirical", "fitted")),  # type: ignore[arg-type]
         startup_metric=r.choice("sandbox", "startup_metric", "startup", ("startup", "tti")),  # type: ignore[arg-type]
+        start_from=r.choice("sandbox", "start", "auto", ("auto", "fresh", "fork")),  # type: ignore[arg-type]
         max_retries=r.integer("retry", "max_retries", 0, minimum=0) or 0,
         backoff_s=r.number("retry", "backoff_s", 0.0) or 0.0,
         zero_advantage_groups=r.number("acceptance", "zero_advantage_groups", 0.0, maximum=0.999) or 0.0,

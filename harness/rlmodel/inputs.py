@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.errors import UsageError
+from harness.results.figures.step_figures import InfraTax
 from harness.rlmodel.config import STEPPED_MODES, RLConfig
 from harness.rlmodel.duration_dists import ConstantDist, Dist
 from harness.rlmodel.latency_input import SandboxLatency, VendorModel
+from harness.rlmodel.step_input import ImageCache, shape_tax
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,10 @@ class Plan:
     p_exec: float
     acceptance_filter: float  # (1 − zero-advantage groups) · (1 − filtered samples)
     limits: tuple[AppliedLimit, ...] = field(default_factory=tuple)
+    group_fork: bool = False  # v2: a group's members start together when its one fork call returns (`startup`)
+    image: ImageCache | None = None  # v2: the first creates of a run pull cold on top of a warm `startup`
+    tax: InfraTax | None = None  # v2: the infrastructure tax of this shape (worker-hours per 1M trajectories)
+    start_notes: tuple[str, ...] = ()  # which starts the plan uses and why (printed by `stampede model`)
 
     @property
     def mode(self) -> str:
@@ -127,6 +134,7 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
     kill = config.kill_unfinished and config.oversampling > 1.0
     level = concurrency if config.mode not in STEPPED_MODES else min(dispatched, concurrency)
     sandbox = vendor.at(level, config.latency_source, config.startup_metric)
+    startup, group_fork, cache, notes = _starts(config, vendor, sandbox)
     if config.tool is None:
         tool: Dist = sandbox.exec or ConstantDist(0.0, "no exec measured")
         per_turn = False
@@ -143,7 +151,7 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
         dispatched_per_step=dispatched,
         finish_target=samples if kill else dispatched,
         sandbox=sandbox,
-        startup=sandbox.startup,
+        startup=startup,
         init_failure_time=sandbox.init_failure_time,
         teardown=sandbox.teardown,
         generation=config.generation,
@@ -154,4 +162,49 @@ def build_plan(config: RLConfig, vendor: VendorModel) -> Plan:
         p_exec=min(max(sandbox.p_exec_failure, 0.0), 0.999),
         acceptance_filter=(1 - config.zero_advantage_groups) * (1 - config.filtered_samples),
         limits=(cap, rate),
+        group_fork=group_fork,
+        image=cache,
+        tax=_tax(config, sandbox, samples, cache, group_fork),
+        start_notes=notes,
     )
+
+
+def _starts(
+    config: RLConfig, vendor: VendorModel, sandbox: SandboxLatency
+) -> tuple[Dist, bool, ImageCache | None, tuple[str, ...]]:
+    """(startup, group_fork, image cache, notes): a v1 export (or a v2 without steps) keeps today's startup."""
+    steps = sandbox.steps
+    if steps is None:
+        if config.start_from == "fork":
+            raise UsageError(
+                f"[sandbox] start = 'fork' in {config.name}: the latency model {vendor.name} has no fork starts "
+                "(export a run of a plan that forks, e.g. --plan grpo-fork)"
+            )
+        return sandbox.startup, False, None, ()
+    fork = config.start_from == "fork" or (config.start_from == "auto" and steps.fork_start is not None)
+    if fork:
+        if steps.fork_start is None:
+            raise UsageError(
+                f"[sandbox] start = 'fork' in {config.name}: the latency model {vendor.name} has no fork starts "
+                f"near {sandbox.concurrency:g} in flight (bucket {steps.bucket})"
+            )
+        note = (
+            f"starts: forks (bucket {steps.bucket}): a group of {config.group_size} starts when its one fork call "
+            f"returns (mean {steps.fork_start.mean():.3g} s; the export's forks made {steps.fork_copies:.3g} copies)"
+        )
+        return steps.fork_start, True, None, (note,)
+    cache = vendor.image_cache()
+    if cache is not None:
+        return cache.warm_start, False, cache, (cache.describe(),)
+    if steps.fresh_start is not None:
+        return steps.fresh_start, False, None, (f"starts: fresh creates (bucket {steps.bucket})",)
+    return sandbox.startup, False, None, ()
+
+
+def _tax(
+    config: RLConfig, sandbox: SandboxLatency, samples: int, cache: ImageCache | None, forked: bool
+) -> InfraTax | None:
+    if sandbox.steps is None:
+        return None
+    tool_calls = float(config.turns) if config.tool is not None else None
+    return shape_tax(sandbox.steps, tool_calls, max(config.steps * samples, 1), cache, forked)

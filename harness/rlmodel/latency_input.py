@@ -1,4 +1,7 @@
-"""Reading a latency model (export v1) for the generator-side model: one vendor, at one concurrency.
+"""Reading a latency model (export v1 or v2) for the generator-side model: one vendor, at one concurrency.
+
+A v2 export's steps, fork and fresh starts and image cache are read by harness.rlmodel.step_input; a v1 export
+reads exactly as before.
 
 `SandboxLatency` is what a rollout meets at a given number of sandboxes in flight. Between two exported
 buckets the quantile grids are averaged level by level (quantile averaging) with a weight linear in
@@ -22,6 +25,7 @@ from harness.errors import UsageError
 from harness.results.export.latency_schema import validate_latency_model
 from harness.results.figures.fits import frozen
 from harness.rlmodel.duration_dists import ConstantDist, Dist, EmpiricalDist, ScipyDist
+from harness.rlmodel.step_input import ImageCache, StepInputs, image_cache, step_inputs
 
 LatencySource = Literal["empirical", "fitted"]
 
@@ -40,6 +44,7 @@ class SandboxLatency:
     p_init_failure: float  # per attempt
     p_exec_failure: float
     p_by_kind: dict[str, float]
+    steps: StepInputs | None = None  # a v2 export of runs with a plan: the nearest bucket's steps and starts
 
     def describe(self) -> str:
         where = "/".join(str(b) for b in self.buckets_used)
@@ -57,6 +62,10 @@ class VendorModel:
     levels: np.ndarray
     buckets: list[dict[str, Any]]
     limits: dict[str, Any] | None = None  # the export's `limits` (absent in exports before it was added)
+    image_pull: dict[str, Any] | None = None  # v2, runs with a plan: the image cache's cold and warm split
+
+    def image_cache(self) -> ImageCache | None:
+        return image_cache(self.image_pull, self.levels)
 
     @property
     def name(self) -> str:
@@ -119,6 +128,7 @@ class VendorModel:
             p_init_failure=prob("init"),
             p_exec_failure=prob("exec"),
             p_by_kind=by_kind,
+            steps=step_inputs(lo_b if weight < 0.5 else hi_b, self.levels),
         )
 
 
@@ -176,6 +186,7 @@ def latency_model_from_document(document: dict[str, Any], source: str) -> Latenc
             levels=levels,
             buckets=sorted(m["buckets"], key=lambda b: b["concurrency"]),
             limits=m.get("limits"),
+            image_pull=m.get("image_pull"),
         )
         for m in document["models"]
     ]

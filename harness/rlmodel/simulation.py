@@ -78,6 +78,8 @@ class Simulation:
         self.held = Area(self.env)
         rng = self.rng
         self.startup = Draws(plan.startup, rng)
+        self.cold_left = plan.image.cold_per_run if plan.image is not None else 0  # creates still to pull cold
+        self.cold_pull = Draws(plan.image.cold_pull, rng) if plan.image is not None else None
         self.fail_time = Draws(plan.init_failure_time, rng)
         self.teardown = Draws(plan.teardown, rng)
         self.generation = Draws(plan.generation, rng, columns=plan.turns)
@@ -165,7 +167,7 @@ class Simulation:
                 if cfg.backoff_s:
                     yield env.timeout(cfg.backoff_s)
                 continue
-            yield env.timeout(self.startup())
+            yield env.timeout(self._start_time(group))
             break
         if self.pausing:
             yield from self._generate(self.generation())
@@ -182,6 +184,19 @@ class Simulation:
         self._end(group, "success", version if accepted else None)
         on_success(group, version, accepted)
         return "success"
+
+    def _start_time(self, group: Group) -> float:
+        """A fresh start (the first creates of a run also pull cold while the image cache warms), or, when the plan
+        forks groups, the wait until the group's one fork call returns (its first member draws it)."""
+        if self.plan.group_fork:
+            if group.fork_done is None:
+                group.fork_done = self.env.now + self.startup()
+            return max(group.fork_done - self.env.now, 0.0)
+        start = self.startup()
+        if self.cold_left > 0 and self.cold_pull is not None:
+            self.cold_left -= 1
+            start += self.cold_pull()
+        return start
 
     def _generate(self, seconds: float) -> Generator[simpy.Event, Any, None]:
         """Generation that stands still while the inference servers pause for a weight update."""

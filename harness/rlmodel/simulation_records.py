@@ -69,6 +69,7 @@ class Group:
     off_policy: int = 0  # prime-rl: weight updates survived in flight
     members: list[tuple[simpy.Process, Handle]] = field(default_factory=list)  # to cancel an over-age group
     cancelled: bool = False
+    fork_done: float | None = None  # v2 fork starts: when the group's one fork call returns (its first member draws it)
 
 
 @dataclass(slots=True)
