@@ -134,6 +134,7 @@ class DockerOptions:
         True
     )  # a spec with image_size_mb runs from stampede-size:<mb>[-<image>], built offline
     shared_base_mb: int = declare(0)  # of each sized image, MB in one layer all sized images share (a common base)
+    image_scale: float = declare(1.0)  # sized images weigh image_size_mb x this (0.05: swe-task's 4 GB as 205 MB)
     image_registry: str = declare("")  # the offline registry's folder; "" = STAMPEDE_IMAGE_REGISTRY or ~/.cache
 
     @classmethod
@@ -144,6 +145,8 @@ class DockerOptions:
             raise ProviderConfigError("docker provider: max_connections, api_timeout_s and scratch_mb must be positive")
         if parsed.shared_base_mb < 0:
             raise ProviderConfigError("docker provider: shared_base_mb must be 0 or more")
+        if not 0 < parsed.image_scale <= 1:
+            raise ProviderConfigError(f"docker provider: image_scale must be in (0, 1] (got {parsed.image_scale:g})")
         if not parsed.scratch.startswith("/"):
             raise ProviderConfigError(f"docker provider: scratch must be an absolute path (got {parsed.scratch!r})")
         return parsed
@@ -360,8 +363,8 @@ class DockerProvider(Provider):
         if spec.image and SizedImage.parse(spec.image) is not None:
             return spec.image
         if spec.image_size_mb is not None and self.options.sized_images:
-            shared = min(self.options.shared_base_mb, spec.image_size_mb)
-            return SizedImage.of(spec.image_size_mb, spec.image or "", shared).tag
+            size = spec.image_size_mb * self.options.image_scale
+            return SizedImage.of(size, spec.image or "", min(self.options.shared_base_mb, size)).tag
         return spec.image or self.options.image
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:

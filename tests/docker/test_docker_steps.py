@@ -178,8 +178,12 @@ def test_the_image_a_spec_runs_from_follows_the_options() -> None:
     assert plain.image_for(spec) == "python:3.11"  # the named image itself, pulled or present
     assert plain.image_for(replace(spec, image="stampede-size:30")) == "stampede-size:30"
     assert sized.image_for(replace(spec, image_size_mb=None)) == "python:3.11"
+    scaled = DockerProvider.from_options({"image_scale": 0.05})
+    assert scaled.image_for(replace(spec, image_size_mb=4096)) == "stampede-size:205-python.3.11"
     with pytest.raises(ProviderConfigError, match="shared_base_mb"):
         DockerProvider.from_options({"shared_base_mb": -1})
+    with pytest.raises(ProviderConfigError, match="image_scale"):
+        DockerProvider.from_options({"image_scale": 2})
 
 
 def test_sized_archives_are_the_same_bytes_every_time(tmp_path: Path) -> None:
