@@ -186,3 +186,71 @@ def test_tool_latency_finds_an_injected_per_answer_overhead_and_none_without_it(
 def test_a_plan_does_not_mix_with_the_commands_rollout(tmp_path):
     result = stampede("run", "--plan", "tool-latency", "--turns", "3", "--out", str(tmp_path / "out"), timeout=120)
     assert result.returncode == 2 and "--plan replaces --commands, --turns" in result.stderr
+
+
+SWE_SHAPED = """
+[plan]
+name = "swe-small"
+
+[[step]]
+kind = "create"
+image_size_mb = 2048
+
+[[step]]
+kind = "exec"
+name = "probe"
+command = ["true"]
+
+[[step]]
+kind = "upload"
+name = "repo"
+dest = "repo"
+files = "const:300"
+file_size = "lognormal:1024,0.5"
+
+[[step]]
+kind = "exec"
+name = "tool-call"
+command = ["sh", "-c", "echo call {i}"]
+repeat = "uniform:3,6"
+think = "const:0.01"
+
+[[step]]
+kind = "upload"
+name = "edits"
+path = "patch.diff"
+file_size = "const:2000"
+
+[[step]]
+kind = "download"
+name = "diff"
+path = "patch.diff"
+
+[[step]]
+kind = "terminate"
+"""
+
+
+def test_a_swe_shaped_plan_runs_on_the_stub_vendor(tmp_path):
+    """The embedded stub (the Prime-like simulated vendor) through its own files API: the repo in, the diff out."""
+    out = tmp_path / "out"
+    result = stampede(
+        "run", "--plan", plan_file(tmp_path, SWE_SHAPED), "--profile", "ideal", "--scenario", "burst", "-u", "2",
+        "--out", str(out), "--progress-interval", "0", timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(out)
+    steps = pd.read_parquet(run_dir / "steps")
+    rollouts = pd.read_parquet(run_dir / "rollouts")
+    assert (rollouts["outcome"] == "ok").all() and steps["ok"].all()
+    per_rollout = steps.groupby("rollout_id")["kind"].agg(lambda kinds: list(dict.fromkeys(kinds.astype(str))))
+    for kinds in per_rollout:
+        assert kinds == ["create", "ready", "exec", "upload", "download", "terminate"]
+    assert (steps.loc[steps["name"] == "repo", "files"] == 300).all()
+    assert (steps.loc[steps["name"] == "diff", "bytes"] == 2000).all()  # the file the upload wrote, read back
+    calls = steps[steps["name"] == "tool-call"].groupby("rollout_id").size()
+    assert calls.between(3, 6).all() and (rollouts.set_index("rollout_id")["exec_count"] == calls + 1).all()
+    assert (rollouts["upload_s"] > 0).all() and (rollouts["download_s"] > 0).all()
+    # TTI is the probe's answer: before the upload began
+    first_upload = steps[steps["kind"] == "upload"].groupby("rollout_id")["t_start_s"].min()
+    assert (rollouts.set_index("rollout_id")["tti_s"] <= first_upload + 1e-6).all()
