@@ -26,6 +26,7 @@ import codecs
 import logging
 import math
 import os
+import posixpath
 import re
 import secrets
 import time
@@ -168,6 +169,7 @@ class _Sandbox:
     memory_mb: int = 0
     owner: Mapping[str, str] = field(default_factory=dict)  # its owner labels, which its snapshots carry too
     pending: tuple[dict[str, Any], str] | None = None  # (config, name): created once its image is pulled
+    workdir: str | None = None  # where relative file paths lead (asked once)
     terminated: bool = False
     started: bool = False
     execs_ok: int = 0  # a container that dies before any command ran was never usable
@@ -584,15 +586,27 @@ class DockerProvider(Provider):
                     await asyncio.sleep(pause)  # in progress elsewhere, or "device or resource busy"
                     pause = min(pause * 2, 0.5)
 
+    async def _path(self, ref: SandboxRef, path: str) -> str:
+        """An absolute path; a relative one is the sandbox's working directory's (the image's WORKDIR: stampede's
+        is /tmp, the scratch), as the contract says of a vendor's files API."""
+        if path.startswith("/"):
+            return sandbox_path(path)
+        box = _box(ref)
+        if box.workdir is None:
+            async with file_errors("inspect", ref.sandbox_id, self.options.api_timeout_s):
+                config = (await self._client().containers.container(box.container_id).show())["Config"]
+            box.workdir = str(config.get("WorkingDir") or "/")
+        return sandbox_path(posixpath.join(box.workdir, path))
+
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         """The archive API, or the command's streams where it cannot reach (`docker_files.py`)."""
-        path = sandbox_path(path)
+        path = await self._path(ref, path)
         streams = via_exec(path, read_only=self.options.read_only, write=True, tmpfs=(self.options.scratch,))
         async with file_errors("upload", path, self.options.api_timeout_s):
             await write_file(self._client().containers.container(ref.sandbox_id), path, data, streams=streams)
 
     async def download_file(self, ref: SandboxRef, path: str) -> bytes:
-        path = sandbox_path(path)
+        path = await self._path(ref, path)
         streams = via_exec(path, read_only=self.options.read_only, write=False, tmpfs=(self.options.scratch,))
         async with file_errors("download", path, self.options.api_timeout_s):
             return await read_file(self._client().containers.container(ref.sandbox_id), path, streams=streams)
@@ -608,7 +622,7 @@ class DockerProvider(Provider):
     async def upload_files(self, ref: SandboxRef, files: Mapping[str, bytes]) -> None:
         """A file tree in one tar: one archive-API call, plus one `tar -x` fed on stdin for the paths only a
         command reaches (the scratch tmpfs, a read-only root), instead of a call per file."""
-        paths = {sandbox_path(path): data for path, data in files.items()}
+        paths = {await self._path(ref, path): data for path, data in files.items()}
         tmpfs = (self.options.scratch,)
         by_streams: dict[bool, dict[str, bytes]] = {False: {}, True: {}}
         for path, data in paths.items():

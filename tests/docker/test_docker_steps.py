@@ -204,6 +204,8 @@ async def test_a_file_tree_goes_in_whole(writable: DockerProvider, hardened: Doc
     listing = await hardened.exec(ref, ["sh", "-c", "find /tmp/repo -type f | wc -l; cat /tmp/repo/pkg7/mod997.py"], 60)
     assert listing.stdout.split("\n", 1) == ["1000", "value = 997\n"]
     assert await hardened.download_file(ref, "/tmp/repo/pkg3/mod3.py") == b"value = 3\n"
+    await hardened.upload_files(ref, {"rel/a.txt": b"r"})  # relative: the working directory's (/tmp here)
+    assert await hardened.download_file(ref, "/tmp/rel/a.txt") == b"r"
     with pytest.raises(ProviderError) as refused:  # the read-only root refuses the whole tree, clearly
         await hardened.upload_files(ref, {"/etc/x/y": b"1", "/tmp/ok": b"2"})
     assert refused.value.kind is FailureKind.INVALID_REQUEST
