@@ -209,8 +209,10 @@ def infra_tax(steps: pd.DataFrame) -> InfraTax | None:
         if part == "create/ready":
             total = max(total - pull_total, 0.0)  # a pull lies inside its ready step's duration
         count = len(rows.loc[rows["kind"] == kinds[-1]]) if part == "create/ready" else len(rows)
-        if part == "exec overhead" and rows["overhead"].notna().sum() == 0:
-            continue
+        if part == "exec overhead":  # the calls whose command's own time is known (a probe's is not)
+            count = int(rows["overhead"].notna().sum())
+            if count == 0:
+                continue
         parts[part] = (total / trajectories, count / trajectories)
     return tax_from_parts(parts, trajectories)
 
