@@ -11,7 +11,9 @@ gateway probe `echo 'sandbox ready'`: both count as ready), `execute_command` (C
 
 Contract 9's steps: `exec_stream` is `open_process` (a live command session: stdout and stderr iterated as the
 gateway sends them, then `wait`); `start_process` is `start_background_job` (the SDK's nohup launch; the job's record,
-as JSON, is the handle), `process_exit` `get_background_job_status`. Prime has no snapshot: no fork either.
+as JSON, is the handle), `process_exit` `get_background_job_status`; `snapshot` is a filesystem `checkpoint`
+waited until DURABLE, answered `checkpoint:<id>`, which `create` starts from (`checkpoint_id`); a fork is the
+contract's default, `count` creates from it (Prime has no multi-create).
 
 Where it talks, as whom: without `base_url`, the SDK's own configuration (`PRIME_API_KEY`, optional
 `PRIME_TEAM_ID`, `PRIME_API_BASE_URL`, or `~/.prime/config.json`: what `prime login` writes); with
@@ -117,6 +119,7 @@ from providers.vendors.prime_statuses import error_from_response, retry_after_of
 
 PINNED_SDK = "0.5.1"
 DEFAULT_IMAGE = "python:3.11-slim"
+CHECKPOINT_PREFIX = "checkpoint:"  # `snapshot`'s answer: `create` starts from that checkpoint, not a docker image
 LIST_PAGE = 100
 ALL_OWNED_MAX_PAGES = 10_000  # a bound on the listing, not a limit anyone meets
 PROBE_FIRST_S = 0.05
@@ -332,15 +335,21 @@ class PrimeProvider(Provider):
             await self.sdk.list(per_page=1, team_id=self.options.team_id)
 
     def create_request(self, spec: SandboxSpec) -> CreateSandboxRequest:
-        """The SDK request for a spec; a spec the SDK refuses is `invalid_request`."""
+        """The SDK request for a spec; a spec the SDK refuses is `invalid_request`. An image `checkpoint:<id>` (what
+        `snapshot` answers) is a checkpoint to start from (`checkpoint_id`, its own image); any other a docker image."""
         lifetime = -1 if math.isinf(spec.lifetime_s) else max(1, math.ceil(spec.lifetime_s / 60))
+        image = spec.image or self.options.image
+        checkpoint = image[len(CHECKPOINT_PREFIX) :] if image.startswith(CHECKPOINT_PREFIX) else None
+        # the SDK refuses an image or a disk size beside a checkpoint: both are the checkpoint's
+        source: dict[str, Any] = (
+            {"checkpoint_id": checkpoint} if checkpoint else {"docker_image": image, "disk_size_gb": spec.disk_gb}
+        )
         try:
             return CreateSandboxRequest(  # type: ignore[call-arg]
                 name=f"stampede-{spec.rollout_id}",
-                docker_image=spec.image or self.options.image,
+                **source,
                 cpu_cores=spec.cpu,
                 memory_gb=spec.memory_mb / 1024,
-                disk_size_gb=spec.disk_gb,
                 timeout_minutes=lifetime,
                 environment_vars=dict(spec.env) or None,
                 labels=label_strings(spec.tags()),
@@ -486,6 +495,16 @@ class PrimeProvider(Provider):
         job = BackgroundJob.model_validate_json(handle)
         status = await cancellable(self.sdk.get_background_job_status(ref.sandbox_id, job))
         return None if not status.completed or status.exit_code is None else int(status.exit_code)
+
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """`checkpoint` (a filesystem checkpoint), then `wait_for_checkpoint` until it is DURABLE: `checkpoint:<id>`
+        is what `create` starts from."""
+        checkpoint = await cancellable(self.sdk.checkpoint(ref.sandbox_id))
+        try:
+            durable = await cancellable(self.sdk.wait_for_checkpoint(checkpoint.id))
+        except RuntimeError as exc:  # FAILED or DELETING: the vendor refused to keep it
+            raise ProviderError(FailureKind.SNAPSHOT_ERROR, str(exc)) from exc
+        return CHECKPOINT_PREFIX + durable.id
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         """`upload_bytes`: the gateway's multipart upload (a relative path is root's home's)."""

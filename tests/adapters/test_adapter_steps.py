@@ -32,7 +32,7 @@ EXPECTED: dict[str, set[Capability]] = {
     "e2b": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
     "daytona": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
     "modal": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
-    "prime": FILES | {STREAM, BACKGROUND},
+    "prime": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
     "runloop": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
     "vercel": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
     "coreweave": FILES | {STREAM, BACKGROUND},

@@ -18,6 +18,7 @@ Error shapes (every body is JSON):
   out after N seconds"}`, 409 `{"detail": "Sandbox is not running"}`, 502 `{"error": "sandbox_not_found",
   "detail": "Sandbox not found: ..."}`, 503 `{"detail": "Gateway error: ..."}` (injected exec error);
 - ConnectRPC gateway exec (`command_session.CommandSession`): Connect codes, see command_session.py.
+- Filesystem checkpoints (`checkpoint`, `get_checkpoint`, a create from `checkpoint_id`): checkpoints.py.
 
 Time: durations the vendor enforces (lifetimes, exec timeouts, `sleep` in commands, the startup
 deadline) are vendor seconds and play at the stub's time scale; values a client acts on (Retry-After,
@@ -25,7 +26,7 @@ timestamps, token expiry) are real.
 
 Divergences from Prime, on purpose: stub-only `GET /api/v1/_stampede/truth` and `/_stampede/stats`;
 `startedAt` is when the sandbox became RUNNING; `is_active=false` lists everything (as the SDK's
-`exclude_terminated=False` reads); checkpoints, volumes, networks, GPUs and image builds are not
+`exclude_terminated=False` reads); volumes, networks, GPUs and image builds are not
 modelled (422 / 404); one account and team. Exec speaks both the REST gateway shape of prime-sandboxes
 0.2.x (gateway.py, what the lean `stub` client uses) and 0.5.x's ConnectRPC `CommandSession`
 (command_session.py over sim/core/connect.py, what Prime's current SDK uses).
@@ -33,6 +34,7 @@ modelled (422 / 404); one account and team. Exec speaks both the REST gateway sh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,9 +58,11 @@ from providers.sim.core.simulator import (
     Rejected,
     RejectReason,
     SandboxStatus,
+    SnapshotNotFound,
     VendorSimulator,
 )
 from providers.sim.core.vendor_settings import VendorSettings
+from providers.sim.prime.checkpoints import add_checkpoint_routes
 from providers.sim.prime.command_session import build_service
 from providers.sim.prime.connect_routes import add_connect_routes
 from providers.sim.prime.files import add_file_routes
@@ -190,7 +194,11 @@ async def create_sandbox(request: web.Request) -> web.Response:
         return _invalid(errors)
     sim = _sim(request)
     try:
+        if req.from_snapshot is not None and not req.image:  # a checkpoint's image, unless docker_image says
+            req = dataclasses.replace(req, image=sim.get_snapshot(req.from_snapshot).image)
         sb = sim.create(req)
+    except SnapshotNotFound:
+        return _detail(404, f"Checkpoint {req.from_snapshot} not found")
     except Rejected as exc:
         return rejection_response(exc, sim.clock)
     out = sandbox_body(sb, sim.clock)
@@ -434,6 +442,7 @@ def create_app(source: SimulatorSource | None = None, *, token: str | None = Non
     r = app.router
     p = API_PREFIX
     r.add_post(f"{p}/sandbox/status:batchGet", batch_status)
+    add_checkpoint_routes(r, p, _sim)
     r.add_post(f"{p}/sandbox", create_sandbox)
     r.add_get(f"{p}/sandbox", list_sandboxes)
     r.add_delete(f"{p}/sandbox", bulk_delete)

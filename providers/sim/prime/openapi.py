@@ -134,7 +134,11 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "-1: no lifetime limit",
             },
             "idle_timeout_minutes": _nullable({"type": "integer", "maximum": LIMITS["timeout_minutes"]}),
-            "checkpoint_id": {"type": "null", "description": "restoring checkpoints is not modelled"},
+            "checkpoint_id": {
+                "type": "null",
+                "description": "a checkpoint to start from (checkpoints.py; then docker_image may be left out); "
+                "documented as null only, so a fuzzer does not draw ids of checkpoints that do not exist",
+            },
             "environment_vars": _nullable({"type": "object", "additionalProperties": {"type": "string"}}),
             "secrets": _nullable({"type": "object", "additionalProperties": {"type": "string"}}),
             "labels": {"type": "array", "items": {"type": "string"}},
@@ -393,6 +397,7 @@ def openapi_document(maxima: dict[str, int | float] | None = None) -> dict[str, 
                 "Create a sandbox (idempotency_key honoured)",
                 {
                     "201": _json(_ref("Sandbox"), "accepted (PENDING), with gatewayAuth"),
+                    "404": _json(_ref("Error"), "checkpoint_id names no checkpoint"),
                     "422": _VALIDATION,
                     "429": rate_limited,
                     "500": _ERR,

@@ -168,16 +168,8 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
 
     name = get("name", "str", required=True)
     image = get("docker_image", "str")
-    if body.get("checkpoint_id") is not None:
-        errors.append(
-            _field_error(
-                "value_error",
-                "checkpoint_id",
-                "Value error, restoring checkpoints is not modelled by the simulator",
-                body["checkpoint_id"],
-            )
-        )
-    elif image is None:
+    checkpoint = get("checkpoint_id", "str")  # its files (and its image, without docker_image): checkpoints.py
+    if image is None and checkpoint is None:
         if not any(e["loc"] == ["body", "docker_image"] for e in errors):  # not already a type error
             errors.append(
                 _field_error(
@@ -258,7 +250,8 @@ def _check_create(body: Any) -> tuple[CreateRequest | None, list[dict[str, Any]]
         "secrets": dict(secrets_in),
     }
     req = CreateRequest(
-        image=image,
+        image=image or "",
+        from_snapshot=checkpoint if isinstance(checkpoint, str) else None,
         labels=tuple(labels),
         cpu=float(cpu),
         memory_mb=max(1, round(memory_gb * 1024)),
