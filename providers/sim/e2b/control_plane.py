@@ -35,6 +35,7 @@ from typing import Any
 from aiohttp import web
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
+from providers.sim.core.serving.json_body import read_json_object
 from providers.sim.core.serving.listening import stampede_stats, stampede_truth
 from providers.sim.core.simulator import (
     CreateRequest,
@@ -147,13 +148,11 @@ def start_failure(sb: SimSandbox) -> web.Response:
     return error(500, f"{PLACEMENT}: the sandbox was killed while it was starting", "sandbox_create_failed")
 
 
-async def _body(request: web.Request) -> Any:
-    if not request.can_read_body:
-        return {}
-    try:
-        return await request.json()
-    except ValueError:
-        raise BadRequest("request body is not valid JSON") from None
+async def read_body(request: web.Request) -> dict[str, Any]:
+    """A request's JSON object body (`{}` when there is none), or BadRequest in E2B's words."""
+    return await read_json_object(
+        request, BadRequest, not_json="request body is not valid JSON", not_object="request body must be a JSON object"
+    )
 
 
 def _active(sim: VendorSimulator, sandbox_id: str) -> SimSandbox | None:
@@ -169,7 +168,7 @@ def _active(sim: VendorSimulator, sandbox_id: str) -> SimSandbox | None:
 
 async def create_sandbox(request: web.Request) -> web.Response:
     try:
-        new = parse_new_sandbox(await _body(request))
+        new = parse_new_sandbox(await read_body(request))
     except BadRequest as exc:
         return error(400, str(exc))
     sim = simulator(request)
@@ -281,7 +280,7 @@ async def kill_sandbox(request: web.Request) -> web.Response:
 async def set_timeout(request: web.Request) -> web.Response:
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        timeout = parse_timeout(await _body(request), required=True, minimum=0)
+        timeout = parse_timeout(await read_body(request), required=True, minimum=0)
     except BadRequest as exc:
         return error(400, str(exc))
     if _active(sim, sandbox_id) is None:
@@ -295,7 +294,7 @@ async def connect_sandbox(request: web.Request) -> web.Response:
     """A running sandbox: 200 (its timeout only ever lengthens); a paused one resumes: 201 once it runs again."""
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        timeout = parse_timeout(await _body(request), required=False)
+        timeout = parse_timeout(await read_body(request), required=False)
     except BadRequest as exc:
         return error(400, str(exc))
     sb = _active(sim, sandbox_id)

@@ -40,7 +40,7 @@ from providers.sim.core.simulator import (
     VendorSimulator,
 )
 from providers.sim.e2b.app_state import simulator
-from providers.sim.e2b.control_plane import STARTS, rejection_response, start_failure
+from providers.sim.e2b.control_plane import STARTS, read_body, rejection_response, start_failure
 from providers.sim.e2b.shapes import (
     DEFAULT_TIMEOUT_S,
     TEMPLATE_CPU,
@@ -74,18 +74,6 @@ def _known(sim: VendorSimulator, sandbox_id: str) -> SimSandbox | None:
     return sb if sb.active else None
 
 
-async def _json(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except ValueError:
-        raise BadRequest("request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
-
-
 def _whole(body: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
     value = body.get(key, default)
     if value is None:
@@ -103,7 +91,7 @@ def _whole(body: dict[str, Any], key: str, default: int, low: int, high: int) ->
 async def pause_sandbox(request: web.Request) -> web.Response:
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        await _json(request)  # `{"memory": bool}`: memory or files only is the same copy here
+        await read_body(request)  # `{"memory": bool}`: memory or files only is the same copy here
     except BadRequest as exc:
         return _error(400, str(exc))
     sb = _known(sim, sandbox_id)
@@ -125,7 +113,7 @@ async def resume_sandbox(request: web.Request) -> web.Response:
     """The older resume route: a paused sandbox runs again (201 `Sandbox`); one that runs is 409."""
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        timeout = _whole(await _json(request), "timeout", DEFAULT_TIMEOUT_S, 1, 10**9)
+        timeout = _whole(await read_body(request), "timeout", DEFAULT_TIMEOUT_S, 1, 10**9)
     except BadRequest as exc:
         return _error(400, str(exc))
     sb = _known(sim, sandbox_id)
@@ -156,7 +144,7 @@ def _snapshot_body(snapshot: Any) -> dict[str, Any]:
 async def create_snapshot(request: web.Request) -> web.Response:
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        body = await _json(request)
+        body = await read_body(request)
     except BadRequest as exc:
         return _error(400, str(exc))
     name = body.get("name")
@@ -208,7 +196,7 @@ async def delete_snapshot(request: web.Request) -> web.Response:
 async def fork_sandbox(request: web.Request) -> web.Response:
     sim, sandbox_id = simulator(request), request.match_info["sandbox_id"]
     try:
-        body = await _json(request)
+        body = await read_body(request)
         count = _whole(body, "count", 1, 1, MAX_FORKS)
         timeout = _whole(body, "timeout", DEFAULT_TIMEOUT_S, 1, 10**9)
     except BadRequest as exc:

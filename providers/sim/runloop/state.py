@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from providers.sim.core.records import SandboxStatus, SimSandbox
+from providers.sim.core.serving.json_body import read_json_object
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.runloop.shapes import devbox_view, error_body
 
@@ -96,13 +97,11 @@ def front_of(request: web.Request) -> Front:
     return request.app[FRONT]
 
 
+def _bad_request(text: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(text=text)
+
+
 async def read_json(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except ValueError:
-        raise web.HTTPBadRequest(text="body must be JSON") from None
-    if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text="body must be a JSON object")
-    return body
+    return await read_json_object(
+        request, _bad_request, not_json="body must be JSON", not_object="body must be a JSON object"
+    )

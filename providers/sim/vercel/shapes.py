@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxUser
+from providers.sim.core.serving.json_body import read_json_object
 from providers.sim.core.simulator import (
     NotFound,
     Rejected,
@@ -146,15 +147,12 @@ class BadBody(Exception):
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except ValueError:
-        raise BadBody("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadBody("the request body must be a JSON object")
-    return body
+    return await read_json_object(
+        request,
+        BadBody,
+        not_json="the request body is not valid JSON",
+        not_object="the request body must be a JSON object",
+    )
 
 
 @web.middleware
