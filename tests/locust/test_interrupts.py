@@ -116,7 +116,7 @@ def test_a_second_signal_aborts_every_workers_engine(tmp_path: Path) -> None:
             "--provider-option",
             "exec_delay_s=60",
             "--provider-option",
-            "terminate_delay_s=60",
+            "terminate_delay_s=15",
             "--provider-option",
             f"ledger={ledger}",
             "--hold",
@@ -136,7 +136,7 @@ def test_a_second_signal_aborts_every_workers_engine(tmp_path: Path) -> None:
     )
     wait_for_creates(process, ledger, 4)
     process.send_signal(signal.SIGINT)
-    time.sleep(2.0)  # the workers are draining: their vendor takes 60 s to terminate each sandbox
+    time.sleep(2.0)  # the workers are draining: their vendor takes 15 s to terminate each sandbox
     process.send_signal(signal.SIGINT)
     aborted_at = time.monotonic()
     stderr = finish(process, timeout=150)
@@ -152,7 +152,7 @@ def test_a_second_signal_to_a_locust_f_master_aborts_every_workers_engine(tmp_pa
     ledger, out = tmp_path / "ledger.jsonl", tmp_path / "out"
     port = free_port()
     common = ["-f", "scenarios/steady.py", "--provider", SCRIPTED, "--provider-option", "exec_delay_s=60"]
-    common += ["--provider-option", "terminate_delay_s=60", "--provider-option", f"ledger={ledger}"]
+    common += ["--provider-option", "terminate_delay_s=15", "--provider-option", f"ledger={ledger}"]
     as_master = ["--master", "--headless", "--expect-workers", "2", "-u", "4", "--master-bind-host", "127.0.0.1"]
     as_master += ["--master-bind-port", str(port), "--hold", "120", "--out", str(out), "--run-id", "lf-two-sigs"]
     master = subprocess.Popen(
