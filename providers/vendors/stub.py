@@ -2,7 +2,9 @@
 
 Lean on purpose: its wire is `providers.http1_client` (keep-alive HTTP/1.1 without a client-side queue, far
 cheaper a request than aiohttp's path), status polled in batches of up to 100 ids per request (as Prime's own
-SDK coalesces), and every HTTP answer mapped onto the failure taxonomy. It is the baseline the SDK-based adapters are compared against for per-rollout CPU.
+SDK coalesces), and every HTTP answer mapped onto the failure taxonomy. Files go through the gateway's upload and
+download routes; `snapshot` is Prime's filesystem checkpoint (`checkpoint:<id>`, which `create` starts from), so the
+contract's default fork works here too. No streamed exec or background process: the lean client reads whole answers. It is the baseline the SDK-based adapters are compared against for per-rollout CPU.
 
 Under a hostile transport (issue 17; the fronts' `[faults]`): every request has a timeout (`request_timeout_s`; a
 status look `status_timeout_s`), a status look lost on the way is asked again soon and its cost stays inside the
@@ -50,6 +52,10 @@ from providers.vendors.prime_statuses import error_from_response, retry_after_of
 from providers.vendors.stub_status_poller import StatusPoller
 
 DEFAULT_IMAGE = "python:3.11-slim"
+CHECKPOINT_PREFIX = "checkpoint:"  # `snapshot`'s answer: `create` starts from that checkpoint (as the prime adapter)
+CHECKPOINT_WAIT_S = 300.0  # how long a checkpoint may take to become DURABLE (prime-sandboxes' own default)
+CHECKPOINT_LOOK_FIRST_S = 0.05  # the first look at a pending checkpoint; twice as late each time after
+CHECKPOINT_LOOK_MAX_S = 1.0
 
 # errorType of a sandbox that ended before RUNNING -> kind. Anything else that dies before ready is, by
 # definition, died_before_ready.
@@ -169,6 +175,7 @@ class StubProvider(Provider):
         self._create_gate = ThrottleGate(options.max_backoff_s)
         # a sharded vendor: each sandbox's own shard (only kept when there are shards, off the single-vendor path)
         self._shard_of: dict[str, str] = {}
+        self._checkpoint_shard: dict[str, str] = {}  # a checkpoint's shard (that of the sandbox it copied)
         self._next_shard = itertools.cycle(options.shard_urls) if options.shard_urls else None
 
     @property
@@ -267,13 +274,15 @@ class StubProvider(Provider):
                 await self.request("GET", "/sandbox", Phase.CREATE, params={"page": 1, "per_page": 1}, base=base)
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
+        image = spec.image or DEFAULT_IMAGE
+        checkpoint = image[len(CHECKPOINT_PREFIX) :] if image.startswith(CHECKPOINT_PREFIX) else None
         payload: dict[str, Any] = {
             "name": f"stampede-{spec.rollout_id}",
-            "docker_image": spec.image or DEFAULT_IMAGE,
+            # a checkpoint brings its own image and disk (Prime's SDK refuses either beside it)
+            **({"checkpoint_id": checkpoint} if checkpoint else {"docker_image": image, "disk_size_gb": spec.disk_gb}),
             "start_command": {"executable": "tail", "args": ["-f", "/dev/null"]},
             "cpu_cores": spec.cpu,
             "memory_gb": spec.memory_mb / 1024,
-            "disk_size_gb": spec.disk_gb,
             "timeout_minutes": max(1, math.ceil(spec.lifetime_s / 60)),
             "labels": label_strings(spec.tags()),
             "idempotency_key": uuid.uuid4().hex,
@@ -283,6 +292,8 @@ class StubProvider(Provider):
         if self.options.team_id:
             payload["team_id"] = self.options.team_id
         base = next(self._next_shard) if self._next_shard else None
+        if checkpoint is not None and checkpoint in self._checkpoint_shard:
+            base = self._checkpoint_shard[checkpoint]  # a checkpoint lives on the shard of the sandbox it copied
         async with self._create_gate.passage() as waited:
             try:
                 body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload, base=base)
@@ -383,6 +394,34 @@ class StubProvider(Provider):
             raise unreadable(Phase.EXEC, status, text)
         stdout, stderr = str(body.get("stdout") or ""), str(body.get("stderr") or "")
         return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr)
+
+    async def snapshot(self, ref: SandboxRef) -> str:
+        """Prime's filesystem checkpoint (`POST /sandbox/{id}/checkpoints`), looked at until DURABLE (at 50 ms, then
+        twice as late each time, up to 1 s); `checkpoint:<id>` is what `create` starts from."""
+        base = self._shard_of.get(ref.sandbox_id)
+        body = await self.request(
+            "POST", f"/sandbox/{quote(ref.sandbox_id, safe='')}/checkpoints", Phase.SNAPSHOT, base=base
+        )
+        checkpoint = body.get("id")
+        if not isinstance(checkpoint, str) or not checkpoint:
+            raise unreadable(Phase.SNAPSHOT, 200, str(body))
+        delay = CHECKPOINT_LOOK_FIRST_S
+        try:
+            async with asyncio.timeout(CHECKPOINT_WAIT_S):
+                while body.get("state") != "DURABLE":
+                    if body.get("state") in ("FAILED", "DELETING"):
+                        raise ProviderError(FailureKind.SNAPSHOT_ERROR, f"checkpoint {checkpoint}: {body.get('error')}")
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, CHECKPOINT_LOOK_MAX_S)
+                    path = f"/sandbox/checkpoints/{quote(checkpoint, safe='')}"
+                    body = await self.request("GET", path, Phase.SNAPSHOT, base=base)
+        except TimeoutError:
+            raise ProviderError(
+                FailureKind.SNAPSHOT_ERROR, f"checkpoint {checkpoint} not durable within {CHECKPOINT_WAIT_S:g}s"
+            ) from None
+        if base is not None:
+            self._checkpoint_shard[checkpoint] = base
+        return CHECKPOINT_PREFIX + checkpoint
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
         """The gateway's multipart upload (Prime's route, as prime-sandboxes sends it)."""

@@ -90,8 +90,8 @@ async def test_stub_gateway_files_and_a_step_it_lacks_said_plainly() -> None:
     try:
         await round_trips(provider, ProviderError, "/root")  # the lean client's error: HTTP 404 classified
         ref = await provider.create(SandboxSpec(run_id="files", rollout_id="s", lifetime_s=300))
-        with pytest.raises(UnsupportedFeature, match="snapshot is not supported by the stub provider"):
-            await provider.snapshot(ref)  # Prime has no snapshots: said, not a failure of the sandbox
+        with pytest.raises(UnsupportedFeature, match="streamed exec is not supported by the stub provider"):
+            await provider.exec_stream(ref, ["true"], 5)  # the lean client reads whole answers: said, not a failure
         assert isinstance(UnsupportedFeature("stub", "x"), NotImplementedError)
     finally:
         await provider.aclose()

@@ -37,7 +37,7 @@ EXPECTED: dict[str, set[Capability]] = {
     "vercel": FILES | {STREAM, BACKGROUND, SNAPSHOT, FORK},
     "coreweave": FILES | {STREAM, BACKGROUND},
     "agent-sandbox": FILES,
-    "stub": FILES,
+    "stub": FILES | {SNAPSHOT, FORK},
 }
 """What each adapter offers (docs/vendors.md): a change here is a change users see in `stampede run`'s check."""
 
