@@ -78,6 +78,7 @@ from providers.vendors.docker_exec import (
     parse_oom_kills,
 )
 from providers.vendors.docker_files import (
+    SNAPSHOT_REPOSITORY,
     commit,
     file_errors,
     read_file,
@@ -362,8 +363,10 @@ class DockerProvider(Provider):
     def image_for(self, spec: SandboxSpec) -> str:
         """The image a spec runs from: a plan's declared size maps to the offline sized image of that size (named
         after the plan's image, so two images of one size are two images), unless `sized_images=false`."""
-        if spec.image and SizedImage.parse(spec.image) is not None:
-            return spec.image
+        if spec.image and (
+            SizedImage.parse(spec.image) is not None or spec.image.startswith(f"{SNAPSHOT_REPOSITORY}:")
+        ):
+            return spec.image  # a fork's spec keeps the plan's size: its image is still the snapshot
         if spec.image_size_mb is not None and self.options.sized_images:
             size = spec.image_size_mb * self.options.image_scale
             return SizedImage.of(size, spec.image or "", min(self.options.shared_base_mb, size)).tag

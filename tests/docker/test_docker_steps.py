@@ -273,7 +273,8 @@ async def test_fork_starts_copies_of_a_snapshot_and_cleanup_takes_the_image(
     origin = await started(writable, run_id, "origin")
     await writable.upload_files(origin, {"/work/state.json": json.dumps({"step": 3}).encode()})
     image = await writable.snapshot(origin)
-    forks = await writable.fork(image, SandboxSpec(run_id=run_id, rollout_id="g"), 3)
+    # the group's spec keeps the plan's image size (the engine's forks do): the copies still start from the snapshot
+    forks = await writable.fork(image, SandboxSpec(run_id=run_id, rollout_id="g", image_size_mb=5), 3)
     assert sorted(ref.rollout_id for ref in forks) == ["g-0", "g-1", "g-2"]
     await asyncio.gather(*(writable.wait_ready(ref, 60) for ref in forks))
     for ref in forks:
