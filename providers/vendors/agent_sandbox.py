@@ -95,7 +95,7 @@ CLAIM_VERSION = "v1beta1"
 CLAIM_PLURAL = "sandboxclaims"
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
 _QUOTA_TEXT = "exceeded quota"  # the apiserver's 403 when a namespace ResourceQuota refuses the object
-_IMAGE_TEXTS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+_IMAGE_TEXTS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "Failed to pull image")  # the kubelet's
 
 
 def label_value(value: str) -> str:
@@ -244,6 +244,10 @@ class AgentSandboxProvider(Provider):
             )
         except ValueError as exc:  # the SDK's own checks (labels, names)
             raise ProviderError(FailureKind.INVALID_REQUEST, str(exc)) from exc
+        except SandboxClaimFailedError as exc:
+            if any(text in str(exc) for text in _IMAGE_TEXTS):  # the pod's image pull failed: the pull step
+                raise ProviderError(FailureKind.IMAGE, str(exc), phase=Phase.PULL) from exc
+            raise
         return SandboxRef(
             sandbox_id=sandbox.sandbox_id,
             provider=self.name,

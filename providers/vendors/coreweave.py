@@ -266,8 +266,13 @@ class CoreWeaveProvider(Provider):
         """`await sandbox`: the SDK's own poll until RUNNING (FAILED / TERMINATED raise)."""
         sandbox = await self._sandbox(ref)
         started = asyncio.get_running_loop().time()
-        async with asyncio.timeout(timeout):
-            await cancellable(_running(sandbox))
+        try:
+            async with asyncio.timeout(timeout):
+                await cancellable(_running(sandbox))
+        except SandboxFailedError as exc:
+            if any(word in str(exc).lower() for word in _IMAGE_WORDS):  # the pod's image pull failed: the pull step
+                raise ProviderError(FailureKind.IMAGE, str(exc), phase=Phase.PULL) from exc
+            raise
         elapsed = asyncio.get_running_loop().time() - started
         window, polls = poll_schedule(elapsed)
         return ReadyObservation(poll_window_s=min(window, elapsed), polls=polls)

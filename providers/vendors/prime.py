@@ -114,7 +114,7 @@ from providers.options import (
 from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
-from providers.vendors.prime_errors import TRANSPORT_ERRORS, classify_prime
+from providers.vendors.prime_errors import TRANSPORT_ERRORS, classify_prime, image_pull_failed
 from providers.vendors.prime_statuses import error_from_response, retry_after_of
 
 PINNED_SDK = "0.5.1"
@@ -402,6 +402,8 @@ class PrimeProvider(Provider):
                         )
                         break
                     except Exception as exc:
+                        if image_pull_failed(exc):  # the vendor placed it: the pull inside readiness
+                            raise ProviderError(FailureKind.IMAGE, str(exc), phase=Phase.PULL) from exc
                         pause = self._lost_look_pause(exc)
                         if pause is None:
                             raise

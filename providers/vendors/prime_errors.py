@@ -87,6 +87,14 @@ def classify_prime(exc: BaseException, phase: Phase | None) -> FailureKind:
     return classify_common(exc, phase)
 
 
+def image_pull_failed(exc: BaseException) -> bool:
+    """Prime said the image could not be pulled (its own error class, or the sandbox's `IMAGE_PULL_FAILED`): a
+    failure of the `pull` step inside readiness."""
+    if isinstance(exc, SandboxImagePullError):
+        return True
+    return isinstance(exc, SandboxNotRunningError) and (exc.error_type or "") == "IMAGE_PULL_FAILED"
+
+
 def _not_running(exc: SandboxNotRunningError, phase: Phase | None) -> FailureKind:
     error_type = exc.error_type or ""
     message = str(exc)

@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from providers.base import Capability, FailureKind, Phase, Provider, SandboxRef, SandboxSpec
+from providers.base import Capability, FailureKind, Phase, Provider, ProviderError, SandboxRef, SandboxSpec
 from providers.sim.core.execution.isolated_shell import IsolatedShell
 
 pytestmark = pytest.mark.skipif(not IsolatedShell.available(), reason="real sandbox commands need bwrap here")
 
 TOKEN = "adapter-steps"
-REAL: tuple[tuple[str, Any], ...] = (("sandbox.commands", "real"),)  # output streams as the command writes it
+Overrides = tuple[tuple[str, Any], ...]
+REAL: Overrides = (("sandbox.commands", "real"),)  # output streams as the command writes it
 STREAM, BACKGROUND, FORK, SNAPSHOT = Capability.EXEC_STREAM, Capability.BACKGROUND, Capability.FORK, Capability.SNAPSHOT
 FILES = {Capability.UPLOAD, Capability.DOWNLOAD}
 
@@ -41,88 +42,94 @@ EXPECTED: dict[str, set[Capability]] = {
 }
 """What each adapter offers (docs/vendors.md): a change here is a change users see in `stampede run`'s check."""
 
-Opener = Callable[[pytest.MonkeyPatch], Awaitable[tuple[Provider, Callable[[], Awaitable[None]]]]]
+Opener = Callable[..., Awaitable[tuple[Provider, Callable[[], Awaitable[None]]]]]
 
 
-async def _e2b(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _e2b(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.e2b.server import E2BSettings, start_e2b
     from providers.vendors.e2b import E2BProvider
 
-    front = await start_e2b(E2BSettings(profile="ideal", seed=5, token=TOKEN, overrides=REAL))
+    front = await start_e2b(E2BSettings(profile="ideal", seed=5, token=TOKEN, overrides=real))
     return E2BProvider.from_options(
         {"base_url": front.url, "token": front.token, "sandbox_url": front.url}
     ), front.close
 
 
-async def _daytona(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _daytona(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.daytona.server import DaytonaSettings, start_daytona
     from providers.vendors.daytona import DaytonaProvider
 
-    front = await start_daytona(DaytonaSettings(seed=3, token=TOKEN, overrides=REAL))
+    front = await start_daytona(DaytonaSettings(seed=3, token=TOKEN, overrides=real))
     return DaytonaProvider.from_options({"base_url": front.api_url, "token": TOKEN}), front.close
 
 
-async def _modal(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _modal(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.modal.server import ModalSettings, start_modal
     from providers.vendors.modal import ModalProvider
 
-    front = await start_modal(ModalSettings(profile="ideal", token=TOKEN, overrides=REAL))
+    front = await start_modal(ModalSettings(profile="ideal", token=TOKEN, overrides=real))
     provider = ModalProvider.from_options({"base_url": front.url, "token": TOKEN})
     await provider.preflight()
     return provider, front.close
 
 
-async def _prime(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _prime(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.prime.api import StubSettings, start_stub
     from providers.vendors.prime import PrimeProvider
 
-    front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=REAL))
+    front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=real))
     return PrimeProvider.from_options({"base_url": front.url, "token": front.token}), front.close
 
 
-async def _stub(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _stub(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.prime.api import StubSettings, start_stub
     from providers.vendors.stub import StubProvider
 
-    front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=REAL))
+    front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=real))
     return StubProvider.from_options({"base_url": front.url, "token": front.token}), front.close
 
 
-async def _runloop(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _runloop(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.runloop.server import RunloopSettings, start_runloop
     from providers.vendors.runloop import RunloopProvider
 
-    front = await start_runloop(RunloopSettings(seed=3, token=TOKEN, time_scale=0.2, overrides=REAL))
+    front = await start_runloop(RunloopSettings(seed=3, token=TOKEN, time_scale=0.2, overrides=real))
     return RunloopProvider.from_options({"base_url": front.url, "token": TOKEN}), front.close
 
 
-async def _vercel(monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _vercel(
+    monkeypatch: pytest.MonkeyPatch, real: Overrides = REAL
+) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.vercel.server import PROJECT_ID, TEAM_ID, VercelSettings, start_vercel
     from providers.vendors.vercel import VercelProvider
 
-    front = await start_vercel(VercelSettings(profile="ideal", seed=5, token=TOKEN, overrides=REAL))
+    front = await start_vercel(VercelSettings(profile="ideal", seed=5, token=TOKEN, overrides=real))
     for name, value in front.sdk_environment().items():
         monkeypatch.setenv(name, value)
     options = {"base_url": front.url, "token": front.token, "team_id": TEAM_ID, "project_id": PROJECT_ID}
     return VercelProvider.from_options(options), front.close
 
 
-async def _coreweave(monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _coreweave(
+    monkeypatch: pytest.MonkeyPatch, real: Overrides = REAL
+) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.coreweave.server import CoreWeaveSettings, start_coreweave
     from providers.vendors.coreweave import CoreWeaveProvider
 
-    front = await start_coreweave(CoreWeaveSettings(profile="ideal", seed=5, token=TOKEN, overrides=REAL))
+    front = await start_coreweave(CoreWeaveSettings(profile="ideal", seed=5, token=TOKEN, overrides=real))
     for name, value in front.sdk_environment().items():
         monkeypatch.setenv(name, value)
     return CoreWeaveProvider.from_options({"base_url": front.url, "token": front.token}), front.close
 
 
-async def _agent_sandbox(_: pytest.MonkeyPatch) -> tuple[Provider, Callable[[], Awaitable[None]]]:
+async def _agent_sandbox(
+    _: pytest.MonkeyPatch, real: Overrides = REAL, warm_pool: int = 4
+) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.agent_sandbox.server import AgentSandboxSettings, start_agent_sandbox
     from providers.vendors.agent_sandbox import AgentSandboxProvider
 
     front = await start_agent_sandbox(
-        AgentSandboxSettings(profile="ideal", seed=3, token=TOKEN, warm_pool=4, overrides=REAL)
+        AgentSandboxSettings(profile="ideal", seed=3, token=TOKEN, warm_pool=warm_pool, overrides=real)
     )
     return AgentSandboxProvider.from_options({"base_url": front.url, "token": front.token}), front.close
 
@@ -358,3 +365,27 @@ async def test_daytona_readiness_reports_the_pull_it_saw() -> None:
     quick.looks.append((quick.acked_at + 0.5, "started"))
     assert quick.observation().pull_s is None  # the vendor never said it pulled
     assert not quick.pulled() and start.looks[-1][1] == "started" and not start.pulled()
+
+
+@pytest.mark.parametrize("vendor", ["prime", "coreweave", "agent-sandbox"])
+async def test_an_image_the_vendor_could_not_pull_fails_in_the_pull_step(
+    vendor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vendor says the pull failed (Prime's IMAGE_PULL_FAILED, the pod's "Failed to pull image"): `image`, placed
+    in the `pull` step inside readiness, so the report counts it against the image, not the boot."""
+    cold = (("image.pull_failure_prob", 1.0), ("pool.initial_nodes_warm", False))
+    cold_pool = {"warm_pool": 0} if vendor == "agent-sandbox" else {}  # no warm pod: the claim's own pod pulls
+    provider, close = await OPENERS[vendor](monkeypatch, REAL + cold, **cold_pool)
+    try:
+        with pytest.raises(ProviderError) as failed:
+            ref = await provider.create(
+                SandboxSpec("steps", "cold", image="registry.local/never-pulled:1", lifetime_s=60)
+            )
+            await provider.wait_ready(ref, 30)
+        assert (failed.value.kind, failed.value.phase) == (FailureKind.IMAGE, Phase.PULL)
+        assert provider.classify(failed.value, Phase.READY) is FailureKind.IMAGE
+    finally:
+        with contextlib.suppress(Exception):
+            await provider.cleanup("steps")
+        await provider.aclose()
+        await close()
