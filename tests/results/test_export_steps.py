@@ -37,6 +37,17 @@ def test_export_v2_carries_each_step_and_fork_apart_from_fresh_starts(tmp_path):
     assert pull["pull_share_of_start"] == pytest.approx(120.0 / (4 * 30.4 + 46 * 0.4))
 
 
+def test_a_fork_start_waits_for_the_slowest_copy_and_the_prepared_sandbox_is_no_trajectory(tmp_path):
+    from harness.results.figures.step_figures import load_step_view
+    from harness.results.read.dataset import read_run_info
+
+    run = write_plan_run(tmp_path, [r for g in range(5) for r in fork_group(g, copies=4, fork_s=1.0, copy_ready_s=0.2)])
+    (bucket,) = build_latency_model([run], fit=False)["models"][0]["buckets"]
+    assert bucket["starts"]["fork"]["quantiles"][P50] == pytest.approx(1.2)  # the fork, then the slowest copy ready
+    view = load_step_view(read_run_info(run))
+    assert view is not None and view.tax is not None and view.tax.trajectories == 20  # 5 groups x 4 copies
+
+
 def test_a_run_without_steps_exports_v2_without_step_parts_and_v1_files_still_validate(tmp_path):
     run = write_synthetic_run(tmp_path, SyntheticRun(run_id="plain", stages=(SyntheticStage(10, 100),)))
     document = build_latency_model([run], fit=False)

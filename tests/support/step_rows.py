@@ -174,7 +174,7 @@ def write_plan_run(
 
 
 def fork_group(
-    g: int, copies: int = 4, fork_s: float = 1.0, stage: str = "01-ramp", execs: int = 2
+    g: int, copies: int = 4, fork_s: float = 1.0, stage: str = "01-ramp", execs: int = 2, copy_ready_s: float = 0.0
 ) -> list[PlanRollout]:
     """A grpo-fork group: the prepared sandbox `<group>` (create, ready, snapshot, one fork of `copies`) and each copy
     `<group>-<i>` (its tool calls and terminate, from the fork's start)."""
@@ -214,6 +214,9 @@ def fork_group(
             }
             for n in range(execs)
         ]
+        if copy_ready_s:  # the engine's ready row of a copy after the fork (named fork); the last copy the slowest
+            ready = {"kind": "ready", "name": "fork", "step": 2, "t_start_s": fork_s, "ok": True}
+            steps.insert(0, ready | {"duration_s": copy_ready_s * (c + 1) / copies})
         steps.append(
             {
                 "kind": "terminate",

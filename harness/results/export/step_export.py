@@ -4,8 +4,9 @@ Per bucket (the rows of its stages):
 - `steps`: per step kind (and `exec.overhead`, each tool call's time beyond its command's own), the distribution of
   its successful steps (quantile grid, fits, as v1 does per phase), how many a rollout runs (`per_rollout`) and the
   share that failed (`failure_probability`);
-- `starts`: `fresh` (create + ready of one sandbox created from an image, per rollout) and `fork` (one fork call:
-  a GRPO group's G copies are usable when it returns, `copies` the mean G), separate distributions.
+- `starts`: `fresh` (create + ready of one sandbox created from an image, per rollout) and `fork` (per group: its
+  fork call and the slowest of its copies' ready steps, when the group's G copies are all usable; `copies` the
+  mean G), separate distributions.
 Per model (every bucket pooled: a cache warms over a run, not per concurrency):
 - `image_pull`: the creates that pulled cold (a pull step above `WARM_PULL_MAX_S`) and those that did not, the cold
   pull's distribution, a warm start's (fresh starts with no cold pull), the cold pulls per run (the first creates
@@ -92,11 +93,25 @@ def bucket_blocks(steps: pd.DataFrame, make: MetricBlock) -> dict[str, Any]:
     if fresh is not None:
         starts["fresh"] = fresh
     forks = steps.loc[(steps["kind"] == "fork") & steps["ok"]]
-    fork = make(forks["duration"].to_numpy(dtype=float))
+    fork = make(fork_starts(steps, forks))
     if fork is not None:
         copies = forks["copies"].dropna()
         starts["fork"] = {**fork, "copies": float(copies.mean()) if len(copies) else 1.0}
     return {"steps": blocks, "starts": starts} if blocks else {}
+
+
+def fork_starts(steps: pd.DataFrame, forks: pd.DataFrame) -> np.ndarray:
+    """One start per group: its fork call, then the slowest of its copies' ready steps (a copy `<group>-<i>` is
+    usable once it is ready; the group starts together)."""
+    if forks.empty:
+        return np.empty(0)
+    ready = steps.loc[(steps["kind"] == "ready") & steps["ok"]]
+    group = ready["rollout_id"].astype(str).str.replace(r"-\d+$", "", regex=True)
+    copies = ready.loc[group != ready["rollout_id"].astype(str)]
+    slowest = copies.groupby([copies["run_id"], group.loc[copies.index]])["duration"].max()
+    keys = list(zip(forks["run_id"], forks["rollout_id"].astype(str), strict=True))
+    after = np.array([float(slowest.get(key, 0.0)) for key in keys])
+    return forks["duration"].to_numpy(dtype=float) + after
 
 
 def image_pull_block(steps: pd.DataFrame, make: MetricBlock) -> dict[str, Any] | None:

@@ -192,10 +192,14 @@ def tax_from_parts(parts: dict[str, tuple[float, float]], trajectories: int) -> 
 
 
 def infra_tax(steps: pd.DataFrame) -> InfraTax | None:
-    """The run's own shape: every step's vendor seconds (exec: overhead only) over the trajectories it served."""
+    """The run's own shape: every step's vendor seconds (exec: overhead only) over the trajectories it served (the
+    rollouts that ran a tool call, a GRPO group's prepared sandbox not one of them: its steps are shared)."""
     if steps.empty:
         return None
-    trajectories = int(steps.loc[steps["kind"] == "exec", ["rollout_id", "attempt"]].drop_duplicates().shape[0])
+    keys = ["rollout_id", "attempt"]
+    prepared = steps.loc[steps["kind"] == "fork", keys].drop_duplicates()  # a group's prepared sandbox forks
+    ran = steps.loc[steps["kind"] == "exec", keys].drop_duplicates()
+    trajectories = len(ran.merge(prepared, how="left", indicator=True).query("_merge == 'left_only'"))
     if trajectories == 0:
         return None
     parts: dict[str, tuple[float, float]] = {}
