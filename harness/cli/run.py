@@ -28,6 +28,7 @@ from locust.log import setup_logging
 from locust.runners import MasterRunner
 from locust.util.load_locustfile import load_locustfile
 
+from foundation.phase_marks import mark
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
 from harness.locust.provider_check import check_provider, preflight
@@ -223,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
     role = _role(args)
     scenario = resolve_scenario(args.scenario)
     settings = _validate(args) if role != "worker" else None  # a worker takes every setting from its master
+    mark("command: options checked")
     options = _locust_options(args, scenario)
     setup_logging(os.environ.get("STAMPEDE_LOCUST_LOG", "WARNING"))
     logging.getLogger("stampede").setLevel(logging.INFO)
@@ -285,7 +287,9 @@ def run(args: argparse.Namespace) -> int:
         shape.runner = runner
     if settings is not None:  # parsed and checked once, above (a worker takes its settings from its master)
         hand_over_settings(environment, settings)
+    mark("command: locust runner made")
     environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
+    mark("command: vendor and engine started")
     session = session_of(environment)
     if session is None or session.failed_to_start:
         _quit(environment)
@@ -348,8 +352,10 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # a Ctrl-C before the handler above took over
         stop(signal.SIGINT)
         runner.greenlet.join()
+    mark("command: runner ended")
     _quit(environment)
     _stop_workers(workers)
+    mark("command: processes stopped")
     if environment.process_exit_code not in (None, 0):
         return int(environment.process_exit_code)
     if interrupted:  # the table in harness.wire.run_endings: 130 interrupted, 131 aborted

@@ -2,6 +2,9 @@
 
 import sys
 
-from harness.engine.server import main
+from foundation.phase_marks import mark
+
+mark("engine process: interpreter up")
+from harness.engine.server import main  # noqa: E402  (after the mark: the imports are what it times)
 
 sys.exit(main())

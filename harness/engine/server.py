@@ -24,6 +24,7 @@ from typing import Any
 
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
+from foundation.phase_marks import mark
 from harness.engine.health import LoopHealth
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
@@ -72,6 +73,7 @@ class Engine:
             self.health.reset()
             self.run = EngineRun(config, provider, self.health)
             self.run.writer.start()
+            mark("engine process: configured")
             return {"versions": self.run.versions, "worker": config.worker}
 
     def hurry(self) -> None:
@@ -158,6 +160,8 @@ class Engine:
                 error(req_id, msg.ERROR_NOT_CONFIGURED, "engine has no active run")
                 return False
             request = run.leased_request(lease) if lease is not None else RolloutRequest.from_wire(message)
+            if run.started == 0:
+                mark("engine process: first rollout")
             task = run.start(request)
             tasks_by_request[req_id] = task
             try:
@@ -268,8 +272,10 @@ def preload_provider(name: str | None) -> None:
 
 async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, preload: str | None = None) -> int:
     """Run until shutdown, a signal, or (with `watch_stdin`) the parent closing our stdin."""
+    mark("engine process: imported")
     raise_open_files_limit()
     preload_provider(preload)
+    mark("engine process: provider preloaded")
     engine = Engine(worker)
     engine.health.start()
     freezer = asyncio.get_running_loop().create_task(freeze_survivors())
@@ -283,6 +289,7 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     watcher = loop.create_task(_watch_parent(engine.stopped)) if watch_stdin else None  # keep a reference
     print(READY_LINE, flush=True)
     await engine.stopped.wait()
+    mark("engine process: stopping")
     server.close()
     await engine.drain()
     await engine.health.stop()
@@ -292,6 +299,7 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     await engine.close_connections()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
+    mark("engine process: done")
     return 0
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from harness.locust.run_folder import iso, read_manifest, write_manifest
 from harness.results.read.run_ending import cleanup_command, ending_of
-from harness.results.read.run_repair import repair_crashed_run
 from harness.wire.run_endings import CRASHED, RUNNING
 
 SCAN_LIMIT = 50  # the newest run folders looked at: bounded, whatever the results folder holds
@@ -53,6 +52,8 @@ def find_crashed_runs(out: Path, *, limit: int = SCAN_LIMIT) -> list[CrashedRun]
             write_manifest(folder, manifest)
         except OSError:
             pass
+        from harness.results.read.run_repair import repair_crashed_run  # pyarrow and pandas: only for a crash found
+
         repair_crashed_run(folder)  # its unfinished attempts into its tables, for plain parquet readers
         found.append(CrashedRun(str(manifest.get("run_id") or folder.name), folder, cleanup_command(manifest)))
     return found

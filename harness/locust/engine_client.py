@@ -23,6 +23,7 @@ import gevent.socket
 import gevent.subprocess
 from gevent import GreenletExit
 
+from foundation.phase_marks import mark
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
@@ -69,6 +70,7 @@ class EngineClient:
         child_env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), os.getcwd(), child_env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
+        mark("engine: spawned")
         process = gevent.subprocess.Popen(
             [
                 sys.executable,
@@ -91,6 +93,7 @@ class EngineClient:
                 line = process.stdout.readline().decode(errors="replace").strip()
                 if line != READY_LINE:
                     raise EngineError(f"engine failed to start (exit {process.poll()}): {line or 'no output'}")
+                mark("engine: ready line read")
             sock = gevent.socket.socket(gevent.socket.AF_UNIX, gevent.socket.SOCK_STREAM)
             sock.connect(socket_path)
         except BaseException:

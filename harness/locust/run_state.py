@@ -69,6 +69,9 @@ class RunState:
         self.gate_step = 0
         self.gate_closed = False
         self._gate = gevent.event.Event()
+        self.at_gate = 0  # this process's users waiting at the gate now
+        self.rows_seen: Counter[str] = Counter()  # rows this process's users received this run, per stage
+        self._changed = gevent.event.Event()  # a user reached the gate, a row arrived, the live view moved
         self.broadcast: Broadcast | None = None  # a master sends stage and gate to its workers through this
         self.test_preparers: list[Callable[[], None]] = []  # the session: the web form's settings, per test
         self.refusal: str | None = None  # why the test about to start cannot run (a bad form value)
@@ -114,6 +117,7 @@ class RunState:
         self.ended = False
         self.live = LiveView()
         self.dropped = Counter()
+        self.rows_seen = Counter()
 
     def end_run(self) -> Stage:
         """The run ended: back to idle; returns the stage it ended in."""
@@ -147,13 +151,33 @@ class RunState:
 
     def wait_at_gate(self, done_step: int) -> int | None:
         """A gated user that finished step `done_step`: the next step it may run, or None when there is none."""
-        while self.gate_step <= done_step:
-            if self.gate_closed:
-                return None
-            self._gate.wait()
+        self.at_gate += 1
+        self.note_change()
+        try:
+            while self.gate_step <= done_step:
+                if self.gate_closed:
+                    return None
+                self._gate.wait()
+        finally:
+            self.at_gate -= 1
         if self.gate_closed and self.gate_step <= done_step:
             return None
         return self.gate_step
+
+    # -- what a shape waits on -------------------------------------------------------------------------
+    def note_row(self, stage: str) -> None:
+        """A user of this process received a rollout's row (its end, whatever the outcome)."""
+        self.rows_seen[stage] += 1
+        self.note_change()
+
+    def note_change(self) -> None:
+        """Something a shape may be waiting on moved: wake it now, not at Locust's next one-second tick."""
+        self._changed.set()
+
+    def wait_for_change(self, timeout_s: float) -> None:
+        """Until something a shape waits on moves (a user at the gate, a row, the live view), or `timeout_s`."""
+        self._changed.wait(timeout_s)
+        self._changed.clear()
 
 
 def run_state_of(environment: Any) -> RunState | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from locust import events
 from locust.env import Environment
 from locust.runners import WorkerRunner
 
+from foundation.phase_marks import mark
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.live.live_vendor_seconds import LiveVendorSeconds
@@ -35,7 +37,7 @@ from harness.locust.live.progress import ProgressPrinter
 from harness.locust.provider_check import check_provider
 from harness.locust.run_folder import new_run_id
 from harness.locust.run_state import RunState, Stage
-from harness.locust.services.end_of_run import RunEnd, conclude
+from harness.locust.services.end_of_run import RunEnd, conclude, preload_readers
 from harness.locust.services.engine_link import EngineLink, RunIdentity, engine_config
 from harness.locust.services.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
 from harness.locust.services.process_role import ProcessRole
@@ -100,6 +102,7 @@ class StampedeSession:
         self.exit_code: int | None = None  # the last run's exit status (harness.wire.run_endings), once concluded
         self.counts_signals = False  # `locust -f`: this session counts Ctrl-C/SIGTERM and sets the exit status
         self._ending: gevent.Greenlet | None = None  # a run being finished off Locust's shape greenlet
+        self._retiring: list[gevent.Greenlet] = []  # the engine and vendor ending while the last run concludes
         self.services_ready = gevent.event.Event()
         self.run_ready = gevent.event.Event()  # set once begin_run configured the engine, cleared at end_run
 
@@ -204,9 +207,11 @@ class StampedeSession:
         master may start the test meanwhile: `begin_run` and the users wait for `services_ready`.
         """
         # The engine and the local vendor are separate interpreters: start both at once (each takes most of a
-        # second to import its world), not one after the other.
+        # second to import its world), not one after the other. Meanwhile the run folder's owner, which only waits
+        # for them, imports what the end of the run reads with.
         if self.role.runs_users:
             self.engine_link.spawn(self.role.worker_name, self.settings.provider)
+        preload: list[Callable[[], None]] = [preload_readers] if self.role.owns_run_folder else []
         engine_failed: BaseException | None = None
         try:
             if self.role.is_master:
@@ -216,7 +221,10 @@ class StampedeSession:
                     self.runner, self.state, self.role.worker_name, lambda: self.engine, self.note_master_signal
                 )
             if self.settings.embedded_vendor and not self.role.is_worker:
-                self._serve_vendor(self.settings)
+                self._serve_vendor(self.settings, meanwhile=preload.pop() if preload else None)
+            for step in preload:  # no vendor to start: while the engine starts
+                gevent.sleep(0)  # its greenlet forks it first
+                step()
         finally:
             engine_failed = self.engine_link.wait_started(self.state)  # a vendor that failed leaves it to close()
             self.services_ready.set()
@@ -262,14 +270,14 @@ class StampedeSession:
         check_provider(posted)  # a provider that cannot start refuses the test here: no run folder
         self._serve_vendor(posted)
 
-    def _serve_vendor(self, settings: RunSettings) -> None:
+    def _serve_vendor(self, settings: RunSettings, meanwhile: Callable[[], None] | None = None) -> None:
         """The embedded vendor these settings ask for (none, kept, or (re)started); here and on workers, the run
-        talks to it."""
+        talks to it. `meanwhile` runs while it starts."""
         self.settings = settings  # in force even when the vendor fails to start (the test is refused)
         forget_vendor(self.environment.parsed_options)
         shape = self.shape
         peak_users = shape.peak_users(settings) if shape is not None else settings.users
-        self.settings, self.vendor = self.embedded.serve(settings, peak_users)
+        self.settings, self.vendor = self.embedded.serve(settings, peak_users, meanwhile)
         if self.embedded.vendor is not None:
             publish_vendor(self.environment.parsed_options, self.settings, self.vendor)
 
@@ -301,6 +309,7 @@ class StampedeSession:
             if self.runs == 1:
                 offer_cleanup_of_crashed_runs(Path(self.settings.out))
             self.record = RunRecord.open(self.state.run_dir, self._initial_manifest(), self.environment)
+            mark("run folder opened")
         if self.engine is not None:
             out_dir = self.worker_link.spool if self.worker_link is not None else Path(self.settings.out)
             identity = RunIdentity(str(self.run_id), self.role.worker_name, self.role.scenario, Path(out_dir))
@@ -309,6 +318,7 @@ class StampedeSession:
             except UsageError:
                 self._unstart_run()  # its vendor refused the engine after the check before the run passed (a race)
                 raise
+            mark("engine configured")
             if self.role.owns_run_folder and self.record is not None:
                 self.record.add_versions(self.versions)
         if self.master_link is not None:
@@ -341,9 +351,12 @@ class StampedeSession:
         return LiveVendorSeconds(str(self.run_id), scale, vendor.truth)
 
     def note_row(self, record: dict[str, Any]) -> None:
-        """A row a user of this process received (its greenlet): the live view's vendor seconds keep it."""
+        """A row a user of this process received (its greenlet): the live view's vendor seconds keep it, and a
+        shape waiting for its step's last rollout hears of it at once."""
+        stage = str(record.get("stage") or self.state.stage.name)
         if self.live_vendor is not None:
-            self.live_vendor.add(str(record.get("stage") or self.state.stage.name), record)
+            self.live_vendor.add(stage, record)
+        self.state.note_row(stage)
 
     def _unstart_run(self) -> None:
         """The run could not start: no run folder, `latest` as it was, no run for `close` to end."""
@@ -401,6 +414,7 @@ class StampedeSession:
             ending.join()
 
     def _end_run(self) -> None:
+        mark("end: test stopped")
         self.run_ready.clear()
         final_stage = self.state.end_run()
         if self.progress is not None:
@@ -414,6 +428,7 @@ class StampedeSession:
             self._finishing = gevent.spawn(self._finish_worker)
             return
         summary = self.engine_link.drain()
+        mark("end: engine drained")
         if summary is not None:
             self.engine_summaries = [{**summary, "locust_process": process_usage()}]
         if self.master_link is not None:
@@ -422,6 +437,12 @@ class StampedeSession:
             return
         self.record.finish_reports()
         self.embedded.save_truth(self.record.run_dir, str(self.run_id))
+        mark("end: vendor truth saved")
+        if getattr(self.environment, "web_ui", None) is None:
+            # No test follows (no web UI): the engine has drained and the vendor's record is saved, so both end
+            # while the run is concluded, not after it; one turn of the loop sends each its stop.
+            self._retiring = [gevent.spawn(self.engine_link.shutdown), gevent.spawn(self.embedded.stop)]
+            gevent.sleep(0)
         shape = self.shape
         end = RunEnd(
             ending=self.ending,
@@ -439,6 +460,7 @@ class StampedeSession:
             self.environment.process_exit_code = conclusion.exit_code
         self.summary_text = conclusion.text
         print(self.summary_text, flush=True)
+        mark("end: summary printed")
 
     def _finish_worker(self) -> None:
         summary = self.engine_link.drain()
@@ -454,8 +476,12 @@ class StampedeSession:
             self.end_run()
         if self._finishing is not None:
             self._finishing.join(timeout=300)
+        gevent.joinall(self._retiring)
+        self._retiring = []
         self.engine_link.shutdown()
+        mark("close: engine stopped")
         self.embedded.stop()
+        mark("close: vendor stopped")
         if self.worker_link is not None:
             self.worker_link.close()
 

@@ -17,7 +17,9 @@ from dataclasses import replace
 from typing import Any
 
 from locust import LoadTestShape
+from locust.runners import MasterRunner
 
+from foundation.phase_marks import mark
 from harness.locust.run_state import IDLE_STAGE, RunState, Stage, run_state_of
 from harness.locust.schedule_clock import schedule_now
 from harness.locust.settings import DEFAULT_SPAWN_RATE, RunSettings
@@ -29,6 +31,8 @@ log = logging.getLogger("stampede")
 DEFAULT_BURST_SIZE = 100
 DEFAULT_STEADY_USERS = 100
 SCHEDULER_LEAD_S = 1.0  # open-model stages start a little in the future so every dispatcher sees them first
+GATE_SETTLE_S = 1.0  # a master cannot see its workers' users reach the gate: it releases this long after the spawn
+TICK_WAIT_S = 0.95  # a burst's tick waits for its step's end this long, within Locust's one-second tick
 
 
 class StampedeShape(LoadTestShape):
@@ -318,6 +322,9 @@ class BurstShape(StampedeShape):
         self._step = 0
         self._all_spawned_at: float | None = None
         self._done = False
+        watch, self._gate_watch = getattr(self, "_gate_watch", None), None  # a web-UI test's last, if it still waits
+        if watch is not None:
+            watch.kill(block=False)
 
     def size(self) -> int:
         return self.burst_size(self.settings())
@@ -346,26 +353,53 @@ class BurstShape(StampedeShape):
         }
 
     def tick(self) -> tuple[int, float] | None:
+        """Locust ticks a shape once a second; a burst's steps move on events instead (every user at the gate, a
+        step's last row), so a tick waits for them (up to `TICK_WAIT_S`) rather than leaving them to the next."""
         if self.refused():
             return None
         size = self.size()
         state = self.state()
         if self._done or state is None:
             return None
+        users = (size, max(self.spawn_rate(default=float(size)), 1.0))
         if self._step == 0:
-            if self.get_current_user_count() >= size:
-                self._all_spawned_at = self._all_spawned_at or time.monotonic()
-                if time.monotonic() - self._all_spawned_at >= 1.0:  # every user reached the gate
-                    self._release(1, size)
-        elif self.live_stage(self.stage.name).ended >= size:
-            if self._step >= self.settings().burst_steps:
-                self._done = True
-                state.close_gate()  # waiting users leave at once instead of sitting out the stop timeout
-                return None
-            self._release(self._step + 1, size)
-        return size, max(self.spawn_rate(default=float(size)), 1.0)
+            if isinstance(self.runner, MasterRunner):  # its workers' users reach the gate out of its sight
+                if self.get_current_user_count() >= size:
+                    self._all_spawned_at = self._all_spawned_at or time.monotonic()
+                    if time.monotonic() - self._all_spawned_at >= GATE_SETTLE_S:
+                        self._release(1, size)
+            elif self._gate_watch is None and self.runner is not None:  # released when the last user reaches the gate
+                self._gate_watch = self.runner.greenlet.spawn(self._release_when_all_at_gate, state, size)
+            return users
+        deadline = time.monotonic() + TICK_WAIT_S
+        while self._ended(state) < size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return users
+            state.wait_for_change(remaining)
+        if self._step >= self.settings().burst_steps:
+            mark("shape: last step ended")
+            self._done = True
+            state.close_gate()  # waiting users leave at once instead of sitting out the stop timeout
+            return None
+        self._release(self._step + 1, size)
+        return users
+
+    def _ended(self, state: RunState) -> int:
+        """Rollouts of the current step that ended: the engines' count, or this process's users' rows (sooner)."""
+        name = self.stage.name
+        return max(self.live_stage(name).ended, state.rows_seen[name])
+
+    def _release_when_all_at_gate(self, state: RunState, size: int) -> None:
+        """A local runner's first step: open the gate when its last user reaches it (its users are all here)."""
+        while self._step == 0 and not self._done:
+            if state.at_gate >= size:
+                self._release(1, size)
+                return
+            state.wait_for_change(TICK_WAIT_S)
 
     def _release(self, step: int, size: int) -> None:
+        mark(f"shape: step {step} released")
         self._step = step
         self.enter(Stage(step, f"{step:02d}-burst{size}", size))
         state = self.state()

@@ -21,6 +21,7 @@ import signal
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import gevent
 import gevent.subprocess
 
+from foundation.phase_marks import mark
 from harness.errors import UsageError
 
 VENDOR_START_TIMEOUT_S = 30.0
@@ -77,6 +79,7 @@ class EmbeddedVendor:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
         ).rstrip(os.pathsep)
+        mark("vendor: spawned")
         process = gevent.subprocess.Popen(
             argv,
             stdin=gevent.subprocess.PIPE,
@@ -93,6 +96,7 @@ class EmbeddedVendor:
                     complaint = process.stderr.read().decode(errors="replace").strip().splitlines()
                     raise UsageError(complaint[-1] if complaint else f"{module} exited with {process.returncode}")
                 info = json.loads(line)
+                mark("vendor: listening")
         except BaseException:
             if process.poll() is None:
                 process.kill()
@@ -165,7 +169,9 @@ class ShardedVendor:
         seed: int,
         time_scale: float | None,
         overrides: dict[str, str] | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> ShardedVendor:
+        """Every shard started and listening; `meanwhile` runs once their processes are forked, while they start."""
         token = secrets.token_urlsafe(24)
         jobs = [
             gevent.spawn(
@@ -179,6 +185,9 @@ class ShardedVendor:
             )
             for index in range(max(1, shards))
         ]
+        if meanwhile is not None:
+            gevent.sleep(0)  # each job forks its shard, then waits for its line: the shards start from here on
+            meanwhile()
         gevent.joinall(jobs)
         started = [job.value for job in jobs if job.successful()]
         failed = [job.exception for job in jobs if not job.successful()]

@@ -100,6 +100,7 @@ class MasterLink:
             self.state.live.update(
                 data.get("engine") or msg.node_id, EngineStats.from_wire(stats) if stats else None, data.get("dropped")
             )
+            self.state.note_change()
 
     def _on_file(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data or {}

@@ -113,6 +113,7 @@ class EngineLink:
             if self.client is not None and self.client.alive:
                 try:
                     state.live.update("local", self.client.stats(timeout=5), dict(state.dropped))
+                    state.note_change()
                 except EngineError:
                     pass
             gevent.sleep(LOCAL_POLL_INTERVAL_S)

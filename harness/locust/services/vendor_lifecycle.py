@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +50,27 @@ class VendorLifecycle:
         self.vendor: ShardedVendor | None = None
         self._started_for: tuple[Any, ...] | None = None
 
-    def serve(self, settings: RunSettings, peak_users: int | None) -> tuple[RunSettings, VendorFacts]:
+    def serve(
+        self, settings: RunSettings, peak_users: int | None, meanwhile: Callable[[], None] | None = None
+    ) -> tuple[RunSettings, VendorFacts]:
         """The vendor these settings ask for, and the settings pointed at it: none (stopped) for a real vendor;
-        kept while it simulates the same; otherwise (re)started (UsageError: it could not start)."""
+        kept while it simulates the same; otherwise (re)started (UsageError: it could not start). `meanwhile` runs
+        while a vendor starts (not at all when none does)."""
         if not settings.embedded_vendor:
             self.stop()
             return settings, VendorFacts(settings.time_scale, "")
         if not self.serves(settings):
             self.stop()
-            self.start(settings, peak_users)
+            self.start(settings, peak_users, meanwhile)
         return self.bind(settings)
 
     def serves(self, settings: RunSettings) -> bool:
         """A vendor runs and simulates what these settings ask for (a web-form test keeps it)."""
         return self.vendor is not None and self._started_for == _simulates(settings)
 
-    def start(self, settings: RunSettings, peak_users: int | None) -> None:
-        """Start the vendor these settings simulate, in as many shards as `peak_users` in flight need."""
+    def start(self, settings: RunSettings, peak_users: int | None, meanwhile: Callable[[], None] | None = None) -> None:
+        """Start the vendor these settings simulate, in as many shards as `peak_users` in flight need; `meanwhile`
+        runs while they start."""
         module = LOCAL_VENDORS.get(settings.provider)
         if module is None:
             raise UsageError(f"provider {settings.provider!r} has no simulated vendor for --local")
@@ -78,6 +83,7 @@ class VendorLifecycle:
                 seed=settings.seed,
                 time_scale=settings.time_scale,
                 overrides=settings.profile_overrides,
+                meanwhile=meanwhile,
             )
         except UsageError as exc:
             raise UsageError(f"local vendor: {exc}") from None
