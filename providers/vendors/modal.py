@@ -85,7 +85,7 @@ from providers.options import (
 from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
-from providers.vendors.modal_errors import classify_modal
+from providers.vendors.modal_errors import classify_modal, pull_failed
 
 T = TypeVar("T")
 
@@ -358,6 +358,10 @@ class ModalProvider(Provider):
         except TimeoutError:
             if budget.expired():
                 raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s") from None
+            raise
+        except Exception as exc:
+            if pull_failed(exc):  # the vendor placed it: the image pull inside readiness
+                raise ProviderError(FailureKind.IMAGE, str(exc), phase=Phase.PULL) from exc
             raise
 
     async def exec(self, ref: SandboxRef, argv: Sequence[str], timeout: float) -> ExecResult:

@@ -22,6 +22,7 @@ _GRPCLIB_DIR = os.path.dirname(grpclib.__file__)
 _DID_NOT_START = re.compile(r"did not start within|not scheduled within", re.I)
 _OOM = re.compile(r"out of memory|\boom(?:_killed)?\b|oom kill", re.I)
 _IMAGE = re.compile(r"pull image|image pull|image_pull|image build|build failed", re.I)
+_PULL = re.compile(r"pull image|image pull|image_pull", re.I)
 _CAPACITY = re.compile(r"insufficient capacity|no capacity", re.I)
 _RATE = re.compile(r"rate limit|creation rate|too many requests|throttl", re.I)
 _QUOTA = re.compile(r"limit reached|concurrent|quota|maximum number of|max containers|allows \d", re.I)
@@ -79,6 +80,11 @@ def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKin
     if isinstance(exc, DecodeError) or _unanswered_unary_call(exc):
         return FailureKind.TRANSPORT  # a reply the client could not decode, or a call that ended without one
     return classify_common(exc, phase)
+
+
+def pull_failed(exc: BaseException) -> bool:
+    """Modal said the image could not be pulled ("Failed to pull image ..."): a failure of the `pull` step."""
+    return not isinstance(exc, ProviderError) and bool(_PULL.search(str(exc)))
 
 
 def _unanswered_unary_call(exc: BaseException) -> bool:

@@ -367,11 +367,11 @@ async def test_daytona_readiness_reports_the_pull_it_saw() -> None:
     assert not quick.pulled() and start.looks[-1][1] == "started" and not start.pulled()
 
 
-@pytest.mark.parametrize("vendor", ["prime", "coreweave", "agent-sandbox"])
+@pytest.mark.parametrize("vendor", ["prime", "coreweave", "agent-sandbox", "modal"])
 async def test_an_image_the_vendor_could_not_pull_fails_in_the_pull_step(
     vendor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The vendor says the pull failed (Prime's IMAGE_PULL_FAILED, the pod's "Failed to pull image"): `image`, placed
+    """The vendor says the pull failed (Prime's IMAGE_PULL_FAILED, the pod's or Modal's "Failed to pull image"): `image`, placed
     in the `pull` step inside readiness, so the report counts it against the image, not the boot."""
     cold = (("image.pull_failure_prob", 1.0), ("pool.initial_nodes_warm", False))
     cold_pool = {"warm_pool": 0} if vendor == "agent-sandbox" else {}  # no warm pod: the claim's own pod pulls
