@@ -18,13 +18,15 @@ a live sandbox as dead.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from providers.sim.core.simulator import CreateRequest, NotFound, NotRunning, Rejected, SimSandbox
-from providers.sim.daytona.front import Front, error, front_of, served_elsewhere
+from providers.sim.daytona.front import Front, error, front_of, json_object, served_elsewhere
 from providers.sim.daytona.rest import rejection
 from providers.sim.daytona.shapes import MAX_INT, requested, state_of, update_requested
 
@@ -55,12 +57,20 @@ def _sandbox(request: web.Request) -> tuple[Front, SimSandbox | None, web.Respon
         return front, None, error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
 
 
-async def _json_object(request: web.Request) -> dict[str, Any] | None:
-    try:
-        body = await request.json()
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
+def _on_sandbox(
+    handler: Callable[[web.Request, Front, SimSandbox], Awaitable[web.Response]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A call on the path's live sandbox (`_sandbox`): a missing or ended one is answered 404 before the handler."""
+
+    @functools.wraps(handler)
+    async def found(request: web.Request) -> web.Response:
+        front, sb, missing = _sandbox(request)
+        if missing is not None:
+            return missing
+        assert sb is not None
+        return await handler(request, front, sb)
+
+    return found
 
 
 def _minutes(request: web.Request, *, minimum: int) -> int | None:
@@ -72,12 +82,9 @@ def _minutes(request: web.Request, *, minimum: int) -> int | None:
     return value if minimum <= value <= MAX_INT else None  # the API's int32
 
 
-async def replace_labels(request: web.Request) -> web.Response:
-    _, sb, missing = _sandbox(request)
-    if missing is not None:
-        return missing
-    assert sb is not None
-    body = await _json_object(request)
+@_on_sandbox
+async def replace_labels(request: web.Request, _front: Front, sb: SimSandbox) -> web.Response:
+    body = await json_object(request)
     labels = body.get("labels") if body is not None else None
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         return error(request, 400, "labels must be an object of strings")
@@ -86,11 +93,8 @@ async def replace_labels(request: web.Request) -> web.Response:
 
 
 def _interval_setter(field: str, minimum: int, zero_means: int | None = None) -> Any:
-    async def handler(request: web.Request) -> web.Response:
-        front, sb, missing = _sandbox(request)
-        if missing is not None:
-            return missing
-        assert sb is not None
+    @_on_sandbox
+    async def handler(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
         value = _minutes(request, minimum=minimum)
         if value is None:
             return error(request, 400, f"interval must be an integer not less than {minimum}")
@@ -102,11 +106,8 @@ def _interval_setter(field: str, minimum: int, zero_means: int | None = None) ->
     return handler
 
 
-async def set_ttl(request: web.Request) -> web.Response:
-    front, sb, missing = _sandbox(request)
-    if missing is not None:
-        return missing
-    assert sb is not None
+@_on_sandbox
+async def set_ttl(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     minutes = _minutes(request, minimum=0)
     if minutes is None:
         return error(request, 400, "ttlMinutes must be a non-negative integer")
@@ -121,11 +122,8 @@ async def set_ttl(request: web.Request) -> web.Response:
     return web.json_response(front.body(sb))
 
 
-async def set_public(request: web.Request) -> web.Response:
-    front, sb, missing = _sandbox(request)
-    if missing is not None:
-        return missing
-    assert sb is not None
+@_on_sandbox
+async def set_public(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     raw = request.match_info["public"].lower()
     if raw not in ("true", "false"):
         return error(request, 400, "isPublic must be a boolean value")
@@ -133,22 +131,19 @@ async def set_public(request: web.Request) -> web.Response:
     return web.json_response(front.body(sb))
 
 
-async def last_activity(request: web.Request) -> web.Response:
-    _, _sb, missing = _sandbox(request)
-    return missing if missing is not None else web.Response(status=201)
+@_on_sandbox
+async def last_activity(request: web.Request, _front: Front, _sb: SimSandbox) -> web.Response:
+    return web.Response(status=201)
 
 
-async def fork(request: web.Request) -> web.Response:
-    front, sb, missing = _sandbox(request)
-    if missing is not None:
-        return missing
-    assert sb is not None
+@_on_sandbox
+async def fork(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     state = state_of(sb, front.life.get(sb.id))
     if state not in ("started", "stopped", "archived"):
         return error(request, 400, f"Sandbox must be started or stopped to fork (state: {state})")
     body: dict[str, Any] | None = {}
     if request.can_read_body:
-        body = await _json_object(request)
+        body = await json_object(request)
         if body is None:
             return error(request, 400, "the body must be a JSON object")
     assert body is not None
@@ -186,12 +181,9 @@ async def fork(request: web.Request) -> web.Response:
     return web.json_response(front.body(forked))
 
 
-async def snapshot_sandbox(request: web.Request) -> web.Response:
-    front, sb, missing = _sandbox(request)
-    if missing is not None:
-        return missing
-    assert sb is not None
-    body = await _json_object(request)
+@_on_sandbox
+async def snapshot_sandbox(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
+    body = await json_object(request)
     name = body.get("name") if body is not None else None
     if not isinstance(name, str) or not name.strip():
         return error(request, 400, "name is required")
@@ -206,11 +198,9 @@ async def snapshot_sandbox(request: web.Request) -> web.Response:
     return web.json_response(front.body(sb))
 
 
-async def unsupported(request: web.Request) -> web.Response:
+@_on_sandbox
+async def unsupported(request: web.Request, _front: Front, _sb: SimSandbox) -> web.Response:
     """A sandbox call the local Daytona does not model: 501 naming it (the sandbox exists: not a 404)."""
-    _, _sb, missing = _sandbox(request)
-    if missing is not None:
-        return missing
     wrong = served_elsewhere(request, request.match_info["rest"], SERVED)
     if wrong is not None:
         return wrong

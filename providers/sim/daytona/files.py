@@ -41,10 +41,10 @@ from aiohttp import BodyPartReader, web
 from aiohttp.typedefs import Handler
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
-from providers.sim.core.simulator import NotFound, NotRunning
-from providers.sim.daytona.front import error
+from providers.sim.core.simulator import NotFound, NotRunning, SimSandbox, TransferRefused
+from providers.sim.daytona.front import Front, error, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import running
+from providers.sim.daytona.toolbox import on_running
 
 CHUNK = 64 * 1024
 MAX_MATCHES = 10_000  # find: a bound on one answer, as grep piped to a page would be
@@ -80,19 +80,28 @@ def _problem(exc: OSError, path: str) -> FileProblem:
     return FileProblem(status, f"{reason}: {path}")
 
 
-def _tree(request: web.Request) -> tuple[SandboxTree | None, web.Response | None]:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return None, refused
-    assert sb is not None
-    try:
-        return front.sim.tree(sb.id), None
-    except (NotFound, NotRunning):
-        return None, error(request, 404, "Sandbox not found", source="DAYTONA_PROXY")
-
-
 def _answer(request: web.Request, exc: FileProblem) -> web.Response:
     return error(request, exc.status, exc.message, source=SOURCE_DAEMON)
+
+
+# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one upload too many at once (the
+# S3 path's "SlowDown"); the SDK raises a plain DaytonaError with that status, an upload's or download's error
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+_MOVER = "stampede.sim.move"  # request key: the sandbox's `VendorSimulator.transfer`, bound to its id
+
+
+async def _moved(request: web.Request, direction: str, nbytes: int) -> None:
+    """A file moving in or out takes its time over the profile's bandwidth before the daemon answers; a refused
+    one is a FileProblem with the vendor's status."""
+    move = request.get(_MOVER)
+    if move is None:
+        return
+    try:
+        await move(direction, nbytes)
+    except TransferRefused as exc:
+        raise FileProblem(_REFUSED_STATUS[exc.reason], exc.message) from None
+    except (NotFound, NotRunning):
+        raise FileProblem(404, "Sandbox not found") from None
 
 
 def _on_tree(handler: Callable[[web.Request, SandboxTree], Awaitable[web.StreamResponse]]) -> Handler:
@@ -100,17 +109,18 @@ def _on_tree(handler: Callable[[web.Request, SandboxTree], Awaitable[web.StreamR
     a FileProblem the handler raises answered in the daemon's envelope."""
 
     @functools.wraps(handler)
-    async def on_tree(request: web.Request) -> web.StreamResponse:
-        tree, refused = _tree(request)
-        if refused is not None:
-            return refused
-        assert tree is not None
+    async def on_tree(request: web.Request, front: Front, sb: SimSandbox) -> web.StreamResponse:
+        try:
+            tree = front.sim.tree(sb.id)
+        except (NotFound, NotRunning):
+            return error(request, 404, "Sandbox not found", source="DAYTONA_PROXY")
+        request[_MOVER] = functools.partial(front.sim.transfer, sb.id)
         try:
             return await handler(request, tree)
         except FileProblem as exc:
             return _answer(request, exc)
 
-    return on_tree
+    return on_running(on_tree)
 
 
 def _query(request: web.Request, name: str) -> str:
@@ -363,10 +373,7 @@ async def search_files(request: web.Request, tree: SandboxTree) -> web.Response:
 
 @_on_tree
 async def replace_in_files(request: web.Request, tree: SandboxTree) -> web.Response:
-    try:
-        body = await request.json()
-    except ValueError:
-        body = None
+    body = await json_object(request)
     files = body.get("files") if isinstance(body, dict) else None
     pattern = body.get("pattern") if isinstance(body, dict) else None
     new_value = body.get("newValue", "") if isinstance(body, dict) else None
@@ -394,6 +401,7 @@ async def replace_in_files(request: web.Request, tree: SandboxTree) -> web.Respo
 async def download(request: web.Request, tree: SandboxTree) -> web.StreamResponse:
     path = _query(request, "path")
     host = _regular_file(tree, path)
+    await _moved(request, "download", host.stat().st_size)
     return web.FileResponse(host, headers={"Content-Type": "application/octet-stream"})
 
 
@@ -413,10 +421,7 @@ def _disposition(name: str, path: str) -> str:
 
 @_on_tree
 async def bulk_download(request: web.Request, tree: SandboxTree) -> web.StreamResponse:
-    try:
-        body = await request.json()
-    except ValueError:
-        body = None
+    body = await json_object(request)
     paths = body.get("paths") if isinstance(body, dict) else None
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
         return error(request, 400, "paths must be a non-empty list of strings", source=SOURCE_DAEMON)
@@ -427,6 +432,7 @@ async def bulk_download(request: web.Request, tree: SandboxTree) -> web.StreamRe
         try:
             host = _regular_file(tree, path)
             size = host.stat().st_size
+            await _moved(request, "download", size)
             head = (
                 f"--{boundary}\r\nContent-Disposition: {_disposition('file', path)}\r\n"
                 f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n"
@@ -477,7 +483,7 @@ async def bulk_upload(request: web.Request, tree: SandboxTree) -> web.Response:
         if kind == "path":
             destinations[index] = (await part.text()).strip()
             if index in pending:
-                _store(tree, destinations[index], pending.pop(index), written, errors)
+                await _store(request, tree, destinations[index], pending.pop(index), written, errors)
             continue
         if index not in destinations:
             pending[index] = await part.read()
@@ -486,11 +492,9 @@ async def bulk_upload(request: web.Request, tree: SandboxTree) -> web.Response:
         try:
             host = _write_path(tree, target)
             _not_special(host, target)
-            host.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                while chunk := await part.read_chunk(CHUNK):
-                    out.write(chunk)
+            data = await part.read()
+            await _moved(request, "upload", len(data))
+            _write_file(tree, target, data=data)
             written.append(target)
         except FileProblem as exc:
             await part.release()
@@ -504,8 +508,11 @@ async def bulk_upload(request: web.Request, tree: SandboxTree) -> web.Response:
     return web.json_response({"files": written, "errors": errors}, status=status)
 
 
-def _store(tree: SandboxTree, path: str, data: bytes, written: list[str], errors: list[str]) -> None:
+async def _store(
+    request: web.Request, tree: SandboxTree, path: str, data: bytes, written: list[str], errors: list[str]
+) -> None:
     try:
+        await _moved(request, "upload", len(data))
         _write_file(tree, path, data=data)
         written.append(path)
     except FileProblem as exc:
@@ -523,7 +530,9 @@ async def upload_one(request: web.Request, tree: SandboxTree) -> web.Response:
         if not isinstance(part, BodyPartReader):
             continue
         if part.name == "file":
-            _write_file(tree, path, data=await part.read())
+            data = await part.read()
+            await _moved(request, "upload", len(data))
+            _write_file(tree, path, data=data)
             return web.json_response({"path": tree.sandbox_path(path)})
         await part.release()
     raise FileProblem(400, "no file part")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -109,6 +110,15 @@ def error(
     """An error in the envelope of the Daytona service named by `source`."""
     body = error_body(status, message, path=request.path_qs, method=request.method, code=code, source=source)
     return web.json_response(body, status=status, headers=headers)
+
+
+async def json_object(request: web.Request) -> dict[str, Any] | None:
+    """The request's body if it is a JSON object, else None: each call answers a bad body in its own words."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def served_elsewhere(request: web.Request, rest: str, served: tuple[str, ...]) -> web.Response | None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,9 +31,9 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from providers.sim.core.simulator import ExecOutcome, ExecTicket, NotFound, NotRunning, SimSandbox
-from providers.sim.daytona.front import Front, error
+from providers.sim.daytona.front import Front, error, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import json_object, running
+from providers.sim.daytona.toolbox import Answer, on_running
 
 TIMEOUT_CLOSE = 4008  # the daemon's close code for a run past its timeout
 DEFAULT_CONTEXT = "default"
@@ -160,23 +161,23 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-def _with_real_commands(request: web.Request) -> tuple[Front, SimSandbox] | web.Response:
-    """The front and the path's running sandbox when commands run for real (the interpreter is a real python3);
-    else the proxy's or the daemon's answer."""
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
-    if front.sim.profile.sandbox.commands != "real":
-        return _unmodelled(request)
-    return front, sb
+def _on_real_commands(
+    handler: Callable[[web.Request, Front, SimSandbox], Awaitable[Answer]],
+) -> Callable[[web.Request], Awaitable[Answer | web.Response]]:
+    """A handler on the path's running sandbox when commands run for real (the interpreter is a real python3); else
+    the proxy's or the daemon's answer."""
+
+    @functools.wraps(handler)
+    async def checked(request: web.Request, front: Front, sb: SimSandbox) -> Answer | web.Response:
+        if front.sim.profile.sandbox.commands != "real":
+            return _unmodelled(request)
+        return await handler(request, front, sb)
+
+    return on_running(checked)
 
 
-async def create_context(request: web.Request) -> web.Response:
-    found = _with_real_commands(request)
-    if isinstance(found, web.Response):
-        return found
-    front, sb = found
+@_on_real_commands
+async def create_context(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     body = await json_object(request) or {}
     cwd, language = body.get("cwd"), body.get("language") or "python"
     if cwd is not None and not isinstance(cwd, str):
@@ -191,20 +192,14 @@ async def create_context(request: web.Request) -> web.Response:
     return web.json_response(context.info())
 
 
-async def list_contexts(request: web.Request) -> web.Response:
-    _, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def list_contexts(request: web.Request, _front: Front, sb: SimSandbox) -> web.Response:
     contexts = request.app[INTERPRETERS].of(sb.id).values()
     return web.json_response({"contexts": [c.info() for c in contexts if c.id != DEFAULT_CONTEXT]})
 
 
-async def delete_context(request: web.Request) -> web.Response:
-    _, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def delete_context(request: web.Request, _front: Front, sb: SimSandbox) -> web.Response:
     context = request.app[INTERPRETERS].of(sb.id).pop(request.match_info["context_id"], None)
     if context is None:
         return error(request, 404, "context not found", source=SOURCE_DAEMON)
@@ -213,11 +208,8 @@ async def delete_context(request: web.Request) -> web.Response:
     return web.json_response({"message": f"context {context.id} deleted"})
 
 
-async def execute(request: web.Request) -> web.StreamResponse:
-    found = _with_real_commands(request)
-    if isinstance(found, web.Response):
-        return found
-    front, sb = found
+@_on_real_commands
+async def execute(request: web.Request, front: Front, sb: SimSandbox) -> web.StreamResponse:
     ws = web.WebSocketResponse()
     if not ws.can_prepare(request).ok:
         return error(request, 400, "code runs over a WebSocket upgrade", source=SOURCE_DAEMON)

@@ -29,9 +29,9 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from providers.sim.core.simulator import ExecOutcome, ExecTicket, NotFound, NotRunning, SimSandbox
-from providers.sim.daytona.front import Front, error
+from providers.sim.daytona.front import Front, error, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import failure, json_object, running
+from providers.sim.daytona.toolbox import failure, on_running
 
 EXIT_CONTROL = "X-Daytona-Pty-Exit-Control"
 ENVS_PREFIX = "X-Daytona-Pty-Envs~"
@@ -156,11 +156,8 @@ def _found(request: web.Request) -> tuple[PtySession | None, web.Response | None
     return found, None
 
 
-async def create(request: web.Request) -> web.Response:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def create(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     body = await json_object(request)
     if body is None:
         return error(request, 400, "the body must be a JSON object", source=SOURCE_DAEMON)
@@ -171,11 +168,8 @@ async def create(request: web.Request) -> web.Response:
     return web.json_response({"sessionId": session.id}, status=201)
 
 
-async def list_all(request: web.Request) -> web.Response:
-    _, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def list_all(request: web.Request, _front: Front, sb: SimSandbox) -> web.Response:
     return web.json_response({"sessions": [s.info() for s in request.app[PTYS].of(sb.id).values()]})
 
 
@@ -215,11 +209,8 @@ async def delete(request: web.Request) -> web.Response:
     return web.json_response({"message": f"PTY session {found.id} deleted"})
 
 
-async def create_connect(request: web.Request) -> web.StreamResponse:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def create_connect(request: web.Request, front: Front, sb: SimSandbox) -> web.StreamResponse:
     spec: dict[str, Any] = {k: request.query.get(k) for k in ("id", "cols", "rows", "cwd")}
     for token in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
         token = token.strip()
@@ -236,10 +227,8 @@ async def create_connect(request: web.Request) -> web.StreamResponse:
     return await _attach(request, session)
 
 
-async def connect(request: web.Request) -> web.StreamResponse:
-    _, _sb, refused = running(request)
-    if refused is not None:
-        return refused
+@on_running
+async def connect(request: web.Request, _front: Front, _sb: SimSandbox) -> web.StreamResponse:
     found, missing = _found(request)
     if missing is not None:
         return missing

@@ -44,9 +44,9 @@ from providers.sim.core.simulator import (
     SandboxDied,
     SimSandbox,
 )
-from providers.sim.daytona.front import Front, error, front_of
+from providers.sim.daytona.front import Front, error, front_of, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import failure, json_object, running
+from providers.sim.daytona.toolbox import failure, on_running
 
 STATE_DIR = "/run/stampede-sessions"
 STDOUT_PREFIX = b"\x01\x01\x01"
@@ -164,11 +164,8 @@ def _drop_state(front: Front, sandbox_id: str, session_id: str) -> None:
         host.rmdir()
 
 
-async def create_session(request: web.Request) -> web.Response:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def create_session(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     body = await json_object(request)
     session_id = body.get("sessionId") if body is not None else None
     if not isinstance(session_id, str) or not session_id or session_id in (".", ".."):
@@ -194,11 +191,8 @@ def _session_body(session_id: str, commands: dict[str, SessionCommand]) -> dict[
     return {"sessionId": session_id, "commands": [c.as_dict() for c in commands.values()]}
 
 
-async def list_sessions(request: web.Request) -> web.Response:
-    _, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def list_sessions(request: web.Request, _front: Front, sb: SimSandbox) -> web.Response:
     sessions = request.app[SESSIONS].of(sb.id)
     return web.json_response([_session_body(sid, commands) for sid, commands in sessions.items()])
 
@@ -225,11 +219,8 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-async def session_exec(request: web.Request) -> web.Response:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def session_exec(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     commands, missing = _session(request)
     if missing is not None:
         return missing

@@ -23,9 +23,11 @@ failure -> 502 "Command failed: ..."; an unknown session or command -> 404 (daem
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -39,7 +41,7 @@ from providers.sim.core.simulator import (
     SandboxDied,
     SimSandbox,
 )
-from providers.sim.daytona.front import Front, error, front_of, served_elsewhere
+from providers.sim.daytona.front import Front, error, front_of, json_object, served_elsewhere
 from providers.sim.daytona.shapes import SANDBOX_USER, SOURCE_DAEMON, SOURCE_PROXY, state_of
 
 SERVED = (
@@ -77,6 +79,26 @@ def running(request: web.Request) -> tuple[Front, SimSandbox | None, web.Respons
     )
 
 
+Answer = TypeVar("Answer", bound=web.StreamResponse)
+
+
+def on_running(
+    handler: Callable[[web.Request, Front, SimSandbox], Awaitable[Answer]],
+) -> Callable[[web.Request], Awaitable[Answer | web.Response]]:
+    """A toolbox handler that runs only on a started sandbox (`running`): else the proxy's refusal is answered as is,
+    so every daemon call refuses a missing or stopped sandbox in the same words."""
+
+    @functools.wraps(handler)
+    async def checked(request: web.Request) -> Answer | web.Response:
+        front, sb, refused = running(request)
+        if refused is not None:
+            return refused
+        assert sb is not None
+        return await handler(request, front, sb)
+
+    return checked
+
+
 def failure(request: web.Request, exc: BaseException, timeout_s: float | None) -> web.Response:
     """A command that did not complete, in the daemon's or the proxy's words."""
     if isinstance(exc, ExecTimedOut):
@@ -104,19 +126,8 @@ def failure(request: web.Request, exc: BaseException, timeout_s: float | None) -
     raise exc
 
 
-async def json_object(request: web.Request) -> dict[str, Any] | None:
-    try:
-        body = await request.json()
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
-async def execute(request: web.Request) -> web.Response:
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def execute(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     body = await json_object(request)
     command = body.get("command") if body is not None else None
     if not isinstance(command, str) or not command.strip():
@@ -139,12 +150,9 @@ async def execute(request: web.Request) -> web.Response:
     return web.json_response({"exitCode": outcome.exit_code, "result": outcome.stdout + outcome.stderr})
 
 
-async def code_run(request: web.Request) -> web.Response:
+@on_running
+async def code_run(request: web.Request, front: Front, sb: SimSandbox) -> web.Response:
     """`process.code_run`: the daemon writes the code to a file and runs the language's interpreter on it."""
-    front, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
     body = await json_object(request)
     code = body.get("code") if body is not None else None
     if not isinstance(code, str):
@@ -174,11 +182,8 @@ async def code_run(request: web.Request) -> web.Response:
     )
 
 
-async def user_home_dir(request: web.Request) -> web.Response:
-    _, sb, refused = running(request)
-    if refused is not None:
-        return refused
-    assert sb is not None
+@on_running
+async def user_home_dir(request: web.Request, _front: Front, sb: SimSandbox) -> web.Response:
     return web.json_response({"dir": _user(sb).home})
 
 
@@ -194,11 +199,9 @@ def _user(sb: SimSandbox) -> SandboxUser:
     return sb.user or SANDBOX_USER
 
 
-async def unsupported(request: web.Request) -> web.Response:
+@on_running
+async def unsupported(request: web.Request, _front: Front, _sb: SimSandbox) -> web.Response:
     """A toolbox call not modelled here (git, LSP, computer use...): 501 naming it."""
-    _, _sb, refused = running(request)
-    if refused is not None:
-        return refused
     what = request.match_info["rest"]
     wrong = served_elsewhere(request, what, SERVED)
     if wrong is not None:
