@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FIGURES",
         help="figures whose being worse exits 98, comma-separated: <phase>.<quantile> (tti.p99, "
-        "ready.p50 ...), failure_rate, init_failure_rate, failures.<kind>; or none "
+        "ready.p50 ...), failure_rate, init_failure_rate, failures.<kind>, step:<step>.<quantile> (step:upload.p99, "
+        "step:exec.overhead.p50: runs with --plan, vendor seconds); or none "
         "(default: tti.p50,tti.p99,failure_rate)",
     )
     parser.add_argument(

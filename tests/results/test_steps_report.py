@@ -47,3 +47,14 @@ def test_compare_gates_a_candidate_on_a_step_and_names_an_unknown_one(runs):
     unknown = stampede("compare", str(base), str(slow), "--threshold", "step:snapshot.p99<5s")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert "has no step 'snapshot'" in unknown.stderr
+
+
+def test_compare_gates_a_step_against_the_baseline(runs):
+    base, slow = runs
+    worse = stampede("compare", str(base), str(slow), "--gate", "step:upload.p50")
+    assert worse.returncode == 98, worse.stdout + worse.stderr  # 4 s -> 6 s uploads, beyond the noise
+    assert "step:upload.p50" in worse.stdout
+    same = stampede("compare", str(base), str(slow), "--gate", "step:download.p50")
+    assert same.returncode == 0, same.stdout + same.stderr  # faster downloads: better, not a regression
+    unknown = stampede("compare", str(base), str(slow), "--gate", "step:fork.p50")
+    assert unknown.returncode == 2 and "has no step 'fork'" in unknown.stderr and "Traceback" not in unknown.stderr

@@ -28,6 +28,7 @@ shown, not acted on.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Sequence
@@ -36,13 +37,14 @@ from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 
 from foundation.quantiles import nearest_rank, nearest_rank_index
 from harness.errors import UsageError
-from harness.results.read.concurrency import LEVEL_TOLERANCE
+from harness.results.comparison.stage_matching import match_stages
 from harness.results.figures.quantiles import REPORT_QUANTILES, GroupedSample, supported
 from harness.results.figures.stage_aggregate import PHASES, STARTUP, RunStats, StageStats
-from harness.results.comparison.stage_matching import match_stages
+from harness.results.read.concurrency import LEVEL_TOLERANCE
 from harness.wire.records import INIT_PHASES
 from harness.wire.run_endings import EXIT_REGRESSION
 
@@ -386,10 +388,19 @@ def compare_runs(baseline: RunStats, candidates: Sequence[RunStats], settings: S
     unit = "vendor s" if baseline.basis == "vendor" else "wall s"
     base_levels = [s.measured_concurrency for s in baseline.stages]
     results = []
+    gated_steps = sorted({step for name in settings.gate if (step := gated_step(name)) is not None})
+    base_steps = step_samples(baseline, gated_steps)
     for run in candidates:
+        run_steps = step_samples(run, gated_steps)
         pairs = match_stages(base_levels, [s.measured_concurrency for s in run.stages], settings.tolerance)
         rows = [
-            compare_samples(stage_sample(baseline, p.reference), stage_sample(run, p.other), settings, unit, True)
+            compare_samples(
+                with_steps(stage_sample(baseline, p.reference), base_steps),
+                with_steps(stage_sample(run, p.other), run_steps),
+                settings,
+                unit,
+                True,
+            )
             for p in pairs
             if p.reference is not None and p.other is not None
         ]
@@ -403,9 +414,70 @@ def compare_runs(baseline: RunStats, candidates: Sequence[RunStats], settings: S
             )
         all_matched = not unmatched_b and not unmatched_c
         if len(baseline.stages) > 1 or len(run.stages) > 1:  # one stage each: the whole run is that stage
-            rows.append(compare_samples(whole_run_sample(baseline), whole_run_sample(run), settings, unit, all_matched))
+            rows.append(
+                compare_samples(
+                    with_steps(whole_run_sample(baseline), base_steps),
+                    with_steps(whole_run_sample(run), run_steps),
+                    settings,
+                    unit,
+                    all_matched,
+                )
+            )
         results.append(CandidateComparison(run, rows, unmatched_b, unmatched_c))
     return Comparison(baseline, results, settings)
+
+
+STEP_GATE_PREFIX = "step:"
+
+
+def gated_step(name: str) -> str | None:
+    """The step a `step:KEY.QUANTILE` gate names (`step:upload.p99` -> `upload`), else None."""
+    if not name.startswith(STEP_GATE_PREFIX):
+        return None
+    return name.removeprefix(STEP_GATE_PREFIX).rsplit(".", 2 if name.endswith(".p99.9") else 1)[0]
+
+
+def step_samples(run: RunStats, steps: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Per stage label (and `WHOLE_RUN`): `step:KEY` -> the gated steps' successful durations (vendor seconds).
+
+    Only the steps a gate names are compared (a plan's every step at every quantile would bury the table); a step
+    the run never ran is a one-line UsageError naming the steps it did run."""
+    if not steps:
+        return {}
+    from harness.results.figures.step_figures import OVERHEAD, step_stats
+    from harness.results.read.steps import load_steps
+
+    frame = load_steps(run.info)
+    known = [entry.key for entry in step_stats(frame)]
+    for step in steps:
+        if step not in known:
+            has = f"its steps: {', '.join(known)}" if known else "it has no steps: a steps/ table is written by --plan"
+            raise UsageError(f"--gate step:{step}: {run.info.label} has no step {step!r} ({has})")
+
+    def values(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for step in steps:
+            if step == OVERHEAD:
+                part = rows.loc[(rows["kind"] == "exec") & rows["ok"], "overhead"]
+            elif "[" in step:
+                kind, name = step[:-1].split("[", 1)
+                part = rows.loc[(rows["kind"] == kind) & (rows["name"] == name) & rows["ok"], "duration"]
+            else:
+                part = rows.loc[(rows["kind"] == step) & rows["ok"], "duration"]
+            out[f"{STEP_GATE_PREFIX}{step}"] = part.dropna().to_numpy(dtype=float)
+        return out
+
+    by_stage = {str(stage): values(part) for stage, part in frame.groupby("stage", sort=False)}
+    by_stage[WHOLE_RUN] = values(frame)
+    return by_stage
+
+
+def with_steps(sample: Sample, steps: dict[str, dict[str, np.ndarray]]) -> Sample:
+    """The sample with its stage's gated step durations beside its phases (figures `step:KEY.p99`, ...)."""
+    if not steps:
+        return sample
+    empty = {key: np.empty(0) for key in next(iter(steps.values()))}
+    return dataclasses.replace(sample, values={**sample.values, **steps.get(sample.label, empty)})
 
 
 def _levels(run: RunStats) -> str:
@@ -424,7 +496,16 @@ def parse_gate(text: str) -> tuple[str, ...]:
         return ()
     names = tuple(part.strip() for part in text.split(",") if part.strip())
     known = set(figure_names())
+    quantile_names = {q for q, _ in REPORT_QUANTILES}
     for name in names:
+        if name.startswith(STEP_GATE_PREFIX):  # step:KEY.QUANTILE; whether the runs have KEY is checked on them
+            step = gated_step(name)
+            if not step or name.removeprefix(f"{STEP_GATE_PREFIX}{step}.") not in quantile_names:
+                raise UsageError(
+                    f"--gate: {name!r} is not step:STEP.QUANTILE (e.g. step:upload.p99, step:exec.overhead.p50; "
+                    f"quantiles {', '.join(q for q, _ in REPORT_QUANTILES)})"
+                )
+            continue
         kind = name.removeprefix("failures.")
         if name not in known and not (name.startswith("failures.") and kind.replace("_", "").isalnum()):
             raise UsageError(
