@@ -140,8 +140,9 @@ async def test_oom_of_the_container_is_classified(docker_host: str, run_id: str)
 async def test_container_that_exits_at_once_died_before_ready(docker_host: str, run_id: str) -> None:
     prov = create_provider("docker", {"host": docker_host, "command": ["false"]})
     # Whether the daemon still shows it running at wait_ready, refuses the exec, or kills the first command
-    # as it goes, no command ever completed in it: it was never usable.
-    records = await asyncio.gather(*(lifecycle(prov, spec(run_id, f"d{i}"), [["sleep", "1"]]) for i in range(3)))
+    # as it goes, no command ever completed in it: it was never usable. (The command outlives any plausible delay
+    # before `false` exits: a `sleep 1` once completed on a machine at load 20, its container not yet gone.)
+    records = await asyncio.gather(*(lifecycle(prov, spec(run_id, f"d{i}"), [["sleep", "30"]]) for i in range(3)))
     await prov.cleanup(run_id)
     await prov.aclose()
     assert [(r.ok, r.kind, r.escaped) for r in records] == [(False, "died_before_ready", "")] * 3
