@@ -17,6 +17,8 @@ FAILURE_KIND_COLOURS: dict[str, str] = {
     "image": "#bcbd22",  # olive
     "create_error": "#17becf",  # cyan
     "client_startup_deadline": "#637939",  # dark olive: the RL client's deadline, not the vendor's
+    "transfer_error": "#843c39",  # dark red: an upload or download refused or broken (contract 9)
+    "snapshot_error": "#7b4173",  # plum: a snapshot or fork refused or failed (contract 9)
     # after the sandbox was usable: blues and light tones
     "exec_error": "#1f77b4",  # blue
     "exec_timeout": "#6baed6",  # light blue
