@@ -27,7 +27,7 @@ from providers.sim.agent_sandbox.server import (
     RunningAgentSandbox,
     start_agent_sandbox,
 )
-from providers.sim.core.serving.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand, sdk_exports
 
 PROG = "python -m providers.sim.agent_sandbox.serve"
 DEFAULT_WARM_POOL = AgentSandboxSettings.warm_pool
@@ -59,8 +59,6 @@ def _more_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ready_fields(front: RunningAgentSandbox) -> dict[str, Any]:
     return {
-        "url": front.url,
-        "token": front.token,
         "env": front.sdk_environment(),
         "provider_options": {"kubeconfig": front.kubeconfig, "router_url": front.router_url, "warm_pool": WARM_POOL},
         "truth_url": front.url,
@@ -68,7 +66,7 @@ def _ready_fields(front: RunningAgentSandbox) -> dict[str, Any]:
 
 
 def _where(front: RunningAgentSandbox) -> str:
-    exports = " ".join(f"{key}={value}" for key, value in front.sdk_environment().items())
+    exports = sdk_exports(front.sdk_environment())
     return f"on {front.url}; point k8s-agent-sandbox here with: {exports} (warm pool {WARM_POOL!r})"
 
 

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from foundation.converters import port
-from providers.sim.core.serving.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand, sdk_exports
 from providers.sim.coreweave.server import DEFAULT_PROFILE, CoreWeaveSettings, RunningCoreWeave, start_coreweave
 
 PROG = "python -m providers.sim.coreweave.serve"
@@ -34,8 +34,6 @@ def _more_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ready_fields(front: RunningCoreWeave) -> dict[str, Any]:
     return {
-        "url": front.url,
-        "token": front.token,
         "env": front.sdk_environment(),
         "truth_url": front.truth_url,
         "provider_options": {"data_plane_mode": "gateway"},
@@ -43,7 +41,7 @@ def _ready_fields(front: RunningCoreWeave) -> dict[str, Any]:
 
 
 def _where(front: RunningCoreWeave) -> str:
-    exports = " ".join(f"{key}={value}" for key, value in front.sdk_environment().items())
+    exports = sdk_exports(front.sdk_environment())
     return f"gRPC API {front.url}; point the cwsandbox SDK here with: {exports}"
 
 

@@ -27,7 +27,6 @@ def _ready_fields(daytona: RunningDaytona) -> dict[str, Any]:
         "url": daytona.api_url,
         "toolbox_url": daytona.toolbox_url,
         "truth_url": daytona.url,
-        "token": daytona.token,
         "env": {"DAYTONA_API_URL": daytona.api_url, "DAYTONA_API_KEY": daytona.token, "DAYTONA_TARGET": REGION},
     }
 

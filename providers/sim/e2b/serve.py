@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from providers.sim.core.serving.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand, sdk_exports
 from providers.sim.e2b.server import DEFAULT_PROFILE, E2BSettings, RunningE2B, start_e2b
 
 PROG = "python -m providers.sim.e2b.serve"
@@ -23,8 +23,6 @@ PROG = "python -m providers.sim.e2b.serve"
 
 def _ready_fields(e2b: RunningE2B) -> dict[str, Any]:
     return {
-        "url": e2b.url,
-        "token": e2b.token,
         "env": e2b.sdk_environment(),
         "provider_options": {"sandbox_url": e2b.url},
         "truth_url": e2b.url,
@@ -32,7 +30,7 @@ def _ready_fields(e2b: RunningE2B) -> dict[str, Any]:
 
 
 def _where(e2b: RunningE2B) -> str:
-    exports = " ".join(f"{key}={value}" for key, value in e2b.sdk_environment().items())
+    exports = sdk_exports(e2b.sdk_environment())
     return f"on {e2b.url}; point the e2b SDK here with: {exports}"
 
 

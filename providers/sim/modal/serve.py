@@ -38,10 +38,8 @@ def _more_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _ready_fields(modal: RunningModal) -> dict[str, Any]:
     return {
-        "url": modal.url,
         "router_url": modal.router_url,
         "truth_url": modal.truth_url,
-        "token": modal.token,
         "token_id": modal.token_id,
         "provider_options": {"token_id": modal.token_id},
     }

@@ -24,12 +24,8 @@ COMMAND = ServeCommand(
     default_profile="prime-like",
     settings=StubSettings,
     start=start_stub,
-    ready_fields=lambda stub: {
-        "url": stub.url,
-        "token": stub.token,
-        "account_wide": stub.simulator.profile.account_wide_limits(),
-    },
     where=lambda stub: f"listening on {stub.api_url}",
+    ready_fields=lambda stub: {"account_wide": stub.simulator.profile.account_wide_limits()},
     token_help="API token clients must send (default: random)",
 )
 build_parser = COMMAND.build_parser

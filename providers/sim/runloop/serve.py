@@ -21,9 +21,7 @@ PROG = "python -m providers.sim.runloop.serve"
 
 def _ready_fields(runloop: RunningRunloop) -> dict[str, Any]:
     return {
-        "url": runloop.url,
         "truth_url": runloop.url,
-        "token": runloop.token,
         "env": {"RUNLOOP_BASE_URL": runloop.url, "RUNLOOP_API_KEY": runloop.token},
     }
 

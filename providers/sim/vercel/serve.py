@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from providers.sim.core.serving.serve_cli import ServeCommand
+from providers.sim.core.serving.serve_cli import ServeCommand, sdk_exports
 from providers.sim.vercel.server import (
     DEFAULT_PROFILE,
     PROJECT_ID,
@@ -31,8 +31,6 @@ PROG = "python -m providers.sim.vercel.serve"
 
 def _ready_fields(vercel: RunningVercel) -> dict[str, Any]:
     return {
-        "url": vercel.url,
-        "token": vercel.token,
         "base_url": vercel.base_url,
         "env": vercel.sdk_environment(),
         "provider_options": {"team_id": TEAM_ID, "project_id": PROJECT_ID},
@@ -41,7 +39,7 @@ def _ready_fields(vercel: RunningVercel) -> dict[str, Any]:
 
 
 def _where(vercel: RunningVercel) -> str:
-    exports = " ".join(f"{key}={value}" for key, value in vercel.sdk_environment().items())
+    exports = sdk_exports(vercel.sdk_environment())
     return (
         f"on {vercel.url}; point the vercel-sandbox SDK here with SandboxServiceOptions(base_url={vercel.base_url!r})"
         f" and: {exports}"

@@ -223,13 +223,23 @@ def _no_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
+def _no_fields(front: RunningFront) -> dict[str, Any]:
+    return {}
+
+
+def sdk_exports(env: dict[str, str]) -> str:
+    """The variables a user's own script sets for the unmodified SDK, as one `KEY=VALUE ...` line (human lines)."""
+    return " ".join(f"{key}={value}" for key, value in env.items())
+
+
 @dataclass(frozen=True)
 class ServeCommand(Generic[Settings, Front]):
     """One simulated vendor's `serve` command; the fields are all that differs from one front to another.
 
     The common arguments (`add_simulator_arguments`, `--port`, `--token`) become `settings(...)`; `more_arguments`
-    and `more_settings` add a front's own. The ready line is `ready_fields(front)` then the run's facts (profile,
-    time scale, seed, pid); the human line is "<title>: <profile> (seed N, time scale S) <where(front)>; Ctrl-C to
+    and `more_settings` add a front's own. The ready line is the front's `url` and `token` (what every parent
+    reads), `ready_fields(front)` (its own, which may name another `url`), then the run's facts (profile, time
+    scale, seed, pid); the human line is "<title>: <profile> (seed N, time scale S) <where(front)>; Ctrl-C to
     stop".
     """
 
@@ -239,8 +249,8 @@ class ServeCommand(Generic[Settings, Front]):
     default_profile: str
     settings: Callable[..., Settings]
     start: Callable[[Settings], Awaitable[Front]]
-    ready_fields: Callable[[Front], dict[str, Any]]
     where: Callable[[Front], str]
+    ready_fields: Callable[[Front], dict[str, Any]] = _no_fields
     token_help: str = "the API key clients must send (default: random)"
     port_help: str = "port (default 0: a free port)"
     more_arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
@@ -274,8 +284,9 @@ class ServeCommand(Generic[Settings, Front]):
         return self.settings(**common, **self.more_settings(args))
 
     def ready_line(self, front: Front) -> dict[str, Any]:
-        """The JSON line a parent reads: the front's own fields, then the run's facts."""
-        return {**self.ready_fields(front), **front.simulator.facts(), "pid": os.getpid()}
+        """The JSON line a parent reads: url and token, the front's own fields, then the run's facts."""
+        common = {"url": front.url, "token": front.token}
+        return {**common, **self.ready_fields(front), **front.simulator.facts(), "pid": os.getpid()}
 
     def announce(self, front: Front) -> None:
         line = self.ready_line(front)
