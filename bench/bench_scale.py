@@ -18,20 +18,17 @@ Bounded in time; targets 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
+from steady_runs import PROGRESS, REPO, finish, slope_mb_per_min, steady_argv
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-PROGRESS = re.compile(r"users (\d+)/(\d+) \| in flight (\d+).*loop lag p99 (\d+)ms")
 
 
 @dataclass
@@ -48,14 +45,7 @@ class Level:
     @property
     def slope_mb_per_min(self) -> float:
         """Least-squares growth of the engines' RSS while holding: a leak shows as a steady positive slope."""
-        points = self.rss_samples or []
-        if len(points) < 3:
-            return float("nan")
-        n = len(points)
-        mean_t = sum(t for t, _ in points) / n
-        mean_r = sum(r for _, r in points) / n
-        var = sum((t - mean_t) ** 2 for t, _ in points)
-        return 60 * sum((t - mean_t) * (r - mean_r) for t, r in points) / var if var else float("nan")
+        return slope_mb_per_min(self.rss_samples or [])
 
     @property
     def kb_per_rollout(self) -> float:
@@ -64,7 +54,7 @@ class Level:
 
 def processes_running(root: psutil.Process, module: str) -> list[psutil.Process]:
     """Descendants of the run whose command line runs `module` (its engines, or its local workers)."""
-    found = []
+    found: list[psutil.Process] = []
     try:
         children = root.children(recursive=True)
     except psutil.Error:
@@ -103,32 +93,8 @@ def measure(users: int, hold_s: float, spawn_rate: float, churn: bool = False) -
     level = Level(users, lag_p99_ms=[])
     out = tempfile.mkdtemp(prefix="bench-scale-")
     sleep_s = int(hold_s + users / spawn_rate + 60)
-    argv = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        "--scenario",
-        "steady",
-        "--users",
-        str(users),
-        "--spawn-rate",
-        str(spawn_rate),
-        "--hold",
-        str(hold_s),
-        "--profile",
-        "ideal",
-        "--commands",
-        "true; sleep 2" if churn else f"true; sleep {sleep_s}",
-        "--exec-timeout",
-        str(sleep_s + 60),
-        "--progress-interval",
-        "2",
-        "--stop-timeout",
-        "0",
-        "--out",
-        out,
-    ]
+    commands = "true; sleep 2" if churn else f"true; sleep {sleep_s}"
+    argv = steady_argv(users, spawn_rate, hold_s, commands, out, 2, "--exec-timeout", str(sleep_s + 60))
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(process.pid)
     held_since: list[float] = []
@@ -169,12 +135,7 @@ def measure(users: int, hold_s: float, spawn_rate: float, churn: bool = False) -
         level.rss_samples.append((time.monotonic() - held_at, rss_mb(engines)))
         time.sleep(5.0)
     level.locust_rss_held_mb = rss_mb([root, *processes_running(root, "harness.cli")])
-    try:
-        process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        process.wait(timeout=120)
-    reader.join(timeout=5)
+    finish(process, reader, deadline)
     return level
 
 

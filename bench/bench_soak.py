@@ -18,7 +18,6 @@ Bounded in time (minutes <= 180, users <= 5000); targets 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import subprocess
 import sys
@@ -29,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from steady_runs import PROGRESS, REPO, finish, slope_mb_per_min, steady_argv
 
-REPO = Path(__file__).resolve().parents[1]
-PROGRESS = re.compile(r"users (\d+)/(\d+) \| in flight (\d+).*loop lag p99 (\d+)ms")
 SAMPLE_EVERY_S = 5.0
 MAX_MINUTES = 180.0
 MAX_USERS = 5000
@@ -48,14 +46,7 @@ class Series:
         return [p for p in self.points if p[0] >= warmup_s]
 
     def slope_mb_per_min(self, warmup_s: float) -> float:
-        points = self.after(warmup_s)
-        if len(points) < 3:
-            return float("nan")
-        n = len(points)
-        mean_t = sum(p[0] for p in points) / n
-        mean_r = sum(p[1] for p in points) / n
-        var = sum((p[0] - mean_t) ** 2 for p in points)
-        return 60 * sum((p[0] - mean_t) * (p[1] - mean_r) for p in points) / var if var else float("nan")
+        return slope_mb_per_min([(t, mb) for t, mb, _fds in self.after(warmup_s)])
 
 
 def role_of(process: psutil.Process, root_pid: int) -> str | None:
@@ -107,30 +98,7 @@ def soak(
 ) -> tuple[dict[str, Series], list[float], int, int]:
     hold_s = minutes * 60
     out = tempfile.mkdtemp(prefix="bench-soak-")
-    argv = [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        "--scenario",
-        "steady",
-        "--users",
-        str(users),
-        "--spawn-rate",
-        str(spawn_rate),
-        "--hold",
-        str(hold_s),
-        "--profile",
-        "ideal",
-        "--commands",
-        command,
-        "--progress-interval",
-        "5",
-        "--stop-timeout",
-        "0",
-        "--out",
-        out,
-    ]
+    argv = steady_argv(users, spawn_rate, hold_s, command, out, 5)
     process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(process.pid)
     series = {role: Series() for role in ROLES}
@@ -163,12 +131,7 @@ def soak(
         for role, (mb, fds) in sample(root).items():
             series[role].points.append((now, mb, fds))
         time.sleep(SAMPLE_EVERY_S)
-    try:
-        process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        process.wait(timeout=120)
-    reader.join(timeout=5)
+    finish(process, reader, deadline)
     return series, lags, peak[0], rollouts_in(out)
 
 
