@@ -5,8 +5,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from typing import Any
 
 from harness.engine.trainer import TrainerEmulator, TrainerSettings
+
+
+def _fast(mode: str, **knobs: Any) -> TrainerSettings:
+    """A trainer of groups of two, batches of two, that trains at once (no warm-up, a million samples a second) for
+    50 steps; each test sets what its framework's behaviour turns on."""
+    defaults: dict[str, Any] = {"batch": 2, "group_size": 2, "samples_per_s": 1e6, "steps": 50, "warmup_steps": 0}
+    return TrainerSettings(mode=mode, **{**defaults, **knobs})
 
 
 def test_a_groups_samples_reach_the_trainer_together_when_its_last_member_ended(tmp_path):
@@ -36,17 +44,7 @@ def test_prime_rl_keeps_its_groups_in_flight_and_gates_batches_on_the_loaded_pol
 
     async def scenario() -> None:
         killed: list[int] = []
-        settings = TrainerSettings(
-            mode="prime-rl",
-            batch=2,
-            group_size=2,
-            oversampling=2.0,
-            max_async_level=1,
-            max_off_policy_steps=1,
-            samples_per_s=1e6,
-            steps=50,
-            warmup_steps=0,
-        )
+        settings = _fast("prime-rl", oversampling=2.0, max_async_level=1, max_off_policy_steps=1)
         trainer = TrainerEmulator(settings, tmp_path, "w", kill=killed.append)
         trainer.start()
         tickets = [await trainer.admit() for _ in range(4)]  # two groups of two: all the permits there are
@@ -115,18 +113,13 @@ def test_verl_spends_its_dispatch_budget_per_sync_and_stands_generation_still_du
     rollout), new groups carry the new version, and the budget restarts from the groups in flight and queued."""
 
     async def scenario() -> None:
-        settings = TrainerSettings(
-            mode="verl",
-            batch=2,
-            group_size=2,
+        settings = _fast(
+            "verl",
             staleness_threshold=0.5,
             partial_rollout=True,
             trigger_parameter_sync_step=2,
             weight_sync_s=0.2,
             max_groups=4,
-            samples_per_s=1e6,
-            steps=50,
-            warmup_steps=0,
         )
         assert settings.verl_budget == 3  # int(1 x 1.5 x 2)
         trainer = TrainerEmulator(settings, tmp_path, "w")
@@ -154,17 +147,8 @@ def test_verl_without_partial_rollout_drains_the_generator_before_a_sync(tmp_pat
     """partial_rollout off: the trainer's pause() waits until no group is in flight, and that wait is idle time."""
 
     async def scenario() -> None:
-        settings = TrainerSettings(
-            mode="verl",
-            batch=2,
-            group_size=2,
-            staleness_threshold=1.0,
-            partial_rollout=False,
-            trigger_parameter_sync_step=1,
-            max_groups=2,
-            samples_per_s=1e6,
-            steps=1,
-            warmup_steps=0,
+        settings = _fast(
+            "verl", staleness_threshold=1.0, partial_rollout=False, trigger_parameter_sync_step=1, max_groups=2, steps=1
         )
         trainer = TrainerEmulator(settings, tmp_path, "w")
         assert not trainer.pauses_inference
@@ -189,16 +173,7 @@ def test_pipelinerl_submits_within_max_lag_and_drops_the_oldest_ready_samples_wi
     never waits, and ready samples beyond the ring buffer go oldest first while the trainer trains."""
 
     async def scenario() -> None:
-        lagged = TrainerSettings(
-            mode="pipelinerl",
-            batch=2,
-            group_size=2,
-            max_lag=2,
-            max_groups=10,
-            samples_per_s=1e6,
-            steps=50,
-            warmup_steps=0,
-        )
+        lagged = _fast("pipelinerl", max_lag=2, max_groups=10)
         trainer = TrainerEmulator(lagged, tmp_path, "w")
         tickets = [await trainer.admit() for _ in range(4)]  # ceil(2 / 2) + 1 = 2 groups
         blocked = asyncio.ensure_future(trainer.admit())
@@ -211,16 +186,7 @@ def test_pipelinerl_submits_within_max_lag_and_drops_the_oldest_ready_samples_wi
         assert granted.version == 1 and trainer.state.version == 1
         await trainer.close()
 
-        free = TrainerSettings(
-            mode="pipelinerl",
-            batch=2,
-            group_size=2,
-            ring_buffer_size=3,
-            max_groups=10,
-            samples_per_s=1e6,
-            steps=50,
-            warmup_steps=0,
-        )
+        free = _fast("pipelinerl", ring_buffer_size=3, max_groups=10)
         trainer = TrainerEmulator(free, tmp_path, "w2")
         tickets = [await trainer.admit() for _ in range(8)]  # no budget: four groups at once
         for ticket in tickets:
@@ -261,16 +227,7 @@ def test_slime_partial_rollout_carries_unfinished_groups_into_the_next_step(tmp_
 
     async def scenario() -> None:
         killed: list[int] = []
-        settings = TrainerSettings(
-            mode="slime",
-            batch=4,
-            group_size=2,
-            oversampling=1.5,
-            partial_rollout=True,
-            samples_per_s=1e6,
-            steps=5,
-            warmup_steps=0,
-        )
+        settings = _fast("slime", batch=4, oversampling=1.5, partial_rollout=True, steps=5)
         trainer = TrainerEmulator(settings, tmp_path, "w", kill=killed.append)
         tickets = [await trainer.admit() for _ in range(6)]  # a round: ceil(1.5 x 2) = 3 groups of 2
         for ticket in tickets[:4]:
