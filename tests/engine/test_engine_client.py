@@ -34,9 +34,10 @@ def _run(tmp_path: Path, *args: str) -> Path:
     return run_dir
 
 
-@pytest.mark.slow
-def test_the_clients_deadline_fails_starts_as_the_clients_and_retries_them(tmp_path: Path) -> None:
-    run_dir = _run(
+def _slow_boot_burst(tmp_path: Path, boot_s: int, client: str, *more: str) -> Path:
+    """Six rollouts at once through `client`, on modal-like boots of exactly `boot_s` vendor seconds that never
+    crash nor fail transiently, at time scale 0.01 (`more`: further options)."""
+    return _run(
         tmp_path,
         "--scenario",
         "burst",
@@ -47,18 +48,24 @@ def test_the_clients_deadline_fails_starts_as_the_clients_and_retries_them(tmp_p
         "--profile",
         "modal-like",
         "--profile-set",
-        "boot.median_s=400",
+        f"boot.median_s={boot_s}",
         "--profile-set",
         "boot.sigma=0",
         "--profile-set",
         "errors.boot_crash_prob=0",
         "--profile-set",
         "errors.create_transient_prob=0",
+        *more,
         "--time-scale",
         "0.01",
         "--client",
-        "swe-rex-uni-agent",
+        client,
     )
+
+
+@pytest.mark.slow
+def test_the_clients_deadline_fails_starts_as_the_clients_and_retries_them(tmp_path: Path) -> None:
+    run_dir = _slow_boot_burst(tmp_path, 400, "swe-rex-uni-agent")
     rows = load_rollouts(run_dir)
     assert set(rows["failure_kind"]) == {"client_startup_deadline"}
     assert set(rows["failure_phase"]) == {"ready"}
@@ -75,31 +82,7 @@ def test_the_clients_deadline_fails_starts_as_the_clients_and_retries_them(tmp_p
 @pytest.mark.slow
 def test_a_leaky_client_leaves_failed_starts_holding_the_cap_until_the_sweep(tmp_path: Path) -> None:
     """SkyRL#1194: the client never deletes a start it gave up on, so its retries meet a full account."""
-    run_dir = _run(
-        tmp_path,
-        "--scenario",
-        "burst",
-        "--users",
-        "6",
-        "--burst-steps",
-        "1",
-        "--profile",
-        "modal-like",
-        "--profile-set",
-        "boot.median_s=1000",
-        "--profile-set",
-        "boot.sigma=0",
-        "--profile-set",
-        "errors.boot_crash_prob=0",
-        "--profile-set",
-        "errors.create_transient_prob=0",
-        "--profile-set",
-        "quota.max_active=8",
-        "--time-scale",
-        "0.01",
-        "--client",
-        "skyrl",
-    )
+    run_dir = _slow_boot_burst(tmp_path, 1000, "skyrl", "--profile-set", "quota.max_active=8")
     rows = load_rollouts(run_dir).sort_values(["rollout_id", "attempt"])
     first = rows[rows["attempt"] == 1]
     assert set(first["failure_kind"]) == {"client_startup_deadline"}  # 600 s, then left running (leaked)
