@@ -20,8 +20,7 @@ from cwsandbox._proto import sandbox_pb2_grpc
 
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.profile import Profile
-from providers.sim.core.serving.bearer import bearer_matches
-from providers.sim.core.serving.listening import http_url, listen
+from providers.sim.core.serving.listening import http_url, listen, truth_app
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.coreweave.service import CoreWeaveSandboxService
@@ -70,25 +69,15 @@ class RunningCoreWeave:
 
 
 def _truth_app(running: Callable[[], RunningCoreWeave], token: str) -> web.Application:
-    @web.middleware
-    async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        if not bearer_matches(request.headers.get("Authorization"), token):
-            return web.json_response({"detail": "Invalid API key"}, status=401)
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    async def truth(request: web.Request) -> web.Response:
+    def truth() -> dict[str, Any]:
         sim = running().simulator
-        return web.json_response({**sim.facts(), "sandboxes": sim.truth()})
+        return {**sim.facts(), "sandboxes": sim.truth()}
 
-    async def stats(request: web.Request) -> web.Response:
+    def stats() -> dict[str, Any]:
         sim = running().simulator
-        return web.json_response({**sim.facts(), "stats": sim.stats()})
+        return {**sim.facts(), "stats": sim.stats()}
 
-    app = web.Application(middlewares=[auth])
-    app.router.add_get("/api/v1/_stampede/truth", truth)
-    app.router.add_get("/api/v1/_stampede/stats", stats)
-    return app
+    return truth_app(token, truth, stats)
 
 
 async def start_coreweave(settings: CoreWeaveSettings) -> RunningCoreWeave:

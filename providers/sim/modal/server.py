@@ -22,8 +22,7 @@ from aiohttp import web
 from providers.sim.core.clock import LoopClock
 from providers.sim.core.faults import FaultInjector
 from providers.sim.core.profile import Profile
-from providers.sim.core.serving.bearer import bearer_matches
-from providers.sim.core.serving.listening import http_url, listen
+from providers.sim.core.serving.listening import http_url, listen, truth_app
 from providers.sim.core.simulator import VendorSimulator
 from providers.sim.core.vendor_settings import VendorSettings
 from providers.sim.modal.control_plane import ModalControlPlane
@@ -89,28 +88,16 @@ class RunningModal:
 
 
 def _truth_app(running: Callable[[], RunningModal], token: str) -> web.Application:
-    @web.middleware
-    async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        if not bearer_matches(request.headers.get("Authorization"), token):
-            return web.json_response({"detail": "Invalid API key"}, status=401)
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    async def truth(request: web.Request) -> web.Response:
+    def truth() -> dict[str, Any]:
         modal = running()
-        return web.json_response({**modal.simulator.facts(), "sandboxes": modal.truth()})
+        return {**modal.simulator.facts(), "sandboxes": modal.truth()}
 
-    async def stats(request: web.Request) -> web.Response:
+    def stats() -> dict[str, Any]:
         modal = running()
         injected = dict(modal.faults.injector.injected)
-        return web.json_response(
-            {**modal.simulator.facts(), "stats": modal.simulator.stats(), "faults_injected": injected}
-        )
+        return {**modal.simulator.facts(), "stats": modal.simulator.stats(), "faults_injected": injected}
 
-    app = web.Application(middlewares=[auth])
-    app.router.add_get("/api/v1/_stampede/truth", truth)
-    app.router.add_get("/api/v1/_stampede/stats", stats)
-    return app
+    return truth_app(token, truth, stats)
 
 
 async def start_modal(settings: ModalSettings) -> RunningModal:

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from providers.sim.core.serving.bearer import bearer_matches
 from providers.sim.core.simulator import VendorSimulator
 
 SIMULATOR = web.AppKey("stampede_simulator", VendorSimulator)
@@ -122,3 +123,27 @@ async def stampede_stats(request: web.Request) -> web.Response:
     """`GET …/_stampede/stats`: the simulator's counters, after the run's facts."""
     sim = request.app[SIMULATOR]
     return web.json_response({**sim.facts(), "stats": sim.stats()})
+
+
+def truth_app(token: str, truth: Callable[[], dict[str, Any]], stats: Callable[[], dict[str, Any]]) -> web.Application:
+    """The truth and stats endpoints on an HTTP port of their own, for the gRPC fronts (Modal, CoreWeave) that have
+    no aiohttp application to add them to: the front's token as a bearer, else 401 `{"detail": "Invalid API key"}`.
+    `truth()` and `stats()` are the bodies, read at each request."""
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        if not bearer_matches(request.headers.get("Authorization"), token):
+            return web.json_response({"detail": "Invalid API key"}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def truth_endpoint(request: web.Request) -> web.Response:
+        return web.json_response(truth())
+
+    async def stats_endpoint(request: web.Request) -> web.Response:
+        return web.json_response(stats())
+
+    app = web.Application(middlewares=[auth])
+    app.router.add_get("/api/v1/_stampede/truth", truth_endpoint)
+    app.router.add_get("/api/v1/_stampede/stats", stats_endpoint)
+    return app
