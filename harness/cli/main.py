@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from foundation.cli_help import DefaultsHelpFormatter
 from foundation.phase_marks import mark
+from foundation.process_exit import exit_now
 from harness.errors import EXIT_USAGE, UsageError, print_usage_error
 from harness.wire.redact import redact, secret_values
 
@@ -229,29 +230,6 @@ def _run_handed_over(argv: list[str]) -> int | None:
     return None
 
 
-def _leave(code: int) -> NoReturn:
-    """End `stampede run`'s process without the interpreter's teardown.
-
-    Its interpreter holds Locust, gevent, pandas and pyarrow: freeing them object by object took 0.5-2 s after the
-    summary was printed (bench/bench_startup.py). By now every file the run wrote is closed (the tables compacted
-    and synced, run.json and summary.json written) and its engine and vendor have exited; the exit handlers still
-    run (logging's flush among them), then the streams are flushed and the process ends with the same status.
-    """
-    import atexit
-    import logging
-
-    try:
-        atexit._run_exitfuncs()
-        logging.shutdown()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-
-
 def known_secrets(args: argparse.Namespace) -> list[str]:
     """Every secret this invocation was given (its options whose names say secret, `--provider-option` values
     whose keys do, the token in the environment): `redact` masks them wherever an error quotes them."""
@@ -282,7 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a reader that left is met here, not in a traceback at exit
         mark("command: done")
         if own_process and chosen is not None and chosen.gevent_first:
-            _leave(code)
+            # Locust, gevent, pandas and pyarrow took 0.5-2 s to tear down after the summary; every file the run
+            # wrote is closed and its engine and vendor have exited by now
+            exit_now(code)
         return code
     except UsageError as exc:
         # one redaction for every printed error: a vendor's message may quote the credentials it was sent

@@ -436,6 +436,7 @@ class StampedeSession:
         if not self.role.owns_run_folder or self.record is None:
             return
         self.record.finish_reports()
+        mark("end: Locust's reports written")
         self.embedded.save_truth(self.record.run_dir, str(self.run_id))
         mark("end: vendor truth saved")
         if getattr(self.environment, "web_ui", None) is None:

@@ -52,10 +52,14 @@ def preload_readers() -> None:
     """Import what `conclude` needs while the engine and the vendor start and this process only waits for them.
 
     The end of the run would import them anyway (about 0.5 s on a quiet machine, 1-3 s on a busy one), on the
-    way from the last rollout to the summary; here they overlap the children's start instead.
+    way from the last rollout to the summary; here they overlap the children's start instead. One that does not
+    import is left for the end of the run to report: a preload never stops a run from starting.
     """
     for name in READERS:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 def conclude(record: RunRecord, end: RunEnd, thresholds: Sequence[Threshold], seconds: str) -> RunConclusion:
