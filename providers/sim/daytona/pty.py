@@ -31,7 +31,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from providers.sim.core.simulator import ExecOutcome, ExecTicket, NotFound, NotRunning, SimSandbox
 from providers.sim.daytona.front import Front, error, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import failure, on_running
+from providers.sim.daytona.toolbox import failure, on_found, on_running
 
 EXIT_CONTROL = "X-Daytona-Pty-Exit-Control"
 ENVS_PREFIX = "X-Daytona-Pty-Envs~"
@@ -173,19 +173,13 @@ async def list_all(request: web.Request, _front: Front, sb: SimSandbox) -> web.R
     return web.json_response({"sessions": [s.info() for s in request.app[PTYS].of(sb.id).values()]})
 
 
-async def get_one(request: web.Request) -> web.Response:
-    found, missing = _found(request)
-    if missing is not None:
-        return missing
-    assert found is not None
+@on_found(_found)
+async def get_one(request: web.Request, found: PtySession) -> web.Response:
     return web.json_response(found.info())
 
 
-async def resize(request: web.Request) -> web.Response:
-    found, missing = _found(request)
-    if missing is not None:
-        return missing
-    assert found is not None
+@on_found(_found)
+async def resize(request: web.Request, found: PtySession) -> web.Response:
     body = await json_object(request) or {}
     cols, rows = _size(body.get("cols"), 0), _size(body.get("rows"), 0)
     if not cols or not rows:
@@ -198,11 +192,8 @@ async def resize(request: web.Request) -> web.Response:
     return web.json_response(found.info())
 
 
-async def delete(request: web.Request) -> web.Response:
-    found, missing = _found(request)
-    if missing is not None:
-        return missing
-    assert found is not None
+@on_found(_found)
+async def delete(request: web.Request, found: PtySession) -> web.Response:
     if found.ticket is not None and found.exit_code is None:
         found.ticket.resolve(ExecOutcome(137, "", "", 0.0))  # kills the shell and tells its clients
     request.app[PTYS].of(request.match_info["sandbox_id"]).pop(found.id, None)

@@ -46,7 +46,7 @@ from providers.sim.core.simulator import (
 )
 from providers.sim.daytona.front import Front, error, front_of, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import failure, on_running
+from providers.sim.daytona.toolbox import failure, on_found, on_running
 
 STATE_DIR = "/run/stampede-sessions"
 STDOUT_PREFIX = b"\x01\x01\x01"
@@ -197,19 +197,13 @@ async def list_sessions(request: web.Request, _front: Front, sb: SimSandbox) -> 
     return web.json_response([_session_body(sid, commands) for sid, commands in sessions.items()])
 
 
-async def get_session(request: web.Request) -> web.Response:
-    commands, missing = _session(request)
-    if missing is not None:
-        return missing
-    assert commands is not None
+@on_found(_session)
+async def get_session(request: web.Request, commands: dict[str, SessionCommand]) -> web.Response:
     return web.json_response(_session_body(request.match_info["session_id"], commands))
 
 
-async def delete_session(request: web.Request) -> web.Response:
-    commands, missing = _session(request)
-    if missing is not None:
-        return missing
-    assert commands is not None
+@on_found(_session)
+async def delete_session(request: web.Request, commands: dict[str, SessionCommand]) -> web.Response:
     sandbox_id, session_id = request.match_info["sandbox_id"], request.match_info["session_id"]
     for record in commands.values():
         if record.ticket is not None and not record.ended.is_set():
@@ -278,19 +272,13 @@ def _command(request: web.Request) -> tuple[SessionCommand | None, web.Response 
     return found, None
 
 
-async def get_command(request: web.Request) -> web.Response:
-    found, missing = _command(request)
-    if missing is not None:
-        return missing
-    assert found is not None
+@on_found(_command)
+async def get_command(request: web.Request, found: SessionCommand) -> web.Response:
     return web.json_response(found.as_dict())
 
 
-async def command_logs(request: web.Request) -> web.StreamResponse:
-    found, missing = _command(request)
-    if missing is not None:
-        return missing
-    assert found is not None
+@on_found(_command)
+async def command_logs(request: web.Request, found: SessionCommand) -> web.StreamResponse:
     if request.query.get("follow", "").lower() != "true":
         return web.json_response(found.logs())
     ws = web.WebSocketResponse()
@@ -312,11 +300,8 @@ async def command_logs(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def send_input(request: web.Request) -> web.Response:
-    found, missing = _command(request)
-    if missing is not None:
-        return missing
-    assert found is not None
+@on_found(_command)
+async def send_input(request: web.Request, found: SessionCommand) -> web.Response:
     body = await json_object(request)
     data = body.get("data") if body is not None else None
     if not isinstance(data, str):

@@ -99,6 +99,33 @@ def on_running(
     return checked
 
 
+Found = TypeVar("Found")
+
+
+def on_found(
+    lookup: Callable[[web.Request], tuple[Found | None, web.Response | None]],
+) -> Callable[
+    [Callable[[web.Request, Found], Awaitable[Answer]]], Callable[[web.Request], Awaitable[Answer | web.Response]]
+]:
+    """A daemon handler on what `lookup` finds from the path (a session, a command, a terminal): when it finds
+    nothing, its refusal (the daemon's 404) is the answer."""
+
+    def decorate(
+        handler: Callable[[web.Request, Found], Awaitable[Answer]],
+    ) -> Callable[[web.Request], Awaitable[Answer | web.Response]]:
+        @functools.wraps(handler)
+        async def checked(request: web.Request) -> Answer | web.Response:
+            found, missing = lookup(request)
+            if missing is not None:
+                return missing
+            assert found is not None
+            return await handler(request, found)
+
+        return checked
+
+    return decorate
+
+
 def failure(request: web.Request, exc: BaseException, timeout_s: float | None) -> web.Response:
     """A command that did not complete, in the daemon's or the proxy's words."""
     if isinstance(exc, ExecTimedOut):
