@@ -18,15 +18,13 @@ Bounded in time; targets 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 
 import psutil
-from steady_runs import PROGRESS, REPO, finish, slope_mb_per_min, steady_argv
+from steady_runs import REPO, finish, slope_mb_per_min, start_run, steady_argv
 
 sys.path.insert(0, str(REPO))
 
@@ -95,26 +93,18 @@ def measure(users: int, hold_s: float, spawn_rate: float, churn: bool = False) -
     sleep_s = int(hold_s + users / spawn_rate + 60)
     commands = "true; sleep 2" if churn else f"true; sleep {sleep_s}"
     argv = steady_argv(users, spawn_rate, hold_s, commands, out, 2, "--exec-timeout", str(sleep_s + 60))
-    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    root = psutil.Process(process.pid)
     held_since: list[float] = []
 
-    def watch() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            match = PROGRESS.search(line)
-            if not match:
-                continue
-            inflight, lag = int(match.group(3)), float(match.group(4))
-            level.held = max(level.held, inflight)
-            if inflight >= users:
-                held_since.append(time.monotonic())
-                if time.monotonic() - held_since[0] >= 20:  # the probe's window now covers only the hold
-                    assert level.lag_p99_ms is not None
-                    level.lag_p99_ms.append(lag)
+    def progress(inflight: int, lag: float) -> None:
+        level.held = max(level.held, inflight)
+        if inflight >= users:
+            held_since.append(time.monotonic())
+            if time.monotonic() - held_since[0] >= 20:  # the probe's window now covers only the hold
+                assert level.lag_p99_ms is not None
+                level.lag_p99_ms.append(lag)
 
-    reader = threading.Thread(target=watch, daemon=True)
-    reader.start()
+    process, reader = start_run(argv, progress)
+    root = psutil.Process(process.pid)
     deadline = time.monotonic() + hold_s + users / spawn_rate + 120
     engines: list[psutil.Process] = []
     while time.monotonic() < deadline and process.poll() is None:

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from steady_runs import PROGRESS, REPO, finish, slope_mb_per_min, steady_argv
+from steady_runs import finish, slope_mb_per_min, start_run, steady_argv
 
 SAMPLE_EVERY_S = 5.0
 MAX_MINUTES = 180.0
@@ -99,29 +97,21 @@ def soak(
     hold_s = minutes * 60
     out = tempfile.mkdtemp(prefix="bench-soak-")
     argv = steady_argv(users, spawn_rate, hold_s, command, out, 5)
-    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    root = psutil.Process(process.pid)
     series = {role: Series() for role in ROLES}
     lags: list[float] = []
     held: list[float] = []
     peak = [0]
 
-    def watch() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            match = PROGRESS.search(line)
-            if not match:
-                continue
-            inflight = int(match.group(3))
-            peak[0] = max(peak[0], inflight)
-            if inflight >= 0.95 * users:
-                if not held:
-                    held.append(time.monotonic())
-                elif time.monotonic() - held[0] >= 20:  # the lag probe's window now covers the held level only
-                    lags.append(float(match.group(4)))
+    def progress(inflight: int, lag: float) -> None:
+        peak[0] = max(peak[0], inflight)
+        if inflight >= 0.95 * users:
+            if not held:
+                held.append(time.monotonic())
+            elif time.monotonic() - held[0] >= 20:  # the lag probe's window now covers the held level only
+                lags.append(lag)
 
-    reader = threading.Thread(target=watch, daemon=True)
-    reader.start()
+    process, reader = start_run(argv, progress)
+    root = psutil.Process(process.pid)
     deadline = time.monotonic() + hold_s + users / spawn_rate + 120
     while not held and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +47,25 @@ def steady_argv(
         "--out",
         out,
     ]
+
+
+def start_run(
+    argv: list[str], on_progress: Callable[[int, float], None]
+) -> tuple[subprocess.Popen[str], threading.Thread]:
+    """Start the run with its stderr read on a thread: each progress line's rollouts in flight and engine loop lag
+    p99 (ms) go to `on_progress`; `finish` ends both."""
+    process = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def watch() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            match = PROGRESS.search(line)
+            if match:
+                on_progress(int(match.group(3)), float(match.group(4)))
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    return process, reader
 
 
 def slope_mb_per_min(points: Sequence[tuple[float, float]]) -> float:
