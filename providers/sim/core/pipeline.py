@@ -1,8 +1,9 @@
 """The start pipeline: accepted sandboxes wait in one queue, are placed oldest first on free node slots, pull their
 image (one shared pull per node and image), and boot (the half of the control plane between PENDING and RUNNING).
 
-Boot time = lognormal(median, sigma) x `max(1, n_provisioning / knee) ** exponent` + a load delay, n_provisioning
-counted when the boot starts; a resumed or forked sandbox boots in its `[sandbox]` time instead (`pausing.py`) and
+Boot time = lognormal(median, sigma) x `max(1, n_booting / knee) ** exponent` + a load delay, n_booting (the
+sandboxes past their pull and not yet RUNNING, this one included) counted when the boot starts: a sandbox still
+waiting for its image is PROVISIONING but not booting, so a cold cache queues pulls without also collapsing boots; a resumed or forked sandbox boots in its `[sandbox]` time instead (`pausing.py`) and
 pulls nothing. With a profile `[account]` section the pipeline also serves boots at a bounded rate: at most
 `max_starting` at once and a token bucket of `start_per_s` / `start_burst` on boot starts; a boot that may not
 start yet waits its turn (still PROVISIONING), oldest first. Sandboxes that must wait ask the autoscaler (`autoscale.py`) for nodes. How a sandbox ends (and so
@@ -60,6 +61,7 @@ class StartPipeline:
         self.n_waiting = 0
         self.n_provisioning = 0
         self.peak_provisioning = 0
+        self.n_booting = 0  # pulled (or needing no pull) and not yet RUNNING: what the boot power law counts
         self._dispatch_timer: TimerHandle | None = None
         self.autoscaler = Autoscaler(self.pool, profile.pool, clock, self.dispatch)
         # pulls by size (`image_pulls.py`): the image's layers, and the registry every layer flow shares
@@ -99,6 +101,8 @@ class StartPipeline:
             return
         if phase in (_PULLING, _BOOTING):
             self.n_provisioning -= 1
+        if phase == _BOOTING:
+            self.n_booting -= 1
         if sb.id in self._starting:
             self._starting.discard(sb.id)
             self._release_starts()
@@ -283,6 +287,7 @@ class StartPipeline:
     def _start_boot(self, sb: SimSandbox) -> None:
         now = self.clock.now()
         sb._phase = _BOOTING
+        self.n_booting += 1
         if sb._resuming or sb.fork_of is not None:  # boots in the profile's [sandbox] resume or fork time
             sb._timers.append(self.clock.call_at(now + self._special_boot(sb), lambda: self._boot_done(sb)))
             return
@@ -294,7 +299,7 @@ class StartPipeline:
 
     def _boot(self, sb: SimSandbox, now: float) -> None:
         spec = self.profile.boot
-        n = self.n_provisioning
+        n = self.n_booting
         congestion = max(1.0, n / spec.congestion_knee) ** spec.congestion_exponent
         draws = Stream(self.seed, "boot", sb.seq)
         load = min(spec.load_delay_s * max(n - 1, 0), spec.load_delay_max_s)
@@ -317,6 +322,7 @@ class StartPipeline:
         sb._resuming = False
         sb.updated_at = now
         self.n_provisioning -= 1
+        self.n_booting -= 1
         if sb.id in self._starting:
             self._starting.discard(sb.id)
             self._release_starts()

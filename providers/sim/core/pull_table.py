@@ -7,7 +7,9 @@ as a rollout plan does (the `stampede-image-mb` label), waiting until RUNNING, o
 every rollout on one image with the nodes' caches cold; one image per task (SWE-bench's per-instance images, which
 share the catalogue's base layers) cold; and the warm cache (every initial node holds every image). The vendor is
 modal-like with its boot power law switched off (`boot.congestion_exponent = 0`, as `mechanisms_table.py` does),
-so the rows differ only in their pulls. TTI = create -> first command done; pull = placed -> image pulled; pull share
+so the rows differ only in their pulls: with it on (`--start-collapse`) a pulling sandbox does not count toward it,
+but one image's pulls end together and then 960 boots start at once past the knee, so cold and warm both show the
+calibrated 960 collapse (TTI p50 ~20 min) and the pulls' share of TTI falls to ~1%. TTI = create -> first command done; pull = placed -> image pulled; pull share
 = the rollouts' pull seconds over their TTI seconds; quantiles nearest-rank, untrimmed.
 """
 

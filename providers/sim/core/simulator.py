@@ -9,7 +9,7 @@ reports say breaks fleets at scale:
 - a node pool with slots, autoscaling after a lag, idle scale-down, and an optional CAPACITY rejection;
 - cold image pulls shared per node and image, with an optional failure probability;
 - lognormal boot times slowed by start-pipeline congestion: `max(1, n_starting/knee) ** exponent`,
-  with n_starting the account's sandboxes in PROVISIONING when the boot starts, so a 960-wide burst
+  with n_starting the account's sandboxes booting (pulled, not yet RUNNING) when the boot starts, so a 960-wide burst
   collapses into "Runtime did not start within 299s" while a 100-wide one does not;
 - a startup deadline, lifetimes, injected create/boot/exec failures, exec overhead plus the command's
   own duration from the tiny shell (`shell.py`), or a real one in the sandbox's own files (`isolated_shell.py`);
