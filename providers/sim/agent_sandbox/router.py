@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from providers.sim.agent_sandbox.cluster import CLUSTER
-from providers.sim.core.simulator import ExecError, ExecTimedOut, NotFound, NotRunning, SandboxDied
+from providers.sim.core.simulator import ExecError, ExecTimedOut, NotFound, NotRunning, SandboxDied, TransferRefused
 
 EXEC_TIMEOUT_S = 60.0  # the legacy runtime's limit when the request names none
 
@@ -64,6 +64,26 @@ def _tree_of(request: web.Request) -> tuple[Any, web.Response | None]:
         return None, web.json_response({"error": str(exc)}, status=502)
 
 
+# a file the vendor refuses (`transfers.py`): 413 for one over the size cap (an ingress's body limit), 503 for one
+# too many in flight; the SDK raises SandboxRequestError with the status, an upload's or download's `transfer_error`
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+
+
+async def _moved(request: web.Request, direction: str, nbytes: int) -> web.Response | None:
+    """A file takes its time over the profile's bandwidth (`VendorSimulator.transfer`) before the router answers;
+    the router's refusal when the vendor refuses it."""
+    sb_id = _sandbox_id(request)
+    if isinstance(sb_id, web.Response):
+        return sb_id
+    try:
+        await request.app[CLUSTER].sim.transfer(sb_id, direction, nbytes)
+    except TransferRefused as exc:
+        return web.json_response({"detail": exc.message}, status=_REFUSED_STATUS[exc.reason])
+    except (NotFound, NotRunning) as exc:
+        return web.json_response({"error": str(exc)}, status=502)
+    return None
+
+
 async def upload(request: web.Request) -> web.Response:
     """`POST /upload`: one multipart `file` part whose filename is the path (relative to the runtime's cwd)."""
     tree, refused = _tree_of(request)
@@ -75,8 +95,12 @@ async def upload(request: web.Request) -> web.Response:
         return web.json_response({"detail": "a multipart 'file' part with a filename is required"}, status=400)
     try:
         target = tree.writable(part.filename, cwd=RUNTIME_CWD)
+        data = await part.read(decode=False)
+        refused = await _moved(request, "upload", len(data))
+        if refused is not None:
+            return refused
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(await part.read(decode=False))
+        target.write_bytes(data)
     except OSError as exc:
         return web.json_response({"detail": str(exc)}, status=500)
     return web.json_response({"message": f"File '{part.filename}' uploaded successfully"})
@@ -97,7 +121,9 @@ async def download(request: web.Request) -> web.StreamResponse:
         return path
     if not path.is_file():
         return web.json_response({"detail": "File not found"}, status=404)
-    return web.Response(body=path.read_bytes(), content_type="application/octet-stream")
+    data = path.read_bytes()
+    refused = await _moved(request, "download", len(data))
+    return refused or web.Response(body=data, content_type="application/octet-stream")
 
 
 async def exists(request: web.Request) -> web.Response:

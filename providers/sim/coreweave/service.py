@@ -45,7 +45,7 @@ from providers.sim.core.records import (
     SimSandbox,
 )
 from providers.sim.core.serving.bearer import bearer_matches
-from providers.sim.core.simulator import VendorSimulator
+from providers.sim.core.simulator import TransferRefused, VendorSimulator
 
 DOMAIN = "cwsandbox.com"
 DEFAULT_IMAGE = "python:3.11"
@@ -406,7 +406,7 @@ class CoreWeaveSandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
         """Write a whole file (parents made), as root: the sandbox's own files, `sim.tree(id)`."""
         try:
             self._authorize(context)
-            self._file_op(request.sandbox_id, request.path, bytes(request.content))
+            await self._file_op(request.sandbox_id, request.path, bytes(request.content))
             return sandbox_pb2.WriteFileResponse()
         except Abort as exc:
             await self._answer(context, exc)
@@ -417,22 +417,35 @@ class CoreWeaveSandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
     ) -> sandbox_pb2.ReadFileResponse:
         try:
             self._authorize(context)
-            return sandbox_pb2.ReadFileResponse(content=self._file_op(request.sandbox_id, request.path, None))
+            return sandbox_pb2.ReadFileResponse(content=await self._file_op(request.sandbox_id, request.path, None))
         except Abort as exc:
             await self._answer(context, exc)
         raise AssertionError("unreachable: abort raises")
 
-    def _file_op(self, sandbox_id: str, path: str, data: bytes | None) -> bytes:
-        """Write `data` to `path`, or (None) read it; OS errors as the SDK's CWSANDBOX_FILE_* reasons."""
+    async def _file_op(self, sandbox_id: str, path: str, data: bytes | None) -> bytes:
+        """Write `data` to `path`, or (None) read it, each file over the profile's bandwidth first
+        (`VendorSimulator.transfer`); OS errors and refused files as the SDK's CWSANDBOX_FILE_* reasons."""
         self._running(sandbox_id)
         try:
             tree = self.sim.tree(sandbox_id)
             if data is None:
-                return tree.host_path(path).read_bytes()
+                content = tree.host_path(path).read_bytes()
+                await self.sim.transfer(sandbox_id, "download", len(content))
+                return content
             host = tree.writable(path)
+            await self.sim.transfer(sandbox_id, "upload", len(data))
             host.parent.mkdir(parents=True, exist_ok=True)
             host.write_bytes(data)
             return b""
+        except TransferRefused as exc:
+            # a file reason, so the SDK raises SandboxFileError (an upload's or download's `transfer_error`). Not
+            # CWSANDBOX_FILE_TOO_LARGE: cwsandbox answers that one by streaming the file through an exec instead,
+            # around the files API, so the profile's cap would refuse nothing
+            raise Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{path}: {exc.message}", "CWSANDBOX_FILE_IO_FAILED"
+            ) from None
+        except NotFound:
+            raise _not_found(sandbox_id) from None
         except NotRunning as exc:
             raise _not_running(exc) from None
         except IsADirectoryError:

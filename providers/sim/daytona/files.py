@@ -41,7 +41,7 @@ from aiohttp import BodyPartReader, web
 from aiohttp.typedefs import Handler
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
-from providers.sim.core.simulator import NotFound, NotRunning, SimSandbox, TransferRefused
+from providers.sim.core.simulator import NotFound, NotRunning, SimSandbox, TransferRefused, VendorSimulator
 from providers.sim.daytona.front import Front, error, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
 from providers.sim.daytona.toolbox import on_running
@@ -87,7 +87,17 @@ def _answer(request: web.Request, exc: FileProblem) -> web.Response:
 # a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one upload too many at once (the
 # S3 path's "SlowDown"); the SDK raises a plain DaytonaError with that status, an upload's or download's error
 _REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
-_MOVER = "stampede.sim.move"  # request key: the sandbox's `VendorSimulator.transfer`, bound to its id
+# the sandbox's `VendorSimulator.transfer`, bound to its id (a file handler awaits it before it answers)
+_MOVER: web.RequestKey[Callable[[str, int], Awaitable[float]]] = web.RequestKey("stampede_sim_move")
+
+
+def _mover(sim: VendorSimulator, sandbox_id: str) -> Callable[[str, int], Awaitable[float]]:
+    """`VendorSimulator.transfer` bound to one sandbox (what a file handler awaits before it answers)."""
+
+    async def move(direction: str, nbytes: int) -> float:
+        return await sim.transfer(sandbox_id, direction, nbytes)
+
+    return move
 
 
 async def _moved(request: web.Request, direction: str, nbytes: int) -> None:
@@ -114,7 +124,7 @@ def _on_tree(handler: Callable[[web.Request, SandboxTree], Awaitable[web.StreamR
             tree = front.sim.tree(sb.id)
         except (NotFound, NotRunning):
             return error(request, 404, "Sandbox not found", source="DAYTONA_PROXY")
-        request[_MOVER] = functools.partial(front.sim.transfer, sb.id)
+        request[_MOVER] = _mover(front.sim, sb.id)
         try:
             return await handler(request, tree)
         except FileProblem as exc:

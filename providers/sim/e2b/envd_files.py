@@ -31,6 +31,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,14 @@ from aiohttp import BodyPartReader, web
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTree
 from providers.sim.core.serving.bearer import tokens_equal
 from providers.sim.core.serving.connect import JSON_OBJECT, CallContext, Code, ConnectService, Procedure, RpcError
-from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, SimSandbox, VendorSimulator
+from providers.sim.core.simulator import (
+    NotFound,
+    NotRunning,
+    SandboxStatus,
+    SimSandbox,
+    TransferRefused,
+    VendorSimulator,
+)
 from providers.sim.e2b.app_state import simulator
 from providers.sim.e2b.envd_watch import Watchers
 from providers.sim.e2b.shapes import META_ENVD_TOKEN, error_body
@@ -434,16 +442,38 @@ def files_handler(operation: str, routed: Routed) -> Any:
         try:
             tree = sandbox_tree(simulator(request), sb)
             user = request.query.get("username") or basic_user(request.headers.get("Authorization"))
+            moved = _Moved(simulator(request), sb.id)
             if operation == "read":
-                return await _read(request, tree, user)
-            return await _write(request, tree, user)
+                return await _read(request, tree, user, moved)
+            return await _write(request, tree, user, moved)
         except RpcError as exc:
             return _http_error(_HTTP_STATUS.get(exc.code, 500), exc.message)
+        except TransferRefused as exc:
+            return _http_error(_REFUSED_STATUS[exc.reason], exc.message)
+        except (NotFound, NotRunning):
+            return _http_error(502, "The sandbox was not found")
 
     return handle
 
 
-async def _read(request: web.Request, tree: SandboxTree, user: str | None) -> web.StreamResponse:
+# a file the vendor refuses: 413 for a body over the cap (the proxy's "request entity too large"), 503 for one file too
+# many in flight; the SDK raises SandboxException("413: ..."/"503: ...") for both, an upload's or download's error
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+
+
+@dataclass(frozen=True, slots=True)
+class _Moved:
+    """The sandbox a /files call moves bytes in or out of: each file takes its time over the profile's bandwidth
+    (`VendorSimulator.transfer`) before envd answers."""
+
+    sim: VendorSimulator
+    sandbox_id: str
+
+    async def __call__(self, direction: str, nbytes: int) -> None:
+        await self.sim.transfer(self.sandbox_id, direction, nbytes)
+
+
+async def _read(request: web.Request, tree: SandboxTree, user: str | None, moved: _Moved) -> web.StreamResponse:
     absolute, host = _resolve(tree, request.query.get("path"), user)
     if not host.exists():
         raise RpcError(Code.NOT_FOUND, f"path '{absolute}' does not exist")
@@ -457,6 +487,7 @@ async def _read(request: web.Request, tree: SandboxTree, user: str | None) -> we
     if "gzip" in (request.headers.get("Accept-Encoding") or ""):
         headers["Content-Encoding"] = "gzip"
         data = gzip.compress(data, compresslevel=1)
+    await moved("download", len(data))
     return web.Response(body=data, content_type="application/octet-stream", headers=headers)
 
 
@@ -486,7 +517,7 @@ def _store(tree: SandboxTree, absolute: str, data: bytes, metadata: dict[str, st
     return info
 
 
-async def _write(request: web.Request, tree: SandboxTree, user: str | None) -> web.Response:
+async def _write(request: web.Request, tree: SandboxTree, user: str | None, moved: _Moved) -> web.Response:
     home = home_of(tree, user)
     metadata = _metadata_headers(request)
     path = request.query.get("path")
@@ -500,6 +531,7 @@ async def _write(request: web.Request, tree: SandboxTree, user: str | None) -> w
             if not name:
                 raise RpcError(Code.INVALID_ARGUMENT, "a file part needs a filename or the path parameter")
             data = bytes(await part.read(decode=True))
+            await moved("upload", len(data))
             written.append(_store(tree, tree.sandbox_path(name, cwd=home), data, metadata))
         if not written:
             raise RpcError(Code.INVALID_ARGUMENT, "no file in the multipart body")
@@ -507,5 +539,6 @@ async def _write(request: web.Request, tree: SandboxTree, user: str | None) -> w
     if not path:
         raise RpcError(Code.INVALID_ARGUMENT, "the path parameter is required for an octet-stream upload")
     body = await request.read()  # aiohttp has undone a `Content-Encoding: gzip` already
+    await moved("upload", len(body))
     written.append(_store(tree, tree.sandbox_path(path, cwd=home), body, metadata))
     return web.json_response(written)

@@ -118,6 +118,11 @@ def failure(exc: OSError) -> ToolResult:
     return _error(kind, exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc)))
 
 
+def refused(kind: str, message: str) -> ToolResult:
+    """The tool's answer to a file the vendor refuses (`transfers.py`): `kind` on stderr, exit 1."""
+    return _error(kind, message)
+
+
 def _error(kind: str, message: str) -> ToolResult:
     return ToolResult(1, stderr=json.dumps({"error_kind": kind, "message": message}).encode())
 

@@ -46,6 +46,7 @@ from providers.sim.core.simulator import (
     SandboxDied,
     SandboxStatus,
     SimSandbox,
+    TransferRefused,
 )
 from providers.sim.modal import fs_tools
 from providers.sim.modal.errors import task_gone_error
@@ -205,7 +206,7 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
                 return
             if ex.stdin_closed is not None:
                 await ex.stdin_closed
-            result = fs_tools.run(self.sim.tree(record.sim.id), tool, bytes(ex.stdin))
+            result = await self._moved(record, tool, bytes(ex.stdin))
             ex.code, ex.stdout, ex.stderr = result.code, result.stdout, result.stderr
         except (SandboxDied, NotFound, NotRunning):
             ex.error = task_gone_error(ex.task_id, record.sim)
@@ -216,6 +217,21 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
         finally:
             if not ex.done.done():
                 ex.done.set_result(None)
+
+    async def _moved(self, record: ModalSandbox, tool: fs_tools.ToolCall, stdin: bytes) -> fs_tools.ToolResult:
+        """The tool's operation, a file's bytes moving over the profile's bandwidth (`VendorSimulator.transfer`):
+        a WriteFile's stdin before it lands, a ReadFile's file before it is answered; a refused file is the tool's
+        `FileTooLarge` (the SDK's SandboxFilesystemFileTooLargeError on a read) or `ResourceExhausted` error."""
+        try:
+            if tool.operation == "WriteFile":
+                await self.sim.transfer(record.sim.id, "upload", len(stdin))
+            result = fs_tools.run(self.sim.tree(record.sim.id), tool, stdin)
+            if tool.operation == "ReadFile" and result.code == 0:
+                await self.sim.transfer(record.sim.id, "download", len(result.stdout))
+        except TransferRefused as exc:
+            kind = "FileTooLarge" if exc.reason == "file_too_large" else "ResourceExhausted"
+            return fs_tools.refused(kind, exc.message)
+        return result
 
     async def _watch(self, record: ModalSandbox, ex: _Exec, tool: fs_tools.ToolCall) -> None:
         """Look for changes until the watch's timeout (vendor seconds), its stdin closing, or the sandbox ending."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxTree
-from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, VendorSimulator
+from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, TransferRefused, VendorSimulator
 from providers.sim.prime.gateway import GatewayTokens
 
 _STATUS_BY_ERRNO = {
@@ -51,6 +51,27 @@ def add_file_routes(router: web.UrlDispatcher, prefix: str, get_sim: Getter, get
 
 
 Operation = Callable[[web.Request, SandboxTree, str], Any]
+# the sandbox's `VendorSimulator.transfer`, bound to its id (a file handler awaits it before it answers)
+_MOVER: web.RequestKey[Callable[[str, int], Awaitable[float]]] = web.RequestKey("stampede_sim_move")
+# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight; the SDK
+# raises its APIError with the status, which the adapter reads as an upload's or download's `transfer_error`
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+
+
+def _mover(sim: VendorSimulator, sandbox_id: str) -> Callable[[str, int], Awaitable[float]]:
+    """`VendorSimulator.transfer` bound to one sandbox (what a file handler awaits before it answers)."""
+
+    async def move(direction: str, nbytes: int) -> float:
+        return await sim.transfer(sandbox_id, direction, nbytes)
+
+    return move
+
+
+async def _moved(request: web.Request, direction: str, nbytes: int) -> None:
+    """A file takes its time over the profile's bandwidth before the gateway answers (TransferRefused past a cap)."""
+    move = request.get(_MOVER)
+    if move is not None:
+        await move(direction, nbytes)
 
 
 def _guarded(get_sim: Getter, get_tokens: Getter, operation: Operation) -> Callable[[web.Request], Any]:
@@ -73,8 +94,13 @@ def _guarded(get_sim: Getter, get_tokens: Getter, operation: Operation) -> Calla
             if exc.status in (SandboxStatus.PENDING, SandboxStatus.PROVISIONING):
                 return web.json_response({"detail": "Sandbox is not running"}, status=409)
             return _terminated(exc.message or str(exc.status))
+        request[_MOVER] = _mover(sim, job_id)
         try:
             response: web.StreamResponse = await operation(request, tree, path)
+        except TransferRefused as exc:
+            return web.json_response({"detail": exc.message}, status=_REFUSED_STATUS[exc.reason])
+        except (NotFound, NotRunning) as exc:
+            return _terminated(str(exc))
         except OSError as exc:
             status = _STATUS_BY_ERRNO.get(exc.errno or 0, 500)
             reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
@@ -112,6 +138,7 @@ async def _upload(request: web.Request, tree: SandboxTree, path: str) -> web.Res
         return web.json_response({"detail": f"The multipart form does not parse: {exc}"}, status=422)
     if content is None:
         return web.json_response({"detail": "The form has no 'file' part"}, status=422)
+    await _moved(request, "upload", len(content))
     tree.writable(path)  # the host's system folders are read-only in the sandbox
     host = tree.host_path(path)  # a symlink is written through, inside the tree
     if host != tree.root and tree.root not in host.parents:
@@ -130,6 +157,7 @@ async def _upload(request: web.Request, tree: SandboxTree, path: str) -> web.Res
 async def _download(request: web.Request, tree: SandboxTree, path: str) -> web.Response:
     with open(_regular_file(tree, path), "rb") as source:
         data = source.read()
+    await _moved(request, "download", len(data))
     name = tree.sandbox_path(path).rsplit("/", 1)[-1]
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
     return web.Response(body=data, content_type="application/octet-stream", headers=headers)
@@ -148,6 +176,7 @@ async def _read_file(request: web.Request, tree: SandboxTree, path: str) -> web.
         start = offset if offset >= 0 else max(0, total + offset)  # negative: a window ending at the file's end
         source.seek(start)
         data = source.read() if length is None else source.read(length)
+    await _moved(request, "download", len(data))
     body = {
         "content": data.decode("utf-8", "replace"),
         "size": len(data),

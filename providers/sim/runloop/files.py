@@ -10,12 +10,23 @@ from aiohttp import BodyPartReader, web
 
 from providers.sim.core.records import NotFound, NotRunning
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError
+from providers.sim.core.transfers import TransferRefused
 from providers.sim.runloop.state import Front, error, front_of, read_json
 
 
 def _tree_path(front: Front, request: web.Request, path: str, *, write: bool) -> Any:
     tree = front.sim.tree(request.match_info["id"])
     return tree.writable(path) if write else tree.host_path(path)
+
+
+# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight; the SDK
+# raises its APIStatusError with the status, which the adapter reads as an upload's or download's `transfer_error`
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+
+
+async def _moved(front: Front, request: web.Request, direction: str, nbytes: int) -> None:
+    """A file takes its time over the profile's bandwidth (`VendorSimulator.transfer`) before the API answers."""
+    await front.sim.transfer(request.match_info["id"], direction, nbytes)
 
 
 async def _files_call(request: web.Request, act: Callable[[Front], Any]) -> web.Response:
@@ -32,6 +43,8 @@ async def _files_call(request: web.Request, act: Callable[[Front], Any]) -> web.
         return error(request, 404, "File not found")
     except IsADirectoryError:
         return error(request, 400, "Path is a directory")
+    except TransferRefused as exc:
+        return error(request, _REFUSED_STATUS[exc.reason], exc.message)
 
 
 async def upload_file(request: web.Request) -> web.Response:
@@ -49,6 +62,7 @@ async def upload_file(request: web.Request) -> web.Response:
 
     async def act(front: Front) -> web.Response:
         target = _tree_path(front, request, fields["path"], write=True)
+        await _moved(front, request, "upload", len(fields["file"]))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bytes(fields["file"]))
         return web.json_response({})
@@ -64,8 +78,10 @@ async def write_file_contents(request: web.Request) -> web.Response:
 
     async def act(front: Front) -> web.Response:
         target = _tree_path(front, request, path, write=True)
+        data = contents.encode()
+        await _moved(front, request, "upload", len(data))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(contents)
+        target.write_bytes(data)
         return web.json_response({"devbox_id": request.match_info["id"], "exit_status": 0, "stdout": "", "stderr": ""})
 
     return await _files_call(request, act)
@@ -79,6 +95,7 @@ async def download_file(request: web.Request) -> web.Response:
 
     async def act(front: Front) -> web.Response:
         data = _tree_path(front, request, path, write=False).read_bytes()
+        await _moved(front, request, "download", len(data))
         return web.Response(body=data, content_type="application/octet-stream")
 
     return await _files_call(request, act)
@@ -91,7 +108,9 @@ async def read_file_contents(request: web.Request) -> web.Response:
         return error(request, 400, "file_path is required")
 
     async def act(front: Front) -> web.Response:
-        text = _tree_path(front, request, path, write=False).read_text(errors="replace")
+        data = _tree_path(front, request, path, write=False).read_bytes()
+        await _moved(front, request, "download", len(data))
+        text = data.decode(errors="replace")
         return web.Response(text=text, content_type="text/plain")
 
     return await _files_call(request, act)
