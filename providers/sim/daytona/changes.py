@@ -18,15 +18,13 @@ a live sandbox as dead.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from providers.sim.core.simulator import CreateRequest, NotFound, NotRunning, Rejected, SimSandbox
-from providers.sim.daytona.front import Front, error, front_of, json_object, served_elsewhere
+from providers.sim.daytona.front import Front, error, front_of, json_object, served_elsewhere, with_sandbox
 from providers.sim.daytona.rest import rejection
 from providers.sim.daytona.shapes import MAX_INT, requested, state_of, update_requested
 
@@ -57,20 +55,8 @@ def _sandbox(request: web.Request) -> tuple[Front, SimSandbox | None, web.Respon
         return front, None, error(request, 404, "Sandbox not found", code="SANDBOX_NOT_FOUND")
 
 
-def _on_sandbox(
-    handler: Callable[[web.Request, Front, SimSandbox], Awaitable[web.Response]],
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """A call on the path's live sandbox (`_sandbox`): a missing or ended one is answered 404 before the handler."""
-
-    @functools.wraps(handler)
-    async def found(request: web.Request) -> web.Response:
-        front, sb, missing = _sandbox(request)
-        if missing is not None:
-            return missing
-        assert sb is not None
-        return await handler(request, front, sb)
-
-    return found
+_on_sandbox = with_sandbox(_sandbox)
+"""A call on the path's live sandbox (`_sandbox`): a missing or ended one is answered 404 before the handler."""
 
 
 def _minutes(request: web.Request, *, minimum: int) -> int | None:

@@ -6,9 +6,10 @@ same `Front` through the aiohttp application.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -110,6 +111,35 @@ def error(
     """An error in the envelope of the Daytona service named by `source`."""
     body = error_body(status, message, path=request.path_qs, method=request.method, code=code, source=source)
     return web.json_response(body, status=status, headers=headers)
+
+
+Answer = TypeVar("Answer", bound=web.StreamResponse)
+SandboxLookup = Callable[[web.Request], tuple[Front, SimSandbox | None, web.Response | None]]
+"""The path's sandbox as a call needs it (live, started...), or the refusal to answer instead."""
+
+
+def with_sandbox(
+    lookup: SandboxLookup,
+) -> Callable[
+    [Callable[[web.Request, Front, SimSandbox], Awaitable[Answer]]],
+    Callable[[web.Request], Awaitable[Answer | web.Response]],
+]:
+    """A handler on the sandbox `lookup` finds from the path; when it refuses, its refusal is the answer."""
+
+    def decorate(
+        handler: Callable[[web.Request, Front, SimSandbox], Awaitable[Answer]],
+    ) -> Callable[[web.Request], Awaitable[Answer | web.Response]]:
+        @functools.wraps(handler)
+        async def checked(request: web.Request) -> Answer | web.Response:
+            front, sb, refused = lookup(request)
+            if refused is not None:
+                return refused
+            assert sb is not None
+            return await handler(request, front, sb)
+
+        return checked
+
+    return decorate
 
 
 async def json_object(request: web.Request) -> dict[str, Any] | None:

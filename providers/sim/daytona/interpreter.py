@@ -31,9 +31,9 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from providers.sim.core.simulator import ExecOutcome, ExecTicket, NotFound, NotRunning, SimSandbox
-from providers.sim.daytona.front import Front, error, json_object
+from providers.sim.daytona.front import Answer, Front, error, json_object
 from providers.sim.daytona.shapes import SOURCE_DAEMON
-from providers.sim.daytona.toolbox import Answer, on_running
+from providers.sim.daytona.toolbox import on_running
 
 TIMEOUT_CLOSE = 4008  # the daemon's close code for a run past its timeout
 DEFAULT_CONTEXT = "default"

@@ -41,7 +41,7 @@ from providers.sim.core.simulator import (
     SandboxDied,
     SimSandbox,
 )
-from providers.sim.daytona.front import Front, error, front_of, json_object, served_elsewhere
+from providers.sim.daytona.front import Answer, Front, error, front_of, json_object, served_elsewhere, with_sandbox
 from providers.sim.daytona.shapes import SANDBOX_USER, SOURCE_DAEMON, SOURCE_PROXY, state_of
 
 SERVED = (
@@ -79,24 +79,9 @@ def running(request: web.Request) -> tuple[Front, SimSandbox | None, web.Respons
     )
 
 
-Answer = TypeVar("Answer", bound=web.StreamResponse)
-
-
-def on_running(
-    handler: Callable[[web.Request, Front, SimSandbox], Awaitable[Answer]],
-) -> Callable[[web.Request], Awaitable[Answer | web.Response]]:
-    """A toolbox handler that runs only on a started sandbox (`running`): else the proxy's refusal is answered as is,
-    so every daemon call refuses a missing or stopped sandbox in the same words."""
-
-    @functools.wraps(handler)
-    async def checked(request: web.Request) -> Answer | web.Response:
-        front, sb, refused = running(request)
-        if refused is not None:
-            return refused
-        assert sb is not None
-        return await handler(request, front, sb)
-
-    return checked
+on_running = with_sandbox(running)
+"""A toolbox handler that runs only on a started sandbox (`running`): else the proxy's refusal is answered as is, so
+every daemon call refuses a missing or stopped sandbox in the same words."""
 
 
 Found = TypeVar("Found")
