@@ -59,7 +59,8 @@ def create_app(settings: DaytonaSettings) -> web.Application:
     """The application; the simulator is built on the app's loop at startup (profile problems raise here)."""
     profile = settings.resolved_profile()
     scale = settings.resolved_time_scale(profile)
-    app = web.Application(middlewares=[_auth_and_errors], client_max_size=4 * 1024 * 1024)
+    # a repository uploaded as one archive runs to tens of MB (swe-task: ~20 MB); 4 MiB refused it with a 413
+    app = web.Application(middlewares=[_auth_and_errors], client_max_size=256 * 1024 * 1024)
 
     async def on_startup(app: web.Application) -> None:
         clock = LoopClock(scale)
