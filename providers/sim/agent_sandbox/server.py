@@ -85,7 +85,8 @@ _middleware = vendor_middleware(error, _authorize, front="local agent-sandbox")
 def create_app(settings: AgentSandboxSettings) -> web.Application:
     profile = settings.resolved_profile()
     scale = settings.resolved_time_scale(profile)
-    app = web.Application(middlewares=[_middleware], client_max_size=4 * 1024 * 1024)
+    # a repository uploaded as one archive runs to tens of MB (swe-task: ~20 MB); 4 MiB refused it with a 413
+    app = web.Application(middlewares=[_middleware], client_max_size=256 * 1024 * 1024)
     app[TOKEN] = settings.token
 
     async def on_startup(app: web.Application) -> None:
