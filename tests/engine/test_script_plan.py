@@ -12,7 +12,7 @@ from harness.wire.script_plan import PLANS_DIR, ScriptPlan, load_plan
 from providers.base import Capability
 
 
-@pytest.mark.parametrize("name", ["swe-task", "grpo-fork", "tool-latency"])
+@pytest.mark.parametrize("name", ["swe-task", "grpo-fork", "grpo-fresh", "tool-latency"])
 def test_shipped_plans_load_and_travel_to_the_engine_unchanged(name):
     plan = load_plan(name)
     assert plan.name == name and plan.steps[0].kind == "create"
@@ -29,6 +29,14 @@ def test_shipped_plans_need_what_they_model():
     swe = load_plan("swe-task")
     assert swe.steps[0].image_size_mb is not None and swe.steps[0].image_size_mb >= 1024  # a multi-GB image
     assert load_plan("grpo-fork").steps[load_plan("grpo-fork").fork_index or 0].copies == 8
+
+
+def test_grpo_fresh_is_grpo_fork_without_the_fork():
+    """The fork-vs-fresh comparison holds only while both plans do the same work: each fresh rollout redoes the
+    preparation a group does once, then the same episode."""
+    fork, fresh = load_plan("grpo-fork"), load_plan("grpo-fresh")
+    assert fresh.fork_index is None and set(fresh.required()) == {Capability.UPLOAD}
+    assert tuple(step for step in fork.steps if step.kind != "fork") == fresh.steps
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -73,7 +81,7 @@ def test_a_mistake_is_one_usage_error_naming_file_step_and_key(tmp_path, body, n
 
 
 def test_unknown_plan_names_the_shipped_ones():
-    with pytest.raises(UsageError, match="shipped: grpo-fork, swe-task, tool-latency"):
+    with pytest.raises(UsageError, match="shipped: grpo-fork, grpo-fresh, swe-task, tool-latency"):
         load_plan("swe-taks")
 
 
