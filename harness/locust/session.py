@@ -54,6 +54,7 @@ from harness.locust.services.web_form_reset import WebFormReset
 from harness.locust.settings import RunSettings, add_arguments
 from harness.locust.shapes import StampedeShape
 from harness.locust.start_spacing import StartSpacer
+from harness.locust.vendor_process import Meanwhile
 from harness.locust.web_form import bind_web_ui_to_loopback
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
@@ -211,7 +212,7 @@ class StampedeSession:
         # for them, imports what the end of the run reads with.
         if self.role.runs_users:
             self.engine_link.spawn(self.role.worker_name, self.settings.provider)
-        preload: list[Callable[[], None]] = [preload_readers] if self.role.owns_run_folder else []
+        preload: list[Meanwhile] = [self._preload_readers] if self.role.owns_run_folder else []
         engine_failed: BaseException | None = None
         try:
             if self.role.is_master:
@@ -223,8 +224,7 @@ class StampedeSession:
             if self.settings.embedded_vendor and not self.role.is_worker:
                 self._serve_vendor(self.settings, meanwhile=preload.pop() if preload else None)
             for step in preload:  # no vendor to start: while the engine starts
-                gevent.sleep(0)  # its greenlet forks it first
-                step()
+                step(lambda: False)
         finally:
             engine_failed = self.engine_link.wait_started(self.state)  # a vendor that failed leaves it to close()
             self.services_ready.set()
@@ -270,7 +270,11 @@ class StampedeSession:
         check_provider(posted)  # a provider that cannot start refuses the test here: no run folder
         self._serve_vendor(posted)
 
-    def _serve_vendor(self, settings: RunSettings, meanwhile: Callable[[], None] | None = None) -> None:
+    def _preload_readers(self, vendor_starting: Callable[[], bool]) -> None:
+        """What the end of the run reads with, imported while the vendor or the engine is still starting."""
+        preload_readers(lambda: vendor_starting() or self.engine_link.starting)
+
+    def _serve_vendor(self, settings: RunSettings, meanwhile: Meanwhile | None = None) -> None:
         """The embedded vendor these settings ask for (none, kept, or (re)started); here and on workers, the run
         talks to it. `meanwhile` runs while it starts."""
         self.settings = settings  # in force even when the vendor fails to start (the test is refused)

@@ -34,6 +34,9 @@ from harness.errors import UsageError
 
 VENDOR_START_TIMEOUT_S = 30.0
 
+# Work for the caller while the vendor's shards start, told whether they still are (it stops when they are up).
+Meanwhile = Callable[[Callable[[], bool]], None]
+
 
 @dataclass(slots=True)
 class EmbeddedVendor:
@@ -169,7 +172,7 @@ class ShardedVendor:
         seed: int,
         time_scale: float | None,
         overrides: dict[str, str] | None = None,
-        meanwhile: Callable[[], None] | None = None,
+        meanwhile: Meanwhile | None = None,
     ) -> ShardedVendor:
         """Every shard started and listening; `meanwhile` runs once their processes are forked, while they start."""
         token = secrets.token_urlsafe(24)
@@ -187,7 +190,7 @@ class ShardedVendor:
         ]
         if meanwhile is not None:
             gevent.sleep(0)  # each job forks its shard, then waits for its line: the shards start from here on
-            meanwhile()
+            meanwhile(lambda: not all(job.ready() for job in jobs))
         gevent.joinall(jobs)
         started = [job.value for job in jobs if job.successful()]
         failed = [job.exception for job in jobs if not job.successful()]

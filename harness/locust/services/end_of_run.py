@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import gevent
 
 from foundation.phase_marks import mark
 from harness.locust.run_folder import compact_tables, iso
@@ -38,9 +40,12 @@ class RunEnd:
 
 
 # What the end of a run reads and writes with: pyarrow, pandas (and numpy), the summary's figures, and jsonschema,
-# which checks summary.json against its schema (0.2 s of the summary's 0.4 s when imported there).
+# which checks summary.json against its schema (0.2 s of the summary's 0.4 s when imported there). In steps of
+# at most ~0.3 s on a quiet machine, so a preload stops soon after the processes it overlaps are up.
 READERS = (
+    "numpy",
     "pyarrow.parquet",
+    "pandas",
     "harness.results.read.compaction",
     "harness.results.read.dataset",
     "harness.results.render.run_summary",
@@ -48,14 +53,19 @@ READERS = (
 )
 
 
-def preload_readers() -> None:
+def preload_readers(waiting: Callable[[], bool]) -> None:
     """Import what `conclude` needs while the engine and the vendor start and this process only waits for them.
 
     The end of the run would import them anyway (about 0.5 s on a quiet machine, 1-3 s on a busy one), on the
-    way from the last rollout to the summary; here they overlap the children's start instead. One that does not
-    import is left for the end of the run to report: a preload never stops a run from starting.
+    way from the last rollout to the summary; here they overlap the children's start instead, one module at a time
+    while `waiting()` says they are still starting (an import holds the loop: the first rollout must not wait for
+    it; what is left is imported at the end). One that does not import is left for the end of the run to report:
+    a preload never stops a run from starting.
     """
     for name in READERS:
+        gevent.sleep(0)  # the children's lines, if they came, are read before the next import
+        if not waiting():
+            return
         try:
             importlib.import_module(name)
         except ImportError:

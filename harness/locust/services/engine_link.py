@@ -74,6 +74,11 @@ class EngineLink:
         """Start the engine in the background (it takes most of a second to import its world)."""
         self._starting = gevent.spawn(EngineClient.spawn, worker, preload=provider)
 
+    @property
+    def starting(self) -> bool:
+        """The engine's process was started and has not said it is ready (or failed) yet."""
+        return self._starting is not None and not self._starting.ready()
+
     def wait_started(self, state: RunState) -> BaseException | None:
         """Until the engine started: from then on it hears every stage change. Returns why it did not start."""
         starting, self._starting = self._starting, None

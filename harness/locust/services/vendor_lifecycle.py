@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from foundation.open_files import processes_for_open_files
 from harness.errors import UsageError
 from harness.locust.run_folder import write_vendor_truth
 from harness.locust.settings import RunSettings
-from harness.locust.vendor_process import ShardedVendor, account_wide_note
+from harness.locust.vendor_process import Meanwhile, ShardedVendor, account_wide_note
 from providers import LOCAL_VENDORS
 
 log = logging.getLogger("stampede")
@@ -51,7 +50,7 @@ class VendorLifecycle:
         self._started_for: tuple[Any, ...] | None = None
 
     def serve(
-        self, settings: RunSettings, peak_users: int | None, meanwhile: Callable[[], None] | None = None
+        self, settings: RunSettings, peak_users: int | None, meanwhile: Meanwhile | None = None
     ) -> tuple[RunSettings, VendorFacts]:
         """The vendor these settings ask for, and the settings pointed at it: none (stopped) for a real vendor;
         kept while it simulates the same; otherwise (re)started (UsageError: it could not start). `meanwhile` runs
@@ -68,7 +67,7 @@ class VendorLifecycle:
         """A vendor runs and simulates what these settings ask for (a web-form test keeps it)."""
         return self.vendor is not None and self._started_for == _simulates(settings)
 
-    def start(self, settings: RunSettings, peak_users: int | None, meanwhile: Callable[[], None] | None = None) -> None:
+    def start(self, settings: RunSettings, peak_users: int | None, meanwhile: Meanwhile | None = None) -> None:
         """Start the vendor these settings simulate, in as many shards as `peak_users` in flight need; `meanwhile`
         runs while they start."""
         module = LOCAL_VENDORS.get(settings.provider)
