@@ -15,7 +15,7 @@ from harness.results.figures.knee import KneeThresholds
 from harness.results.render.report import build_report
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, ramp_stages, write_synthetic_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def command(*args: str) -> subprocess.CompletedProcess:

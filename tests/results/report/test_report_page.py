@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.results.test_startup_across_retries import write_retried_run
 from tests.support.commands import stampede
 from tests.support.synthetic_run import SyntheticRun, SyntheticStage, write_synthetic_run
-from tests.results.test_startup_across_retries import write_retried_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def page_text(path: Path) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from harness.results.export.latency_schema import validate_latency_model
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 
