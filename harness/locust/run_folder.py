@@ -219,6 +219,7 @@ def truth_rows(run_id: str, sandboxes: list[dict[str, Any]]) -> list[dict[str, A
             "ended_s": sandbox.get("ended_s"),
             "first_exec_start_s": sandbox.get("first_exec_start_s"),
             "first_exec_done_s": sandbox.get("first_exec_done_s"),
+            "pull_s": sandbox.get("pull_s"),
         }
         for sandbox in sandboxes
         if label in (sandbox.get("labels") or [])

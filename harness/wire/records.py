@@ -289,6 +289,7 @@ def truth_schema() -> pa.Schema:
             pa.field("ended_s", pa.float64(), metadata=vendor_clock),
             pa.field("first_exec_start_s", pa.float64(), metadata=vendor_clock),
             pa.field("first_exec_done_s", pa.float64(), metadata=vendor_clock),
+            pa.field("pull_s", pa.float64(), metadata=vendor_clock),  # placed -> image pulled (a span; 0 when cached)
         ],
         metadata=_table_metadata(TRUTH_TABLE),
     )
