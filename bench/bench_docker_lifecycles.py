@@ -39,8 +39,8 @@ from harness.locust.engine_client import EngineClient
 from harness.results.render.summary import quantiles
 from harness.wire.messages import EngineConfig, RolloutRequest
 from providers import create_provider
-from providers.vendors.docker import DEFAULT_CAP_DROP, DEFAULT_SCRATCH_MB
-from providers.vendors.docker_image import SCRATCH_DIR
+from providers.vendors.docker.image import SCRATCH_DIR
+from providers.vendors.docker.provider import DEFAULT_CAP_DROP, DEFAULT_SCRATCH_MB
 
 COMMANDS = [["true"], ["echo", "hi"]]
 CPU, MEMORY_MB, PIDS, LIFETIME_S = 1.0, 256, 256, 600

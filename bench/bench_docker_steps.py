@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from providers import create_provider
 from providers.base import Provider, SandboxRef, SandboxSpec
-from providers.vendors.docker import DockerProvider
-from providers.vendors.docker_image import ensure_sized_archive
-from providers.vendors.docker_registry import SizedImage
+from providers.vendors.docker.image import ensure_sized_archive
+from providers.vendors.docker.provider import DockerProvider
+from providers.vendors.docker.registry import SizedImage
 
 
 def _figure(samples: list[float]) -> str:

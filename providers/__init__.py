@@ -16,12 +16,12 @@ from typing import Any
 from providers.base import Provider, ProviderConfigError
 
 PROVIDERS: dict[str, str] = {
-    "stub": "providers.vendors.stub:StubProvider",
-    "prime": "providers.vendors.prime:PrimeProvider",
-    "docker": "providers.vendors.docker:DockerProvider",
-    "modal": "providers.vendors.modal:ModalProvider",
+    "stub": "providers.vendors.stub.provider:StubProvider",
+    "prime": "providers.vendors.prime.provider:PrimeProvider",
+    "docker": "providers.vendors.docker.provider:DockerProvider",
+    "modal": "providers.vendors.modal.provider:ModalProvider",
     "e2b": "providers.vendors.e2b:E2BProvider",
-    "daytona": "providers.vendors.daytona:DaytonaProvider",
+    "daytona": "providers.vendors.daytona.provider:DaytonaProvider",
     "agent-sandbox": "providers.vendors.agent_sandbox:AgentSandboxProvider",
     "runloop": "providers.vendors.runloop:RunloopProvider",
     "vercel": "providers.vendors.vercel:VercelProvider",

@@ -36,24 +36,18 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers", "registry"),
     ("providers.base", "contract"),
     ("providers.options", "provider-support"),
-    ("providers.vendors.prime_statuses", "provider-support"),
-    ("providers.vendors.docker_image", "provider-support"),
-    ("providers.vendors.docker_registry", "provider-support"),
+    ("providers.vendors.prime.statuses", "provider-support"),
+    ("providers.vendors.docker.image", "provider-support"),
+    ("providers.vendors.docker.registry", "provider-support"),
     ("providers.cancellation", "provider-support"),
     ("providers.throttle_gate", "provider-support"),
     ("providers.output_clock", "provider-support"),
     ("providers.http1_client", "provider-support"),
     ("providers.preflight", "provider-support"),
     ("providers.vendors.stub", "adapters"),
-    ("providers.vendors.stub_status_poller", "adapters"),
     ("providers.vendors.prime", "adapters"),
-    ("providers.vendors.prime_errors", "adapters"),
     ("providers.vendors.modal", "adapters"),
-    ("providers.vendors.modal_errors", "adapters"),
     ("providers.vendors.docker", "adapters"),
-    ("providers.vendors.docker_errors", "adapters"),
-    ("providers.vendors.docker_exec", "adapters"),
-    ("providers.vendors.docker_files", "adapters"),
     ("providers.vendors.e2b", "adapters"),
     ("providers.vendors.daytona", "adapters"),
     ("providers.vendors.runloop", "adapters"),
@@ -172,7 +166,8 @@ def room_of(module: str) -> str | None:
 
 
 def family_of(module: str, room: str) -> str | None:
-    """A family is a module, its submodules and its `<name>_*` siblings (`providers.vendors.docker_exec` is docker's)."""
+    """A family is a module or package and its submodules (`providers.vendors.docker.commands` is docker's), and any
+    `<name>_*` sibling module."""
     for family in SEPARATE_FAMILIES.get(room, ()):
         if module == family or module.startswith((family + ".", family + "_")):
             return family

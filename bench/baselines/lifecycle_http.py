@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 POLL_INTERVAL_S = 0.05  # the stub provider's default poll interval (its longest wait between two looks)
-FIRST_LOOK_S = 0.01  # the stub provider's first look (providers.vendors.stub_status_poller.FIRST_LOOK_S)
+FIRST_LOOK_S = 0.01  # the stub provider's first look (providers.vendors.stub.status_poller.FIRST_LOOK_S)
 COMMAND = "true"
 
 

@@ -170,7 +170,7 @@ HANDED_OVER: tuple[HandedOver, ...] = (
         "the local Docker provider's helpers",
         "image",
         "build the offline busybox sandbox image (options: stampede docker image --help)",
-        "providers.vendors.docker_image:main",
+        "providers.vendors.docker.image:main",
         takes_prog=False,
     ),
 )

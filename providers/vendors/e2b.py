@@ -1,6 +1,6 @@
 """The `e2b` provider: E2B sandboxes (Firecracker microVMs) through E2B's own SDK (pinned: `e2b==2.56.0`).
 
-One module, like prime.py: the SDK adaptation and the classification of that SDK's exceptions are one
+One module, unlike prime/: the SDK adaptation and the classification of that SDK's exceptions are one
 adapter's two halves.
 
 A rollout is `AsyncSandbox.create(template, timeout=<lifetime s>, metadata=spec.tags(), envs,

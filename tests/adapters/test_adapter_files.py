@@ -18,9 +18,9 @@ from providers.base import Provider, ProviderError, SandboxSpec, UnsupportedFeat
 from providers.sim.daytona.server import DaytonaSettings, start_daytona
 from providers.sim.e2b.server import E2BSettings, start_e2b
 from providers.sim.prime.api import StubSettings, start_stub
-from providers.vendors.daytona import DaytonaProvider
+from providers.vendors.daytona.provider import DaytonaProvider
 from providers.vendors.e2b import E2BProvider
-from providers.vendors.stub import StubProvider
+from providers.vendors.stub.provider import StubProvider
 
 BINARY = bytes(range(256)) * 3 + b"\x00\r\n\xff"
 TOKEN = "adapter-files"

@@ -57,7 +57,7 @@ async def _e2b(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider,
 
 async def _daytona(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.daytona.server import DaytonaSettings, start_daytona
-    from providers.vendors.daytona import DaytonaProvider
+    from providers.vendors.daytona.provider import DaytonaProvider
 
     front = await start_daytona(DaytonaSettings(seed=3, token=TOKEN, overrides=real))
     return DaytonaProvider.from_options({"base_url": front.api_url, "token": TOKEN}), front.close
@@ -65,7 +65,7 @@ async def _daytona(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provi
 
 async def _modal(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.modal.server import ModalSettings, start_modal
-    from providers.vendors.modal import ModalProvider
+    from providers.vendors.modal.provider import ModalProvider
 
     front = await start_modal(ModalSettings(profile="ideal", token=TOKEN, overrides=real))
     provider = ModalProvider.from_options({"base_url": front.url, "token": TOKEN})
@@ -75,7 +75,7 @@ async def _modal(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provide
 
 async def _prime(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.prime.api import StubSettings, start_stub
-    from providers.vendors.prime import PrimeProvider
+    from providers.vendors.prime.provider import PrimeProvider
 
     front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=real))
     return PrimeProvider.from_options({"base_url": front.url, "token": front.token}), front.close
@@ -83,7 +83,7 @@ async def _prime(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provide
 
 async def _stub(_: pytest.MonkeyPatch, real: Overrides = REAL) -> tuple[Provider, Callable[[], Awaitable[None]]]:
     from providers.sim.prime.api import StubSettings, start_stub
-    from providers.vendors.stub import StubProvider
+    from providers.vendors.stub.provider import StubProvider
 
     front = await start_stub(StubSettings(profile="ideal", seed=5, overrides=real))
     return StubProvider.from_options({"base_url": front.url, "token": front.token}), front.close
@@ -273,10 +273,10 @@ def _ordinary_failures() -> list[tuple[str, Callable[[BaseException, Phase], Fai
 
     from providers.vendors.agent_sandbox import classify_agent_sandbox
     from providers.vendors.coreweave import classify_coreweave
-    from providers.vendors.daytona import classify_daytona
+    from providers.vendors.daytona.provider import classify_daytona
     from providers.vendors.e2b import classify_e2b
-    from providers.vendors.modal_errors import classify_modal
-    from providers.vendors.prime_errors import classify_prime
+    from providers.vendors.modal.errors import classify_modal
+    from providers.vendors.prime.errors import classify_prime
     from providers.vendors.runloop import classify_runloop
     from providers.vendors.vercel import classify_vercel
 
@@ -343,7 +343,7 @@ def test_the_new_steps_failures_are_classified_by_step_never_unknown() -> None:
 
 
 def test_the_stub_classifies_an_unreadable_upload_answer_as_a_transfer_error() -> None:
-    from providers.vendors.stub import StubProvider
+    from providers.vendors.stub.provider import StubProvider
 
     provider = StubProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t"})
     assert provider.classify(ValueError("not JSON"), Phase.UPLOAD) is FailureKind.TRANSFER_ERROR
@@ -352,7 +352,7 @@ def test_the_stub_classifies_an_unreadable_upload_answer_as_a_transfer_error() -
 
 async def test_daytona_readiness_reports_the_pull_it_saw() -> None:
     """The states the SDK saw: `pulling_snapshot` from the create's answer until a look found it `starting`."""
-    from providers.vendors.daytona import _Start
+    from providers.vendors.daytona.provider import _Start
 
     start = _Start(acked=asyncio.get_running_loop().create_future())
     start.acknowledge("sb-1", "pulling_snapshot")

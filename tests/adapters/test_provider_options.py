@@ -165,17 +165,32 @@ def test_a_default_written_on_the_field_is_the_options_default_everywhere(defaul
 
 
 ADAPTER_OPTIONS = [
-    ("providers.vendors.stub", "StubOptions", "STUB_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
-    ("providers.vendors.prime", "PrimeOptions", "PRIME_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
-    ("providers.vendors.modal", "ModalOptions", "MODAL_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
+    (
+        "providers.vendors.stub.provider",
+        "StubOptions",
+        "STUB_OPTIONS",
+        {"base_url": "http://127.0.0.1:1", "token": "t"},
+    ),
+    (
+        "providers.vendors.prime.provider",
+        "PrimeOptions",
+        "PRIME_OPTIONS",
+        {"base_url": "http://127.0.0.1:1", "token": "t"},
+    ),
+    (
+        "providers.vendors.modal.provider",
+        "ModalOptions",
+        "MODAL_OPTIONS",
+        {"base_url": "http://127.0.0.1:1", "token": "t"},
+    ),
     ("providers.vendors.e2b", "E2BOptions", "E2B_OPTIONS", {"base_url": "http://127.0.0.1:1", "token": "t"}),
     (
-        "providers.vendors.daytona",
+        "providers.vendors.daytona.provider",
         "DaytonaOptions",
         "DAYTONA_OPTIONS",
         {"base_url": "http://127.0.0.1:1/api", "token": "t"},
     ),
-    ("providers.vendors.docker", "DockerOptions", "DOCKER_OPTIONS", {}),
+    ("providers.vendors.docker.provider", "DockerOptions", "DOCKER_OPTIONS", {}),
 ]
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
 from providers.sim.prime.api import StubSettings, start_stub
-from providers.vendors import prime_statuses
-from providers.vendors.stub import StubProvider
-from providers.vendors.stub_status_poller import StatusPoller
+from providers.vendors.prime import statuses as prime_statuses
+from providers.vendors.stub.provider import StubProvider
+from providers.vendors.stub.status_poller import StatusPoller
 from tests.support.prime_status_cases import PRIME_STATUS_CASES
 
 
@@ -167,7 +167,7 @@ def test_options_are_checked():
 
 @pytest.mark.parametrize(("status", "body", "phase", "kind"), PRIME_STATUS_CASES)
 def test_every_prime_status_is_classified_by_the_shared_table(status, body, phase, kind):
-    from providers.vendors import stub
+    from providers.vendors.stub import provider as stub
 
     assert stub.error_from_response is prime_statuses.error_from_response  # one mapping, not a copy
     error = stub.error_from_response(status, body, phase)

@@ -10,7 +10,7 @@ import pytest
 
 from providers import create_provider
 from providers.base import FailureKind, ProviderError, SandboxRef, SandboxSpec, UnsupportedFeature
-from providers.vendors.docker import DockerProvider
+from providers.vendors.docker.provider import DockerProvider
 from tests.docker_support import new_run_id
 
 pytestmark = pytest.mark.docker

@@ -10,8 +10,8 @@ import pytest
 
 from providers import create_provider
 from providers.base import SandboxSpec
-from providers.vendors.docker import DEFAULT_SCRATCH_MB, DockerProvider
-from providers.vendors.docker_image import SANDBOX_UID, SCRATCH_DIR
+from providers.vendors.docker.image import SANDBOX_UID, SCRATCH_DIR
+from providers.vendors.docker.provider import DEFAULT_SCRATCH_MB, DockerProvider
 from tests.docker_support import new_run_id
 
 pytestmark = pytest.mark.docker

@@ -12,7 +12,7 @@ import pytest
 
 from providers import create_provider
 from providers.base import SandboxSpec
-from providers.vendors.docker_image import DEFAULT_IMAGE, build_rootfs_tar, busybox_path, ensure_image_result, main
+from providers.vendors.docker.image import DEFAULT_IMAGE, build_rootfs_tar, busybox_path, ensure_image_result, main
 from tests.docker_support import lifecycle, new_run_id, run_ensure_docker, unavailable
 
 pytestmark = pytest.mark.docker

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from providers.vendors.docker_exec import main_process_gone
+from providers.vendors.docker.commands import main_process_gone
 
 
 def test_a_live_process_is_not_gone_and_an_unknown_pid_claims_nothing():

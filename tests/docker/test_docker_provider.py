@@ -11,7 +11,7 @@ import pytest
 
 from providers import create_provider
 from providers.base import RUN_LABEL, FailureKind, ProviderConfigError, ProviderError, SandboxSpec
-from providers.vendors.docker import DockerProvider
+from providers.vendors.docker.provider import DockerProvider
 from tests.docker_support import lifecycle, new_run_id
 
 pytestmark = pytest.mark.docker

@@ -28,10 +28,10 @@ from providers.base import (
     SandboxRef,
     SandboxSpec,
 )
-from providers.vendors.docker import DockerProvider
-from providers.vendors.docker_image import busybox_path, ensure_sized_archive
-from providers.vendors.docker_image import main as image_main
-from providers.vendors.docker_registry import SizedImage, archive_path
+from providers.vendors.docker.image import busybox_path, ensure_sized_archive
+from providers.vendors.docker.image import main as image_main
+from providers.vendors.docker.provider import DockerProvider
+from providers.vendors.docker.registry import SizedImage, archive_path
 from tests.docker_support import new_run_id, unavailable
 
 pytestmark = pytest.mark.docker

@@ -160,7 +160,7 @@ async def test_a_long_outage_still_ends_held_creates_unsent(users: int) -> None:
 
     from harness.engine.outage_gate import OutageGate
     from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
-    from providers.vendors.stub import StubProvider
+    from providers.vendors.stub.provider import StubProvider
 
     provider = StubProvider.from_options({"base_url": f"http://127.0.0.1:{free_port()}", "token": TOKEN})
     gate = OutageGate()

@@ -18,7 +18,7 @@ import pytest
 from harness.results.read.run_ending import cleanup_command
 from providers.base import SandboxSpec
 from providers.sim.prime.api import StubSettings, start_stub
-from providers.vendors.stub import StubProvider
+from providers.vendors.stub.provider import StubProvider
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_ID = "shared-run"
@@ -26,7 +26,7 @@ RUN_ID = "shared-run"
 OTHER_INVOCATION = """
 import asyncio, sys
 from providers.base import SandboxSpec
-from providers.vendors.stub import StubProvider
+from providers.vendors.stub.provider import StubProvider
 
 async def main() -> None:
     provider = StubProvider.from_options({"base_url": sys.argv[1], "token": sys.argv[2], "poll_interval_s": 0.01})

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from providers.sim.modal.server import ModalSettings, RunningModal, start_modal
-from providers.vendors.modal import ModalProvider
+from providers.vendors.modal.provider import ModalProvider
 
 TOKEN = "test-modal-token"
 

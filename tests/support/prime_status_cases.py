@@ -1,5 +1,5 @@
 """Prime's HTTP error answers and the kind each must be, in every phase: the `stub` and `prime` adapters both
-classify these through `providers.vendors.prime_statuses`, so both test files walk this one table.
+classify these through `providers.vendors.prime.statuses`, so both test files walk this one table.
 
 Each case is (status, body, phase, kind). `body` is what Prime (or our simulated Prime) answers; the `prime`
 adapter sees only `HTTP <status>: <detail>` (the SDK drops `errorCode`), so every body's detail also carries

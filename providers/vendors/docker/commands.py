@@ -1,4 +1,4 @@
-"""A command in a Docker container, for the `docker` adapter (`docker.py`): its streams, its exit code, its end.
+"""A command in a Docker container, for the `docker` adapter (`provider.py`): its streams, its exit code, its end.
 
 The exec API gives the output on an attach stream and the exit code from inspect, a moment apart. When a command
 ends badly, a local daemon's host says more than the daemon does yet: the container's cgroup counts OOM kills,

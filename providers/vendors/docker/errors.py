@@ -1,4 +1,4 @@
-"""The Docker daemon's answers on the failure taxonomy, for the `docker` adapter (`docker.py`).
+"""The Docker daemon's answers on the failure taxonomy, for the `docker` adapter (`provider.py`).
 
 A daemon error is an HTTP status and a message; which kind it is depends on the phase it came in (a 404 on create
 is a missing image, on start a container removed underfoot, on exec a dead sandbox). `daemon_errors` wraps one

@@ -28,8 +28,8 @@ from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 
 from providers.base import FailureKind, Phase, ProviderError
-from providers.vendors.docker_errors import docker_error_kind, short_error
-from providers.vendors.docker_exec import collect_output, exec_exit_code
+from providers.vendors.docker.commands import collect_output, exec_exit_code
+from providers.vendors.docker.errors import docker_error_kind, short_error
 
 SNAPSHOT_REPOSITORY = "stampede-snapshot"
 _MISSING = (b"No such file or directory", b"can't open")

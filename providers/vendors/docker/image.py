@@ -36,7 +36,7 @@ from yarl import URL
 
 from foundation.cli_help import DefaultsHelpFormatter
 from providers.base import FailureKind, ProviderError
-from providers.vendors.docker_registry import SizedImage, archive_path, load_archive, registry_dir, write_image_archive
+from providers.vendors.docker.registry import SizedImage, archive_path, load_archive, registry_dir, write_image_archive
 
 DEFAULT_IMAGE = "stampede/busybox:2"
 SANDBOX_UID = 1000  # the image's USER: not root, no capabilities once the provider drops them

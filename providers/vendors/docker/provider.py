@@ -15,8 +15,8 @@ The connection pool is sized for thousands of calls in flight: aiohttp's default
 silently queue requests client-side and make the daemon look faster (or slower) than it is.
 
 This module is the lifecycle (create, start, exec, remove, list) on one daemon client; the daemon's errors on the
-taxonomy are `docker_errors.py`, a command's streams, exit code and host-side end (OOM count, kill) `docker_exec.py`,
-image building `docker_image.py`, files and snapshots (archive API, commit) `docker_files.py`.
+taxonomy are `errors.py`, a command's streams, exit code and host-side end (OOM count, kill) `commands.py`,
+image building `image.py`, files and snapshots (archive API, commit) `files.py`.
 """
 
 from __future__ import annotations
@@ -62,14 +62,7 @@ from providers.base import (
 )
 from providers.options import Option, declare, declared_options, declared_values, parse_options, text
 from providers.output_clock import OutputClock
-from providers.vendors.docker_errors import (
-    TRANSPORT_STATUS,
-    container_death,
-    daemon_errors,
-    docker_error_kind,
-    short_error,
-)
-from providers.vendors.docker_exec import (
+from providers.vendors.docker.commands import (
     collect_output,
     exec_exit_code,
     host_oom_kills,
@@ -77,7 +70,14 @@ from providers.vendors.docker_exec import (
     main_process_gone,
     parse_oom_kills,
 )
-from providers.vendors.docker_files import (
+from providers.vendors.docker.errors import (
+    TRANSPORT_STATUS,
+    container_death,
+    daemon_errors,
+    docker_error_kind,
+    short_error,
+)
+from providers.vendors.docker.files import (
     SNAPSHOT_REPOSITORY,
     commit,
     file_errors,
@@ -88,7 +88,7 @@ from providers.vendors.docker_files import (
     write_file,
     write_tree,
 )
-from providers.vendors.docker_image import (
+from providers.vendors.docker.image import (
     DEFAULT_IMAGE,
     SCRATCH_DIR,
     default_host,
@@ -97,7 +97,7 @@ from providers.vendors.docker_image import (
     ensure_sized_image,
     image_id,
 )
-from providers.vendors.docker_registry import SizedImage, registry_dir
+from providers.vendors.docker.registry import SizedImage, registry_dir
 
 log = logging.getLogger(__name__)
 
@@ -602,7 +602,7 @@ class DockerProvider(Provider):
         return sandbox_path(posixpath.join(box.workdir, path))
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
-        """The archive API, or the command's streams where it cannot reach (`docker_files.py`)."""
+        """The archive API, or the command's streams where it cannot reach (`files.py`)."""
         path = await self._path(ref, path)
         streams = via_exec(path, read_only=self.options.read_only, write=True, tmpfs=(self.options.scratch,))
         async with file_errors("upload", path, self.options.api_timeout_s):

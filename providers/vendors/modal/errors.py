@@ -1,6 +1,6 @@
 """The `modal` SDK's failures on the taxonomy: `modal.exception` classes, raw gRPC statuses and Modal's wording.
 
-Kept apart from the adapter (`modal.py`), as `prime_errors.py` is from `prime.py`: the adapter classifies with
+Kept apart from the adapter (`provider.py`), as `prime/errors.py` is from `prime/provider.py`: the adapter classifies with
 `classify_modal`, and so do the tests of every answer the local control plane gives.
 """
 

@@ -35,7 +35,7 @@ start, a terminate, a list; the SDK waits on such calls without a deadline, so a
 rollout until the engine's watchdog).
 
 Hostile transport: the SDK retries resets, UNAVAILABLE/INTERNAL/UNKNOWN and timeouts itself (3 times on the
-control plane; the command router until the call's deadline). What it gives up on is classified (`modal_errors.py`): a
+control plane; the command router until the call's deadline). What it gives up on is classified (`errors.py`): a
 reply that does not decode or a unary call that ended without one is `transport`; RESOURCE_EXHAUSTED
 without a named cause is `rate_limited`. `terminate` and `list_owned` retry such transient failures a few
 times themselves (a sandbox a failed terminate left would otherwise run until the run's final sweep).
@@ -85,7 +85,7 @@ from providers.options import (
 from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
-from providers.vendors.modal_errors import classify_modal, pull_failed
+from providers.vendors.modal.errors import classify_modal, pull_failed
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Every exception prime-sandboxes 0.5.1 raises, onto the failure taxonomy, for the `prime` adapter (`prime.py`).
+"""Every exception prime-sandboxes 0.5.1 raises, onto the failure taxonomy, for the `prime` adapter (`provider.py`).
 
 The SDK hides most of what happened in its exceptions' text and their `raise ... from` chain: a control-plane
 answer is `APIError("HTTP <status>: <detail>")`, a gateway answer `APIError("Connect RPC failed (<code>): ...")`,
@@ -28,7 +28,7 @@ from prime_sandboxes import (
 )
 
 from providers.base import FailureKind, Phase, ProviderError, classify_common, gone_kind, vendor_error_kind
-from providers.vendors.prime_statuses import status_kind
+from providers.vendors.prime.statuses import status_kind
 
 # The SDK's error texts (0.5.1): `APIError("HTTP <status>: <detail>")` from the control plane,
 # `APIError("Connect RPC failed (<code>): <message>")` from the gateway.

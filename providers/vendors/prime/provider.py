@@ -1,7 +1,7 @@
 """The `prime` provider: Prime Intellect sandboxes through Prime's own SDK (pinned: `prime-sandboxes==0.5.1`).
 
-This module adapts the SDK; the classification of that SDK's exceptions is `prime_errors.py`, HTTP statuses
-(shared with the stub) `prime_statuses.py`, options `options.py`.
+This module adapts the SDK; the classification of that SDK's exceptions is `errors.py`, HTTP statuses
+(shared with the stub) `statuses.py`, options `options.py`.
 
 One `AsyncSandboxClient` per provider. A rollout is `create` (labels `stampede-run=<run>`,
 `stampede-rollout=<rollout>`), `wait_for_creation` (the SDK's batching status coalescer, then its
@@ -114,8 +114,8 @@ from providers.options import (
 from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
-from providers.vendors.prime_errors import TRANSPORT_ERRORS, classify_prime, image_pull_failed
-from providers.vendors.prime_statuses import error_from_response, retry_after_of
+from providers.vendors.prime.errors import TRANSPORT_ERRORS, classify_prime, image_pull_failed
+from providers.vendors.prime.statuses import error_from_response, retry_after_of
 
 PINNED_SDK = "0.5.1"
 DEFAULT_IMAGE = "python:3.11-slim"

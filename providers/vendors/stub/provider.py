@@ -12,7 +12,7 @@ recorded poll window (`ready_poll_s`), a 2xx whose body is not the JSON object t
 classified vendor error (never a success), a terminate the vendor did not confirm is asked again
 (`terminate_attempts`), and a create's 429 holds every create client-wide for its Retry-After (`max_backoff_s`).
 
-Readiness waits are `stub_status_poller.py` (batched status looks, each sandbox on its own schedule).
+Readiness waits are `status_poller.py` (batched status looks, each sandbox on its own schedule).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from providers.http1_client import Http1Client
 from providers.options import Option, declare, declared_options, declared_values, integer, number, parse_options, text
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
-from providers.vendors.prime_statuses import error_from_response, retry_after_of
-from providers.vendors.stub_status_poller import StatusPoller
+from providers.vendors.prime.statuses import error_from_response, retry_after_of
+from providers.vendors.stub.status_poller import StatusPoller
 
 DEFAULT_IMAGE = "python:3.11-slim"
 CHECKPOINT_PREFIX = "checkpoint:"  # `snapshot`'s answer: `create` starts from that checkpoint (as the prime adapter)

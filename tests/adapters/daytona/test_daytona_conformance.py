@@ -38,7 +38,7 @@ from daytona import (
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.sim.core.profile import ProfileError, load_profile
 from providers.sim.daytona.server import DaytonaSettings, RunningDaytona, start_daytona
-from providers.vendors.daytona import DaytonaProvider, classify_daytona
+from providers.vendors.daytona.provider import DaytonaProvider, classify_daytona
 from tests.support.local_runs import run_local
 
 TOKEN = "conformance-token"

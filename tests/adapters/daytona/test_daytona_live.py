@@ -23,7 +23,7 @@ pytestmark = [
 
 @pytest.mark.timeout(600)
 async def test_real_daytona_lifecycle_and_cleanup() -> None:
-    from providers.vendors.daytona import DaytonaProvider
+    from providers.vendors.daytona.provider import DaytonaProvider
 
     provider = DaytonaProvider.from_options({"exec_api": "session"})
     await check_live_lifecycle(provider, 300, lifetime_s=600)

@@ -23,7 +23,7 @@ from modal_proto import task_command_router_pb2 as sr_pb2
 
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.sim.modal.server import ModalSettings, start_modal
-from providers.vendors.modal import ModalProvider, classify_modal
+from providers.vendors.modal.provider import ModalProvider, classify_modal
 from tests.support.local_modal import TOKEN, local_modal
 
 BACKENDS = [pytest.param("1", id="v2"), pytest.param("0", id="v1")]

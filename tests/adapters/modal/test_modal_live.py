@@ -29,7 +29,7 @@ requires_token = pytest.mark.skipif(not _has_modal_token(), reason="no Modal tok
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("backend", ["1", "0"])
 async def test_real_modal_lifecycle_and_cleanup(backend: str) -> None:
-    from providers.vendors.modal import ModalProvider
+    from providers.vendors.modal.provider import ModalProvider
 
     provider = ModalProvider.from_options({"app_name": "stampede-live-test", "sandbox_v2": backend})
     await check_live_lifecycle(provider, 300, lifetime_s=300)

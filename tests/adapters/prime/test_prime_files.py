@@ -16,7 +16,7 @@ from prime_sandboxes import APIError, SandboxNotRunningError
 from providers.base import SandboxSpec
 from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.prime.api import RunningStub, StubSettings, start_stub
-from providers.vendors.prime import PrimeProvider
+from providers.vendors.prime.provider import PrimeProvider
 
 BINARY = bytes(range(256)) * 3 + b"\x00\r\n\xff"
 

@@ -21,6 +21,6 @@ pytestmark = [
 
 @pytest.mark.timeout(900)
 async def test_real_prime_lifecycle_and_cleanup() -> None:
-    from providers.vendors.prime import PrimeProvider
+    from providers.vendors.prime.provider import PrimeProvider
 
     await check_live_lifecycle(PrimeProvider.from_options({}), 600, memory_mb=1024, lifetime_s=600)

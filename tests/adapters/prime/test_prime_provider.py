@@ -39,8 +39,8 @@ from harness.results.read.dataset import load_truth
 from providers import create_provider
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxRef, SandboxSpec
 from providers.sim.prime.api import RunningStub, StubSettings, start_stub
-from providers.vendors.prime import PrimeProvider
-from providers.vendors.prime_errors import classify_prime
+from providers.vendors.prime.errors import classify_prime
+from providers.vendors.prime.provider import PrimeProvider
 from tests.support.prime_status_cases import PRIME_STATUS_CASES
 from tests.support.submits import wait_for_first_submit
 
@@ -317,7 +317,7 @@ def test_every_prime_status_as_the_sdk_words_it(
 
 
 def test_a_429_on_create_keeps_retry_after_and_tells_quota_from_throttling() -> None:
-    from providers.vendors.prime import _throttle_error
+    from providers.vendors.prime.provider import _throttle_error
 
     throttled = _throttle_error(429, {"detail": "slow down", "retryAfter": 1.5}, {})
     assert (throttled.kind, throttled.retry_after) == (FailureKind.RATE_LIMITED, 1.5)

@@ -21,7 +21,7 @@ from harness.engine.rollout import RolloutContext, SandboxRegistry, run_rollout
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import RolloutIdentity, RolloutRecord
 from providers.sim.modal.server import RunningModal
-from providers.vendors.modal import ModalProvider
+from providers.vendors.modal.provider import ModalProvider
 from tests.support.local_modal import local_modal
 
 ROLLOUTS = 8

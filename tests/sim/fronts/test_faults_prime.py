@@ -27,8 +27,8 @@ from providers.base import FailureKind, Provider, ProviderError, SandboxSpec
 from providers.sim.core.simulator import SandboxStatus
 from providers.sim.prime.api import RunningStub, StubSettings, start_stub
 from providers.sim.prime.wire_faults import FAULTS
-from providers.vendors.prime import PrimeProvider
-from providers.vendors.stub import StubProvider
+from providers.vendors.prime.provider import PrimeProvider
+from providers.vendors.stub.provider import StubProvider
 
 FLEET = 12
 PROB = 0.25
@@ -274,7 +274,7 @@ def test_a_gateway_5xx_or_garbage_while_waiting_is_transport_not_a_dead_sandbox(
     from prime_sandboxes import APIError
 
     from providers.base import Phase
-    from providers.vendors.prime_errors import classify_prime
+    from providers.vendors.prime.errors import classify_prime
 
     for text in (
         "Connect RPC failed (unknown): Internal Server Error",
