@@ -51,3 +51,15 @@ def test_a_plan_the_vendor_cannot_run_is_reported_as_refused_not_failed(tmp_path
     assert ran["status"] == "ran" and ran["ok"] == 1 and ran["unknown"] == 0, ran
     assert "refused: no snapshot, no fork" in result.stdout
     assert not any(path.name.startswith("matrix-stepsprovider-grpo-fork") for path in (tmp_path / "out").iterdir())
+
+
+@pytest.mark.slow
+def test_fork_vs_fresh_prices_a_group_of_each_on_a_vendor_with_published_rates(tmp_path):
+    result, _ = matrix(tmp_path, "--fork-vs-fresh", "--vendors", "e2b", "--groups", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("G = 8, 1 groups a run") and "$/group" in lines[1]
+    fork, fresh = (line.split() for line in lines[2:4])
+    assert fork[:3] == ["e2b", "grpo-fork", "9/0"] and fresh[:3] == ["e2b", "grpo-fresh", "8/0"]
+    for row in (fork, fresh):  # every figure measured and priced (e2b publishes its rates): none unknown
+        assert "unknown" not in row and all(float(value) > 0 for value in row[3:]), row
