@@ -40,7 +40,7 @@ from harness.results.render.summary import quantiles
 from harness.wire.messages import EngineConfig, RolloutRequest
 from providers import create_provider
 from providers.vendors.docker.image import SCRATCH_DIR
-from providers.vendors.docker.provider import DEFAULT_CAP_DROP, DEFAULT_SCRATCH_MB
+from providers.vendors.docker.options import DEFAULT_CAP_DROP, DEFAULT_SCRATCH_MB
 
 COMMANDS = [["true"], ["echo", "hi"]]
 CPU, MEMORY_MB, PIDS, LIFETIME_S = 1.0, 256, 256, 600

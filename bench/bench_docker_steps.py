@@ -103,7 +103,7 @@ async def main(args: argparse.Namespace) -> None:
         for _ in range(args.repeat):
             await provider.cleanup(run_id)
             await _remove(docker, image.tag)
-            provider._images_ok.discard(image.tag)  # the adapter remembers what it saw present
+            provider._images.ok.discard(image.tag)  # the adapter remembers what it saw present
             _, tti, pull = await bench.start(bench.spec(image=name, image_size_mb=args.size_mb))
             cold.append(tti)
             pulls.append(pull or 0.0)

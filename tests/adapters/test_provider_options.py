@@ -190,7 +190,7 @@ ADAPTER_OPTIONS = [
         "DAYTONA_OPTIONS",
         {"base_url": "http://127.0.0.1:1/api", "token": "t"},
     ),
-    ("providers.vendors.docker.provider", "DockerOptions", "DOCKER_OPTIONS", {}),
+    ("providers.vendors.docker.options", "DockerOptions", "DOCKER_OPTIONS", {}),
 ]
 
 

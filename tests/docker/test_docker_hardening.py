@@ -11,7 +11,8 @@ import pytest
 from providers import create_provider
 from providers.base import SandboxSpec
 from providers.vendors.docker.image import SANDBOX_UID, SCRATCH_DIR
-from providers.vendors.docker.provider import DEFAULT_SCRATCH_MB, DockerProvider
+from providers.vendors.docker.options import DEFAULT_SCRATCH_MB
+from providers.vendors.docker.provider import DockerProvider
 from tests.docker_support import new_run_id
 
 pytestmark = pytest.mark.docker

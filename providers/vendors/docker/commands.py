@@ -1,4 +1,5 @@
-"""A command in a Docker container, for the `docker` adapter (`provider.py`): its streams, its exit code, its end.
+"""A command in a Docker container, for the `docker` adapter (`provider.py`): its streams, its exit code, its end
+(an exec call that failed, the container dying under it, the OOM killer, a timed-out command killed).
 
 The exec API gives the output on an attach stream and the exit code from inspect, a moment apart. When a command
 ends badly, a local daemon's host says more than the daemon does yet: the container's cgroup counts OOM kills,
@@ -12,8 +13,20 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiodocker
+import aiohttp
 import psutil  # type: ignore[import-untyped]
+from aiodocker.exceptions import DockerError
 from aiodocker.execs import Exec
+
+from providers.base import FailureKind, Phase, ProviderError
+from providers.vendors.docker.errors import TRANSPORT_STATUS, docker_error_kind, short_error
+from providers.vendors.docker.sandbox import Sandbox, running
+
+SIGKILL_EXIT = 128 + 9
+RUNTIME_REFUSED_EXIT = 126  # docker's exit code when the runtime could not start the exec'd command
+DYING_HINTS = (b"stopped state", b"not running", b" not found: not found", b"container not found")
+"""What a 126 answer says when the container was dying under the command (an exec into a stopped one)."""
 
 
 async def collect_output(execution: Exec, on_frame: Callable[[bytes], None] | None = None) -> tuple[bytes, bytes]:
@@ -101,3 +114,95 @@ def main_process_gone(state: Mapping[str, Any]) -> bool:
     except OSError:
         return True
     return bool(fields) and fields[0] in {"Z", "X"}  # a zombie waits for its shim: it has exited
+
+
+async def exec_failure(docker: aiodocker.Docker, exc: DockerError, box: Sandbox) -> ProviderError:
+    """Why an exec call failed: a gone or stopped container is a death (or OOM), the rest exec_error."""
+    if exc.status == TRANSPORT_STATUS:
+        return ProviderError(FailureKind.TRANSPORT, f"exec: {short_error(exc)}")
+    if exc.status == 404 or "not running" in exc.message:
+        try:
+            state = (await docker.containers.container(box.container_id).show())["State"]
+        except DockerError as again:
+            if again.status == TRANSPORT_STATUS:
+                return ProviderError(FailureKind.TRANSPORT, f"exec: {short_error(again)}")
+            state = {"Status": "removed"}
+        return box.death(state, Phase.EXEC)
+    return ProviderError(docker_error_kind(exc, Phase.EXEC), f"exec: {short_error(exc)}")
+
+
+async def check_exit(
+    docker: aiodocker.Docker, box: Sandbox, exit_code: int, stdout: bytes, *, local_pids: bool
+) -> None:
+    """Raise `oom` / `died_*` when a command's exit code says the container may have died under it."""
+    if exit_code in (SIGKILL_EXIT, RUNTIME_REFUSED_EXIT):
+        # SIGKILL: the OOM killer, or the container dying under the command. 126: the runtime could not
+        # start the command; a dying container is one reason ("cannot exec in a stopped state").
+        dying = exit_code == SIGKILL_EXIT or any(hint in stdout for hint in DYING_HINTS)
+        await check_killed(docker, box, local_pids=local_pids, count_ooms=exit_code == SIGKILL_EXIT, patient=dying)
+
+
+async def check_killed(
+    docker: aiodocker.Docker, box: Sandbox, *, local_pids: bool, count_ooms: bool, patient: bool
+) -> None:
+    """Raise `oom` / `died_*` when an exec's end was the container dying or the OOM killer."""
+    container = docker.containers.container(box.container_id)
+    # The exec can end a moment before the daemon marks a dying container exited: look a few times. On a
+    # loaded machine the daemon can take longer than that; on a local daemon the host then says whether the
+    # container's main process has exited.
+    gone = False
+    for pause in (0.0, 0.05, 0.1, 0.2) if patient else (0.0,):
+        await asyncio.sleep(pause)
+        try:
+            state = (await container.show())["State"]
+        except DockerError as exc:
+            if exc.status == 404:
+                raise box.death({"Status": "removed"}, Phase.EXEC) from None
+            return  # the command's exit code stands; the next call will tell what happened
+        if not running(state):
+            raise box.death(state, Phase.EXEC)
+        gone = local_pids and main_process_gone(state)
+        if gone:
+            continue  # the daemon has yet to record how it ended (an OOM kill, say): look again
+        kills = await oom_kills(docker, state, box, local_pids=local_pids) if count_ooms else None
+        if kills is not None and kills > box.oom_kills:
+            box.oom_kills = kills
+            raise ProviderError(FailureKind.OOM, f"command killed by the OOM killer (memory limit {box.memory_mb} MB)")
+    if gone:  # the daemon still says running, but the host says its main process has exited
+        raise box.death({"Status": "stopped (its main process is gone)"}, Phase.EXEC)
+
+
+async def oom_kills(
+    docker: aiodocker.Docker, state: Mapping[str, Any], box: Sandbox, *, local_pids: bool
+) -> int | None:
+    """The container's cgroup oom_kill count: read on the host when local, else from inside."""
+    pid = int(state.get("Pid") or 0)
+    if local_pids and pid:
+        count = host_oom_kills(pid)
+        if count is not None:
+            return count
+    try:
+        container = docker.containers.container(box.container_id)
+        probe = await container.exec(
+            ["cat", "/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"],
+            stdout=True,
+            stderr=False,
+        )
+        async with asyncio.timeout(10):
+            out, _ = await collect_output(probe)
+    except (DockerError, aiohttp.ClientError, OSError, TimeoutError):
+        return None
+    return parse_oom_kills(out.decode("utf-8", "replace"))
+
+
+async def kill_exec(execution: Exec, box: Sandbox, *, local_pids: bool) -> None:
+    """Best effort: SIGKILL the timed-out command and its children (Docker has no exec-kill call)."""
+    if not local_pids:
+        return  # a remote daemon: the processes go with the sandbox at terminate
+    try:
+        async with asyncio.timeout(5):
+            pid = int((await execution.inspect()).get("Pid") or 0)
+    except (DockerError, aiohttp.ClientError, OSError, TimeoutError):
+        return
+    if pid:
+        await asyncio.to_thread(kill_tree, pid, box.container_id)
