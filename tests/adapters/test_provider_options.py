@@ -172,7 +172,7 @@ ADAPTER_OPTIONS = [
         {"base_url": "http://127.0.0.1:1", "token": "t"},
     ),
     (
-        "providers.vendors.prime.provider",
+        "providers.vendors.prime.options",
         "PrimeOptions",
         "PRIME_OPTIONS",
         {"base_url": "http://127.0.0.1:1", "token": "t"},

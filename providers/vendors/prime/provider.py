@@ -1,7 +1,7 @@
 """The `prime` provider: Prime Intellect sandboxes through Prime's own SDK (pinned: `prime-sandboxes==0.5.1`).
 
 This module adapts the SDK; the classification of that SDK's exceptions is `errors.py`, HTTP statuses
-(shared with the stub) `statuses.py`, options `options.py`.
+(shared with the stub) `statuses.py`, its options (`PrimeOptions`, checked and typed once) `options.py`.
 
 One `AsyncSandboxClient` per provider. A rollout is `create` (labels `stampede-run=<run>`,
 `stampede-rollout=<rollout>`), `wait_for_creation` (the SDK's batching status coalescer, then its
@@ -78,7 +78,6 @@ from prime_sandboxes import (
     APITimeoutError,
     AsyncSandboxClient,
     BackgroundJob,
-    Config,
     CreateSandboxRequest,
     PaymentRequiredError,
     UnauthorizedError,
@@ -99,26 +98,13 @@ from providers.base import (
     tagged_by_stampede,
 )
 from providers.cancellation import cancellable
-from providers.options import (
-    Option,
-    choice,
-    declare,
-    declared_options,
-    declared_values,
-    flag,
-    integer,
-    number,
-    parse_options,
-    text,
-)
 from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 from providers.vendors.prime.errors import TRANSPORT_ERRORS, classify_prime, image_pull_failed
+from providers.vendors.prime.options import PrimeOptions
 from providers.vendors.prime.statuses import error_from_response, retry_after_of
 
-PINNED_SDK = "0.5.1"
-DEFAULT_IMAGE = "python:3.11-slim"
 CHECKPOINT_PREFIX = "checkpoint:"  # `snapshot`'s answer: `create` starts from that checkpoint, not a docker image
 LIST_PAGE = 100
 ALL_OWNED_MAX_PAGES = 10_000  # a bound on the listing, not a limit anyone meets
@@ -133,76 +119,6 @@ _T = TypeVar("_T")
 def label_strings(tags: Mapping[str, str]) -> list[str]:
     """Prime labels are plain strings; ours are `key=value`."""
     return [f"{key}={value}" for key, value in sorted(tags.items())]
-
-
-@dataclass(frozen=True, slots=True)
-class PrimeOptions:
-    """Where the SDK connects, as whom, and which SDK behaviours are kept; built from option strings.
-
-    Each tunable field is declared as its option (`providers.options.declare`): its default here is the one."""
-
-    api_key: str
-    base_url: str | None = None  # None: the SDK's own (PRIME_API_BASE_URL, ~/.prime, the real API)
-    team_id: str | None = declare(None, text)
-    image: str = declare(DEFAULT_IMAGE, text)
-    retry_429: bool = declare(False, flag)
-    auth_cache: str = declare("memory", choice, "memory", "file")
-    api_max_connections: int = declare(1000, integer, minimum=1)
-    api_keepalive: int = declare(20, integer, minimum=0)  # httpx's own
-    gateway_max_connections: int = declare(1000, integer, minimum=1)  # the SDK's own
-    preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
-    # beside the SDK's wait, a direct `true` probe: SDK-observed vs probed readiness, side by side in the summary
-    # (off by default: the probe's command is then the first the vendor sees, which the truth cross-check reads)
-    readiness_probe: bool = declare(False, flag)
-    # one control-plane request (the SDK configures 30 s but passes timeout=None, i.e. none): a hung answer fails
-    # that call, classified, and holds up no other
-    api_timeout_s: float = declare(30.0, number, key="api_timeout", positive=True)
-    terminate_attempts: int = declare(4, integer, minimum=1)  # a delete the API did not confirm is asked again
-    max_backoff_s: float = declare(30.0, number, positive=True)  # the longest a create's Retry-After holds the rest
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:
-        values = parse_options("prime", options, PRIME_OPTIONS)
-        installed = prime_sandboxes.__version__
-        if installed != PINNED_SDK and values["check_sdk"]:
-            raise ProviderConfigError(
-                f"prime provider: checked against prime-sandboxes=={PINNED_SDK}, found {installed}; "
-                f"pip install prime-sandboxes=={PINNED_SDK} (or check_sdk=0 to try this one)"
-            )
-        base_url = (values["base_url"] or "").strip().rstrip("/").removesuffix("/api/v1") or None
-        if base_url is not None:
-            if not base_url.startswith(("http://", "https://")):
-                raise ProviderConfigError(f"prime provider: base_url must be http(s)://host:port (got {base_url!r})")
-            api_key = values["api_key"] or values["token"] or ""
-            if not api_key:
-                raise ProviderConfigError(
-                    "prime provider: base_url needs a token (--token, STAMPEDE_TOKEN or api_key=...)"
-                )
-        else:
-            api_key = values["api_key"] or _sdk_config().api_key or ""
-            if not api_key:
-                raise ProviderConfigError(
-                    "prime provider: no API key; set PRIME_API_KEY (a key with the sandbox scope), "
-                    "run `prime login`, or use --local for the embedded stub"
-                )
-        return cls(api_key=api_key, base_url=base_url, **declared_values(cls, values))
-
-
-PRIME_OPTIONS: dict[str, Option] = {
-    "base_url": text(),  # --base-url / --local; none: the SDK's own configuration
-    "token": text(),  # the key for base_url (--token, STAMPEDE_TOKEN)
-    "api_key": text(),
-    "check_sdk": flag(True),
-    **declared_options(PrimeOptions),
-}
-"""The prime provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
-
-
-def _sdk_config() -> Config:
-    try:
-        return Config()
-    except ValueError as exc:  # a bad PRIME_CONTEXT
-        raise ProviderConfigError(f"prime provider: the Prime SDK's configuration is unusable: {exc}") from None
 
 
 @dataclass
