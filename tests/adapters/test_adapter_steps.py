@@ -273,7 +273,7 @@ def _ordinary_failures() -> list[tuple[str, Callable[[BaseException, Phase], Fai
 
     from providers.vendors.agent_sandbox import classify_agent_sandbox
     from providers.vendors.coreweave import classify_coreweave
-    from providers.vendors.daytona.provider import classify_daytona
+    from providers.vendors.daytona.errors import classify_daytona
     from providers.vendors.e2b import classify_e2b
     from providers.vendors.modal.errors import classify_modal
     from providers.vendors.prime.errors import classify_prime

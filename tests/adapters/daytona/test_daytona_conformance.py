@@ -38,7 +38,8 @@ from daytona import (
 from providers.base import FailureKind, Phase, ProviderConfigError, ProviderError, SandboxSpec
 from providers.sim.core.profile import ProfileError, load_profile
 from providers.sim.daytona.server import DaytonaSettings, RunningDaytona, start_daytona
-from providers.vendors.daytona.provider import DaytonaProvider, classify_daytona
+from providers.vendors.daytona.errors import classify_daytona
+from providers.vendors.daytona.provider import DaytonaProvider
 from tests.support.local_runs import run_local
 
 TOKEN = "conformance-token"
