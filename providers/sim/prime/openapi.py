@@ -383,6 +383,27 @@ def _with_maxima(schemas: dict[str, Any], maxima: dict[str, int | float]) -> dic
     return schemas
 
 
+_CHECKPOINT: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "sandbox_id", "state", "created_at"],
+    "properties": {
+        "id": {"type": "string"},
+        "sandbox_id": {"type": "string"},
+        "parent_id": {"type": ["string", "null"]},
+        "state": {"enum": ["PENDING", "DURABLE"]},
+        "depth": {"type": "integer"},
+        "docker_image": {"type": ["string", "null"]},
+        "disk_size_bytes": {"type": "integer"},
+        "stored_bytes": {"type": "integer"},
+        "occupied_bytes": {"type": "integer"},
+        "error": {"type": ["string", "null"]},
+        "created_at": {"type": "string"},
+        "updated_at": {"type": "string"},
+    },
+}
+"""A filesystem checkpoint as `checkpoints.checkpoint_body` answers it (prime-sandboxes' SandboxCheckpoint)."""
+
+
 def openapi_document(maxima: dict[str, int | float] | None = None) -> dict[str, Any]:
     """A fresh copy of the document (callers may mutate it); `maxima` (shapes.create_maxima) narrows the
     create request's maxima to what the served profile accepts."""
@@ -483,6 +504,26 @@ def openapi_document(maxima: dict[str, int | float] | None = None) -> dict[str, 
                 params=[_ID],
                 op_id="deleteSandbox",
             ),
+        },
+        f"{p}/sandbox/{{sandbox_id}}/checkpoints": {
+            "post": _op(
+                "Checkpoint the sandbox's files (PENDING until the profile's snapshot time has passed, then DURABLE)",
+                {
+                    "201": _json(_CHECKPOINT, "the checkpoint"),
+                    "404": _NOT_FOUND,
+                    "409": _json(_ref("Error"), "the sandbox is not running"),
+                },
+                params=[_ID],
+                op_id="createCheckpoint",
+            )
+        },
+        f"{p}/sandbox/checkpoints/{{checkpoint_id}}": {
+            "get": _op(
+                "One checkpoint's state",
+                {"200": _json(_CHECKPOINT, "the checkpoint"), "404": _NOT_FOUND},
+                params=[{"name": "checkpoint_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                op_id="getCheckpoint",
+            )
         },
         f"{p}/sandbox/{{sandbox_id}}/error-context": {
             "get": _op(
