@@ -45,6 +45,21 @@ _COMMAND_S = re.compile(re.escape(COMMAND_S_MARK) + r"([0-9]*\.?[0-9]+(?:[eE][-+
 _BUILD_IN_THREAD_BYTES = 1 << 20  # a bigger upload's bytes (and archive) are made off the loop
 _NOISE_BYTES = 1 << 24
 _noise: bytes | None = None
+REPOSITORIES_PER_STEP = 16
+"""Distinct file trees an engine makes for each tree upload of a plan, each drawn from the plan's `files` and
+`file_size`; a rollout uploads one of them, picked by its own draw. Every rollout holding a tree of its own was 960
+copies of ~20 MB in flight at once (the engine past 15 GB at 960 swe-task rollouts); 16 shared trees are ~300 MB
+whatever the concurrency, and RL's rollouts share their task's repository too (a GRPO group, one prompt)."""
+_repositories: dict[tuple[Step, int, int], asyncio.Future[tuple[list[tuple[str, bytes]], int]]] = {}
+
+
+async def _make_tree(
+    step: Step, paths: list[str], sizes: list[int], offsets: list[int]
+) -> tuple[list[tuple[str, bytes]], int]:
+    archive = f"{step.dest.rstrip('/')}/stampede-upload.tar" if step.mode == "tar" else None
+    if sum(sizes) > _BUILD_IN_THREAD_BYTES:  # thousands of files: their bytes and archive made off the loop
+        return await asyncio.to_thread(_materialise, paths, sizes, offsets, archive), len(paths)
+    return _materialise(paths, sizes, offsets, archive), len(paths)
 
 
 def reported_command_s(stdout: str) -> float | None:
@@ -285,12 +300,11 @@ class ScriptRollout(_Rollout):
         return extra
 
     async def upload(self, step: Step) -> dict[str, object]:
-        paths, sizes, offsets = self.payload(step)
-        archive = f"{step.dest.rstrip('/')}/stampede-upload.tar" if step.path is None and step.mode == "tar" else None
-        if sum(sizes) > _BUILD_IN_THREAD_BYTES:  # thousands of files: their bytes and archive made off the loop
-            uploads = await asyncio.to_thread(_materialise, paths, sizes, offsets, archive)
+        if step.path is None:  # a tree: one of the engine's shared trees for this step
+            uploads, files = await self.shared_tree(step, self.rng.randrange(REPOSITORIES_PER_STEP))
         else:
-            uploads = _materialise(paths, sizes, offsets, archive)
+            paths, sizes, offsets = self.payload(step, self.rng)
+            uploads, files = _materialise(paths, sizes, offsets, None), 1
         start = self.elapsed()
         queue = list(reversed(uploads))
 
@@ -308,20 +322,32 @@ class ScriptRollout(_Rollout):
         except BaseExceptionGroup as failed:
             raise failed.exceptions[0] from None
         duration = self.elapsed() - start
-        return {"duration_s": duration, "bytes": sum(len(data) for _, data in uploads), "files": len(paths)}
+        return {"duration_s": duration, "bytes": sum(len(data) for _, data in uploads), "files": files}
 
-    def payload(self, step: Step) -> tuple[list[str], list[int], list[int]]:
+    async def shared_tree(self, step: Step, which: int) -> tuple[list[tuple[str, bytes]], int]:
+        """Tree `which` of this step's REPOSITORIES_PER_STEP and its file count: made once, by a task of its own
+        (a rollout cancelled while it is made does not cancel it for the others), then shared; its draws are the
+        run's seed's, not a rollout's."""
+        key = (step, self.plan.seed, which)  # by value: a step object's id may be reused once it is gone
+        made = _repositories.get(key)
+        if made is None or (made.get_loop() is not asyncio.get_running_loop() and not made.done()):
+            rng = random.Random(f"{self.plan.seed}:{step.dest}:{which}")
+            made = _repositories[key] = asyncio.ensure_future(_make_tree(step, *self.payload(step, rng)))
+        return await asyncio.shield(made)
+
+    @staticmethod
+    def payload(step: Step, rng: random.Random) -> tuple[list[str], list[int], list[int]]:
         """The files an upload writes, drawn from the plan: paths, sizes and where in the noise each one's bytes
-        start (the draws on the loop, reproducible per rollout; the bytes made by `_materialise`)."""
+        start (the bytes made by `_materialise`)."""
         if step.path is not None:
             paths = [step.path]
         else:
-            count = max(0, round(Distribution.parse(step.files).sample(self.rng)))
+            count = max(0, round(Distribution.parse(step.files).sample(rng)))
             folder = step.dest.rstrip("/")
             paths = [f"{folder}/f{n:05d}.txt" for n in range(count)]
         size = Distribution.parse(step.file_size)
-        sizes = [max(0, round(size.sample(self.rng))) for _ in paths]
-        offsets = [self.rng.randrange(_NOISE_BYTES) for _ in paths]
+        sizes = [max(0, round(size.sample(rng))) for _ in paths]
+        offsets = [rng.randrange(_NOISE_BYTES) for _ in paths]
         return paths, sizes, offsets
 
     async def download(self, step: Step) -> dict[str, object]:

@@ -162,3 +162,34 @@ def test_a_command_may_report_its_own_time():
     assert reported_command_s("building\nSTAMPEDE_COMMAND_S=0.25\n") == 0.25
     assert reported_command_s("STAMPEDE_COMMAND_S=1\nSTAMPEDE_COMMAND_S=2e-3") == 0.002
     assert reported_command_s("no mark here") is None
+
+
+async def test_a_tree_upload_shares_the_engines_few_trees_at_any_concurrency():
+    """960 rollouts each holding a 20 MB repository of their own was 19 GB of payloads in the engine; the trees an
+    upload step sends are REPOSITORIES_PER_STEP made once and shared, each a draw of the plan's distributions."""
+    from harness.engine.script_rollout import REPOSITORIES_PER_STEP
+
+    provider = StepsProvider({})
+    sent: list[bytes] = []
+    upload_file = provider.upload_file
+
+    async def keep(ref: Any, path: str, data: bytes) -> None:
+        sent.append(data)
+        await upload_file(ref, path, data)
+
+    provider.upload_file = keep  # type: ignore[method-assign]
+    sinks = Sinks()
+    script = plan_of({"kind": "upload", "dest": "/w/repo", "files": "uniform:20,400", "file_size": "const:64"})
+    plan = RolloutPlan(script=script.to_dict(), exec_timeout_s=10)
+    records = await asyncio.gather(
+        *(
+            run_script_rollout(provider, plan, sinks.context(f"r{i}"), sinks.ops.append, sinks.registry, script)
+            for i in range(4 * REPOSITORIES_PER_STEP)
+        )
+    )
+    assert all(record.outcome == "ok" for record in records)
+    assert len(sent) == 4 * REPOSITORIES_PER_STEP
+    distinct = {id(data) for data in sent}
+    assert 1 < len(distinct) <= REPOSITORIES_PER_STEP  # shared objects, not copies
+    counts = {row.files for row in sinks.steps if row.kind == "upload"}
+    assert len(counts) > 1 and all(20 <= count <= 400 for count in counts)  # each tree its own draw
