@@ -69,7 +69,11 @@ GROUPS: dict[str, tuple[Part, ...]] = {
         Part(DOCS / "results-schema.md"),  # reads results/latest
         Part(DOCS / "rl-frameworks.md"),
     ),
-    "modal": (Part(DOCS / "vendors.md", "Modal"),),
+    "modal": (
+        Part(DOCS / "vendors.md", "Modal"),
+        Part(README, "Rollouts"),
+        Part(DOCS / "rollout-plans.md"),
+    ),
     "vendors": (
         Part(DOCS / "vendors.md", "Prime"),
         Part(DOCS / "vendors.md", "E2B"),
@@ -218,7 +222,26 @@ def check_verl_sweep(result: subprocess.CompletedProcess, root: Path) -> None:
     assert step[0.5] == pytest.approx(step[0.3], rel=0.02)
 
 
+TOOL_LATENCY = "stampede run --plan tool-latency --profile ideal --scenario burst --users 8"
+HELD = f"{TOOL_LATENCY} --profile-set sandbox.exec_overhead_s=1"
+
+
+def check_injected_overhead(_: subprocess.CompletedProcess, root: Path) -> None:
+    """tool-latency reads back a 1 s hold on every answer as its per-call overhead, beyond the run without it (the
+    same machine, minutes apart: what the harness itself adds is in both)."""
+    runs = sorted(p for p in (root / "results").iterdir() if p.is_dir() and not p.is_symlink() and "burst" in p.name)
+    overheads = []
+    for run in runs[-2:]:
+        steps = pd.read_parquet(run / "steps")
+        calls = steps[(steps["kind"] == "exec") & (steps["name"] == "tool-call") & steps["ok"]]
+        assert len(calls) == 8 * 150
+        overheads.append(float(calls["overhead_vendor_s"].median()))
+    without, held = overheads
+    assert 0.9 <= held - without <= 1.15, overheads
+
+
 CHECKS = {
+    HELD: check_injected_overhead,
     EIGHT: check_eight_vendors,
     FAULTS: check_transport_faults,
     PANDAS: check_plain_pandas,
