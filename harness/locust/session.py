@@ -296,8 +296,7 @@ class StampedeSession:
         self.state.new_run()
         self.engine_summaries = []
         self.runs += 1
-        # Stage and gate are not reset here: the shape's first tick (and a master's first broadcast) comes
-        # before test_start. They are reset when a run ends.
+        # Stage and gate are not reset here (the shape's first tick comes before test_start): at a run's end.
         options = self.environment.parsed_options
         if self.role.is_worker:
             handed = received(options)

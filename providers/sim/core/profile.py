@@ -8,6 +8,10 @@ provenance: for a field `x`, the string `x_source` says which public source gave
 that hold it, `protocol/stat`), `documented` (copied from a vendor's docs or a maintainer's statement; no check
 holds it), `assumed` (no public figure; why this value), or `circular` (set from the very figure the check that
 "holds" it compares with, so passing that check proves nothing). `stampede profiles --provenance` prints them.
+
+Over 600 lines on purpose: it is the profile's schema, one frozen dataclass per TOML section with its checks, read
+together by whoever writes a profile (a section's meaning, units and bounds in one place); split, a profile author
+would chase one file per section for what a single `[section]` table may hold.
 """
 
 from __future__ import annotations
