@@ -48,6 +48,8 @@ def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKin
         return FailureKind.IMAGE
     if isinstance(exc, mexc.ExecTimeoutError):
         return FailureKind.EXEC_TIMEOUT
+    if isinstance(exc, mexc.SandboxFilesystemError) and phase in (Phase.UPLOAD, Phase.DOWNLOAD):
+        return FailureKind.TRANSFER_ERROR  # the files API refused it (too large, too many at once)
     if isinstance(exc, (mexc.SandboxTimeoutError, mexc.SandboxTerminatedError)):
         return _ended(message, phase, died=True)
     if isinstance(exc, mexc.TimeoutError):

@@ -428,14 +428,24 @@ class StubProvider(Provider):
         boundary = uuid.uuid4().hex
         head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="file"\r\n\r\n'
         form = head.encode() + bytes(data) + f"\r\n--{boundary}--\r\n".encode()
-        await self._file_call(ref, "POST", "upload", path, form, f"multipart/form-data; boundary={boundary}")
+        await self._file_call(
+            ref, "POST", "upload", path, Phase.UPLOAD, form, f"multipart/form-data; boundary={boundary}"
+        )
 
     async def download_file(self, ref: SandboxRef, path: str) -> bytes:
-        return await self._file_call(ref, "GET", "download", path)
+        return await self._file_call(ref, "GET", "download", path, Phase.DOWNLOAD)
 
     async def _file_call(
-        self, ref: SandboxRef, method: str, route: str, path: str, body: bytes | None = None, content_type: str = ""
+        self,
+        ref: SandboxRef,
+        method: str,
+        route: str,
+        path: str,
+        phase: Phase,
+        body: bytes | None = None,
+        content_type: str = "",
     ) -> bytes:
+        """One call of the gateway's files routes; its errors are the step's (`phase`: an upload's or download's)."""
         gateway = self._gateway.get(ref.sandbox_id)
         if gateway is None:
             gateway = self._gateway[ref.sandbox_id] = await self._gateway_for(ref, Phase.EXEC)
@@ -453,9 +463,7 @@ class StubProvider(Provider):
             raise ProviderError(FailureKind.EXEC_TIMEOUT, f"{route} {path}: no answer in time") from None
         if answer.status >= 400:
             parsed = _parsed(answer.text())
-            error = error_from_response(
-                answer.status, parsed if parsed is not None else answer.text()[:500], Phase.EXEC
-            )
+            error = error_from_response(answer.status, parsed if parsed is not None else answer.text()[:500], phase)
             if answer.status == 404:
                 raise FileNotFoundError(f"no such file in the sandbox: {path}") from error
             raise error

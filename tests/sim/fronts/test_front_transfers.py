@@ -21,20 +21,7 @@ CAP: Overrides = (*REAL, ("sandbox.max_file_mib", 1.0))
 SLOW_MB_S = 0.2  # 200 kB/s a sandbox: a 400 kB file takes 2 vendor seconds
 
 
-# adapters that do not yet classify the front's refusal as `transfer_error` (providers/vendors/*: the fixes named)
-ADAPTER_GAPS = {
-    "modal": "modal adapter: classify modal.exception.SandboxFilesystemError on upload/download as transfer_error",
-    "stub": "stub adapter: _file_call classifies a gateway error with Phase.EXEC, not the upload's phase",
-}
-
-
-@pytest.mark.parametrize(
-    "vendor",
-    [
-        pytest.param(v, marks=pytest.mark.xfail(reason=ADAPTER_GAPS[v], strict=True)) if v in ADAPTER_GAPS else v
-        for v in sorted(OPENERS)
-    ],
-)
+@pytest.mark.parametrize("vendor", sorted(OPENERS))
 async def test_a_file_over_the_profiles_cap_is_a_transfer_error_and_one_under_it_round_trips(
     vendor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
