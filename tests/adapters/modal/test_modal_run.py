@@ -191,20 +191,31 @@ def test_ctrl_c_against_a_standalone_local_modal_terminates_every_sandbox(tmp_pa
             "0",
         ]
         run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-        # Ctrl-C once rollouts are in flight, not after a fixed time (a busy CI machine starts slower)
+
+        def mine() -> list[dict]:
+            request = urllib.request.Request(
+                info["truth_url"] + "/api/v1/_stampede/truth", headers={"Authorization": f"Bearer {token}"}
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                sandboxes = json.loads(response.read())["sandboxes"]
+            return [s for s in sandboxes if "stampede-run=modal-cut-short" in s["labels"]]
+
+        # Ctrl-C once every rollout is in its `sleep 30` tool call, read from the vendor's side: a busy CI
+        # machine can take longer than any fixed wait to create 100 sandboxes through the SDK
         assert wait_for_first_submit(tmp_path / "modal-cut-short", run), run.communicate(timeout=60)[1][-2000:]
-        time.sleep(6)  # rollouts in their `sleep 30` tool call
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and run.poll() is None:
+            if sum(s["status"] == "RUNNING" for s in mine()) >= 100:
+                break
+            time.sleep(0.5)
+        in_flight = mine()
         run.send_signal(signal.SIGINT)
         _out, err = run.communicate(timeout=120)
         assert run.returncode == 130, err[-2000:]
         assert "Traceback" not in err
-        request = urllib.request.Request(
-            info["truth_url"] + "/api/v1/_stampede/truth", headers={"Authorization": f"Bearer {token}"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            sandboxes = json.loads(response.read())["sandboxes"]
-        mine = [s for s in sandboxes if "stampede-run=modal-cut-short" in s["labels"]]
-        assert len(mine) >= 100 and {s["status"] for s in mine} == {"TERMINATED"}
+        assert sum(s["status"] == "RUNNING" for s in in_flight) >= 100, [s["status"] for s in in_flight]
+        ended = mine()
+        assert len(ended) >= 100 and {s["status"] for s in ended} == {"TERMINATED"}
         frame = pd.read_parquet(tmp_path / "modal-cut-short" / "rollouts")
         assert "cancelled" in set(frame["outcome"])
     finally:
