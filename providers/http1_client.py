@@ -4,20 +4,28 @@ Why not aiohttp: at 64 rollouts in flight a lifecycle's few JSON calls through `
 engine about as much CPU as a bare aiohttp loop's whole lifecycle (bench/bench_overhead.py), and that CPU is
 taken from the machine the vendor under test shares, so the harness measured its own request path. This client
 does only what a JSON API over keep-alive connections needs: one request line and a few headers written in one
-`write`, a response read by Content-Length, chunked encoding or to the connection's close, one timer per request
-that aborts the connection at its deadline, and an unbounded pool of idle keep-alive connections per origin (no
-client-side queue: a 960-wide burst opens 960 connections, as aiohttp's `limit=0` did). TLS is asyncio's own.
+`write` (a body past `STREAM_ABOVE_BYTES` streamed after them, see below), a response read by Content-Length,
+chunked encoding or to the connection's close, one timer per request that aborts the connection at its deadline,
+and an unbounded pool of idle keep-alive connections per origin (no client-side queue: a 960-wide burst opens 960
+connections, as aiohttp's `limit=0` did). TLS is asyncio's own.
 
 Failures are ordinary exceptions: a deadline is `TimeoutError`; a refused, reset or half-answered connection
 and an answer that is not HTTP are `OSError`s (`ConnectionError` subclasses), which every adapter classifies as
 transport. A connection that failed, timed out or was cancelled mid-request is closed, never reused.
+
+A large body (a repository's tar, 20 MB, at 960 rollouts in flight) is streamed, never copied: it may be a sequence
+of bytes-like parts (a multipart form's prefix, the shared data, its suffix), written as memoryview slices of
+`CHUNK_BYTES` under the transport's flow control (`pause_writing`/`resume_writing`), so a request holds at most
+about one chunk beyond the transport's high-water mark, however large its body and however slow its peer. Joining
+the parts (or `transport.writelines`, which joins them in 3.11) held three copies of each body: 200 swe-task
+rollouts took the engine to 11.4 GB.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlencode, urlsplit
@@ -25,6 +33,11 @@ from urllib.parse import urlencode, urlsplit
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 256 * 1024 * 1024
 IDLE_KEEP_S = 30.0  # an idle connection older than this is closed instead of reused (a server drops them too)
+CHUNK_BYTES = 256 * 1024  # a streamed body is written in slices of this size, each only once the transport drained
+STREAM_ABOVE_BYTES = CHUNK_BYTES  # a body up to this size goes with its head in one write
+
+Body = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]
+"""A request body: bytes-like, or a sequence of bytes-like parts sent back to back (never joined when large)."""
 
 
 class ServerDisconnected(ConnectionError):
@@ -99,8 +112,10 @@ class _Connection(asyncio.Protocol):
         "_keep_alive",
         "_no_body",
         "_on_lost",
+        "_paused",
         "_to_close",
         "_waiter",
+        "_writable",
         "closed",
         "idle_since",
         "origin",
@@ -122,6 +137,8 @@ class _Connection(asyncio.Protocol):
         self._chunks: list[bytes] = []
         self._no_body = False
         self._keep_alive = True
+        self._paused = False
+        self._writable: asyncio.Future[None] | None = None  # a streaming writer waits on it while paused
 
     # -- asyncio callbacks ---------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -138,6 +155,17 @@ class _Connection(asyncio.Protocol):
         except BadHttpAnswer as exc:
             self._fail(exc)
 
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writer()
+
+    def _wake_writer(self, _: object = None) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
     def eof_received(self) -> bool | None:
         return None  # close our side too; connection_lost finishes a read-to-close body
 
@@ -152,6 +180,7 @@ class _Connection(asyncio.Protocol):
             return
         reason = f": {exc}" if exc else ""
         waiter.set_exception(ServerDisconnected(f"server closed the connection before a whole answer{reason}"))
+        self._wake_writer()
 
     # -- one request -----------------------------------------------------------------------------------------
     def send(self, request: bytes, no_body: bool) -> asyncio.Future[HttpAnswer]:
@@ -163,7 +192,29 @@ class _Connection(asyncio.Protocol):
         self._chunks = []
         self._no_body = no_body
         self.transport.write(request)
+        self._waiter.add_done_callback(self._wake_writer)  # an early answer, a failure or the deadline ends a stream
         return self._waiter
+
+    async def stream(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """Write a body's parts after its head, `CHUNK_BYTES` at a time, each once the transport is below its
+        high-water mark; stops early once the answer is settled (the server answered before the whole body, the
+        deadline passed, the connection dropped), and then the connection is never reused."""
+        assert self.transport is not None and self._waiter is not None
+        loop = asyncio.get_running_loop()
+        answer = self._waiter
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for start in range(0, len(view), CHUNK_BYTES):
+                while self._paused and not answer.done() and not self.closed:
+                    self._writable = loop.create_future()
+                    try:
+                        await self._writable
+                    finally:
+                        self._writable = None
+                if answer.done() or self.closed or self.transport.is_closing():
+                    self._keep_alive = False  # the body was cut short: this connection's framing is gone
+                    return
+                self.transport.write(view[start : start + CHUNK_BYTES])
 
     @property
     def reusable(self) -> bool:
@@ -204,7 +255,10 @@ class _Connection(asyncio.Protocol):
             if len(self._buffer) > MAX_BODY_BYTES:
                 raise BadHttpAnswer("response body too long")
         elif len(self._buffer) >= self._body_left:
-            body = bytes(self._buffer[: self._body_left])
+            # the usual case (exactly the answer) copies once, not twice
+            body = (
+                bytes(self._buffer) if len(self._buffer) == self._body_left else bytes(self._buffer[: self._body_left])
+            )
             if len(self._buffer) > self._body_left:
                 self._keep_alive = False  # more bytes than the answer: never reuse this connection
             self._finish(body)
@@ -292,25 +346,33 @@ class Http1Client:
         method: str,
         url: str,
         *,
-        body: bytes | None = None,
+        body: Body | None = None,
         content_type: str = "application/json",
         params: Iterable[tuple[str, object]] | Mapping[str, object] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float,
     ) -> HttpAnswer:
-        """One request and its whole answer within `timeout` seconds (connect included); `TimeoutError` past it."""
+        """One request and its whole answer within `timeout` seconds (connect included); `TimeoutError` past it.
+        A `body` of parts is sent back to back; one past `STREAM_ABOVE_BYTES` is streamed, never joined."""
         origin, target = split_url(url)
         if params:
             query = urlencode(list(params.items()) if isinstance(params, Mapping) else list(params))
             target = f"{target}{'&' if '?' in target else '?'}{query}"
         # a request's own header replaces the client's default of the same name (a gateway's own token)
         extra = _header_lines(_merged(self._defaults, headers)) if headers else self._default_lines
-        if body is not None:
-            extra += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        parts = _parts(body)
+        if parts is not None:
+            extra += f"Content-Type: {content_type}\r\nContent-Length: {sum(part.nbytes for part in parts)}\r\n"
         elif method in ("POST", "PUT", "PATCH"):
             extra += "Content-Length: 0\r\n"
-        head = f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{extra}\r\n"
-        request = head.encode("latin-1") + body if body is not None else head.encode("latin-1")
+        head = f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{extra}\r\n".encode("latin-1")
+        streamed: Sequence[memoryview] = ()
+        if parts is None:
+            request = head
+        elif sum(part.nbytes for part in parts) <= STREAM_ABOVE_BYTES:
+            request = b"".join((head, *parts))  # a small request: one write, as a JSON call always was
+        else:
+            request, streamed = head, parts
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         connection = self._take_idle(origin, loop.time())
@@ -319,6 +381,8 @@ class Http1Client:
         answer = connection.send(request, no_body=method == "HEAD")
         timer = loop.call_at(deadline, _expire, answer)  # one timer, no task-level timeout machinery
         try:
+            if streamed:
+                await connection.stream(streamed)
             result = await answer
         except BaseException:
             self._discard(connection)  # timed out, cancelled or failed mid-answer: its framing is unknown
@@ -382,6 +446,15 @@ class Http1Client:
         self._open.clear()
         self._idle.clear()
         await asyncio.sleep(0)  # let the transports run their close callbacks
+
+
+def _parts(body: Body | None) -> list[memoryview] | None:
+    """A body as flat byte views of its parts, copying nothing; None for no body."""
+    if body is None:
+        return None
+    if isinstance(body, bytes | bytearray | memoryview):
+        return [memoryview(body).cast("B")]
+    return [memoryview(part).cast("B") for part in body]
 
 
 def _header_lines(headers: Mapping[str, str]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,7 @@ _STATUS_BY_ERRNO = {
 }
 Getter = Callable[[web.Request], Any]
 MAX_OFFSET = 2**62  # a larger seek does not fit the host's off_t
+UPLOAD_CHUNK_BYTES = 256 * 1024  # an upload's bytes are written through in pieces of at most this
 
 
 def add_file_routes(router: web.UrlDispatcher, prefix: str, get_sim: Getter, get_tokens: Getter) -> None:
@@ -53,9 +55,9 @@ def add_file_routes(router: web.UrlDispatcher, prefix: str, get_sim: Getter, get
 Operation = Callable[[web.Request, SandboxTree, str], Any]
 # the sandbox's `VendorSimulator.transfer`, bound to its id (a file handler awaits it before it answers)
 _MOVER: web.RequestKey[Callable[[str, int], Awaitable[float]]] = web.RequestKey("stampede_sim_move")
-# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight; the SDK
-# raises its APIError with the status, which the adapter reads as an upload's or download's `transfer_error`
-_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight, 500 for
+# one it failed part-way; the SDK raises its APIError with the status, an upload's or download's `transfer_error`
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503, "transfer_failed": 500}
 
 
 def _mover(sim: VendorSimulator, sandbox_id: str) -> Callable[[str, int], Awaitable[float]]:
@@ -124,33 +126,42 @@ def _regular_file(tree: SandboxTree, path: str) -> str:
 
 
 async def _upload(request: web.Request, tree: SandboxTree, path: str) -> web.Response:
+    """The `file` part streamed to a hidden file beside the sandbox's tree as it arrives, moved into place once the
+    transfer's modelled time passed: the gateway holds one chunk of a form, not the form (960 rollouts uploading a
+    20 MB repository at once held 19 GB when each form was read whole first)."""
     if not request.content_type.startswith("multipart/"):
         return web.json_response({"detail": "Expected a multipart form with a 'file' part"}, status=422)
-    content: bytearray | None = None
-    try:
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if getattr(part, "name", None) == "file":
-                content = bytearray()
-                while chunk := await part.read_chunk():  # type: ignore[union-attr]
-                    content.extend(chunk)
-    except (HttpProcessingError, ValueError) as exc:  # a malformed form is the client's error
-        return web.json_response({"detail": f"The multipart form does not parse: {exc}"}, status=422)
-    if content is None:
-        return web.json_response({"detail": "The form has no 'file' part"}, status=422)
-    await _moved(request, "upload", len(content))
     tree.writable(path)  # the host's system folders are read-only in the sandbox
     host = tree.host_path(path)  # a symlink is written through, inside the tree
     if host != tree.root and tree.root not in host.parents:
         raise PermissionError(errno.EROFS, "Read-only file system", path)
     if host.is_dir():
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-    host.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        out.write(content)
+    if host.is_symlink():  # a link left dangling or pointing out of the tree: not written through
+        raise OSError(errno.ELOOP, "Too many levels of symbolic links", path)
+    staged = tree.root.parent / f".upload-{uuid.uuid4().hex}"  # outside the sandbox's view, on its filesystem
+    size: int | None = None
+    try:
+        try:
+            with open(staged, "xb") as out:
+                reader = await request.multipart()
+                while (part := await reader.next()) is not None:
+                    if getattr(part, "name", None) == "file":
+                        size = 0
+                        while chunk := await part.read_chunk(UPLOAD_CHUNK_BYTES):  # type: ignore[union-attr]
+                            out.write(chunk)
+                            size += len(chunk)
+        except (HttpProcessingError, ValueError) as exc:  # a malformed form is the client's error
+            return web.json_response({"detail": f"The multipart form does not parse: {exc}"}, status=422)
+        if size is None:
+            return web.json_response({"detail": "The form has no 'file' part"}, status=422)
+        await _moved(request, "upload", size)
+        host.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, host)
+    finally:
+        staged.unlink(missing_ok=True)
     timestamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    body = {"success": True, "path": tree.sandbox_path(path), "size": len(content), "timestamp": timestamp}
+    body = {"success": True, "path": tree.sandbox_path(path), "size": size, "timestamp": timestamp}
     return web.json_response(body)
 
 

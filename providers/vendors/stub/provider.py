@@ -44,7 +44,7 @@ from providers.base import (
     tagged_by_stampede,
     vendor_error_kind,
 )
-from providers.http1_client import Http1Client
+from providers.http1_client import Body, Http1Client
 from providers.options import Option, declare, declared_options, declared_values, integer, number, parse_options, text
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
@@ -296,7 +296,10 @@ class StubProvider(Provider):
             base = self._checkpoint_shard[checkpoint]  # a checkpoint lives on the shard of the sandbox it copied
         async with self._create_gate.passage() as waited:
             try:
-                body = await self.request("POST", "/sandbox", Phase.CREATE, json=payload, base=base)
+                # a create from a checkpoint is a fork's copy: its failures are the fork's (a failed restore: a
+                # `snapshot_error`, not a `create_error`)
+                phase = Phase.FORK if checkpoint is not None else Phase.CREATE
+                body = await self.request("POST", "/sandbox", phase, json=payload, base=base)
             except ProviderError as exc:
                 if exc.kind is FailureKind.RATE_LIMITED:
                     self._create_gate.throttled(exc.retry_after)
@@ -424,10 +427,11 @@ class StubProvider(Provider):
         return CHECKPOINT_PREFIX + checkpoint
 
     async def upload_file(self, ref: SandboxRef, path: str, data: bytes) -> None:
-        """The gateway's multipart upload (Prime's route, as prime-sandboxes sends it)."""
+        """The gateway's multipart upload (Prime's route, as prime-sandboxes sends it). The form is three parts sent
+        back to back, the data never copied: an engine's 16 shared repository tars go to 960 sandboxes at once."""
         boundary = uuid.uuid4().hex
         head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="file"\r\n\r\n'
-        form = head.encode() + bytes(data) + f"\r\n--{boundary}--\r\n".encode()
+        form = (head.encode(), data, f"\r\n--{boundary}--\r\n".encode())
         await self._file_call(
             ref, "POST", "upload", path, Phase.UPLOAD, form, f"multipart/form-data; boundary={boundary}"
         )
@@ -442,7 +446,7 @@ class StubProvider(Provider):
         route: str,
         path: str,
         phase: Phase,
-        body: bytes | None = None,
+        body: Body | None = None,
         content_type: str = "",
     ) -> bytes:
         """One call of the gateway's files routes; its errors are the step's (`phase`: an upload's or download's)."""
