@@ -1,0 +1,66 @@
+"""The closed loop every `sdk_<vendor>.py` baseline runs: N workers, each one lifecycle after another, until the
+deadline or SIGTERM/SIGINT (then each worker finishes the lifecycle it is in, so no sandbox is left behind).
+
+A baseline module gives two things: `open_client()`, an async context manager yielding its SDK's one client
+(whatever the SDK calls it), and `lifecycle(client, index)`, which makes the calls (create -> wait until
+running, the SDK's own way -> `true` -> terminate) and answers (sandbox id, seconds from before create to the
+command's answer). The loop writes {"lifecycles": [[t_submit epoch s, tti s, sandbox id], ...], "errors": n,
+"first_errors": [...]} to --out when it ends; `bench/bench_sdk_overhead.py` reads it.
+
+    python bench/baselines/sdk_prime.py --concurrency 64 --seconds 30 --out result.json   # plane from the env
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+Lifecycle = Callable[[Any, int], Awaitable[tuple[str, float]]]
+
+
+async def closed_loop(
+    open_client: Callable[[], AbstractAsyncContextManager[Any]],
+    lifecycle: Lifecycle,
+    concurrency: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """Run `concurrency` workers until `seconds` pass or a SIGTERM/SIGINT arrives; answer the records."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    deadline = time.monotonic() + seconds
+    records: list[tuple[float, float, str]] = []
+    errors: list[str] = []
+    counter = iter(range(10**9))
+
+    async def worker(client: Any) -> None:
+        while not stop.is_set() and time.monotonic() < deadline:
+            submitted = time.time()
+            try:
+                sandbox_id, tti = await lifecycle(client, next(counter))
+                records.append((submitted, tti, sandbox_id))
+            except Exception as exc:  # a failed lifecycle is counted, as a user's loop would, and the loop goes on
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    async with open_client() as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return {"lifecycles": records, "errors": len(errors), "first_errors": errors[:5]}
+
+
+def main(open_client: Callable[[], AbstractAsyncContextManager[Any]], lifecycle: Lifecycle, doc: str) -> None:
+    """The command line every baseline shares: --concurrency, --seconds (the bound), --out."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, required=True)
+    parser.add_argument("--seconds", type=float, required=True, help="no lifecycle starts after this many seconds")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    result = asyncio.run(closed_loop(open_client, lifecycle, args.concurrency, args.seconds))
+    Path(args.out).write_text(json.dumps(result))
