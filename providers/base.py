@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-CONTRACT_VERSION = 9  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
+CONTRACT_VERSION = 10  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_ready may say how late it looked;
 # 4: list_all_owned / cleanup_all_owned (every sandbox stampede tagged, whatever the run); 5: from_options is a
 # classmethod of Provider (was looked up with getattr; its default builds a vendor that takes no options);
 # 6: an engine's sandboxes also carry its process's INVOCATION_LABEL, and `list_owned(run, engine)` means this
@@ -28,7 +28,9 @@ CONTRACT_VERSION = 9  # 2: sandboxes carry their engine (ENGINE_LABEL); 3: wait_
 # IMAGE_SIZE_LABEL, so a simulated vendor can model the pull); `ReadyObservation.pull_s` (the part of readiness the
 # vendor said it was pulling the image); `fork` (n sandboxes from a snapshot); `exec_stream` (time to first byte);
 # `start_process`/`process_exit` (a background process); `capabilities()` (what `stampede run` checks before it
-# starts); `ProviderError(phase=...)` (a failure the vendor placed in a step, e.g. a pull inside readiness)
+# starts); `ProviderError(phase=...)` (a failure the vendor placed in a step, e.g. a pull inside readiness);
+# 10: optional `fork_running(ref, spec, count)` (copies of a live sandbox in the vendor's own call; by default a
+# snapshot of it, then `fork`)
 
 RUN_LABEL = "stampede-run"
 ROLLOUT_LABEL = "stampede-rollout"
@@ -332,6 +334,13 @@ class Provider(abc.ABC):
             raise failed
         return refs
 
+    async def fork_running(self, ref: SandboxRef, spec: SandboxSpec, count: int) -> list[SandboxRef]:
+        """Start `count` copies of the running sandbox `ref` (a prepared state), tagged and numbered as `fork`'s
+        are, under the same rule (one that fails fails them all, none left). This default is `snapshot(ref)` then
+        `fork` from it; a vendor whose SDK copies a live sandbox in one call (E2B's `Sandbox.fork(count=)`, no image
+        in between) overrides it, and a plan's fork step then goes through it instead of a snapshot of its own."""
+        return await self.fork(await self.snapshot(ref), spec, count)
+
     async def exec_stream(
         self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_output: Callable[[str], None] | None = None
     ) -> StreamedExec:
@@ -358,7 +367,7 @@ class Provider(abc.ABC):
             Capability.UPLOAD: self.overrides("upload_file"),
             Capability.DOWNLOAD: self.overrides("download_file"),
             Capability.SNAPSHOT: self.overrides("snapshot"),
-            Capability.FORK: self.overrides("fork") or self.overrides("snapshot"),
+            Capability.FORK: self.overrides("fork") or self.overrides("snapshot") or self.overrides("fork_running"),
             Capability.EXEC_STREAM: self.overrides("exec_stream"),
             Capability.BACKGROUND: self.overrides("start_process") and self.overrides("process_exit"),
         }

@@ -14,9 +14,15 @@ metadata=...))`, running and paused, and killed one by one.
 
 Contract 9's steps: `exec_stream` is `commands.run` with `on_stdout`/`on_stderr` (envd streams each chunk as the
 process writes it); `start_process` is `commands.run(background=True, timeout=0)`, whose handle the SDK keeps
-following (its exit code is what `process_exit` reads); `snapshot` is `create_snapshot`, and a fork is the
-contract's default, `count` creates from that snapshot as the template: the SDK's own `fork(count=...)` forks a
-running sandbox, not a snapshot, and its copies carry the source's metadata (one rollout id for all of them).
+following (its exit code is what `process_exit` reads); `snapshot` is `create_snapshot`, and `fork` from a snapshot
+is the contract's default, `count` creates with the snapshot as the template. A plan's fork goes through
+`fork_running` instead: the SDK's own `AsyncSandbox.fork(id, count=...)`, which checkpoints the running sandbox
+once (it keeps running) and boots the copies from it, memory and all, at most `MAX_FORKS` a call. Its copies carry
+the source's metadata (E2B's fork takes none): listed, every copy names the group's rollout, not its own.
+A copy that failed is answered in its place: a 5xx there is that copy's failed start, `died_before_ready` at
+`fork` (the checkpoint had succeeded), as is a create from a snapshot answered 5xx (the snapshot was taken; the
+copy's start was not). The whole fork call failing 5xx is the checkpoint's, `snapshot_error`; a snapshot that is
+not there (404) stays `snapshot_error` too.
 
 Where it talks, as whom: everything goes to the SDK as per-call parameters, never into the process environment.
 Without `base_url`, the SDK's own configuration (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`,
@@ -121,6 +127,7 @@ _SDK_BELOW = (3,)
 DEFAULT_TEMPLATE = "base"
 MAX_TIMEOUT_S = 86_400  # E2B's longest sandbox life (Pro); an unbounded lifetime asks for this
 LIST_PAGE = 100
+MAX_FORKS = 20  # copies one `fork` call may ask for (the SDK checks 1..20)
 DEFAULT_MAX_CONNECTIONS = 1000
 SDK_CONNECTIONS_ENV = "E2B_MAX_CONNECTIONS"
 _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
@@ -371,6 +378,38 @@ class E2BProvider(Provider):
         info = await cancellable(sandbox.create_snapshot())
         return str(info.snapshot_id)
 
+    async def fork_running(self, ref: SandboxRef, spec: SandboxSpec, count: int) -> list[SandboxRef]:
+        """`AsyncSandbox.fork(id, count=...)`, `MAX_FORKS` copies a call: each copy answered on its own, and one
+        that failed fails the fork (the made ones killed first, the contract's rule). The copies carry the source's
+        metadata and env (E2B's fork takes neither); `spec` gives their lifetime and their refs' rollout ids."""
+        made: list[SandboxRef] = []
+        failed: BaseException | None = None
+        for first in range(0, count, MAX_FORKS):
+            try:
+                results = await cancellable(
+                    AsyncSandbox.fork(
+                        ref.sandbox_id,
+                        timeout=sandbox_timeout(spec.lifetime_s),
+                        count=min(MAX_FORKS, count - first),
+                        **self._params(request_timeout=self.options.create_timeout_s),
+                    )
+                )
+            except SandboxException as exc:
+                failed = _checkpoint_failure(exc)
+                break
+            for result in results:
+                if isinstance(result, BaseException):
+                    failed = failed or result
+                else:
+                    rollout = f"{spec.rollout_id}-{len(made)}"
+                    made.append(SandboxRef(result.sandbox_id, self.name, spec.run_id, rollout, handle=result))
+            if failed is not None:
+                break
+        if failed is not None:
+            await asyncio.gather(*(self.terminate(copy) for copy in made), return_exceptions=True)
+            raise failed
+        return made
+
     async def terminate(self, ref: SandboxRef) -> None:
         await cancellable(AsyncSandbox.kill(ref.sandbox_id, **self._params()))  # False: already gone
 
@@ -407,6 +446,17 @@ class E2BProvider(Provider):
 # --- classification ----------------------------------------------------------------------------------
 
 
+def _checkpoint_failure(exc: SandboxException) -> BaseException:
+    """A fork call failed as a whole: a 5xx there is the checkpoint of the source (`snapshot_error`), not a copy's
+    boot (answered per copy); anything else (429, 401, the source gone) is classified as it is."""
+    status = exc.status_code
+    if status is not None and status >= 500 and status not in (503, 504):
+        failure = ProviderError(FailureKind.SNAPSHOT_ERROR, f"the fork's checkpoint failed: {exc}", phase=Phase.FORK)
+        failure.__cause__ = exc
+        return failure
+    return exc
+
+
 def classify_e2b(exc: BaseException, phase: Phase | None) -> FailureKind:
     """Every exception e2b 2.56.0 raises, onto the taxonomy (docs/vendors.md, E2B).
 
@@ -418,8 +468,8 @@ def classify_e2b(exc: BaseException, phase: Phase | None) -> FailureKind:
         return FailureKind.AUTH
     if isinstance(exc, RateLimitException):  # 429: the create rate, or the concurrent-sandbox cap
         return FailureKind.QUOTA_EXHAUSTED if _QUOTA_TEXT in str(exc) else FailureKind.RATE_LIMITED
-    if isinstance(exc, ServiceBusyException):  # 503: no room to place the sandbox, or a node declining
-        return FailureKind.CAPACITY if phase in (None, Phase.CREATE) else vendor_error_kind(phase)
+    if isinstance(exc, ServiceBusyException):  # 503: no room to place the sandbox (or a fork's copy), a node declining
+        return FailureKind.CAPACITY if phase in (None, Phase.CREATE, Phase.FORK) else vendor_error_kind(phase)
     if isinstance(exc, (SandboxNotRunningException, SandboxNotFoundException)):  # killed, or its timeout came
         return gone_kind(phase)
     if isinstance(exc, SandboxUnreachableException):  # running, but envd could not be reached
@@ -467,8 +517,10 @@ def _status_kind(status: int | None, message: str, phase: Phase | None) -> Failu
         return FailureKind.IMAGE
     if status == 404:
         return gone_kind(phase)
-    if status == 504 and phase in (None, Phase.CREATE):  # "Failed to place sandbox: ... timed out"
+    if status == 504 and phase in (None, Phase.CREATE, Phase.FORK):  # "Failed to place sandbox: ... timed out"
         return FailureKind.READY_TIMEOUT
+    if status is not None and status >= 500 and phase is Phase.FORK:  # a copy's start failed, not the snapshot
+        return FailureKind.DIED_BEFORE_READY
     if status in (502, 504) and phase is Phase.TERMINATE:
         return FailureKind.TRANSPORT
     return vendor_error_kind(phase)

@@ -9,9 +9,10 @@ the SDK defines it: `wait_ready` looks at nothing (`ReadyObservation(poll_window
 NDJSON (the command, its stdout/stderr records as they come, its end with the exit code). `terminate` is
 `Sandbox.destroy()` (the sandbox's session stops and its name is freed; a 404 means already gone); a run's
 leftovers are found with `query_sandboxes(SandboxQueryByCreatedAt(tag=TagFilter(RUN_LABEL, run_id)))` (one tag
-filter a query, so the engine's is checked here) and destroyed one by one. Files: `fs.write_bytes` (a gzip tar
-to `fs/write`) and `fs.read_bytes` (`fs/read`); snapshots: `Sandbox.snapshot()`, whose id `create` takes back
-through `SandboxSpec.image` as `SnapshotSource` (Vercel stops the sandbox it snapshots).
+filter a query, so the engine's is checked here), those whose session ended (stopped, failed, aborted: a fork
+copy that failed to boot is listed until destroyed, holding nothing) left out, and destroyed one by one. Files:
+`fs.write_bytes` (a gzip tar to `fs/write`) and `fs.read_bytes` (`fs/read`); snapshots: `Sandbox.snapshot()`, whose
+id `create` takes back through `SandboxSpec.image` as `SnapshotSource` (Vercel stops the sandbox it snapshots).
 
 Contract 9's steps: `exec_stream` is `create_process` with its stdout and stderr readers iterated as the log stream
 routes them, then `wait`; `start_process` is `create_process` with output discarded (the process id is the handle),
@@ -70,6 +71,7 @@ from vercel.sandbox import (
     SandboxQueryByCreatedAt,
     SandboxResources,
     SandboxServiceOptions,
+    SandboxStatus,
     SandboxStreamError,
     SandboxTerminalStateError,
     SandboxTimeoutError,
@@ -119,6 +121,9 @@ _EXEC_GRACE_S = 10.0  # past the command's own deadline, before the vendor is as
 _VCPU_LIMIT = "vcpu_allocation_limit_exceeded"
 _QUOTA_CODES = frozenset({"concurrent_sandboxes_limit_exceeded", "concurrency_limit_exceeded"})
 _TELEMETRY_ENV = "VERCEL_SANDBOX_TELEMETRY_DISABLED"
+ENDED = frozenset({SandboxStatus.STOPPED, SandboxStatus.FAILED, SandboxStatus.ABORTED})
+"""Statuses in which a sandbox holds nothing (the SDK's own terminal set, which its create raises on): the query
+still lists such a sandbox by name until it is destroyed, but it is no leftover (a fork copy that failed to boot)."""
 LOCAL_TEAM, LOCAL_PROJECT = "team_stampede", "prj_stampede"
 """With `base_url` and no team or project given: the local Vercel Sandbox's own (its `serve` also announces them)."""
 
@@ -364,11 +369,13 @@ class VercelProvider(Provider):
                 raise
 
     async def _listed(self, run_id: str | None) -> list[tuple[str, Mapping[str, str]]]:
+        """Named sandboxes (of the run, when given) whose session has not ended (`ENDED`): what still holds."""
         tag = None if run_id is None else TagFilter(key=RUN_LABEL, value=run_id)
         pages = self._sdk().query_sandboxes(query=SandboxQueryByCreatedAt(tag=tag), page_size=LIST_PAGE)
         found: list[tuple[str, Mapping[str, str]]] = []
         async for sandbox in pages:
-            found.append((sandbox.name, sandbox.tags or {}))
+            if sandbox.status not in ENDED:
+                found.append((sandbox.name, sandbox.tags or {}))
         return found
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:

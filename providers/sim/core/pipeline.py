@@ -289,7 +289,12 @@ class StartPipeline:
         sb._phase = _BOOTING
         self.n_booting += 1
         if sb._resuming or sb.fork_of is not None:  # boots in the profile's [sandbox] resume or fork time
-            sb._timers.append(self.clock.call_at(now + self._special_boot(sb), lambda: self._boot_done(sb)))
+            duration = self._special_boot(sb)
+            draws = Stream(self.seed, "fork-boot", sb.seq)  # a fork's copy boots anew: it may crash as any boot
+            if sb.fork_of is not None and draws.chance(self.profile.errors.boot_crash_prob):
+                sb._timers.append(self.clock.call_at(now + draws.uniform() * duration, lambda: self._boot_crash(sb)))
+            else:
+                sb._timers.append(self.clock.call_at(now + duration, lambda: self._boot_done(sb)))
             return
         if self.profile.account is not None and not self._take_start(sb):
             self.start_waits += 1
