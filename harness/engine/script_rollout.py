@@ -383,41 +383,75 @@ class ScriptRollout(_Rollout):
     # -- the fork group ---------------------------------------------------------------------------------------------
 
     async def fork_group(self, index: int) -> None:
-        """Snapshot the prepared sandbox, fork G copies, end the prepared one, run the copies' steps at once."""
+        """Fork G copies of the prepared sandbox, end the prepared one, run the copies' steps at once.
+
+        A vendor that copies a running sandbox in its own call (`Provider.fork_running`, E2B) is asked to, unless the
+        plan already took a snapshot; otherwise the prepared sandbox is snapshotted and the copies start from it.
+        Under the client's STARTING semaphore (`--client`) each copy holds one permit from its fork until it is
+        alive, as a fresh create does: the copies are forked in batches of the permits free (at least one, waited
+        for), each copy running as soon as its batch is made, so a cap of N starting at once holds across forks."""
         step = self.script.steps[index]
         record = self.record
         record.group_id = self.ctx.identity.rollout_id
-        if self.image is None:
+        native = self.image is None and self.provider.overrides("fork_running")
+        if self.image is None and not native:
             _add(
                 record,
                 "snapshot_s",
                 await self.step(index, "snapshot", step.name, Phase.SNAPSHOT, self.take_snapshot()),
             )
-        assert self.image is not None
-        spec = dataclasses.replace(self.spec(), image=self.image)
-        fork_wall, fork_start = time.time(), time.monotonic()
-        refs: list[SandboxRef] = []
-
-        async def fork() -> dict[str, object]:
-            call = self.provider.fork(self.image or "", spec, step.copies)
-            made: list[SandboxRef] = await self.timed("fork", Phase.FORK, call, self.plan.create_timeout_s)
-            for ref in made:  # held before anything else can happen: none leaks even if a copy fails
-                self.registry.add(ref, self.ctx.identity.rollout_id)
-            refs.extend(made)
-            return {"copies": step.copies}
-
+        spec = self.spec() if native else dataclasses.replace(self.spec(), image=self.image)
+        gate = self.ctx.starting
+        tasks: list[asyncio.Task[None]] = []
+        failure: Exception | None = None
+        self.terminate_index = index
         try:
-            await self.step(index, "fork", step.name, Phase.FORK, fork())
-            fork_s = time.monotonic() - fork_start
-            record.fork_s = fork_s
-            self.terminate_index = index
+            while len(tasks) < step.copies and failure is None:
+                waited_wall, waited = time.time(), time.monotonic()  # a copy's clock: from its wait for a permit
+                held = await _permits(gate, step.copies - len(tasks))
+                refs: list[SandboxRef] = []
+                fork_start = time.monotonic() if gate is not None else waited
+                try:
+                    await self.step(index, "fork", step.name, Phase.FORK, self._fork(native, spec, held, refs))
+                except Exception as exc:  # no copy of this batch runs; those already running go on
+                    failure = exc
+                except BaseException:
+                    await asyncio.shield(self._end_copies(refs))
+                    raise
+                finally:
+                    if gate is not None and len(refs) < held:  # a failed or cancelled batch: its permits back
+                        for _ in range(held - len(refs)):
+                            gate.release()
+                fork_s = time.monotonic() - fork_start
+                if failure is None:
+                    _add(record, "fork_s", fork_s)
+                for ref in refs:  # a copy's create: its fork, and the wait for the permits before it
+                    create_s = fork_s + (fork_start - waited)
+                    copy = ForkCopy(self, ref, len(tasks), waited_wall, waited, fork_s, index, gate, create_s)
+                    tasks.append(asyncio.ensure_future(copy.run_and_report()))
             await self.terminate()  # the prepared sandbox has done its part; its row ends when its copies do
             self.ref = None
-        except BaseException:  # the copies will not run: none of them is left behind
-            await asyncio.shield(self._end_copies(refs))
+            await asyncio.gather(*tasks)
+        except BaseException:  # cancelled: every copy stops, writes its row and ends its sandbox
+            for task in tasks:
+                task.cancel()
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
             raise
-        copies = [ForkCopy(self, ref, i, fork_wall, fork_start, fork_s, index) for i, ref in enumerate(refs)]
-        await asyncio.gather(*(copy.run_and_report() for copy in copies))
+        if failure is not None:
+            raise failure
+
+    async def _fork(self, native: bool, spec: SandboxSpec, count: int, refs: list[SandboxRef]) -> dict[str, object]:
+        """One fork call of `count` copies; each is in the registry of live sandboxes the moment the vendor returns
+        it. (Copies of later batches carry the same rollout label numbers as the first's: the rows number them.)"""
+        if native:
+            call = self.provider.fork_running(self.live, spec, count)
+        else:
+            call = self.provider.fork(self.image or "", spec, count)
+        made: list[SandboxRef] = await self.timed("fork", Phase.FORK, call, self.plan.create_timeout_s)
+        for ref in made:  # held before anything else can happen: none leaks even if a copy fails
+            self.registry.add(ref, self.ctx.identity.rollout_id)
+        refs.extend(made)
+        return {"copies": count}
 
     async def _end_copies(self, refs: list[SandboxRef]) -> None:
         results = await asyncio.gather(*(self.provider.terminate(ref) for ref in refs), return_exceptions=True)
@@ -453,16 +487,19 @@ class ForkCopy(ScriptRollout):
         fork_start: float,
         fork_s: float,
         fork_index: int,
+        permit: asyncio.Semaphore | None = None,
+        create_s: float | None = None,
     ) -> None:
         identity = dataclasses.replace(group.ctx.identity, rollout_id=f"{group.ctx.identity.rollout_id}-{number}")
         ctx = dataclasses.replace(group.ctx, identity=identity, starting=None)
         super().__init__(group.provider, group.plan, ctx, group.on_op, group.registry, group.script)
+        self.permit = permit  # the STARTING permit it holds from its fork until alive (released once)
         self.t0 = fork_start
         self.record.t_submit = fork_wall
         self.t_rollout = fork_wall
         self.ref = ref
         self.record.sandbox_id = ref.sandbox_id
-        self.record.create_s = fork_s
+        self.record.create_s = fork_s if create_s is None else create_s
         self.record.fork_s = fork_s
         self.record.group_id = group.ctx.identity.rollout_id
         self.first = fork_index + 1
@@ -479,9 +516,17 @@ class ForkCopy(ScriptRollout):
             )
             return {}
 
-        await self.step(self.first - 1, "ready", self.script.steps[self.first - 1].name, Phase.READY, ready())
+        try:
+            await self.step(self.first - 1, "ready", self.script.steps[self.first - 1].name, Phase.READY, ready())
+        finally:
+            self.release_permit()  # alive, or failed to be: no longer starting
         self.record.ready_s = self.elapsed() - start
         await self.run_steps(self.first, len(self.script.steps))
+
+    def release_permit(self) -> None:
+        permit, self.permit = self.permit, None
+        if permit is not None:
+            permit.release()
 
     async def run_and_report(self) -> None:
         """Run the copy; its row goes to the engine whatever happened (a cancelled copy's too)."""
@@ -492,8 +537,23 @@ class ForkCopy(ScriptRollout):
             if report is not None:
                 report(self.record)
             raise
+        finally:
+            self.release_permit()  # a copy cancelled before its readiness step holds one still
         if report is not None:
             report(record)
+
+
+async def _permits(gate: asyncio.Semaphore | None, wanted: int) -> int:
+    """How many copies the next fork call makes: all `wanted` without a gate; else one permit waited for and as many
+    more as are free at once (never a wait while holding some: two groups cannot starve each other)."""
+    if gate is None:
+        return wanted
+    await gate.acquire()
+    held = 1
+    while held < wanted and not gate.locked():
+        await gate.acquire()  # free: taken at once
+        held += 1
+    return held
 
 
 def _noise_block() -> bytes:
