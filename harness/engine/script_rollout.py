@@ -28,7 +28,7 @@ from harness.engine.rollout import OpSink, RolloutCancelled, RolloutContext, San
 from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import RolloutRecord
-from harness.wire.script_plan import COMMAND_S_MARK, ScriptPlan, Step
+from harness.wire.script_plan import COMMAND_S_MARK, ScriptPlan, Step, variant_image
 from harness.wire.steps import step_record
 from providers.base import (
     ExecResult,
@@ -182,6 +182,9 @@ class ScriptRollout(_Rollout):
         create = self.script.steps[0]
         spec = super().spec()
         image = create.image if create.image is not None else spec.image
+        if create.image_variants > 1 and image is not None:  # one image per task: this rollout's own draw
+            draw = random.Random(f"{self.plan.seed}:{self.ctx.identity.rollout_id}:image")
+            image = variant_image(image, draw.randrange(create.image_variants))
         return dataclasses.replace(spec, image=image, image_size_mb=create.image_size_mb)
 
     async def lifecycle(self) -> None:

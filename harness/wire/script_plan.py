@@ -9,7 +9,7 @@ counts as distributions (harness.wire.durations syntax), so a user writes their 
     name = "my-task"
 
     [[step]]
-    kind = "create"             # image, image_size_mb
+    kind = "create"             # image, image_size_mb, image_variants (one image per task, drawn by each rollout)
     [[step]]
     kind = "upload"             # files, file_size (bytes), dest, mode = "tar" | "files", concurrency; or path
     [[step]]
@@ -40,11 +40,12 @@ PLANS_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "plans"
 """The shipped plans, by name (`--plan swe-task` is `scenarios/plans/swe-task.toml`)."""
 
 MAX_COPIES = 1024
+MAX_IMAGE_VARIANTS = 100_000
 MAX_REPEAT_MEAN = 100_000
 
 _COMMON = {"kind", "name"}
 KEYS: dict[str, frozenset[str]] = {
-    "create": frozenset({"image", "image_size_mb"}),
+    "create": frozenset({"image", "image_size_mb", "image_variants"}),
     "fork": frozenset({"copies"}),
     "upload": frozenset({"files", "file_size", "dest", "path", "mode", "concurrency"}),
     "exec": frozenset({"command", "repeat", "think", "stream", "command_s", "timeout_s"}),
@@ -68,6 +69,7 @@ class Step:
     name: str
     image: str | None = None
     image_size_mb: float | None = None
+    image_variants: int = 1  # create: a rollout draws one of this many images (`variant_image`), SWE-bench's one a task
     copies: int = 0
     files: str = "const:1"  # a distribution: how many files an upload writes
     file_size: str = "const:0"  # a distribution, bytes per file
@@ -237,7 +239,7 @@ def _parse_step(raw: Any, index: int, source: str) -> Step:
             values[key] = text(key)
         elif key in ("image_size_mb", "command_s", "timeout_s", "poll_s"):
             values[key] = float(number(key, positive=key != "command_s"))
-        elif key in ("copies", "concurrency"):
+        elif key in ("copies", "concurrency", "image_variants"):
             values[key] = int(number(key, whole=True))
         elif key in ("files", "file_size", "repeat", "think"):
             values[key] = distribution(key)
@@ -256,6 +258,10 @@ def _parse_step(raw: Any, index: int, source: str) -> Step:
         raise problem("command", "missing (an argv list, or a string split like a shell would)")
     if kind == "download" and "path" not in values:
         raise problem("path", "missing (the file to download)")
+    if kind == "create" and values.get("image_variants", 1) > 1 and "image" not in values:
+        raise problem("image_variants", "needs image (the name each variant extends: IMAGE-0000, IMAGE-0001, ...)")
+    if values.get("image_variants", 1) > MAX_IMAGE_VARIANTS:
+        raise problem("image_variants", f"at most {MAX_IMAGE_VARIANTS}")
     if kind == "fork":
         if "copies" not in values:
             raise problem("copies", "missing (G: the copies of the prepared sandbox in each group)")
@@ -268,6 +274,17 @@ def _parse_step(raw: Any, index: int, source: str) -> Step:
         raise problem("name", f"{name!r} is not a non-empty string")
     default = values["command"][0] if values.get("command") else kind
     return Step(kind=kind, name=str(name or default), **values)
+
+
+def variant_image(image: str, which: int) -> str:
+    """Variant `which` of an image: its repository name gains `-NNNN`, its tag kept (`swebench/task:v1` ->
+    `swebench/task-0007:v1`), as SWE-bench names one image per task instance. A simulated vendor's catalogue pattern
+    (`swebench/*`) still matches every variant, so they share its base layers and each pulls only its own."""
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        return f"{image[:colon]}-{which:04d}{image[colon:]}"
+    return f"{image}-{which:04d}"
 
 
 def _command(value: Any, problem: Any) -> tuple[str, ...]:
