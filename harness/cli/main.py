@@ -20,6 +20,7 @@ from typing import NoReturn
 from foundation.cli_help import DefaultsHelpFormatter
 from foundation.phase_marks import mark
 from foundation.process_exit import exit_now
+from harness.cli import head_start
 from harness.errors import EXIT_USAGE, UsageError, print_usage_error
 from harness.wire.redact import redact, secret_values
 
@@ -245,6 +246,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None  # the command line itself, not a caller (a test) running a command in its interpreter
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((command for command in COMMANDS if argv[:1] == [command.name]), None)
+    head_started = own_process and chosen is not None and chosen.name == "run" and "locust" not in sys.modules
+    try:
+        return _main(argv, chosen, own_process, head_started)
+    finally:
+        if head_started:
+            head_start.end()  # whatever the head start began that the run did not take (a refused run)
+
+
+def _main(argv: list[str], chosen: Command | None, own_process: bool, head_started: bool) -> int:
+    if head_started and head_start.patch_interpreter():
+        mark("command: gevent patched")
+        # the engine and the vendor import their worlds while this process imports Locust's and its own
+        head_start.begin(argv[1:])
     if chosen is not None and chosen.gevent_first:
         import locust  # noqa: F401  (gevent must patch before asyncio and ssl are imported)
 
@@ -262,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own_process and chosen is not None and chosen.gevent_first:
             # Locust, gevent, pandas and pyarrow took 0.5-2 s to tear down after the summary; every file the run
             # wrote is closed and its engine and vendor have exited by now
+            if head_started:
+                head_start.end()
             exit_now(code)
         return code
     except UsageError as exc:

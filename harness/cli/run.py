@@ -31,6 +31,7 @@ from locust.util.load_locustfile import load_locustfile
 from foundation.phase_marks import mark
 from harness.cli.capacity import engines_needed, spread_note
 from harness.errors import UsageError
+from harness.locust import early_processes
 from harness.locust.provider_check import check_provider, preflight
 from harness.locust.run_folder import check_results_writable
 from harness.locust.run_limits import (
@@ -289,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
         hand_over_settings(environment, settings)
     mark("command: locust runner made")
     environment.events.init.fire(environment=environment, runner=runner, web_ui=None)
+    early_processes.discard()  # what the head start guessed and the session did not take (harness.cli.head_start)
     mark("command: vendor and engine started")
     session = session_of(environment)
     if session is None or session.failed_to_start:

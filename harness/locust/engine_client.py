@@ -24,12 +24,57 @@ import gevent.subprocess
 from gevent import GreenletExit
 
 from foundation.phase_marks import mark
+from harness.locust import early_processes
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
 LEASE_CHECK_S = 0.25  # how often a waiting lease checks whether Locust is stopping its user
+
+
+def engine_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The engine's environment: this process's (or `env`), never gevent-patched, this checkout first on its path."""
+    child_env = dict(os.environ if env is None else env)
+    child_env.pop("LOCUST_SKIP_MONKEY_PATCH", None)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2]), os.getcwd(), child_env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    return child_env
+
+
+def engine_argv(socket_path: str, worker: str, preload: str | None) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "harness.engine",
+        "--socket",
+        socket_path,
+        "--worker",
+        worker,
+        "--watch-stdin",
+        *(("--preload", preload) if preload else ()),
+    ]
+
+
+def engine_key(worker: str, preload: str | None, env: dict[str, str]) -> early_processes.Key:
+    """What an engine is started as, apart from its socket's (random) path."""
+    return early_processes.key_of("engine", engine_argv("", worker, preload), env)
+
+
+def launch_engine(worker: str, preload: str | None, env: dict[str, str]) -> tuple[str, str, gevent.subprocess.Popen]:
+    """The engine's process, started: its socket's folder and path, and the process (not yet ready)."""
+    socket_dir = tempfile.mkdtemp(prefix="stampede-engine-")
+    socket_path = os.path.join(socket_dir, "engine.sock")
+    mark("engine: spawned")
+    process = gevent.subprocess.Popen(
+        engine_argv(socket_path, worker, preload),
+        stdin=gevent.subprocess.PIPE,  # closing it (or our death) tells the engine to drain and exit
+        stdout=gevent.subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # a terminal's Ctrl-C reaches us, and we drain the engine in order
+    )
+    return socket_dir, socket_path, process
 
 
 class EngineError(Exception):
@@ -62,32 +107,15 @@ class EngineClient:
     @classmethod
     def spawn(cls, worker: str, *, env: dict[str, str] | None = None, preload: str | None = None) -> EngineClient:
         """Start `python -m harness.engine` in a fresh interpreter (no gevent) and connect to it; `preload`
-        names the provider whose adapter it imports while starting (harness.engine.server.preload_provider)."""
-        socket_dir = tempfile.mkdtemp(prefix="stampede-engine-")
-        socket_path = os.path.join(socket_dir, "engine.sock")
-        child_env = dict(os.environ if env is None else env)
-        child_env.pop("LOCUST_SKIP_MONKEY_PATCH", None)
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parents[2]), os.getcwd(), child_env.get("PYTHONPATH", "")]
-        ).rstrip(os.pathsep)
-        mark("engine: spawned")
-        process = gevent.subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness.engine",
-                "--socket",
-                socket_path,
-                "--worker",
-                worker,
-                "--watch-stdin",
-                *(("--preload", preload) if preload else ()),
-            ],
-            stdin=gevent.subprocess.PIPE,  # closing it (or our death) tells the engine to drain and exit
-            stdout=gevent.subprocess.PIPE,
-            env=child_env,
-            start_new_session=True,  # a terminal's Ctrl-C reaches us, and we drain the engine in order
-        )
+        names the provider whose adapter it imports while starting (harness.engine.server.preload_provider).
+        An engine `stampede run` started ahead for exactly this (`harness.locust.early_processes`) is taken instead."""
+        child_env = engine_env(env)
+        early = early_processes.take(engine_key(worker, preload, child_env))
+        if early is not None:
+            mark("engine: taken from the head start")
+            process, socket_dir, socket_path = early.process, early.facts["socket_dir"], early.facts["socket_path"]
+        else:
+            socket_dir, socket_path, process = launch_engine(worker, preload, child_env)
         try:
             with gevent.Timeout(ENGINE_START_TIMEOUT_S, EngineError("engine did not start in time")):
                 line = process.stdout.readline().decode(errors="replace").strip()

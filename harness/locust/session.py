@@ -37,7 +37,7 @@ from harness.locust.live.progress import ProgressPrinter
 from harness.locust.provider_check import check_provider
 from harness.locust.run_folder import new_run_id
 from harness.locust.run_state import RunState, Stage
-from harness.locust.services.end_of_run import RunEnd, conclude, preload_readers
+from harness.locust.services.end_of_run import RunEnd, conclude, preload_in_last_step, preload_readers
 from harness.locust.services.engine_link import EngineLink, RunIdentity, engine_config
 from harness.locust.services.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
 from harness.locust.services.process_role import ProcessRole
@@ -207,13 +207,10 @@ class StampedeSession:
         A worker already listens to its master while this runs (the engine takes a second to start), so the
         master may start the test meanwhile: `begin_run` and the users wait for `services_ready`.
         """
-        # The engine and the local vendor are separate interpreters: start both at once (each takes most of a
-        # second to import its world), not one after the other. Meanwhile the run folder's owner, which only waits
-        # for them, imports what the end of the run reads with.
+        # The engine and the local vendor start at once (their own interpreters); the run folder's owner preloads.
         if self.role.runs_users:
             self.engine_link.spawn(self.role.worker_name, self.settings.provider)
         preload: list[Meanwhile] = [self._preload_readers] if self.role.owns_run_folder else []
-        engine_failed: BaseException | None = None
         try:
             if self.role.is_master:
                 self.master_link = MasterLink(self.runner, self.state)
@@ -330,6 +327,7 @@ class StampedeSession:
             self.worker_link.start_run()
         if not self.role.is_master and not self.role.is_worker:
             self.engine_link.start_polling(self.state)
+            gevent.spawn(preload_in_last_step, self.state, self.shape, self.settings.burst_steps)
         if self.role.owns_run_folder and self.settings.progress_interval_s > 0:
             self.live_vendor = self._live_vendor_seconds()
             self.progress = ProgressPrinter(
@@ -430,7 +428,9 @@ class StampedeSession:
             # Off Locust's message loop: a long drain must not starve the master's heartbeats.
             self._finishing = gevent.spawn(self._finish_worker)
             return
-        summary = self.engine_link.drain()
+        # Locust's reports while the engine drains (a master's wait for its workers' last statistics, below)
+        early_reports = self.record.finish_reports if self.record and not self.master_link else None
+        summary = self.engine_link.drain(meanwhile=early_reports if self.role.owns_run_folder else None)
         mark("end: engine drained")
         if summary is not None:
             self.engine_summaries = [{**summary, "locust_process": process_usage()}]
@@ -438,8 +438,8 @@ class StampedeSession:
             self.engine_summaries = self.master_link.wait_for_workers()
         if not self.role.owns_run_folder or self.record is None:
             return
-        self.record.finish_reports()
-        mark("end: Locust's reports written")
+        if early_reports is None:
+            self.record.finish_reports()
         self.embedded.save_truth(self.record.run_dir, str(self.run_id))
         mark("end: vendor truth saved")
         if getattr(self.environment, "web_ui", None) is None:

@@ -24,6 +24,27 @@ MAX_RETRIES = 1000
 MAX_CPU = 1024.0
 MAX_MEMORY_MB = 1 << 24  # 16 TiB
 in_flight = bounded_int(1, MAX_IN_FLIGHT)
+
+# Which vendor, and which simulated behaviour, a run gets unless told: here, not in harness.locust.settings, so that
+# `stampede run`'s head start (harness.cli.head_start) reads them before anything heavy is imported.
+DEFAULT_PROVIDER = "stub"
+DEFAULT_PROFILE = "prime-like"
+DEFAULT_PROFILES = {
+    "modal": "modal-like",
+    "e2b": "e2b-like",
+    "daytona": "daytona-like",
+    "agent-sandbox": "agent-sandbox-like",
+    "vercel": "vercel-like",
+    "coreweave": "coreweave-like",
+    "runloop": "runloop-like",
+}
+
+
+def default_profile(provider: str) -> str:
+    """The simulated vendor a provider's --local run gets unless --profile says otherwise."""
+    return DEFAULT_PROFILES.get(provider, DEFAULT_PROFILE)
+
+
 seconds = bounded_float(0.0, MAX_SECONDS, low_open=True)
 seconds_or_zero = bounded_float(0.0, MAX_SECONDS)
 rate = bounded_float(0.0, MAX_RATE, low_open=True)

@@ -24,6 +24,9 @@ from foundation.sandbox_client import CLIENTS, client_named
 from harness.errors import UsageError
 from harness.locust.run_folder import check_run_id
 from harness.locust.setting_values import (
+    DEFAULT_PROFILE,
+    DEFAULT_PROFILES,
+    DEFAULT_PROVIDER,
     MAX_CPU,
     MAX_IN_FLIGHT,
     MAX_MEMORY_MB,
@@ -32,6 +35,7 @@ from harness.locust.setting_values import (
     as_list,
     check_positive,
     check_users_and_rate,
+    default_profile,
     in_flight,
     parse_argv,
     parse_key_values,
@@ -57,28 +61,10 @@ from harness.wire.script_plan import load_plan
 from providers import LOCAL_VENDORS, PROVIDERS, sim_profile_names
 from providers.base import DEFAULT_LIFETIME_S
 
-DEFAULT_PROVIDER = "stub"
-DEFAULT_PROFILE = "prime-like"
 DEFAULT_STAGES = (60, 120, 240, 480, 960)
 DEFAULT_OUT = "results"
 DEFAULT_SPAWN_RATE = 100.0  # users a stage adds per second unless -r says (a burst: all of them at once)
 SECRET_OPTIONS = ("token",)
-
-DEFAULT_PROFILES = {
-    "modal": "modal-like",
-    "e2b": "e2b-like",
-    "daytona": "daytona-like",
-    "agent-sandbox": "agent-sandbox-like",
-    "vercel": "vercel-like",
-    "coreweave": "coreweave-like",
-    "runloop": "runloop-like",
-}
-
-
-def default_profile(provider: str) -> str:
-    """The simulated vendor a provider's --local run gets unless --profile says otherwise."""
-    return DEFAULT_PROFILES.get(provider, DEFAULT_PROFILE)
-
 
 _LOCUST_ONLY_KEYWORDS = ("include_in_web_ui", "is_secret", "is_required", "is_multiple")
 

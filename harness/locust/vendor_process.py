@@ -31,11 +31,61 @@ import gevent.subprocess
 
 from foundation.phase_marks import mark
 from harness.errors import UsageError
+from harness.locust import early_processes
 
 VENDOR_START_TIMEOUT_S = 30.0
 
 # Work for the caller while the vendor's shards start, told whether they still are (it stops when they are up).
 Meanwhile = Callable[[Callable[[], bool]], None]
+
+
+def new_token() -> str:
+    """A fresh token for a vendor this run starts (its clients send it; nothing else knows it)."""
+    return secrets.token_urlsafe(24)
+
+
+def vendor_argv(
+    module: str, profile: str, *, seed: int, time_scale: float | None, overrides: dict[str, str] | None = None
+) -> list[str]:
+    """A simulated vendor's command line (`--opt=value` throughout: a value may begin with "-")."""
+    argv = [
+        sys.executable,
+        "-m",
+        module,
+        f"--profile={profile}",
+        f"--seed={seed}",
+        "--host=127.0.0.1",
+        "--port=0",
+        "--exit-on-stdin-eof",
+    ]
+    if time_scale is not None:
+        argv.append(f"--time-scale={time_scale!r}")
+    for key, value in (overrides or {}).items():
+        argv.append(f"--set={key}={value}")
+    return argv
+
+
+def vendor_env() -> dict[str, str]:
+    """A simulated vendor's environment, but its token: this process's, this checkout first on its path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
+    return env
+
+
+def launch_vendor(argv: list[str], env: dict[str, str], token: str) -> gevent.subprocess.Popen:
+    """The vendor's process, started (not yet listening); its token by environment: a command line is
+    world-readable (ps), a process's environment is not."""
+    mark("vendor: spawned")
+    return gevent.subprocess.Popen(
+        argv,
+        stdin=gevent.subprocess.PIPE,
+        stdout=gevent.subprocess.PIPE,
+        stderr=gevent.subprocess.PIPE,
+        env={**env, "STAMPEDE_SERVE_TOKEN": token},
+        start_new_session=True,
+    )
 
 
 @dataclass(slots=True)
@@ -49,6 +99,7 @@ class EmbeddedVendor:
     truth_url: str
     provider_options: dict[str, Any]
     account_wide: list[str]  # the profile's account-wide limits, as the vendor announced them
+    asked_to_stop: bool = False
 
     @classmethod
     def start(
@@ -61,36 +112,17 @@ class EmbeddedVendor:
         overrides: dict[str, str] | None = None,
         token: str | None = None,
     ) -> EmbeddedVendor:
-        token = token or secrets.token_urlsafe(24)
-        # `--opt=value` throughout: a token (or a path) may begin with "-" and must not read as an option.
-        argv = [
-            sys.executable,
-            "-m",
-            module,
-            f"--profile={profile}",
-            f"--seed={seed}",
-            "--host=127.0.0.1",
-            "--port=0",
-            "--exit-on-stdin-eof",
-        ]
-        if time_scale is not None:
-            argv.append(f"--time-scale={time_scale!r}")
-        for key, value in (overrides or {}).items():
-            argv.append(f"--set={key}={value}")
-        # the token by environment: a command line is world-readable (ps), a process's environment is not
-        env = {**os.environ, "STAMPEDE_SERVE_TOKEN": token}
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
-        ).rstrip(os.pathsep)
-        mark("vendor: spawned")
-        process = gevent.subprocess.Popen(
-            argv,
-            stdin=gevent.subprocess.PIPE,
-            stdout=gevent.subprocess.PIPE,
-            stderr=gevent.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        """Started and listening. Without a `token` (a vendor of one shard), one `stampede run` started ahead for
+        exactly this (`harness.locust.early_processes`) is taken instead, with the token it was given."""
+        argv = vendor_argv(module, profile, seed=seed, time_scale=time_scale, overrides=overrides)
+        env = vendor_env()
+        early = early_processes.take(early_processes.key_of("vendor", argv, env)) if token is None else None
+        if early is not None:
+            mark("vendor: taken from the head start")
+            process, token = early.process, early.facts["token"]
+        else:
+            token = token or new_token()
+            process = launch_vendor(argv, env, token)
         try:
             with gevent.Timeout(VENDOR_START_TIMEOUT_S, UsageError(f"{module} did not start in time")):
                 line = process.stdout.readline().decode(errors="replace").strip()
@@ -131,14 +163,22 @@ class EmbeddedVendor:
             data = data.get("sandboxes", [])
         return list(data)
 
-    def stop(self) -> None:
-        if self.process.poll() is not None:
+    def ask_to_stop(self) -> None:
+        """Tell the vendor to stop (stdin closed, SIGTERM) without waiting for it; once (a second SIGTERM could land
+        after its loop has ended, and end it with a signal instead of its own exit)."""
+        if self.asked_to_stop or self.process.poll() is not None:
             return
+        self.asked_to_stop = True
         try:
             self.process.stdin.close()
         except OSError:
             pass
         self.process.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        self.ask_to_stop()
+        if self.process.poll() is not None:
+            return
         try:
             self.process.wait(timeout=15)
         except gevent.subprocess.TimeoutExpired:
@@ -175,7 +215,8 @@ class ShardedVendor:
         meanwhile: Meanwhile | None = None,
     ) -> ShardedVendor:
         """Every shard started and listening; `meanwhile` runs once their processes are forked, while they start."""
-        token = secrets.token_urlsafe(24)
+        # shards share one token; a vendor of one shard picks its own (or the head start's: early_processes)
+        token = new_token() if shards > 1 else None
         jobs = [
             gevent.spawn(
                 EmbeddedVendor.start,
@@ -237,6 +278,9 @@ class ShardedVendor:
         return [sandbox for vendor in self.shards for sandbox in vendor.truth()]
 
     def stop(self) -> None:
+        # every shard told at once, before the first wait: the caller may hold the loop right after (a run's end)
+        for vendor in self.shards:
+            vendor.ask_to_stop()
         gevent.joinall([gevent.spawn(vendor.stop) for vendor in self.shards])
 
 

@@ -17,6 +17,7 @@ import gevent
 
 from foundation.phase_marks import mark
 from harness.locust.run_folder import compact_tables, iso
+from harness.locust.run_state import RunState
 from harness.locust.services.run_record import RunRecord
 from harness.locust.worker_link import process_usage
 from harness.results.figures.thresholds import Threshold, Verdict
@@ -52,6 +53,9 @@ READERS = (
     "jsonschema",
 )
 
+LAST_STEP_POLL_S = 0.05  # how often a burst is checked for its last step's release
+LAST_SENDS_S = 0.02
+
 
 def preload_readers(waiting: Callable[[], bool]) -> None:
     """Import what `conclude` needs while the engine and the vendor start and this process only waits for them.
@@ -70,6 +74,21 @@ def preload_readers(waiting: Callable[[], bool]) -> None:
             importlib.import_module(name)
         except ImportError:
             continue
+
+
+def preload_in_last_step(state: RunState, shape: object, steps: int) -> None:
+    """A local burst's last step, once every user of this process has sent its rollout: nothing more is submitted,
+    only rows are awaited, so what the end of the run reads with is imported now (with the vendor and the engine
+    up before Locust's own start, `preload_readers` rarely has a wait to fill). An import holds the loop for one
+    module: a row arriving meanwhile is seen that much later, time the end of the run would have spent anyway."""
+    if not getattr(shape, "gated", False):
+        return
+    while not state.ended:
+        if state.gate_step >= steps and state.at_gate == 0:
+            gevent.sleep(LAST_SENDS_S)  # the users that left the gate send their rollouts first
+            preload_readers(lambda: not state.ended)
+            return
+        gevent.sleep(LAST_STEP_POLL_S)
 
 
 def conclude(record: RunRecord, end: RunEnd, thresholds: Sequence[Threshold], seconds: str) -> RunConclusion:

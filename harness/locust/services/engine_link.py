@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +124,23 @@ class EngineLink:
                     pass
             gevent.sleep(LOCAL_POLL_INTERVAL_S)
 
-    def drain(self) -> dict[str, Any] | None:
-        """End the run in the engine: its summary, or None if there is no engine or the drain failed."""
+    def drain(self, meanwhile: Callable[[], None] | None = None) -> dict[str, Any] | None:
+        """End the run in the engine: its summary, or None if there is no engine or the drain failed. `meanwhile`
+        runs here while the engine drains (this process's CPU beside the engine's), and runs with no engine too."""
         if self.client is None or not self.client.alive:
+            if meanwhile is not None:
+                meanwhile()
             return None
+        draining = gevent.spawn(self._drain, self.client)
+        if meanwhile is not None:
+            gevent.sleep(0)  # the drain is asked for before `meanwhile` holds the loop
+            meanwhile()
+        return draining.get()
+
+    @staticmethod
+    def _drain(client: EngineClient) -> dict[str, Any] | None:
         try:
-            return self.client.drain()
+            return client.drain()
         except EngineError as exc:
             log.error("engine drain failed: %s", exc)
             return None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foundation.phase_marks import mark
 from harness.locust.crashed_runs import find_crashed_runs
 from harness.locust.reports import LocustReports
 from harness.locust.run_folder import (
@@ -147,6 +148,7 @@ class RunRecord:
         if self._reports is not None:
             self._reports.finish()
             self._reports = None
+        mark("end: Locust's reports written")
 
     def amend_ending(self, ending: str) -> None:
         """A second signal after the run had been concluded: run.json still says what the user asked for."""
