@@ -10,9 +10,10 @@ ideal`, standalone, so its CPU is never the client's), at the same number of lif
 
 What is counted, as in `bench_overhead.py` (whose window and CPU accounting this reuses): lifecycles per second
 are the plane's own count of terminated sandboxes over a window that starts `--warmup` seconds after the first
-one; client CPU is the CPU of the side's process tree (every client process: for stampede, Locust and its
+one and lasts `--seconds` (each stretched, up to 45 s, to one and two times the wait for that first end: where
+one lifecycle outlasts a short window, a closed loop ends in waves); client CPU is the CPU of the side's process tree (every client process: for stampede, Locust and its
 engine; never the plane) in that same window, per lifecycle. TTI (submit -> the command's answer) is over the
-lifecycles submitted inside the window; "client adds" is that TTI minus the plane's own record of the same
+lifecycles whose command answered inside the window; "client adds" is that TTI minus the plane's own record of the same
 sandbox (accept -> first command done), per sandbox: what the client side puts on top of the vendor.
 
 Rounds interleave the sides (their order flips each round) so a busy neighbour on the shared cores hits both
@@ -58,6 +59,7 @@ VENDORS = ("prime", "modal", "e2b", "daytona")
 SIDES = ("stampede", "bare")
 PLANE_START_S = 60.0
 STOP_S = 90.0
+MAX_WINDOW_S = 45.0  # the longest warm-up or window a slow side may stretch them to
 
 
 class Plane:
@@ -153,16 +155,17 @@ class Measured:
 
 
 def lifecycles_in(side: str, work: Path, since: float, until: float) -> tuple[list[tuple[str, float]], int]:
-    """(sandbox id, TTI s) of the ok lifecycles submitted in [since, until] (epoch s), and the side's failures."""
+    """(sandbox id, TTI s) of the ok lifecycles whose command answered in [since, until] (epoch s), and the side's
+    failures. By the answer, not the submit: a side stopped at the window's end may cancel what it had in flight."""
     if side == "bare":
         result = json.loads((work / "bare.json").read_text())
-        rows = [(str(sid), float(tti)) for t, tti, sid in result["lifecycles"] if since <= t <= until]
+        rows = [(str(sid), float(tti)) for t, tti, sid in result["lifecycles"] if since <= t + tti <= until]
         return rows, int(result["errors"])
     from harness.results.read.dataset import load_rollouts
 
     frame = load_rollouts(work / "bench")
-    submitted = frame["t_submit"].astype(float)  # the reader answers epoch seconds
-    inside = frame[(submitted >= since) & (submitted <= until)]
+    answered = frame["t_submit"].astype(float) + frame["tti_s"]  # the reader answers epoch seconds
+    inside = frame[(answered >= since) & (answered <= until)]
     ok = inside[(inside["outcome"] == "ok") & inside["tti_s"].notna()]
     failed = int((frame["outcome"] == "failed").sum()) if "outcome" in frame else 0
     return list(zip(ok["sandbox_id"].astype(str), ok["tti_s"].astype(float), strict=True)), failed
@@ -178,12 +181,17 @@ def measure(vendor: str, side: str, concurrency: int, warmup_s: float, seconds: 
         argv = [sys.executable, str(BASELINES / f"sdk_{vendor}.py"), "--concurrency", str(concurrency)]
         argv += ["--seconds", str(run_s), "--out", str(work / "bare.json")]
         env = bare_env(plane, work)
+    started = time.monotonic()
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         root = psutil.Process(process.pid)
         wait_until(lambda: plane.terminated() > 0 or process.poll() is not None, 90, f"{vendor} {side}: no end")
         if process.poll() is not None:
             raise RuntimeError(f"{vendor} {side} ended early: {process.stderr.read().decode()[-800:]}")  # type: ignore[union-attr]
+        # One lifecycle can outlast a short window when the machine is saturated (960 in flight at 80/s: 12 s),
+        # and a closed loop started all at once ends in waves: skip the first wave, and span at least two more.
+        first_end_s = time.monotonic() - started
+        warmup_s, seconds = (min(MAX_WINDOW_S, max(x, n * first_end_s)) for x, n in ((warmup_s, 1), (seconds, 2)))
         time.sleep(warmup_s)
         load0 = os.getloadavg()[0]
         count0, cpu0, t0, wall0 = plane.terminated(), tree_cpu(root), time.monotonic(), time.time()
@@ -244,7 +252,7 @@ def main() -> int:
                     m = measure(vendor, side, level, args.warmup, args.seconds)
                     results.setdefault((vendor, level, side), []).append(m)
                     print(
-                        f"  {vendor:<8} {side:<9} {level:>4} in flight: {m.window.rate:7.1f}/s, "
+                        f"  {vendor:<8} {side:<9} {level:>4} in flight, {m.window.seconds:4.1f} s: {m.window.rate:7.1f}/s, "
                         f"{m.window.cpu_ms_per_lifecycle:6.2f} CPU-ms each, TTI p50 {1000 * quantile(m.tti_s, 0.5):6.1f}"
                         f" ms, adds p50 {1000 * quantile(m.adds_s, 0.5):6.1f} p99 {1000 * quantile(m.adds_s, 0.99):6.1f}"
                         f" ms, {m.errors} failed, load {m.load[0]:.1f}->{m.load[1]:.1f} {'; '.join(m.notes)}",
@@ -253,7 +261,7 @@ def main() -> int:
                     )
     loads = [x for ms in results.values() for m in ms for x in m.load]
     print(
-        f"windows {args.seconds:g} s after {args.warmup:g} s warm-up, {args.rounds} round(s), ideal planes; "
+        f"windows of at least {args.seconds:g} s after at least {args.warmup:g} s warm-up, {args.rounds} round(s), ideal planes; "
         f"1-min load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores"
     )
     print("ratio = stampede / bare; adds = TTI minus the plane's own accept->first command done (ms)")

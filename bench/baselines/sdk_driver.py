@@ -1,5 +1,6 @@
 """The closed loop every `sdk_<vendor>.py` baseline runs: N workers, each one lifecycle after another, until the
-deadline or SIGTERM/SIGINT (then each worker finishes the lifecycle it is in, so no sandbox is left behind).
+deadline (then each worker finishes the lifecycle it is in), or SIGTERM/SIGINT (then the lifecycles in flight get
+`STOP_GRACE_S` to finish and are cancelled: the bench throws their plane away).
 
 A baseline module gives two things: `open_client()`, an async context manager yielding its SDK's one client
 (whatever the SDK calls it), and `lifecycle(client, index)`, which makes the calls (create -> wait until
@@ -22,6 +23,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+STOP_GRACE_S = 5.0
 Lifecycle = Callable[[Any, int], Awaitable[tuple[str, float]]]
 
 
@@ -30,8 +32,10 @@ async def closed_loop(
     lifecycle: Lifecycle,
     concurrency: int,
     seconds: float,
-) -> dict[str, Any]:
-    """Run `concurrency` workers until `seconds` pass or a SIGTERM/SIGINT arrives; answer the records."""
+    out: Path,
+) -> None:
+    """Run `concurrency` workers until `seconds` pass or a SIGTERM/SIGINT arrives; write the records to `out`
+    before the client is closed (an SDK's close is no part of the loop, and may hang on a plane going away)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -51,8 +55,16 @@ async def closed_loop(
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
 
     async with open_client() as client:
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-    return {"lifecycles": records, "errors": len(errors), "first_errors": errors[:5]}
+        workers = [asyncio.ensure_future(worker(client)) for _ in range(concurrency)]
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([asyncio.gather(*workers), stopped], return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():  # a stop: the lifecycles in flight get a grace, then are cancelled (their plane goes too)
+            _, late = await asyncio.wait(workers, timeout=STOP_GRACE_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        stopped.cancel()
+        out.write_text(json.dumps({"lifecycles": records, "errors": len(errors), "first_errors": errors[:5]}))
 
 
 def main(open_client: Callable[[], AbstractAsyncContextManager[Any]], lifecycle: Lifecycle, doc: str) -> None:
@@ -62,5 +74,4 @@ def main(open_client: Callable[[], AbstractAsyncContextManager[Any]], lifecycle:
     parser.add_argument("--seconds", type=float, required=True, help="no lifecycle starts after this many seconds")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    result = asyncio.run(closed_loop(open_client, lifecycle, args.concurrency, args.seconds))
-    Path(args.out).write_text(json.dumps(result))
+    asyncio.run(closed_loop(open_client, lifecycle, args.concurrency, args.seconds, Path(args.out)))
