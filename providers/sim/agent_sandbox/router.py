@@ -65,8 +65,9 @@ def _tree_of(request: web.Request) -> tuple[Any, web.Response | None]:
 
 
 # a file the vendor refuses (`transfers.py`): 413 for one over the size cap (an ingress's body limit), 503 for one
-# too many in flight; the SDK raises SandboxRequestError with the status, an upload's or download's `transfer_error`
-_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+# too many in flight, 500 for one the runtime failed part-way; the SDK raises SandboxRequestError with the status, an
+# upload's or download's `transfer_error`
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503, "transfer_failed": 500}
 
 
 async def _moved(request: web.Request, direction: str, nbytes: int) -> web.Response | None:

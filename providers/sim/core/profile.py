@@ -244,13 +244,25 @@ class Account:
 
 @dataclass(frozen=True, slots=True)
 class Errors:
-    """Injected failures: per create call, per sandbox (crash before ready) and per exec."""
+    """Injected failures: per create call, per sandbox (crash before ready) and per exec; and, for the steps RL
+    rollouts take, per file moved, per snapshot and per start from a snapshot or fork source.
+
+    `upload_error_prob` / `download_error_prob`: a file the vendor fails part-way (its server error, after half the
+    file's time over the profile's bandwidth; `transfers.py`). `snapshot_error_prob`: a snapshot the vendor fails
+    (its server error; nothing is kept). `fork_error_prob`: a create from a snapshot or a fork of a sandbox that the
+    vendor fails to restore (its server error on that create; `simulator.py`). All default to 0, so a profile
+    without them behaves as before they existed.
+    """
 
     create_transient_prob: float
     boot_crash_prob: float
     exec_error_prob: float
     exec_death_prob: float
     exec_oom_prob: float
+    upload_error_prob: float = 0.0
+    download_error_prob: float = 0.0
+    snapshot_error_prob: float = 0.0
+    fork_error_prob: float = 0.0
 
     def __post_init__(self) -> None:
         _probability(
@@ -260,6 +272,10 @@ class Errors:
             "exec_error_prob",
             "exec_death_prob",
             "exec_oom_prob",
+            "upload_error_prob",
+            "download_error_prob",
+            "snapshot_error_prob",
+            "fork_error_prob",
         )
 
 

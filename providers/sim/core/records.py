@@ -59,6 +59,8 @@ class Rejected(Exception):
 
     `attempt` is the create-attempt number (fronts use it to pick a deterministic 5xx flavour). A quota refused
     by the resource pool names the `resource` (`cpu`, `memory`, `disk`) and its `limit`, for fronts to word.
+    `restore` marks a TRANSIENT refusal of a start from a snapshot or fork source (the profile's `fork_error_prob`):
+    a front whose vendor answers a failed restore apart from a failed create words it so.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Rejected(Exception):
         attempt: int | None = None,
         resource: str | None = None,
         limit: float | None = None,
+        restore: bool = False,
     ) -> None:
         super().__init__(message)
         self.reason = RejectReason(reason)
@@ -78,6 +81,7 @@ class Rejected(Exception):
         self.attempt = attempt
         self.resource = resource
         self.limit = limit
+        self.restore = restore
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
@@ -96,6 +100,17 @@ class SnapshotNotFound(NotFound):
         Exception.__init__(self, f"snapshot {snapshot_id!r} not found")
         self.sandbox_id = snapshot_id
         self.snapshot_id = snapshot_id
+
+
+class SnapshotFailed(Exception):
+    """The vendor failed a snapshot (`[errors] snapshot_error_prob`): nothing was kept; `duration_s` is the vendor
+    time it spent before failing (a front waits it, then answers its vendor's server error)."""
+
+    def __init__(self, sandbox_id: str, duration_s: float) -> None:
+        super().__init__(f"snapshot of sandbox {sandbox_id} failed: internal error while saving its filesystem")
+        self.sandbox_id = sandbox_id
+        self.duration_s = duration_s
+        self.message = str(self)
 
 
 class NotRunning(Exception):

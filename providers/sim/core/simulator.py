@@ -70,6 +70,7 @@ from providers.sim.core.records import (
     SandboxStatus,
     SimSandbox,
     SimSnapshot,
+    SnapshotFailed,
     SnapshotNotFound,
     iso,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "SandboxStatus",
     "SimSandbox",
     "SimSnapshot",
+    "SnapshotFailed",
     "SnapshotNotFound",
     "TransferRefused",
     "VendorSimulator",
@@ -136,7 +138,7 @@ class VendorSimulator:
         self.real_shell: IsolatedShell | None = None  # real commands' processes (`commands.real_shell_of`)
         self._pausing = Pausing(self)
         self._snapshots = Snapshots(self, self._id_nonce)
-        self.transfers = Transfers(profile.sandbox, clock)  # files moving in and out (`transfers.py`)
+        self.transfers = Transfers(profile.sandbox, clock, profile.errors, self.seed)  # files in and out
         # the queue, the node pool and boots
         notify, boot = self._notify, self._pausing.boot_time
         self._pipeline = StartPipeline(profile, self.seed, clock, end=self._end, notify=notify, special_boot=boot)
@@ -262,14 +264,20 @@ class VendorSimulator:
         return self._snapshots.delete(id_or_name)
 
     def transfer_start(
-        self, sandbox_id: str, direction: str, size_bytes: int, on_done: Callable[[float], None]
+        self,
+        sandbox_id: str,
+        direction: str,
+        size_bytes: int,
+        on_done: Callable[[float], None],
+        on_failed: Callable[[TransferRefused], None] | None = None,
     ) -> None:
         """A file of `size_bytes` moving into ("upload") or out of ("download") a RUNNING sandbox; `on_done(seconds)`
-        when it arrived (`transfers.py`). Raises NotFound, NotRunning, or TransferRefused (a vendor cap)."""
+        when it arrived (`transfers.py`). Raises NotFound, NotRunning, or TransferRefused (a vendor cap, or a file
+        the profile's `[errors]` fails: `on_failed` part-way when one is given and the transfer takes time)."""
         sb = self.get(sandbox_id)
         if sb._phase != _RUNNING:
             raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
-        self.transfers.start(sb.id, direction, size_bytes, on_done)
+        self.transfers.start(sb.id, direction, size_bytes, on_done, on_failed)
 
     async def transfer(self, sandbox_id: str, direction: str, size_bytes: int) -> float:
         """`transfer_start` awaited on a live loop (a front's files API waits it before it answers): the seconds
@@ -280,7 +288,11 @@ class VendorSimulator:
             if not fut.done():
                 fut.set_result(seconds)
 
-        self.transfer_start(sandbox_id, direction, size_bytes, done)
+        def failed(exc: TransferRefused) -> None:
+            if not fut.done():
+                fut.set_exception(exc)
+
+        self.transfer_start(sandbox_id, direction, size_bytes, done, failed)
         return await fut
 
     def exec_start(
@@ -396,6 +408,8 @@ class VendorSimulator:
             "execs": dict(self.exec_counts),
             "transferred_bytes": dict(self.transfers.moved_bytes),
             "transfers_refused": dict(self.transfers.refused),
+            # the profile's [errors] for the rollout steps: files failed part-way, snapshots and restores failed
+            "steps_failed": {**self.transfers.failed, **self._snapshots.failed},
         }
 
     def truth(self) -> builtins.list[builtins.dict[str, Any]]:

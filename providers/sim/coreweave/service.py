@@ -441,9 +441,9 @@ class CoreWeaveSandboxService(sandbox_pb2_grpc.SandboxServiceServicer):
             # a file reason, so the SDK raises SandboxFileError (an upload's or download's `transfer_error`). Not
             # CWSANDBOX_FILE_TOO_LARGE: cwsandbox answers that one by streaming the file through an exec instead,
             # around the files API, so the profile's cap would refuse nothing
-            raise Abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{path}: {exc.message}", "CWSANDBOX_FILE_IO_FAILED"
-            ) from None
+            failed = exc.reason == "transfer_failed"  # the vendor broke it part-way: an internal error, not a cap
+            code = grpc.StatusCode.INTERNAL if failed else grpc.StatusCode.RESOURCE_EXHAUSTED
+            raise Abort(code, f"{path}: {exc.message}", "CWSANDBOX_FILE_IO_FAILED") from None
         except NotFound:
             raise _not_found(sandbox_id) from None
         except NotRunning as exc:

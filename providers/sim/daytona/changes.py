@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.simulator import CreateRequest, NotFound, NotRunning, Rejected, SimSandbox
+from providers.sim.core.simulator import CreateRequest, NotFound, NotRunning, Rejected, SimSandbox, SnapshotFailed
 from providers.sim.daytona.front import Front, error, front_of, json_object, served_elsewhere, with_sandbox
 from providers.sim.daytona.rest import rejection
 from providers.sim.daytona.shapes import MAX_INT, requested, state_of, update_requested
@@ -180,6 +180,9 @@ async def snapshot_sandbox(request: web.Request, front: Front, sb: SimSandbox) -
     except NotRunning:
         state = state_of(sb, front.life.get(sb.id))
         return error(request, 400, f"Sandbox must be started or stopped to snapshot (state: {state})")
+    except SnapshotFailed as exc:  # the profile's snapshot_error_prob: its time spent, then the API's server error
+        await front.sim.clock.sleep(exc.duration_s)
+        return error(request, 500, exc.message)
     await front.sim.clock.sleep(snap.duration_s)
     return web.json_response(front.body(sb))
 

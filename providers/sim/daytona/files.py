@@ -85,8 +85,9 @@ def _answer(request: web.Request, exc: FileProblem) -> web.Response:
 
 
 # a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one upload too many at once (the
-# S3 path's "SlowDown"); the SDK raises a plain DaytonaError with that status, an upload's or download's error
-_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+# S3 path's "SlowDown"), 500 for one it failed part-way; the SDK raises a plain DaytonaError with that status, an
+# upload's or download's error
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503, "transfer_failed": 500}
 # the sandbox's `VendorSimulator.transfer`, bound to its id (a file handler awaits it before it answers)
 _MOVER: web.RequestKey[Callable[[str, int], Awaitable[float]]] = web.RequestKey("stampede_sim_move")
 

@@ -457,8 +457,9 @@ def files_handler(operation: str, routed: Routed) -> Any:
 
 
 # a file the vendor refuses: 413 for a body over the cap (the proxy's "request entity too large"), 503 for one file too
-# many in flight; the SDK raises SandboxException("413: ..."/"503: ...") for both, an upload's or download's error
-_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+# many in flight, 500 for one envd failed part-way; the SDK raises SandboxException("413: ..."/"503: ...") for each,
+# an upload's or download's error
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503, "transfer_failed": 500}
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from providers.sim.core.simulator import (
     Rejected,
     SandboxStatus,
     SimSandbox,
+    SnapshotFailed,
     VendorSimulator,
 )
 from providers.sim.e2b.app_state import simulator
@@ -158,6 +159,9 @@ async def create_snapshot(request: web.Request) -> web.Response:
         snapshot = sim.snapshot(sandbox_id, name)
     except (NotFound, NotRunning):
         return _not_found(sandbox_id)
+    except SnapshotFailed as exc:  # the profile's snapshot_error_prob: its time spent, then the API's server error
+        await sim.clock.sleep(exc.duration_s)
+        return _error(500, exc.message)
     await sim.clock.sleep(snapshot.duration_s)
     return web.json_response(_snapshot_body(snapshot), status=201)
 

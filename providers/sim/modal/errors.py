@@ -44,6 +44,8 @@ def rejection_error(exc: Rejected, time_scale: float) -> GRPCError:
         return GRPCError(Status.RESOURCE_EXHAUSTED, CAPACITY_MESSAGE)
     if exc.reason is RejectReason.INVALID:
         return GRPCError(Status.INVALID_ARGUMENT, exc.message)
+    if exc.restore:  # a start from a snapshot image that failed: the SDK's InternalError, the fork's own failure
+        return GRPCError(Status.INTERNAL, exc.message)
     return GRPCError(Status.UNAVAILABLE, _TRANSIENT_MESSAGES[(exc.attempt or 0) % len(_TRANSIENT_MESSAGES)])
 
 

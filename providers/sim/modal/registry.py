@@ -15,7 +15,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from providers.sim.core.simulator import NotFound, NotRunning, SandboxStatus, SimSandbox, VendorSimulator
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from providers.sim.core.simulator import (
+    NotFound,
+    NotRunning,
+    SandboxStatus,
+    SimSandbox,
+    SnapshotFailed,
+    VendorSimulator,
+)
 from providers.sim.modal.errors import task_gone_error
 from providers.sim.modal.tokens import base62_id
 
@@ -173,6 +183,9 @@ class ModalRegistry:
             snapshot = self.sim.snapshot(record.sim.id)
         except (NotFound, NotRunning):
             raise task_gone_error(record.task_id, record.sim) from None
+        except SnapshotFailed as exc:  # the profile's snapshot_error_prob: its time spent, then an INTERNAL status
+            await self.sim.clock.sleep(exc.duration_s)
+            raise GRPCError(Status.INTERNAL, exc.message) from None
         await self.sim.clock.sleep(snapshot.duration_s)
         image_id = base62_id("im", f"{self.seed}:snapshot:{snapshot.id}")
         self.images[image_id] = self.images.get(record.image_id, record.image_id)

@@ -221,7 +221,8 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
     async def _moved(self, record: ModalSandbox, tool: fs_tools.ToolCall, stdin: bytes) -> fs_tools.ToolResult:
         """The tool's operation, a file's bytes moving over the profile's bandwidth (`VendorSimulator.transfer`):
         a WriteFile's stdin before it lands, a ReadFile's file before it is answered; a refused file is the tool's
-        `FileTooLarge` (the SDK's SandboxFilesystemFileTooLargeError on a read) or `ResourceExhausted` error."""
+        `FileTooLarge` (the SDK's SandboxFilesystemFileTooLargeError on a read), `ResourceExhausted` or, for a file the
+        vendor failed part-way, `Internal` error (the SDK's plain SandboxFilesystemError for both)."""
         try:
             if tool.operation == "WriteFile":
                 await self.sim.transfer(record.sim.id, "upload", len(stdin))
@@ -229,7 +230,8 @@ class ModalCommandRouter(with_unimplemented(task_command_router_grpc.TaskCommand
             if tool.operation == "ReadFile" and result.code == 0:
                 await self.sim.transfer(record.sim.id, "download", len(result.stdout))
         except TransferRefused as exc:
-            kind = "FileTooLarge" if exc.reason == "file_too_large" else "ResourceExhausted"
+            kinds = {"file_too_large": "FileTooLarge", "transfer_failed": "Internal"}
+            kind = kinds.get(exc.reason, "ResourceExhausted")
             return fs_tools.refused(kind, exc.message)
         return result
 

@@ -19,7 +19,14 @@ from typing import Any
 from aiohttp import web
 
 from providers.sim.core.records import iso
-from providers.sim.core.simulator import NotFound, NotRunning, SimSnapshot, SnapshotNotFound, VendorSimulator
+from providers.sim.core.simulator import (
+    NotFound,
+    NotRunning,
+    SimSnapshot,
+    SnapshotFailed,
+    SnapshotNotFound,
+    VendorSimulator,
+)
 
 Getter = Callable[[web.Request], VendorSimulator]
 
@@ -55,6 +62,8 @@ def add_checkpoint_routes(router: web.UrlDispatcher, prefix: str, get_sim: Gette
             return web.json_response({"detail": "Sandbox not found"}, status=404)
         except NotRunning as exc:
             return web.json_response({"detail": f"Sandbox is not running ({exc.status})"}, status=409)
+        except SnapshotFailed as exc:  # the profile's snapshot_error_prob: the API's server error, nothing kept
+            return web.json_response({"detail": exc.message}, status=500)
         return web.json_response(checkpoint_body(sim, snap), status=201)
 
     async def get(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from providers.sim.core.records import CreateRequest, NotFound, NotRunning, Rejected, RejectReason
+from providers.sim.core.records import CreateRequest, NotFound, NotRunning, Rejected, RejectReason, SnapshotFailed
 from providers.sim.runloop.shapes import DEFAULT_IMAGE, DEVBOX_USER, STATUSES, metadata_labels, snapshot_view
 from providers.sim.runloop.state import Front, error, front_of, read_json
 
@@ -208,6 +208,9 @@ async def snapshot_disk(request: web.Request) -> web.Response:
         return error(request, 404, f"Devbox {request.match_info['id']} not found")
     except NotRunning as exc:
         return error(request, 400, f"Devbox {exc.sandbox_id} is not running (status: {exc.status})")
+    except SnapshotFailed as exc:  # the profile's snapshot_error_prob: its time spent, then the API's server error
+        await asyncio.sleep(exc.duration_s * front.sim.clock.time_scale)
+        return error(request, 500, exc.message)
     await asyncio.sleep(snap.duration_s * front.sim.clock.time_scale)
     front.snapshot_meta[snap.id] = (dict(metadata), body.get("commit_message"))
     return web.json_response(snapshot_view(snap, front.sim.clock.wall, metadata, body.get("commit_message")))

@@ -19,9 +19,10 @@ def _tree_path(front: Front, request: web.Request, path: str, *, write: bool) ->
     return tree.writable(path) if write else tree.host_path(path)
 
 
-# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight; the SDK
-# raises its APIStatusError with the status, which the adapter reads as an upload's or download's `transfer_error`
-_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503}
+# a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight, 500 for
+# one it failed part-way; the SDK raises its APIStatusError with the status, an upload's or download's
+# `transfer_error`
+_REFUSED_STATUS = {"file_too_large": 413, "too_many_transfers": 503, "transfer_failed": 500}
 
 
 async def _moved(front: Front, request: web.Request, direction: str, nbytes: int) -> None:

@@ -18,7 +18,11 @@ from providers.sim.vercel.shapes import USER, bad_request, error, read_json
 
 # a file the vendor refuses (`transfers.py`): 413 for one over the size cap, 503 for one too many in flight; the SDK
 # raises its SandboxApiError with the status, which the adapter reads as an upload's or download's `transfer_error`
-_REFUSED = {"file_too_large": (413, "file_too_large"), "too_many_transfers": (503, "too_many_transfers")}
+_REFUSED = {
+    "file_too_large": (413, "file_too_large"),
+    "too_many_transfers": (503, "too_many_transfers"),
+    "transfer_failed": (500, "internal_server_error"),  # a file the vendor failed part-way
+}
 
 
 def _refused(exc: TransferRefused) -> web.Response:

@@ -9,7 +9,7 @@ import math
 from aiohttp import web
 
 from providers.sim.core.serving.listening import SIMULATOR
-from providers.sim.core.simulator import NotFound, NotRunning, VendorSimulator
+from providers.sim.core.simulator import NotFound, NotRunning, SnapshotFailed, VendorSimulator
 from providers.sim.vercel.shapes import (
     REGION,
     SNAPSHOT_PREFIX,
@@ -94,7 +94,11 @@ async def snapshot_session(request: web.Request) -> web.Response:
         return found
     named, session_id = found
     sim = request.app[SIMULATOR]
-    snap = sim.snapshot(session_id)
+    try:
+        snap = sim.snapshot(session_id)
+    except SnapshotFailed as exc:  # the profile's snapshot_error_prob: its time spent, then the API's server error
+        await asyncio.sleep(exc.duration_s * sim.clock.time_scale)
+        return error(500, "internal_server_error", exc.message)
     await asyncio.sleep(snap.duration_s * sim.clock.time_scale)
     end_session(sim, session_id)  # Vercel stops the sandbox it snapshots
     named.snapshot_id = snap.id

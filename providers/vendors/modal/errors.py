@@ -26,6 +26,8 @@ _PULL = re.compile(r"pull image|image pull|image_pull", re.I)
 _CAPACITY = re.compile(r"insufficient capacity|no capacity", re.I)
 _RATE = re.compile(r"rate limit|creation rate|too many requests|throttl", re.I)
 _QUOTA = re.compile(r"limit reached|concurrent|quota|maximum number of|max containers|allows \d", re.I)
+_STEP_PHASES = (Phase.UPLOAD, Phase.DOWNLOAD, Phase.SNAPSHOT, Phase.FORK)
+"""Steps whose own failure Modal answers INTERNAL (the SDK's InternalError): the step's error, not the transport's."""
 _DEATH = re.compile(r"terminated|finished|not running|timed out|lifetime|shut down|crashed|killed|exited", re.I)
 
 
@@ -68,6 +70,8 @@ def classify_modal(exc: BaseException, phase: Phase | None = None) -> FailureKin
         return _ended(message, phase, died=False)
     if isinstance(exc, (mexc.InvalidError, mexc.AlreadyExistsError, mexc.UnimplementedError)):
         return FailureKind.INVALID_REQUEST
+    if isinstance(exc, (mexc.InternalError, mexc.DataLossError)) and phase in _STEP_PHASES:
+        return vendor_error_kind(phase)  # Modal failed the step itself (a snapshot, a restore, a file), not the wire
     if isinstance(
         exc,
         (mexc.ServiceError, mexc.InternalError, mexc.DataLossError, mexc.ConnectionError, mexc.ClientClosed),

@@ -11,6 +11,10 @@ the public fixed parts; no vendor publishes a per-GiB figure). Copies are made o
 sandbox nobody wrote to gets its tree on first use, like any other.
 
 Names: a snapshot may carry a name; `get`/`delete` take an id or a name (the newest snapshot of that name).
+
+Failures (`[errors]`, seeded draws): `snapshot_error_prob` fails a snapshot after its drawn time (SnapshotFailed,
+nothing kept); `fork_error_prob` fails a create from a snapshot or fork source at once (the vendor could not restore
+it: a TRANSIENT rejection, which every front already answers as its create's server error).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from providers.sim.core.records import (
     RejectReason,
     SimSandbox,
     SimSnapshot,
+    SnapshotFailed,
     SnapshotNotFound,
 )
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxTrees, SandboxUser
@@ -64,18 +69,25 @@ class Snapshots:
         self._nonce = id_nonce
         self._by_id: dict[str, SimSnapshot] = {}
         self._taken = 0
+        self._starts = 0  # creates from a snapshot or fork source: the fork failure's draw index
+        self.failed = {"snapshot": 0, "fork": 0}
 
     def __len__(self) -> int:
         return len(self._by_id)
 
     def take(self, sandbox_id: str, name: str | None = None) -> SimSnapshot:
-        """Copy a RUNNING or PAUSED sandbox's files now. Raises NotFound, or NotRunning (starting or ended)."""
+        """Copy a RUNNING or PAUSED sandbox's files now. Raises NotFound, NotRunning (starting or ended), or
+        SnapshotFailed (the profile's `snapshot_error_prob`)."""
         host = self.host
         sb = host.get(sandbox_id)
         if sb._phase not in (_RUNNING, _PAUSED):
             raise NotRunning(sb.id, sb.status, sb.error_type, sb.error_message)
         k = self._taken
         self._taken += 1
+        if Stream(host.seed, "snapshot_fault", k).chance(host.profile.errors.snapshot_error_prob):
+            self.failed["snapshot"] += 1
+            spec = host.profile.sandbox
+            raise SnapshotFailed(sb.id, Stream(host.seed, "snapshot", k).lognormal(spec.snapshot_median_s, spec.sigma))
         digest = hashlib.blake2b(f"{host.seed}:snapshot:{k}{self._nonce}".encode(), digest_size=12).hexdigest()
         snapshot_id = f"snap{digest}"
         root = host.trees.save(sb.id, snapshot_id, user_of(sb))
@@ -125,6 +137,13 @@ class Snapshots:
             source = self.host.get(req.fork_of)
             if source._phase == _ENDED:
                 raise NotRunning(source.id, source.status, source.error_type, source.error_message)
+        k = self._starts
+        self._starts += 1
+        if Stream(self.host.seed, "fork_fault", k).chance(self.host.profile.errors.fork_error_prob):
+            self.failed["fork"] += 1
+            what = f"snapshot {req.from_snapshot}" if req.from_snapshot is not None else f"sandbox {req.fork_of}"
+            message = f"Internal error while restoring {what}: the sandbox did not start"
+            raise Rejected(RejectReason.TRANSIENT, message, restore=True)
 
     def seed_tree(self, sb: SimSandbox, req: CreateRequest) -> None:
         """An accepted sandbox's files: a copy of its snapshot or of its fork source (nothing for a plain create)."""
