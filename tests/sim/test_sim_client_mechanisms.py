@@ -125,6 +125,9 @@ def test_the_closed_loop_holds_its_in_flight_and_paces_creates() -> None:
     assert result.stats["created"] == 24
 
 
+README = Path(__file__).parents[2] / "README.md"
+
+
 @pytest.mark.slow
 def test_the_checked_in_mechanisms_table_is_the_generators_output() -> None:
     checked_in = Path(mechanisms_table.__file__).with_name("mechanisms-960.md").read_text()
@@ -132,3 +135,27 @@ def test_the_checked_in_mechanisms_table_is_the_generators_output() -> None:
         range(mechanisms_table.TABLE_SEEDS), mechanisms_table.ROLLOUTS_PER_WORKER, mechanisms_table.CLIENT_BLOCKS
     )
     assert checked_in == mechanisms_table.HEADER + regenerated
+    # the README's Job 2 summary, every row (the scale-up lag's too), is the generator's as well
+    assert mechanisms_table.readme_table(mechanisms_table.printed_cells(regenerated)) in README.read_text()
+
+
+def test_the_readmes_mechanism_table_is_the_checked_in_tables_summary() -> None:
+    """Fast half of the check above: README.md's Job 2 table says, row by row, what `mechanisms-960.md` (the
+    generator's output, checked by the slow test) says for uni-agent's pre-#47 client; a figure typed into either
+    alone fails here."""
+    checked_in = mechanisms_table.TABLE_FILE.read_text()
+    summary = mechanisms_table.readme_table(mechanisms_table.printed_cells(checked_in))
+    assert len(summary.splitlines()) == 2 + len(mechanisms_table.README_ROWS)
+    assert summary in README.read_text(), summary
+
+
+def test_the_readme_summary_reads_the_printed_cells_back() -> None:
+    """`printed_cells` reads what `table` prints: the summary from rows and from their printout are the same."""
+    rows = [
+        mechanisms_table.TableRow(m.name, m.source, 10, 0.5, 0.6, 2.0, 900.0 + i, 1000.0 + i, 0, {})
+        for i, m in enumerate(mechanisms_table.MECHANISMS)
+    ]
+    printed = f"client {mechanisms_table.CLIENT}: described\n\n{mechanisms_table.table(rows)}"
+    by_rows = mechanisms_table.readme_table(mechanisms_table.cells(rows))
+    assert by_rows == mechanisms_table.readme_table(mechanisms_table.printed_cells(printed))
+    assert "| scale-up lag 45 s | assumed | 50.0% | 15.1 / 16.8 min |" in by_rows

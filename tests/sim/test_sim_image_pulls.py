@@ -137,5 +137,8 @@ def test_960_cold_starts_of_an_8gb_image_are_pull_bound_for_minutes_and_warm_one
     assert one.tti[0] > 60 and one.pull_share > 0.9  # every node pulls 8 GB while 15 share the registry
     assert per_task.tti[0] > 10 * 60 and per_task.pull_share > 0.95  # each task's own layer queues: tens of min
     assert warm.tti[2] < 10 and warm.pull_share == 0.0 and warm.moved_gb == 0.0
-    readme = (Path(__file__).parents[2] / "providers" / "sim" / "README.md").read_text()
+    repo = Path(__file__).parents[2]
+    readme = (repo / "providers" / "sim" / "README.md").read_text()
     assert pull_table.table([one, per_task, warm]) in readme  # the table the README shows is this one
+    plans = (repo / "docs" / "rollout-plans.md").read_text()
+    assert pull_table.brief_table([one, per_task, warm]) in plans  # and the short one docs/rollout-plans.md shows

@@ -1,8 +1,8 @@
 """Which mechanism makes 960 rollouts start in tens of minutes to an hour: each switched on alone, then together.
 
-`python -m providers.sim.core.mechanisms_table` prints the table the README's 960 section shows (markdown;
+`python -m providers.sim.core.mechanisms_table` prints the tables behind the README's 960 section (markdown;
 `--seeds N`, `--rollouts K`; `--write` regenerates the checked-in `mechanisms-960.md` beside this module, which a test
-compares). The workload is uni-agent's pattern on a virtual clock (`simulate_closed_loop`):
+compares; `--readme` the README's five-row summary of it, which a test compares with the README). The workload is uni-agent's pattern on a virtual clock (`simulate_closed_loop`):
 960 workers, all starting at once (the 960-wide first wave), each running rollouts back to back and holding its
 sandbox for an episode, through the client the failures were reported with (SWE-ReX under uni-agent before PR #47:
 300 s to alive, 5 retries, a 900 s init budget; `foundation/sandbox_client.py`). The vendor is modal-like with its
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,6 +239,43 @@ def table(rows: Sequence[TableRow]) -> str:
     return "\n".join(out)
 
 
+README_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("none (power law off)", "none", "–"),
+    ("start pipeline slowing as (starting/128)^6", "congestion power law", "assumed"),
+    (f"~{LEAKED} leaked sandboxes holding the cap", f"{LEAKED} leaked sandboxes", "public"),
+    ("teardown 60 s counted against the cap", "teardown 60 s", "assumed"),
+    ("scale-up lag 45 s", "scale-up lag 45 s", "assumed"),
+)
+"""The README's Job 2 summary: its label, the row of the full table (client CLIENT) it shows, the kind of value."""
+
+
+def cells(rows: Sequence[TableRow]) -> dict[str, tuple[str, str, str]]:
+    """Each row's failed rollouts, startup p99 and max as `table` prints them, by mechanism."""
+    return {r.name: (f"{r.failure_rate:.1%}", _minutes(r.p99_s), _minutes(r.max_s)) for r in rows}
+
+
+def printed_cells(report_text: str, client: str = CLIENT) -> dict[str, tuple[str, str, str]]:
+    """The same cells read back from a printed report (the checked-in `mechanisms-960.md`): `client`'s table."""
+    block = report_text.split(f"client {client}: ", 1)[1].split("\n\nclient ", 1)[0]
+    out = {}
+    for line in block.splitlines():
+        if line.startswith("| ") and not line.startswith("| mechanism (alone unless said) |"):  # a row, not the header
+            name, failed, _, _, p99, max_s = (c.strip() for c in line.strip("|").split("|")[:6])
+            out[name] = (failed, p99, max_s)
+    return out
+
+
+def readme_table(by_name: Mapping[str, tuple[str, str, str]]) -> str:
+    """The README's summary of CLIENT's table (`--readme`), from its cells (`cells`, `printed_cells`): failed, and
+    startup p99 / max ("14.5 / 15.0 min" when both are minutes)."""
+    out = ["| mechanism | value | failed | startup p99 / max |", "|---|---|---|---|"]
+    for label, name, kind in README_ROWS:
+        failed, p99, max_s = by_name[name]
+        both = f"{p99.removesuffix(' min')} / {max_s}" if p99.endswith(" min") and max_s.endswith(" min") else None
+        out.append(f"| {label} | {kind} | {failed} | {both or f'{p99} / {max_s}'} |")
+    return "\n".join(out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m providers.sim.core.mechanisms_table", description=__doc__)
     parser.add_argument("--seeds", type=int, default=TABLE_SEEDS, help=f"seeds per row, pooled (default {TABLE_SEEDS})")
@@ -250,9 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"client preset(s) (default {', '.join(CLIENT_BLOCKS)})",
     )
     parser.add_argument("--write", action="store_true", help=f"write the default table to {TABLE_FILE.name}")
+    parser.add_argument(
+        "--readme", action="store_true", help=f"the README's summary alone: {len(README_ROWS)} rows, client {CLIENT}"
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.rollouts < 1:
         parser.error("--seeds and --rollouts must be >= 1")
+    if args.readme:
+        wanted = {name for _, name, _ in README_ROWS}
+        shown = [m for m in rows_to_run() if m.name in wanted]
+        print(readme_table(cells([run_one(m, range(args.seeds), args.rollouts) for m in shown])))
+        return 0
     if args.write:
         TABLE_FILE.write_text(HEADER + report(range(TABLE_SEEDS), ROLLOUTS_PER_WORKER, CLIENT_BLOCKS))
         print(f"wrote {TABLE_FILE}")

@@ -2,21 +2,23 @@
 
 `python -m providers.sim.core.pull_table` prints the table issue 30 asks for (markdown; `--profile`, `--n`,
 `--image-mb`, `--seed`, `--set KEY=VALUE` to move a profile value, `--start-collapse` to keep the profile's boot
-power law). The workload is `simulate_burst` on a virtual clock: `n` creates at once, each declaring its image's size
-as a rollout plan does (the `stampede-image-mb` label), waiting until RUNNING, one command, terminate. Three rows:
-every rollout on one image with the nodes' caches cold; one image per task (SWE-bench's per-instance images, which
-share the catalogue's base layers) cold; and the warm cache (every initial node holds every image). The vendor is
-modal-like with its boot power law switched off (`boot.congestion_exponent = 0`, as `mechanisms_table.py` does),
-so the rows differ only in their pulls: with it on (`--start-collapse`) a pulling sandbox does not count toward it,
-but one image's pulls end together and then 960 boots start at once past the knee, so cold and warm both show the
-calibrated 960 collapse (TTI p50 ~20 min) and the pulls' share of TTI falls to ~1%. TTI = create -> first command done; pull = placed -> image pulled; pull share
-= the rollouts' pull seconds over their TTI seconds; quantiles nearest-rank, untrimmed.
+power law, `--brief` its short form alone). The workload is `simulate_burst` on a virtual clock: `n` creates at
+once, each declaring its image's size as a rollout plan does (the `stampede-image-mb` label), waiting until RUNNING,
+one command, terminate. Three rows: every rollout on one image with the nodes' caches cold; one image per task
+(SWE-bench's per-instance images, which share the catalogue's base layers) cold; and the warm cache (every initial
+node holds every image). The vendor is modal-like with its boot power law switched off (`boot.congestion_exponent =
+0`, as `mechanisms_table.py` does), so the rows differ only in their pulls: with it on (`--start-collapse`) a
+pulling sandbox does not count toward it, but one image's pulls end together and then 960 boots start at once past
+the knee, so cold and warm both show the calibrated 960 collapse (TTI p50 ~20 min) and the pulls' share of TTI falls
+to ~1%. TTI = create -> first command done; pull = placed -> image pulled; pull share = the rollouts' pull seconds
+over their TTI seconds; quantiles nearest-rank, untrimmed.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -94,6 +96,17 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def brief_table(rows: Sequence[Row]) -> str:
+    """The table's short form (`--brief`: cache, ok, TTI p50 and p99, the pull's share), as docs/rollout-plans.md
+    shows it; tests/sim/test_sim_image_pulls.py checks that page holds this one."""
+    lines = ["| cache | ok | TTI p50 | TTI p99 | pull share of TTI |", "|---|---|---|---|---|"]
+    for r in rows:
+        name = re.sub(r" \(\d+\)$", "", r.name).replace(" cache", "")  # "cold cache, one image per task (960)"
+        share = "-" if math.isnan(r.pull_share) else f"{r.pull_share:.0%}"
+        lines.append(f"| {name} | {r.ok}/{r.n} | {_dur(r.tti[0])} | {_dur(r.tti[2])} | {share} |")
+    return "\n".join(lines)
+
+
 def _dur(seconds: float) -> str:
     if math.isnan(seconds):
         return "-"
@@ -111,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--start-collapse", action="store_true", help="keep the profile's boot power law (boot.congestion_exponent)"
     )
+    parser.add_argument(
+        "--brief", action="store_true", help="the short table (cache, ok, TTI p50 and p99, pull share) alone"
+    )
     args = parser.parse_args(argv)
     if args.n < 1 or not args.image_mb >= 0 or (args.tasks is not None and args.tasks < 1):
         parser.error("--n and --tasks must be >= 1, --image-mb >= 0")
@@ -124,9 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = load_profile(args.profile).with_overrides(overrides)
     except ProfileError as exc:
         parser.error(str(exc))
+    rows = run(profile, args.n, args.image_mb, args.seed, args.tasks)
+    if args.brief:
+        print(brief_table(rows))
+        return 0
     print(describe(profile, args.n, args.image_mb, overrides))
     print()
-    print(table(run(profile, args.n, args.image_mb, args.seed, args.tasks)))
+    print(table(rows))
     return 0
 
 
