@@ -7,10 +7,12 @@ rollout's (its phase the step's, or the finer one the vendor named: `ProviderErr
 terminated. TTI is still until the first command's answer.
 
 A plan with a fork step is a group: the rollout creates the prepared sandbox, runs the steps before the fork,
-snapshots it, forks G copies (each in the registry of live sandboxes the moment the vendor returns it), terminates
-the prepared one, then runs the steps after the fork in every copy at once. Each copy is a rollout row of its own
-(`<group>-<i>`) whose clock starts when the fork call did (its create is the fork); all end terminated, whatever
-happens to the others.
+forks G copies (each in the registry of live sandboxes the moment the vendor returns it: through the vendor's own
+fork of a running sandbox where it has one, `Provider.fork_running`, else from a snapshot it takes), runs the
+steps after the fork in every copy at once, and terminates the prepared one once the copies are made. Each copy is
+a rollout row of its own (`<group>-<i>`) whose clock starts when the fork call did (its create is the fork); all
+end terminated, whatever happens to the others. Under the client's STARTING semaphore each copy holds a permit
+from its fork until alive, the copies forked in batches of the permits free (`ScriptRollout.fork_group`).
 """
 
 from __future__ import annotations
