@@ -40,8 +40,10 @@ class PrimeOptions:
     image: str = declare(DEFAULT_IMAGE, text)
     retry_429: bool = declare(False, flag)
     auth_cache: str = declare("memory", choice, "memory", "file")
-    api_max_connections: int = declare(1000, integer, minimum=1)
-    api_keepalive: int = declare(20, integer, minimum=0)  # httpx's own
+    # the control plane's wire: `http1` (providers/http1_client.py, transport.py) or `httpx` (httpcore, the SDK's)
+    api_transport: str = declare("http1", choice, "http1", "httpx")
+    api_max_connections: int = declare(1000, integer, minimum=1)  # api_transport=httpx only
+    api_keepalive: int = declare(20, integer, minimum=0)  # httpx's own; api_transport=httpx only
     gateway_max_connections: int = declare(1000, integer, minimum=1)  # the SDK's own
     preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
     # beside the SDK's wait, a direct `true` probe: SDK-observed vs probed readiness, side by side in the summary

@@ -104,6 +104,7 @@ from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 from providers.vendors.prime.errors import TRANSPORT_ERRORS, classify_prime, image_pull_failed
 from providers.vendors.prime.options import PrimeOptions
 from providers.vendors.prime.statuses import error_from_response, retry_after_of
+from providers.vendors.prime.transport import Http1Transport
 
 CHECKPOINT_PREFIX = "checkpoint:"  # `snapshot`'s answer: `create` starts from that checkpoint, not a docker image
 LIST_PAGE = 100
@@ -193,15 +194,24 @@ class PrimeProvider(Provider):
         # response hook (429s on create).
         old = api.client
         seconds = self.options.api_timeout_s
+        connect_s = min(seconds, old.timeout.connect or seconds)
+        # http1: keep-alive HTTP/1.1 without httpcore's per-request pool walk (transport.py); httpx: httpcore's pool
+        wire: dict[str, Any] = (
+            {"transport": Http1Transport(connect_timeout_s=connect_s)}
+            if self.options.api_transport == "http1"
+            else {
+                "limits": httpx.Limits(
+                    max_connections=self.options.api_max_connections,
+                    max_keepalive_connections=min(self.options.api_keepalive, self.options.api_max_connections),
+                )
+            }
+        )
         api.client = _DefaultTimeoutClient(
             headers=old.headers,
             follow_redirects=old.follow_redirects,
-            timeout=httpx.Timeout(seconds, connect=min(seconds, old.timeout.connect or seconds)),
-            limits=httpx.Limits(
-                max_connections=self.options.api_max_connections,
-                max_keepalive_connections=min(self.options.api_keepalive, self.options.api_max_connections),
-            ),
+            timeout=httpx.Timeout(seconds, connect=connect_s),
             event_hooks={"response": [self._on_response]},
+            **wire,
         )
         if self.options.auth_cache == "memory":
             _keep_auth_cache_in_memory(sdk)
