@@ -15,10 +15,11 @@ import subprocess
 import sys
 import tracemalloc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from providers.http1_client import CHUNK_BYTES, Http1Client
+from providers.http1_client import CHUNK_BYTES, Http1Client, _Connection
 
 BODY_BYTES = 50 * 1024 * 1024
 PEAK_BOUND = 8 * CHUNK_BYTES  # a few chunks in flight: the transport's buffer and one slice, never the body
@@ -80,6 +81,11 @@ def hashing_peer() -> Iterator[tuple[subprocess.Popen[str], int]]:
 @pytest.fixture
 def silent_peer() -> Iterator[tuple[subprocess.Popen[str], int]]:
     yield from _peer(_SILENT_PEER)
+
+
+@pytest.fixture
+def roomy_silent_peer() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    yield from _peer(_SILENT_PEER.replace("server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n", ""))
 
 
 @pytest.fixture
@@ -168,3 +174,48 @@ async def test_an_answer_before_the_whole_body_ends_the_stream_and_retires_the_c
     assert (refused.status, refused.body) == (413, b"no")
     assert (after.status, after.body) == (200, b"ok")
     assert connections == 2
+
+
+async def test_other_tasks_run_between_the_chunks_of_a_large_body(roomy_silent_peer, monkeypatch) -> None:
+    """A loopback peer's socket buffers take megabytes before the transport pauses; 960 bodies each written in one
+    go held the engine's loop for seconds (its timers, every other rollout's calls). Each chunk is a turn of the loop:
+    by the time the transport first pauses, other tasks ran between the chunks that went out."""
+    _, port = roomy_silent_peer
+    turns = 0
+    at_head: list[int] = []
+    at_pause: list[int] = []
+    send, pause = _Connection.send, _Connection.pause_writing
+
+    def noting_send(self: _Connection, request: bytes, no_body: bool) -> Any:
+        at_head.append(turns)
+        return send(self, request, no_body)
+
+    def noting_pause(self: _Connection) -> None:
+        at_pause.append(turns)
+        pause(self)
+
+    monkeypatch.setattr(_Connection, "send", noting_send)
+    monkeypatch.setattr(_Connection, "pause_writing", noting_pause)
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    client = Http1Client()
+    ticking = asyncio.create_task(ticker())
+    sending = asyncio.create_task(
+        client.request("POST", f"http://127.0.0.1:{port}/", body=bytes(BODY_BYTES), timeout=60)
+    )
+    for _ in range(2000):  # until the transport said stop (bounded in turns, not in seconds)
+        await asyncio.sleep(0.005)
+        if at_pause:
+            break
+    ticking.cancel()
+    sending.cancel()
+    await asyncio.gather(ticking, sending, return_exceptions=True)
+    await client.close()
+    assert at_head and at_pause, "the transport never paused the writer"
+    between = at_pause[0] - at_head[0]
+    assert between >= 4, f"only {between} turns of the loop between the head and the transport's first pause"
