@@ -1,6 +1,8 @@
 """A profile's failures for the new steps, through the whole harness: `stampede run --provider stub --plan … --profile-set
 errors.<step>_error_prob=1` fails every rollout at that step, classified by step (never `unknown`), and leaves no
-sandbox behind in the vendor's own record (its `truth/` table: every sandbox it ever accepted, ended TERMINATED).
+sandbox behind in the vendor's own record (its `truth/` table: every sandbox it ever accepted, ended TERMINATED). The
+same through Daytona's own SDK (`--provider daytona --local`): its front words each failure as Daytona does, and the
+adapter classifies it by step too.
 
 Small plans (a create, a probe, the step, a terminate) on the `ideal` profile at a tenth of vendor time, two rollouts.
 """
@@ -77,14 +79,20 @@ CASES = {
 }
 
 
+PROVIDERS = {"stub": ("--provider", "stub"), "daytona": ("--provider", "daytona", "--local")}
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_step_the_vendor_fails_is_classified_by_step_and_leaks_nothing(case: str, tmp_path: Path) -> None:
+def test_a_step_the_vendor_fails_is_classified_by_step_and_leaks_nothing(
+    provider: str, case: str, tmp_path: Path
+) -> None:
     key, plan, kind, phase = CASES[case]
     plan_path = tmp_path / "plan.toml"
     plan_path.write_text(plan)
     out = tmp_path / "out"
     result = stampede(
-        "run", "--provider", "stub", "--profile", "ideal", "--time-scale", "0.1", "--plan", str(plan_path),
+        "run", *PROVIDERS[provider], "--profile", "ideal", "--time-scale", "0.1", "--plan", str(plan_path),
         "--profile-set", f"{key}=1", "--scenario", "burst", "-u", str(USERS), "--out", str(out),
         "--progress-interval", "0", timeout=240,
     )  # fmt: skip
