@@ -10,8 +10,10 @@ server's middleware):
   profile's snapshot time; `GET /snapshots` (filters `sandboxID`, `name`; `limit`/`nextToken` paging, newest
   first); `DELETE /templates/{id}` deletes a snapshot (204; 404 when there is none, which the SDK reads as
   False). `Sandbox.create(<snapshot id or name>)` starts from a copy of it (control_plane.py).
-- `POST /sandboxes/{id}/fork` (`fork(count, timeout)`): 201, one `{"sandbox": Sandbox}` per fork, each a copy
-  of the source's files booted in the profile's fork time; a fork that fails is `{"error": Error}` in its place.
+- `POST /sandboxes/{id}/fork` (`fork(count, timeout)`): E2B pauses and snapshots the source first, so the call
+  spends one snapshot time (the profile's, kept by no listed snapshot; a failed one is the API's 500), then 201,
+  one `{"sandbox": Sandbox}` per fork, each a copy of the source's files booted in the profile's fork time; a
+  fork that fails is `{"error": Error}` in its place.
 - `GET /sandboxes/{id}/metrics` (`get_metrics(start, end)`): one `SandboxMetric` per 5 s since the sandbox
   started, within `start`..`end` (unix seconds). Simulated: CPU count, memory and disk sizes are the template's
   (shapes.py), CPU use is 100% per running command over the CPUs, memory use a fixed idle base plus 64 MiB per
@@ -208,6 +210,17 @@ async def fork_sandbox(request: web.Request) -> web.Response:
     source = _known(sim, sandbox_id)
     if source is None:
         return _not_found(sandbox_id)
+    try:  # the checkpoint E2B takes of the source before copying it
+        checkpoint = sim.snapshot(sandbox_id)
+    except (NotFound, NotRunning):
+        return _not_found(sandbox_id)
+    except SnapshotFailed as exc:
+        await sim.clock.sleep(exc.duration_s)
+        return _error(500, exc.message)
+    try:
+        await sim.clock.sleep(checkpoint.duration_s)
+    finally:
+        sim.delete_snapshot(checkpoint.id)  # internal to the fork (copies come from the source): never listed
     starts: list[SimSandbox | web.Response] = []
     for _ in range(count):
         req = CreateRequest(
