@@ -59,6 +59,7 @@ VENDORS = ("prime", "modal", "e2b", "daytona")
 SIDES = ("stampede", "bare")
 PLANE_START_S = 60.0
 STOP_S = 90.0
+FIRST_END_S = 60.0  # the longest a side may take to its first terminated sandbox
 MAX_WINDOW_S = 45.0  # the longest warm-up or window a slow side may stretch them to
 
 
@@ -174,7 +175,7 @@ def lifecycles_in(side: str, work: Path, since: float, until: float) -> tuple[li
 def measure(vendor: str, side: str, concurrency: int, warmup_s: float, seconds: float) -> Measured:
     plane = Plane(vendor)
     work = Path(tempfile.mkdtemp(prefix=f"bench-sdk-{vendor}-{side}-"))
-    run_s = 60 + warmup_s + seconds  # a bound only: the window's end stops the side with SIGTERM
+    run_s = FIRST_END_S + 2 * MAX_WINDOW_S + warmup_s + seconds  # a bound only: the window's end stops the side
     if side == "stampede":
         argv, env = stampede_argv(plane, concurrency, run_s, work), {**os.environ, "PYTHONPATH": str(REPO)}
     else:
@@ -185,7 +186,9 @@ def measure(vendor: str, side: str, concurrency: int, warmup_s: float, seconds: 
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         root = psutil.Process(process.pid)
-        wait_until(lambda: plane.terminated() > 0 or process.poll() is not None, 90, f"{vendor} {side}: no end")
+        wait_until(
+            lambda: plane.terminated() > 0 or process.poll() is not None, FIRST_END_S, f"{vendor} {side}: no end"
+        )
         if process.poll() is not None:
             raise RuntimeError(f"{vendor} {side} ended early: {process.stderr.read().decode()[-800:]}")  # type: ignore[union-attr]
         # One lifecycle can outlast a short window when the machine is saturated (960 in flight at 80/s: 12 s),
@@ -249,7 +252,11 @@ def main() -> int:
         for round_no in range(args.rounds):
             for vendor in vendors:
                 for side in SIDES if round_no % 2 == 0 else tuple(reversed(SIDES)):
-                    m = measure(vendor, side, level, args.warmup, args.seconds)
+                    try:
+                        m = measure(vendor, side, level, args.warmup, args.seconds)
+                    except (RuntimeError, TimeoutError, OSError) as exc:  # a stalled side: said, and the run goes on
+                        print(f"  {vendor:<8} {side:<9} {level:>4} in flight: no window ({exc})", file=sys.stderr)
+                        continue
                     results.setdefault((vendor, level, side), []).append(m)
                     print(
                         f"  {vendor:<8} {side:<9} {level:>4} in flight, {m.window.seconds:4.1f} s: {m.window.rate:7.1f}/s, "
@@ -259,7 +266,7 @@ def main() -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-    loads = [x for ms in results.values() for m in ms for x in m.load]
+    loads = [x for ms in results.values() for m in ms for x in m.load] or [float("nan")]
     print(
         f"windows of at least {args.seconds:g} s after at least {args.warmup:g} s warm-up, {args.rounds} round(s), ideal planes; "
         f"1-min load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores"
@@ -272,7 +279,7 @@ def main() -> int:
     )
     for level in levels:
         for vendor in vendors:
-            st, bare = results[(vendor, level, "stampede")], results[(vendor, level, "bare")]
+            st, bare = results.get((vendor, level, "stampede"), []), results.get((vendor, level, "bare"), [])
 
             def med(ms: list[Measured], key: Any) -> float:
                 return median([key(m) for m in ms])
