@@ -43,6 +43,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.throttle_gate", "provider-support"),
     ("providers.output_clock", "provider-support"),
     ("providers.http1_client", "provider-support"),
+    ("providers.http1_transport", "provider-support"),
     ("providers.preflight", "provider-support"),
     ("providers.vendors.stub", "adapters"),
     ("providers.vendors.prime", "adapters"),

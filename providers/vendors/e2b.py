@@ -86,7 +86,10 @@ from e2b import (
     TemplateException,
     TimeoutException,
 )
+from e2b.api import AsyncApiClient, handle_api_exception
 from e2b.api import client_async as sdk_transports
+from e2b.api.client.api.sandboxes import delete_sandboxes_sandbox_id
+from e2b.retry import AsyncRetryableTransport
 
 from providers.base import (
     ROLLOUT_LABEL,
@@ -107,6 +110,7 @@ from providers.base import (
     vendor_error_kind,
 )
 from providers.cancellation import cancellable
+from providers.http1_transport import Http1Transport
 from providers.options import (
     Option,
     declare,
@@ -131,6 +135,7 @@ MAX_FORKS = 20  # copies one `fork` call may ask for (the SDK checks 1..20)
 DEFAULT_MAX_CONNECTIONS = 1000
 SDK_CONNECTIONS_ENV = "E2B_MAX_CONNECTIONS"
 _EXEC_GRACE_S = 10.0  # past the SDK's own command deadline, before the adapter gives up on it
+_CONNECT_S = 10.0  # the most a terminate waits to connect, on the adapter's own wire
 _QUOTA_TEXT = "maximum number of concurrent"  # E2B's 429 for the account's concurrent-sandbox cap
 _CANCELED_TEXT = "cancelled by the server"  # the SDK's TimeoutException for a Connect CANCELED: stream cut off
 _TRANSPORT_ERRORS = (
@@ -242,6 +247,8 @@ class E2BProvider(Provider):
     def __init__(self, options: E2BOptions) -> None:
         self.options = options
         self._processes: dict[str, Any] = {}  # start_process's key -> the SDK's AsyncCommandHandle
+        self._api: AsyncApiClient | None = None  # the SDK's API client for terminate, built once (`_api_client`)
+        self._wire: Http1Transport | None = None  # its connections
         if options.max_connections is not None:
             sdk_transports.max_connections = options.max_connections  # read when the SDK builds its pool
 
@@ -411,7 +418,25 @@ class E2BProvider(Provider):
         return made
 
     async def terminate(self, ref: SandboxRef) -> None:
-        await cancellable(AsyncSandbox.kill(ref.sandbox_id, **self._params()))  # False: already gone
+        """`DELETE /sandboxes/{id}`, what `AsyncSandbox.kill` sends, on one API client kept for every terminate
+        (`_api_client`). A 404 is a sandbox already gone (kill's False); any other error status is raised as kill
+        raises it."""
+        answer = await cancellable(
+            delete_sandboxes_sandbox_id.asyncio_detailed(ref.sandbox_id, client=self._api_client())
+        )
+        if answer.status_code >= 300 and answer.status_code != 404:
+            raise handle_api_exception(answer)
+
+    def _api_client(self) -> AsyncApiClient:
+        """The SDK's API client for this provider's connection, as `kill` builds it (its headers, auth, timeout and
+        status retries, `AsyncRetryableTransport`), built once instead of per call, and on our HTTP/1.1 wire
+        (`providers/http1_transport.py`) instead of pyqwest's: measured against the local E2B, 64 at a time, a
+        terminate cost 0.72 ms of client CPU through `kill`, 0.69 ms on a kept client, 0.27 ms on this one."""
+        if self._api is None:
+            config = ConnectionConfig(**AsyncSandbox._resolve_api_params(**self._params()))
+            self._wire = Http1Transport(connect_timeout_s=_CONNECT_S)
+            self._api = AsyncApiClient(config, transport=AsyncRetryableTransport(self._wire, config.retries))
+        return self._api
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         query = SandboxQuery(metadata=owner_labels(run_id, engine))
@@ -441,6 +466,11 @@ class E2BProvider(Provider):
 
     def versions(self) -> Mapping[str, str]:
         return {"e2b": metadata.version("e2b")}
+
+    async def aclose(self) -> None:
+        wire, self._wire, self._api = self._wire, None, None
+        if wire is not None:
+            await wire.aclose()  # the terminate wire's keep-alive connections (the SDK's retry layer closes nothing)
 
 
 # --- classification ----------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class PrimeOptions:
     image: str = declare(DEFAULT_IMAGE, text)
     retry_429: bool = declare(False, flag)
     auth_cache: str = declare("memory", choice, "memory", "file")
-    # the control plane's wire: `http1` (providers/http1_client.py, transport.py) or `httpx` (httpcore, the SDK's)
+    # the control plane's wire: `http1` (providers/http1_transport.py) or `httpx` (httpcore, the SDK's)
     api_transport: str = declare("http1", choice, "http1", "httpx")
     api_max_connections: int = declare(1000, integer, minimum=1)  # api_transport=httpx only
     api_keepalive: int = declare(20, integer, minimum=0)  # httpx's own; api_transport=httpx only

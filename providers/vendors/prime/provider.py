@@ -39,14 +39,15 @@ option's default is its field's in `PrimeOptions`, written once there):
 - `auth_cache` (`memory` or `file`): the SDK persists gateway tokens to `~/.prime/sandbox_auth_cache.json`,
   re-serialising the whole cache (it never shrinks) on every create. `memory` keeps them in this
   process and drops a sandbox's token when it is deleted; `file` is the SDK as shipped.
-- `api_max_connections`: the SDK's control-plane httpx client has httpx's default pool of
-  100 connections (30 s pool timeout); a wider pool keeps client-side queueing out of vendor latency.
-  `api_keepalive` (httpx's own) bounds the idle connections kept: httpcore scans every pooled
-  connection on each request, so a large keep-alive pool costs CPU quadratic in concurrency (measured:
-  1000 kept alive doubles the engine's CPU per rollout at 480 in flight).
+- `api_transport`: the SDK's control-plane httpx client sends over `providers/http1_transport.py` (keep-alive
+  HTTP/1.1, no client-side queue), not httpcore, whose pool walk and keep-alive churn were half the engine's
+  CPU per rollout at 960 in flight (6.6 -> 3.3 ms). `api_transport=httpx` restores httpcore, with
+  `api_max_connections` (httpx's default pool is 100 connections, 30 s pool timeout; a wider pool keeps
+  client-side queueing out of vendor latency) and `api_keepalive` (httpx's own; httpcore scans every pooled
+  connection on each request, so 1000 kept alive doubled the engine's CPU per rollout at 480 in flight).
 
 Options (`--provider-option K=V`; defaults in `PrimeOptions`): `api_key`, `team_id`, `image`, `retry_429`,
-`auth_cache`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own),
+`auth_cache`, `api_transport`, `api_max_connections`, `api_keepalive`, `gateway_max_connections` (the SDK's own),
 `preflight_timeout`, `api_timeout`, `terminate_attempts`, `max_backoff_s`, `check_sdk` (on: refuse any
 prime-sandboxes but the pinned one, whose wire protocol, internals and error texts this adapter and the stub were
 checked against), `readiness_probe` (on: a direct probe beside the SDK's readiness wait, so a run shows how much of
@@ -98,13 +99,13 @@ from providers.base import (
     tagged_by_stampede,
 )
 from providers.cancellation import cancellable
+from providers.http1_transport import Http1Transport
 from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import THROTTLE_DEFAULT_S, ThrottleGate
 from providers.vendors.prime.errors import TRANSPORT_ERRORS, classify_prime, image_pull_failed
 from providers.vendors.prime.options import PrimeOptions
 from providers.vendors.prime.statuses import error_from_response, retry_after_of
-from providers.vendors.prime.transport import Http1Transport
 
 CHECKPOINT_PREFIX = "checkpoint:"  # `snapshot`'s answer: `create` starts from that checkpoint, not a docker image
 LIST_PAGE = 100
@@ -195,7 +196,7 @@ class PrimeProvider(Provider):
         old = api.client
         seconds = self.options.api_timeout_s
         connect_s = min(seconds, old.timeout.connect or seconds)
-        # http1: keep-alive HTTP/1.1 without httpcore's per-request pool walk (transport.py); httpx: httpcore's pool
+        # http1: keep-alive HTTP/1.1 without httpcore's per-request pool walk (http1_transport.py); httpx: httpcore's
         wire: dict[str, Any] = (
             {"transport": Http1Transport(connect_timeout_s=connect_s)}
             if self.options.api_transport == "http1"
