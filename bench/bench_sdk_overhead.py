@@ -119,7 +119,7 @@ def stampede_argv(plane: Plane, concurrency: int, run_s: float, work: Path) -> l
     options = [w for k, v in plane.ready.get("provider_options", {}).items() for w in ("--provider-option", f"{k}={v}")]
     return [
         *(sys.executable, "-m", "harness.cli", "run", "--provider", plane.vendor, *options),
-        *("--base-url", plane.url, "--token", plane.token, "--scenario", "steady", "--users", str(concurrency)),
+        *("--base-url", plane.url, f"--token={plane.token}", "--scenario", "steady", "--users", str(concurrency)),
         *("--spawn-rate", "2000", "--hold", str(run_s), "--commands", "true", "--progress-interval", "0"),
         *("--out", str(work), "--run-id", "bench", "--stop-timeout", "5"),
     ]
