@@ -53,8 +53,7 @@ READERS = (
     "jsonschema",
 )
 
-LAST_STEP_POLL_S = 0.05  # how often a burst is checked for its last step's release
-LAST_SENDS_S = 0.02
+LAST_STEP_POLL_S = 0.05  # how often a burst's last step is checked (the engine's counts come every 0.5 s)
 
 
 def preload_readers(waiting: Callable[[], bool]) -> None:
@@ -76,16 +75,18 @@ def preload_readers(waiting: Callable[[], bool]) -> None:
             continue
 
 
-def preload_in_last_step(state: RunState, shape: object, steps: int) -> None:
-    """A local burst's last step, once every user of this process has sent its rollout: nothing more is submitted,
-    only rows are awaited, so what the end of the run reads with is imported now (with the vendor and the engine
-    up before Locust's own start, `preload_readers` rarely has a wait to fill). An import holds the loop for one
-    module: a row arriving meanwhile is seen that much later, time the end of the run would have spent anyway."""
+def preload_in_last_step(state: RunState, shape: Any, steps: int) -> None:
+    """A local burst's last step, once the engine has every sandbox of it created: nothing more is submitted and the
+    creates' rush is over (the vendor and the engine measure it: this import must not take their CPU), only rows are
+    awaited, so what the end of the run reads with is imported now (with the vendor and the engine up before
+    Locust's own start, `preload_readers` rarely has a wait to fill). An import holds the loop for one module: a
+    row arriving meanwhile is seen that much later, time the end of the run would have spent anyway."""
     if not getattr(shape, "gated", False):
         return
+    size = int(shape.size())
     while not state.ended:
-        if state.gate_step >= steps and state.at_gate == 0:
-            gevent.sleep(LAST_SENDS_S)  # the users that left the gate send their rollouts first
+        created = sum(snapshot.live_sandboxes for snapshot in state.live.snapshots.values())
+        if state.gate_step >= steps and state.at_gate == 0 and created >= size:
             preload_readers(lambda: not state.ended)
             return
         gevent.sleep(LAST_STEP_POLL_S)

@@ -16,6 +16,7 @@ from typing import Any
 
 import gevent
 
+from foundation.phase_marks import mark
 from harness.errors import UsageError
 from harness.locust.engine_client import EngineClient, EngineError
 from harness.locust.provider_check import provider_options
@@ -157,3 +158,4 @@ class EngineLink:
         if self.client is not None:
             self.client.shutdown()
             self.client = None
+            mark("engine: process gone")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.open_files import processes_for_open_files
+from foundation.phase_marks import mark
 from harness.errors import UsageError
 from harness.locust.run_folder import write_vendor_truth
 from harness.locust.settings import RunSettings
@@ -101,6 +102,7 @@ class VendorLifecycle:
             self.vendor.stop()
             self.vendor = None
             self._started_for = None
+            mark("vendor: process gone")
 
     def bind(self, settings: RunSettings) -> tuple[RunSettings, VendorFacts]:
         """These settings pointed at the running vendor (its address, token and options), and its facts."""

@@ -27,6 +27,7 @@ from foundation.converters import integer, port, positive_finite_float
 from foundation.errors import EXIT_USAGE, UsageError
 from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
+from foundation.process_exit import exit_now
 from providers.sim.core.execution.isolated_shell import MISSING as MISSING_BWRAP
 from providers.sim.core.execution.isolated_shell import IsolatedShell
 from providers.sim.core.profile import COMMAND_MODES, ProfileError, profile_names
@@ -183,6 +184,10 @@ def serve_main(
         return 2
     except KeyboardInterrupt:
         pass
+    if args.exit_on_stdin_eof:
+        # a harness's child, its server closed and its sandboxes with it: the interpreter's teardown (0.1-1 s of
+        # freeing the simulator's world) would keep the harness waiting for nothing
+        exit_now(0)
     return 0
 
 
