@@ -58,13 +58,13 @@ async def closed_loop(
         workers = [asyncio.ensure_future(worker(client)) for _ in range(concurrency)]
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait([asyncio.gather(*workers), stopped], return_when=asyncio.FIRST_COMPLETED)
+        late: set[asyncio.Future[None]] = set()
         if stop.is_set():  # a stop: the lifecycles in flight get a grace, then are cancelled (their plane goes too)
             _, late = await asyncio.wait(workers, timeout=STOP_GRACE_S)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        stopped.cancel()
         out.write_text(json.dumps({"lifecycles": records, "errors": len(errors), "first_errors": errors[:5]}))
+        for task in (*late, stopped):
+            task.cancel()
+        await asyncio.wait([*late, stopped], timeout=STOP_GRACE_S)  # an SDK call may not heed its cancel at once
 
 
 def main(open_client: Callable[[], AbstractAsyncContextManager[Any]], lifecycle: Lifecycle, doc: str) -> None:
