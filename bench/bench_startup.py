@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,18 +40,19 @@ TARGET_BEYOND_WORK_S = 1.5
 # (the instant a phase ends, what the phase is): consecutive instants of the command's own process and its engine's
 PHASES: tuple[tuple[str, str], ...] = (
     ("command: interpreter up", "interpreter start"),
-    ("command: locust imported", "Locust's import (gevent's patching)"),
+    ("command: gevent patched", "gevent's patching (then the engine and vendor start: head start)"),
+    ("command: locust imported", "Locust's import (the rest of it)"),
     ("command: its module imported", "stampede run's own imports"),
     ("command: options checked", "options, provider and profile checked"),
     ("command: locust runner made", "scenario loaded, Locust runner made"),
-    ("command: vendor and engine started", "vendor and engine start (in parallel; readers import meanwhile)"),
+    ("command: vendor and engine started", "until the vendor and engine are up (readers import meanwhile)"),
     ("engine configured", "run folder, run.json, engine configured"),
     ("shape: step 1 released", "users spawned, at the gate, released"),
     ("work: last rollout ended", "the work: first submit to the last rollout's end"),
     ("shape: last step ended", "the step's end seen by the shape"),
     ("end: test stopped", "Locust stops the users"),
+    ("end: Locust's reports written", "Locust's CSV and HTML reports written (now while the engine drains)"),
     ("end: engine drained", "engine drained (sandboxes swept, shards flushed)"),
-    ("end: Locust's reports written", "Locust's CSV and HTML reports written"),
     ("end: vendor truth saved", "vendor's record fetched and written"),
     ("end: tables compacted", "tables compacted"),
     ("end: summary printed", "rows read, summary.json, summary printed"),
@@ -65,6 +67,7 @@ class Round:
     wall_s: float
     work_s: float
     phases: dict[str, float] = field(default_factory=dict)  # a phase's end instant: its seconds
+    cpu_s: float = float("nan")  # user + system CPU of the command and every process it started and waited for
 
     @property
     def beyond_work_s(self) -> float:
@@ -77,26 +80,29 @@ def one_run(checkout: Path, users: int) -> Round:
     marks = out / "phases.log"
     env = {**os.environ, VARIABLE: str(marks), "PYTHONPATH": str(checkout)}
     argv = [sys.executable, "-m", "harness.cli", *COMMAND, "--users", str(users), "--out", str(out / "results")]
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.time()
     result = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
     ended = time.time()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
     if result.returncode != 0:
         raise RuntimeError(f"stampede run failed ({result.returncode}): {result.stderr[-800:]}")
     first, last = work_span(out / "results")
     instants = read_marks(marks)
     if not instants:  # a checkout without the marks: its whole, work and fixed cost only
-        return Round(ended - started, last - first)
+        return Round(ended - started, last - first, cpu_s=cpu_s)
     instants["work: last rollout ended"] = last
     instants["command: exited"] = ended
     phases: dict[str, float] = {}
     previous = started
-    for name, _ in PHASES:
-        if name in instants:
-            phases[name] = instants[name] - previous
-            previous = instants[name]
+    # in the order they happened (a checkout may order two phases otherwise): each from the instant before it
+    for name in sorted((name for name, _ in PHASES if name in instants), key=instants.__getitem__):
+        phases[name] = instants[name] - previous
+        previous = instants[name]
     if WORK_STARTS in instants and "shape: step 1 released" in phases:  # the engine's first submit, not the shape's
         first = instants[WORK_STARTS]
-    return Round(ended - started, last - first, phases)
+    return Round(ended - started, last - first, phases, cpu_s)
 
 
 def read_marks(path: Path) -> dict[str, float]:
@@ -130,13 +136,17 @@ def main() -> int:
     args = parser.parse_args()
     after: list[Round] = []
     before: list[Round] = []
+    load_before = os.getloadavg()[0]
     for _ in range(max(1, args.rounds)):
         if args.against is not None:
             before.append(one_run(args.against.resolve(), args.users))
         after.append(one_run(REPO, args.users))
     columns = [("before", before), ("after", after)] if before else [("this checkout", after)]
     header = f"{'phase':<66}" + "".join(f"{name:>15}" for name, _ in columns)
-    print(f"stampede {' '.join(COMMAND)} --users {args.users}: median of {len(after)} round(s), seconds")
+    print(
+        f"stampede {' '.join(COMMAND)} --users {args.users}: median of {len(after)} round(s), seconds "
+        f"(load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores)"
+    )
     print(header)
     print("-" * len(header))
     for name, label in PHASES:
@@ -149,8 +159,11 @@ def main() -> int:
         ("the whole command (wall)", lambda r: r.wall_s),
         ("the work itself", lambda r: r.work_s),
         ("beyond the work: the harness's fixed cost", lambda r: r.beyond_work_s),
+        ("CPU seconds, every process of the command", lambda r: r.cpu_s),
     ):
         print(f"{label:<66}" + "".join(f"{median([read(r) for r in rounds]):>15.2f}" for _, rounds in columns))
+    for name, rounds in columns:
+        print(f"{name}: beyond the work, round by round: {' '.join(f'{r.beyond_work_s:.2f}' for r in rounds)}")
     beyond = median([r.beyond_work_s for r in after])
     verdict = "met" if beyond <= TARGET_BEYOND_WORK_S else "NOT met"
     print(f"target: at most {TARGET_BEYOND_WORK_S} s beyond the work: {verdict} ({beyond:.2f} s)")
