@@ -55,6 +55,10 @@ _auth_and_errors = vendor_middleware(
 )
 
 
+EVENTS_SHUTDOWN_S = 2.0
+"""How long a stop waits for handlers still open (the events websocket) before closing them."""
+
+
 def create_app(settings: DaytonaSettings) -> web.Application:
     """The application; the simulator is built on the app's loop at startup (profile problems raise here)."""
     profile = settings.resolved_profile()
@@ -114,7 +118,9 @@ async def start_daytona(settings: DaytonaSettings | None = None) -> RunningDayto
     """Start it on the running loop (tests, `serve`); port 0 picks a free port."""
     settings = settings or DaytonaSettings()
     app = create_app(settings)
-    runner, port = await listen(app, settings.host, settings.port)
+    # the SDK's socket.io events connection stays open while its client lives, and a socket.io close does not end
+    # it: without a bound, a stop waited aiohttp's 60 s for that handler (48 s after a user's script, measured)
+    runner, port = await listen(app, settings.host, settings.port, shutdown_timeout_s=EVENTS_SHUTDOWN_S)
     url = http_url(settings.host, port)
     app[FRONT].base_url = url
     return RunningDaytona(url=url, port=port, token=settings.token, app=app, runner=runner)

@@ -76,10 +76,13 @@ def http_url(host: str, port: int) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def listen(
+    app: web.Application, host: str, port: int, shutdown_timeout_s: float = 60.0
+) -> tuple[web.AppRunner, int]:
     """Serve `app` on host:port (0: a free port); return its runner and the bound port. Nothing is left running
-    when the port cannot be bound (the caller's OSError is the command's one error line)."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    when the port cannot be bound (the caller's OSError is the command's one error line). `shutdown_timeout_s`
+    bounds how long a stop waits for handlers still open (aiohttp's 60 s by default)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
     try:
