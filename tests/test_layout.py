@@ -32,6 +32,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("harness.engine", "engine"),
     ("harness.locust", "locust"),
     ("harness.cli", "cli"),
+    ("harness.fitting", "fitting"),
     ("scenarios", "scenarios"),
     ("providers", "registry"),
     ("providers.base", "contract"),
@@ -86,8 +87,9 @@ _ABOVE_THE_FOUNDATION: dict[str, frozenset[str]] = {
     "rlmodel": frozenset({"results", "wire", "errors"}),
     "engine": frozenset({"wire", "errors", "registry", "contract"}),
     "locust": frozenset({"wire", "errors", "results", "registry", "contract"}),
+    "fitting": frozenset({"results", "errors", "sim-core"}),  # issue #31: profiles fitted from runs
     "cli": frozenset(
-        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support"}
+        {"locust", "results", "rlmodel", "wire", "errors", "registry", "contract", "provider-support", "fitting"}
         | {"sim-core", "sim-fronts"}  # `stampede profiles`, `stub serve`, `modal-local serve`, `daytona-local serve`
     ),
     "scenarios": frozenset({"locust"}),
