@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from foundation.quantiles import nearest_rank
+from harness.results.read.dataset import load_rollouts, read_run_info
+from harness.results.read.vendor_time import to_vendor_seconds
+
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +30,66 @@ class ProtocolObservation:
     success_rate: float
     failures: Mapping[str, int]  # "kind@phase" -> count
     source: str  # run dir, or "computesdk results/burst_tti/2026-05-05.json, Modal"
+
+
+SEQUENTIAL_MAX_USERS = 1  # a steady run of one user is the public protocols' "sequential": one sandbox at a time
+_SHAPES = {"burst": "burst", "staggered": "staggered", "ramp": "ramp", "knee": "ramp", "steady": "steady"}
+
+
+def _protocol(scenario: str, concurrency: int) -> str:
+    shape = _SHAPES.get(scenario, scenario)
+    if shape in ("steady", "ramp") and concurrency <= SEQUENTIAL_MAX_USERS:
+        return "sequential"
+    return shape
+
+
+def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
+    """One observation per stage of a stampede run: its shape, width, attempts, failures by kind@phase, and the
+    vendor's own TTI of each success.
+
+    The vendor's own TTI is `tti_vendor_s` less what the SDK side added: half the readiness poll window (the poll
+    saw RUNNING somewhere inside it; the simulator notices it at once) and the engine's own loop stall, both in
+    vendor seconds. So a slow poll loop is not fitted into the vendor's boot time. A folder that is not a run is
+    one UsageError line (read_run_info)."""
+    info = read_run_info(run_dir)
+    frame = load_rollouts(info.run_dir)
+    if frame.empty:
+        return []
+    seconds = to_vendor_seconds(info, frame)
+    tti = seconds.durations["tti_s"]
+    poll = np.nan_to_num(frame["ready_poll_s"].to_numpy(dtype=float)) * seconds.harness_factor
+    lag = np.nan_to_num(frame["loop_lag_s"].to_numpy(dtype=float)) * seconds.harness_factor
+    vendor_tti = np.maximum(tti - 0.5 * poll - lag, 0.0)
+    ok = (frame["outcome"].astype(str) == "ok").to_numpy() & ~np.isnan(tti)
+    stages = frame["stage"].astype(str).to_numpy()
+    widths = frame["target_users"].to_numpy(dtype=float)
+    kinds = frame["failure_kind"].astype(object).to_numpy()
+    phases = frame["failure_phase"].astype(object).to_numpy()
+    outcomes = frame["outcome"].astype(str).to_numpy()
+    out: list[ProtocolObservation] = []
+    for stage in dict.fromkeys(stages):
+        rows = stages == stage
+        width = int(np.nanmax(widths[rows])) if np.isfinite(widths[rows]).any() else 1
+        samples = tuple(sorted(float(v) for v in vendor_tti[rows & ok]))
+        failures: dict[str, int] = {}
+        for kind, phase, outcome in zip(kinds[rows], phases[rows], outcomes[rows], strict=True):
+            if outcome in ("ok", "cancelled"):
+                continue
+            key = f"{kind or 'unknown'}@{phase or 'unknown'}"
+            failures[key] = failures.get(key, 0) + 1
+        attempts = int(rows.sum() - (outcomes[rows] == "cancelled").sum())
+        quantiles = {name: nearest_rank(samples, q) for name, q in QUANTILES.items()} if samples else {}
+        out.append(
+            ProtocolObservation(
+                protocol=_protocol(info.scenario, width),
+                concurrency=width,
+                attempts=attempts,
+                tti_s=samples,
+                quantiles=quantiles,
+                trimmed=0.0,
+                success_rate=len(samples) / attempts if attempts else 0.0,
+                failures=failures,
+                source=f"{info.run_dir} ({stage})",
+            )
+        )
+    return out

@@ -1,0 +1,312 @@
+"""Fit a simulator profile to observations, with the simulator itself as the forward model (issue #31).
+
+Each observation is replayed on the candidate profile (the same protocol at the same width, on the VirtualClock,
+as `stampede calibrate` replays the public protocols) and the profile's values are moved until the simulated
+quantiles meet the measured ones. Only what the observations can see is moved: the boot median and spread from
+the narrowest runs, the per-sandbox load delay when both a narrow run and a wide burst were seen, failure
+probabilities from counts, a create bucket's depth from rate-limit refusals, a concurrency cap from quota
+refusals. Everything else keeps the prior's value, and `unidentified` says why, so a profile never claims more
+than its runs showed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.fitting.observations import ProtocolObservation
+from providers.sim.core.calibration import computesdk_stats
+from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
+from providers.sim.core.profile import Profile, label_kind, parse_profile
+
+SEEDS = 5  # simulated runs per observation and candidate; the median statistic over them is compared
+MAX_SIMULATED = 200  # rollouts replayed per observation (a sequential of 1,000 says no more about the median)
+SPREAD_Z = {"p90": 1.2816, "p95": 1.6449}  # standard normal quantiles: log(pq / p50) = z * sigma for a lognormal
+NARROW_MAX = 4  # at most this many at once: a run whose TTI is the boot alone, not the burst penalty
+WIDE_MIN = 10  # at least this wide: a burst whose extra time over a narrow run is the load delay
+ITERATIONS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class FitRow:
+    """One measured statistic beside the fitted profile's simulated one."""
+
+    protocol: str  # "burst@20"
+    stat: str
+    measured: float
+    simulated: float
+
+    @property
+    def error(self) -> float:
+        """Relative error of the simulated value (nan when the measured one is 0 or missing)."""
+        if not self.measured or math.isnan(self.measured) or math.isnan(self.simulated):
+            return math.nan
+        return (self.simulated - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted profile, what was fitted (dotted key -> value), what was not (key -> why) and the fit per protocol."""
+
+    profile: Profile
+    prior: str
+    fitted: dict[str, float]
+    unidentified: dict[str, str]
+    rows: list[FitRow]
+    sources: tuple[str, ...]
+    notes: dict[str, str] = field(default_factory=dict)  # fitted key -> how (e.g. "0 of 120 attempts")
+
+    def prior_source(self, key: str) -> str:
+        """Where the prior had a value from (kept for a value the runs did not identify)."""
+        return self.profile.sources.get(key, "no source given")
+
+
+def _simulate(profile: Profile, obs: ProtocolObservation, seed: int) -> BurstResult:
+    n = max(1, min(obs.attempts or obs.concurrency, MAX_SIMULATED))
+    if obs.protocol == "sequential":
+        return simulate_sequential(profile, n, seed=seed)
+    if obs.protocol == "staggered":
+        return simulate_burst(profile, n, seed=seed, spacing_s=0.2)
+    # burst, and (an approximation) a ramp's or steady's stage: its width at once
+    return simulate_burst(profile, max(1, min(obs.concurrency, MAX_SIMULATED)), seed=seed)
+
+
+def _stats(values: Sequence[float], trimmed: float) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    if trimmed > 0:
+        return computesdk_stats(ordered, trimmed)
+    pick = lambda q: ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]  # noqa: E731
+    return {"p50": pick(0.50), "p90": pick(0.90), "p95": pick(0.95), "p99": pick(0.99)}
+
+
+def simulated_stats(profile: Profile, obs: ProtocolObservation, seeds: int = SEEDS) -> dict[str, float]:
+    """The observation's statistics on the profile: the median over `seeds` simulated runs, plus `success`."""
+    runs = [_simulate(profile, obs, seed) for seed in range(seeds)]
+    per_run = [_stats(r.ttis(), obs.trimmed) for r in runs]
+    out = {k: statistics.median(s[k] for s in per_run if k in s) for k in obs.quantiles if any(k in s for s in per_run)}
+    out["success"] = statistics.median(1.0 - r.failure_rate for r in runs)
+    return out
+
+
+def _spread_key(obs: ProtocolObservation) -> str | None:
+    return next((k for k in SPREAD_Z if k in obs.quantiles), None)
+
+
+def _fit_boot(profile: Profile, narrow: list[ProtocolObservation]) -> Profile:
+    """Move boot.median_s and boot.sigma until the narrow runs' p50 and spread (p90 or p95 over p50) match."""
+    for _ in range(ITERATIONS):
+        ratios, spreads = [], []
+        for obs in narrow:
+            sim = simulated_stats(profile, obs)
+            if obs.quantiles.get("p50", 0) > 0 and sim.get("p50", 0) > 0:
+                ratios.append(math.log(obs.quantiles["p50"] / sim["p50"]))
+                key = _spread_key(obs)
+                if key and key in sim and sim[key] > 0:
+                    measured = math.log(obs.quantiles[key] / obs.quantiles["p50"])
+                    simulated = math.log(sim[key] / sim["p50"])
+                    spreads.append((measured - simulated) / SPREAD_Z[key])
+        if not ratios:
+            break
+        median = profile.boot.median_s * math.exp(statistics.fmean(ratios))
+        sigma = max(0.0, profile.boot.sigma + (statistics.fmean(spreads) if spreads else 0.0))
+        profile = dataclasses.replace(profile, boot=dataclasses.replace(profile.boot, median_s=median, sigma=sigma))
+    return profile
+
+
+def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> Profile:
+    """With the boot fitted from narrow runs: the per-sandbox load delay that gives the wide bursts' p50."""
+    widest = max(obs.concurrency for obs in wide)
+
+    def with_delay(delay: float) -> Profile:
+        boot = dataclasses.replace(profile.boot, load_delay_s=delay, load_delay_max_s=delay * (widest - 1))
+        return dataclasses.replace(profile, boot=boot)
+
+    def error(delay: float) -> float:
+        candidate = with_delay(delay)
+        errs = [
+            math.log(simulated_stats(candidate, obs)["p50"] / obs.quantiles["p50"])
+            for obs in wide
+            if obs.quantiles.get("p50", 0) > 0
+        ]
+        return statistics.fmean(errs) if errs else 0.0
+
+    low, high = 0.0, max(0.001, max(obs.quantiles.get("p50", 0.0) for obs in wide) / widest)
+    if error(low) >= 0:
+        return with_delay(0.0)
+    while error(high) < 0 and high < 60:
+        high *= 2
+    for _ in range(12):  # bisection on a monotone error
+        mid = (low + high) / 2
+        low, high = (mid, high) if error(mid) < 0 else (low, mid)
+    return with_delay((low + high) / 2)
+
+
+def _count(observations: Sequence[ProtocolObservation], *kinds: str, phase: str | None = None) -> int:
+    total = 0
+    for obs in observations:
+        for key, n in obs.failures.items():
+            kind, _, at = key.partition("@")
+            if kind in kinds and (phase is None or at == phase):
+                total += n
+    return total
+
+
+def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, name: str) -> FitResult:
+    """A profile named `name`: the prior with every value these observations identify fitted to them."""
+    if not observations:
+        raise ValueError("no observations to fit")
+    with_tti = [o for o in observations if o.quantiles.get("p50", 0) > 0]
+    if not with_tti:
+        raise ValueError("no observation has a successful sandbox (no TTI to fit)")
+    profile = dataclasses.replace(prior, name=name)
+    fitted: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    unidentified: dict[str, str] = {}
+    narrowest = min(o.concurrency for o in with_tti)
+    narrow = [o for o in with_tti if o.concurrency <= max(NARROW_MAX, narrowest)]
+    wide = [o for o in with_tti if o.concurrency >= WIDE_MIN and o.protocol in ("burst", "ramp", "steady")]
+    profile = _fit_boot(profile, narrow)
+    boot_from = ", ".join(sorted({f"{o.protocol}@{o.concurrency}" for o in narrow}))
+    for key in ("boot.median_s", "boot.sigma"):
+        notes[key] = f"from {boot_from}"
+    fitted["boot.median_s"], fitted["boot.sigma"] = profile.boot.median_s, profile.boot.sigma
+    wide = [o for o in wide if o.concurrency > max(NARROW_MAX, narrowest)]
+    if wide:
+        profile = _fit_load_delay(profile, wide)
+        fitted["boot.load_delay_s"] = profile.boot.load_delay_s
+        fitted["boot.load_delay_max_s"] = profile.boot.load_delay_max_s
+        notes["boot.load_delay_s"] = f"a burst of {max(o.concurrency for o in wide)} against {boot_from}"
+        notes["boot.load_delay_max_s"] = "no cap on the delay was seen up to the widest burst"
+    else:
+        why = f"no burst of {WIDE_MIN} or more beside a narrower run (widest: {max(o.concurrency for o in with_tti)})"
+        if narrowest > NARROW_MAX:
+            why = f"no narrow run (sequential, <= {NARROW_MAX} at once) to separate the boot from the burst penalty"
+        unidentified["boot.load_delay_s"] = unidentified["boot.load_delay_max_s"] = why
+    widest = max(o.concurrency for o in observations)
+    collapse = "no run showed a collapse" if widest >= prior.boot.congestion_knee else "no run"
+    unidentified["boot.congestion_knee"] = unidentified["boot.congestion_exponent"] = (
+        f"{collapse} reached the prior's knee ({prior.boot.congestion_knee:g}); widest: {widest}"
+        if widest < prior.boot.congestion_knee
+        else f"{collapse}; this fit does not move the knee"
+    )
+    # failures by kind and phase, from counts (rate-limit and quota refusals are limits, fitted below)
+    attempts = sum(o.attempts for o in observations)
+    create_errors = _count(observations, "create_error", "transport", phase="create")
+    created = attempts - _count(
+        observations, "create_error", "transport", "rate_limited", "quota_exhausted", "capacity"
+    )
+    boot_crashes = _count(observations, "died_before_ready", "ready_timeout")
+    for key, n, of in (
+        ("errors.create_transient_prob", create_errors, attempts),
+        ("errors.boot_crash_prob", boot_crashes, created),
+    ):
+        fitted[key] = n / of if of else 0.0
+        notes[key] = f"{n} of {of} attempts" + (f" (95% upper bound {3 / of:.2g})" if n == 0 and of else "")
+    rate_limited = [o for o in observations if _count([o], "rate_limited")]
+    if rate_limited:
+        depth = max(o.attempts - _count([o], "rate_limited") for o in rate_limited)
+        fitted["create_rate.burst"] = float(max(1, depth))
+        notes["create_rate.burst"] = "creates accepted at once before the first 429"
+        unidentified["create_rate.per_s"] = "a burst shows the bucket's depth, not its refill rate"
+    else:
+        unidentified["create_rate.per_s"] = unidentified["create_rate.burst"] = "no run reached a rate limit"
+    quota = [o for o in observations if _count([o], "quota_exhausted")]
+    if quota:
+        cap = max(o.attempts - _count([o], "quota_exhausted") for o in quota)
+        fitted["quota.max_active"] = float(max(1, cap))
+        notes["quota.max_active"] = "sandboxes accepted before the first quota refusal"
+    else:
+        ramps = any(o.protocol == "ramp" for o in observations)
+        reason = "no ramp reached a concurrency cap" if ramps else "no ramp"
+        unidentified["quota.max_active"] = f"no run reached a concurrency cap: {reason}"
+    unidentified["pool.max_nodes"] = "capacity and queueing show only where a ramp fills the pool; none did"
+    unidentified["exec.overhead_median_s"] = "the observations carry TTI, not per-command times"
+    changes = {k: v for k, v in fitted.items() if k not in ("boot.median_s", "boot.sigma")}
+    profile = profile.with_overrides(changes) if changes else profile
+    rows: list[FitRow] = []
+    for obs in observations:
+        sim = simulated_stats(profile, obs)
+        label = f"{obs.protocol}@{obs.concurrency}"
+        for stat, value in obs.quantiles.items():
+            if stat in sim:
+                rows.append(FitRow(label, stat, float(value), sim[stat]))
+        rows.append(FitRow(label, "success", obs.success_rate, sim["success"]))
+    sources = tuple(dict.fromkeys(o.source for o in observations))
+    return FitResult(profile, prior.name, fitted, unidentified, rows, sources, notes)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return "inf" if value == math.inf else repr(float(value)) if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def profile_toml(result: FitResult, today: dt.date | None = None) -> str:
+    """The fitted profile as TOML: dated, naming its inputs, every number with `_source` and `_label`."""
+    profile, day = result.profile, (today or dt.datetime.now(dt.UTC).date()).isoformat()
+    inputs = "; ".join(result.sources)
+    fitted_label = f"calibrated: fitted by stampede calibrate --fit from {inputs}"
+    lines = [
+        f"# fitted by `stampede calibrate --fit` on {day} from: {inputs}",
+        f"# prior: {result.prior}",
+        f"name = {_toml_string(profile.name)}",
+        f"description = {_toml_string(f'fitted {day} from {inputs} (prior {result.prior})')}",
+        f"default_time_scale = {_toml_value(profile.default_time_scale)}",
+        f"default_time_scale_source = {_toml_string(f'the prior ({result.prior})')}",
+        f"default_time_scale_label = {_toml_string('assumed: the prior value; a fit does not set the time scale')}",
+    ]
+    for section, values in profile.as_dict().items():
+        if not isinstance(values, dict):
+            continue
+        lines += ["", f"[{section}]"]
+        obj = getattr(profile, section)
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            lines.append(f"{f.name} = {_toml_value(value)}")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            key = f"{section}.{f.name}"
+            if key in result.fitted:
+                how = result.notes.get(key)
+                source, label = f"fitted {day}: {how or inputs}", fitted_label
+            elif key in result.unidentified:
+                source = f"the prior ({result.prior}): {result.prior_source(key)}"
+                label = (
+                    f"assumed: the prior's ({result.prior}); not identifiable from these runs: "
+                    f"{result.unidentified[key]}"
+                )
+            else:
+                source = f"the prior ({result.prior}): {result.prior_source(key)}"
+                prior_label = profile.labels.get(key, "")
+                label = prior_label if label_kind(prior_label) else f"assumed: the prior's ({result.prior})"
+            lines.append(f"{f.name}_source = {_toml_string(source)}")
+            lines.append(f"{f.name}_label = {_toml_string(label)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_profile_toml(result: FitResult, path: Path) -> Path:
+    """Write the fitted profile; it parses back as a profile (checked before writing)."""
+    import tomllib
+
+    text = profile_toml(result)
+    parse_profile(tomllib.loads(text), where=str(path), path=str(path))
+    path.write_text(text)
+    return path
