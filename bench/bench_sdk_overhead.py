@@ -70,8 +70,8 @@ class Plane:
         self.vendor = vendor
         self.token = secrets.token_urlsafe(16)
         env = {**os.environ, "PYTHONPATH": str(REPO), "STAMPEDE_SERVE_TOKEN": self.token}
-        argv = [sys.executable, "-m", f"providers.sim.{vendor}.serve", "--profile", "ideal", "--port", "0"]
-        argv.append("--exit-on-stdin-eof")
+        argv = [sys.executable, "-m", f"providers.sim.{vendor.replace('-', '_')}.serve", "--profile", "ideal"]
+        argv += ["--port", "0", "--exit-on-stdin-eof"]
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO, env=env
         )
@@ -139,6 +139,8 @@ def bare_env(plane: Plane, work: Path) -> dict[str, str]:
         )
     elif plane.vendor == "e2b":
         env["E2B_MAX_CONNECTIONS"] = "1000"  # the SDK's own knob; its 200 queues a 960-wide loop over plain http
+    elif plane.vendor == "vercel":  # the SDK reads no URL from the environment: sdk_vercel.py's own variable
+        env["VERCEL_SANDBOX_API_URL"] = str(plane.ready["base_url"])
     return env
 
 
@@ -179,8 +181,8 @@ def measure(vendor: str, side: str, concurrency: int, warmup_s: float, seconds: 
     if side == "stampede":
         argv, env = stampede_argv(plane, concurrency, run_s, work), {**os.environ, "PYTHONPATH": str(REPO)}
     else:
-        argv = [sys.executable, str(BASELINES / f"sdk_{vendor}.py"), "--concurrency", str(concurrency)]
-        argv += ["--seconds", str(run_s), "--out", str(work / "bare.json")]
+        argv = [sys.executable, str(BASELINES / f"sdk_{vendor.replace('-', '_')}.py")]
+        argv += ["--concurrency", str(concurrency), "--seconds", str(run_s), "--out", str(work / "bare.json")]
         env = bare_env(plane, work)
     started = time.monotonic()
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -243,7 +245,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved repetitions (medians are printed)")
     args = parser.parse_args()
     vendors = [v for v in args.vendors.split(",") if v]
-    unknown = [v for v in vendors if not (BASELINES / f"sdk_{v}.py").is_file()]
+    unknown = [v for v in vendors if not (BASELINES / f"sdk_{v.replace('-', '_')}.py").is_file()]
     if unknown or args.rounds < 1 or args.seconds <= 0:
         parser.error(f"no baseline for {', '.join(unknown)}" if unknown else "--rounds and --seconds must be positive")
     levels = [int(level) for level in args.concurrency.split(",") if level]
