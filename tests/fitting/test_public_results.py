@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 from foundation.errors import UsageError
 from harness.fitting.public_results import failure_key, published_date, read_public_results
-from providers.sim.core.calibration import computesdk_stats
+from providers.sim.core.calibration import _protocols, computesdk_stats, statistic
+from providers.sim.core.profile import load_profile
 
 DATA = Path(__file__).with_name("data") / "computesdk-0a010e0"
 SEQUENTIAL = DATA / "sequential_tti" / "2026-05-05.json"
@@ -124,3 +126,26 @@ def test_a_malformed_file_is_one_usage_error_line(tmp_path: Path, text: str, mes
 def test_a_missing_file_is_one_usage_error_line(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
         read_public_results(tmp_path / "nope.json", "modal")
+
+
+REPRODUCE_SEEDS = range(100, 110)  # not the fit's own seeds: the check is a fresh forward run of the fitted profile
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vendor,prior", [("modal", "modal-like"), ("e2b", "e2b-like")])
+@pytest.mark.parametrize("path", list(MODAL), ids=lambda p: p.parent.name)
+def test_a_fit_from_one_published_file_reproduces_its_quantiles_within_10pct(
+    path: Path, vendor: str, prior: str
+) -> None:
+    """Issue #31's done-when: fit from one public file, then run that file's protocol on the fitted profile
+    (calibration's own computesdk protocols, fresh seeds, VirtualClock) and compare the trimmed p50/p95/p99."""
+    from harness.fitting.fit import fit_profile
+
+    (obs,) = read_public_results(path, vendor)
+    result = fit_profile([obs], load_profile(prior), f"{vendor}-fitted")
+    protocol = _protocols()[obs.protocol]
+    runs = [protocol(result.profile, seed) for seed in REPRODUCE_SEEDS]
+    for stat, published in obs.quantiles.items():
+        reproduced = statistics.median(statistic(run, stat) for run in runs)
+        assert reproduced == pytest.approx(published, rel=0.10), f"{vendor} {obs.protocol} {stat}"
+    assert statistics.median(statistic(run, "success") for run in runs) == pytest.approx(obs.success_rate, abs=0.02)
