@@ -55,6 +55,12 @@ def failure_key(error: str) -> str:
     return "unknown@unknown"
 
 
+def is_public_results_file(path: Path | str) -> bool:
+    """Whether a `--fit` input is a published results file (a .json file) rather than a stampede run folder."""
+    path = Path(path)
+    return path.suffix.lower() == ".json" and not path.is_dir()
+
+
 def read_public_results(path: Path | str, vendor: str | None = None) -> list[ProtocolObservation]:
     """The observations one computesdk results file holds for one vendor (one per mode in the file).
 
