@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
+    from harness.fitting.fit import FitResult
     from providers.sim.core.calibration import SweepPoint
     from providers.sim.core.profile import Profile
 
@@ -42,6 +43,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "client.leak_prob, ...); repeatable; one PROFILE",
     )
     parser.add_argument("--figure", type=Path, default=None, metavar="PATH", help="with --sweep: write the PNG here")
+    parser.add_argument(
+        "--fit",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="fit a profile to these results folders (any provider), or to computesdk results .json files, and write "
+        "it as TOML; needs --name",
+    )
+    parser.add_argument(
+        "--vendor", default=None, help="--fit FILE.json: the vendor of a published results file that measures several"
+    )
+    parser.add_argument("--name", default=None, help="--fit: the fitted profile's name")
+    parser.add_argument(
+        "--prior",
+        default="ideal",
+        metavar="PROFILE",
+        help="--fit: the profile whose values stand for what the runs cannot identify (default: ideal)",
+    )
+    parser.add_argument("--out", type=Path, default=None, metavar="PATH", help="--fit: where to write (./NAME.toml)")
 
 
 def _key_value(text: str, flag: str) -> tuple[str, str]:
@@ -55,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from providers.sim.core.calibration import DEFAULT_SEEDS, calibrate, render
     from providers.sim.core.profile import ProfileError, load_profile, profile_names
 
+    if args.fit is not None:
+        return _fit(args)
+    if args.name is not None or args.out is not None or args.prior != "ideal" or args.vendor is not None:
+        raise UsageError("--name, --prior, --out and --vendor go with --fit RUN [RUN...]")
     seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
     if seeds < 1:
         raise UsageError("--seeds must be at least 1")
@@ -81,6 +105,80 @@ def run(args: argparse.Namespace) -> int:
     if failing:
         print(f"\ncalibration FAILED ({len(failing)} outside their window): {'; '.join(failing)}")
     return 1 if failing else 0
+
+
+FIT_WITHIN = 0.10  # a simulated statistic within 10% of the measured one is marked "yes"
+
+
+def _fit(args: argparse.Namespace) -> int:
+    """`--fit RUN [RUN...] --name NAME`: fit, write the TOML, print the fit per protocol and what stayed the prior's."""
+    from harness.fitting.fit import fit_profile, write_profile_toml
+    from harness.fitting.observations import observations_from_run
+    from harness.fitting.public_results import is_public_results_file, read_public_results
+    from providers.sim.core.profile import ProfileError, load_profile
+
+    if args.profiles or args.sweep or args.profile_set or args.figure is not None or args.seeds is not None:
+        raise UsageError("--fit takes runs, --name, --prior and --out only (no PROFILE, --sweep, --profile-set)")
+    if not args.name or not args.name.strip() or "/" in args.name:
+        raise UsageError("--fit needs --name NAME (the fitted profile's name, no '/')")
+    try:
+        prior = load_profile(args.prior)
+    except ProfileError as exc:
+        raise UsageError(f"--prior: {exc}") from None
+    observations = []
+    published = [p for p in args.fit if is_public_results_file(p)]
+    if args.vendor is not None and not published:
+        raise UsageError("--vendor picks a vendor of a published results file (--fit FILE.json)")
+    for source in args.fit:
+        if source in published:
+            found = read_public_results(Path(source), args.vendor)
+        else:
+            found = observations_from_run(Path(source))
+        if not any(obs.quantiles.get("p50") for obs in found):
+            raise UsageError(f"{source}: no successful rollout to fit (every attempt failed, or none ran)")
+        observations += found
+    out = args.out if args.out is not None else Path(f"{args.name}.toml")
+    if out.parent and not out.parent.is_dir():
+        raise UsageError(f"--out {out}: the folder {out.parent} does not exist")
+    result = fit_profile(observations, prior, args.name)
+    try:
+        write_profile_toml(result, out)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(render_fit(result))
+    print(f"\nprofile: {out} (use: stampede run --profile {out}; stampede profiles --provenance {out})")
+    return 0
+
+
+def render_fit(result: FitResult) -> str:
+    """The fit per protocol (measured vs simulated) and the values the runs could not identify (Markdown)."""
+    lines = [
+        f"`{result.profile.name}` fitted from {len(result.sources)} input(s) (run stages or published modes), prior `{result.prior}`"
+        " (vendor seconds; SDK-side poll windows and loop stalls taken out of the measured TTI)",
+        "",
+        "| protocol | stat | measured | simulated | error | within 10% |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in result.rows:
+        fmt = (lambda v: f"{100 * v:.1f}%") if row.stat == "success" else (lambda v: f"{v:.3g} s")
+        if row.stat == "success":
+            err, ok = row.simulated - row.measured, abs(row.simulated - row.measured) <= 0.03
+            error = f"{100 * err:+.1f} pt"
+        else:
+            err, ok = row.error, abs(row.error) <= FIT_WITHIN if not math.isnan(row.error) else False
+            error = f"{100 * err:+.1f}%" if not math.isnan(err) else "-"
+        lines.append(
+            f"| {row.protocol} | {row.stat} | {fmt(row.measured)} | {fmt(row.simulated)} | {error} | "
+            f"{'yes' if ok else 'NO'} |"
+        )
+    lines += ["", "Fitted:"]
+    lines += [
+        f"- {key} = {value:.4g}" + (f" ({result.notes[key]})" if key in result.notes else "")
+        for key, value in result.fitted.items()
+    ]
+    lines += ["", "Not identifiable from these runs (kept at the prior's value, and the profile says so):"]
+    lines += [f"- {key}: {why}" for key, why in result.unidentified.items()]
+    return "\n".join(lines)
 
 
 def _sweep(profile: Profile, sweeps: list[tuple[str, str]], seeds: int, figure: Path | None) -> int:

@@ -209,7 +209,7 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
         ("errors.boot_crash_prob", boot_crashes, created),
     ):
         fitted[key] = n / of if of else 0.0
-        notes[key] = f"{n} of {of} attempts" + (f" (95% upper bound {3 / of:.2g})" if n == 0 and of else "")
+        notes[key] = f"{n} of {of} attempts" + (f"; 95% upper bound {3 / of:.2g}" if n == 0 and of else "")
     rate_limited = [o for o in observations if _count([o], "rate_limited")]
     if rate_limited:
         depth = max(o.attempts - _count([o], "rate_limited") for o in rate_limited)
