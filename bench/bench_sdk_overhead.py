@@ -161,9 +161,15 @@ def lifecycles_in(side: str, work: Path, since: float, until: float) -> tuple[li
     """(sandbox id, TTI s) of the ok lifecycles whose command answered in [since, until] (epoch s), and the side's
     failures. By the answer, not the submit: a side stopped at the window's end may cancel what it had in flight."""
     if side == "bare":
-        result = json.loads((work / "bare.json").read_text())
-        rows = [(str(sid), float(tti)) for t, tti, sid in result["lifecycles"] if since <= t + tti <= until]
-        return rows, int(result["errors"])
+        lines = [
+            json.loads(line) for line in (work / "bare.json").read_text().splitlines() if line.endswith(("]", "}"))
+        ]
+        rows = [
+            (str(sid), float(tti))
+            for t, tti, sid in (x for x in lines if isinstance(x, list))
+            if since <= t + tti <= until
+        ]
+        return rows, sum(int(x["errors"]) for x in lines if isinstance(x, dict))
     from harness.results.read.dataset import load_rollouts
 
     frame = load_rollouts(work / "bench")

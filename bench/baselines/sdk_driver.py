@@ -5,8 +5,9 @@ deadline (then each worker finishes the lifecycle it is in), or SIGTERM/SIGINT (
 A baseline module gives two things: `open_client()`, an async context manager yielding its SDK's one client
 (whatever the SDK calls it), and `lifecycle(client, index)`, which makes the calls (create -> wait until
 running, the SDK's own way -> `true` -> terminate) and answers (sandbox id, seconds from before create to the
-command's answer). The loop writes {"lifecycles": [[t_submit epoch s, tti s, sandbox id], ...], "errors": n,
-"first_errors": [...]} to --out when it ends; `bench/bench_sdk_overhead.py` reads it.
+command's answer). The loop writes JSON lines to --out: [t_submit epoch s, tti s, sandbox id] per lifecycle as
+it goes (every `FLUSH_S`), and {"errors": n, "first_errors": [...]} last, when it ends; `bench/bench_sdk_overhead.py`
+reads them (the last line may be missing if the loop was killed).
 
     python bench/baselines/sdk_prime.py --concurrency 64 --seconds 30 --out result.json   # plane from the env
 """
@@ -21,9 +22,10 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 STOP_GRACE_S = 5.0
+FLUSH_S = 0.5  # records reach --out this often, so a loop killed at its stop bound still leaves them
 Lifecycle = Callable[[Any, int], Awaitable[tuple[str, float]]]
 
 
@@ -54,6 +56,16 @@ async def closed_loop(
             except Exception as exc:  # a failed lifecycle is counted, as a user's loop would, and the loop goes on
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
 
+    async def flush_every(seconds: float, sink: TextIO) -> None:
+        written = 0
+        while True:
+            await asyncio.sleep(seconds)
+            sink.writelines(json.dumps(record) + "\n" for record in records[written:])
+            sink.flush()
+            written = len(records)
+
+    sink = out.open("w")
+    flusher = asyncio.ensure_future(flush_every(FLUSH_S, sink))
     async with open_client() as client:
         workers = [asyncio.ensure_future(worker(client)) for _ in range(concurrency)]
         stopped = asyncio.ensure_future(stop.wait())
@@ -61,7 +73,13 @@ async def closed_loop(
         late: set[asyncio.Future[None]] = set()
         if stop.is_set():  # a stop: the lifecycles in flight get a grace, then are cancelled (their plane goes too)
             _, late = await asyncio.wait(workers, timeout=STOP_GRACE_S)
-        out.write_text(json.dumps({"lifecycles": records, "errors": len(errors), "first_errors": errors[:5]}))
+        flusher.cancel()
+        sink.close()
+        out.write_text(
+            "".join(json.dumps(record) + "\n" for record in records)
+            + json.dumps({"errors": len(errors), "first_errors": errors[:5]})
+            + "\n"
+        )
         for task in (*late, stopped):
             task.cancel()
         await asyncio.wait([*late, stopped], timeout=STOP_GRACE_S)  # an SDK call may not heed its cancel at once
