@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.fitting.observations import ProtocolObservation
 from providers.sim.core.calibration import computesdk_stats
-from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
+from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
 from providers.sim.core.profile import Profile, label_kind, parse_profile
 
 SEEDS = 5  # simulated runs per observation and candidate; the median statistic over them is compared
@@ -73,8 +73,11 @@ def _simulate(profile: Profile, obs: ProtocolObservation, seed: int) -> BurstRes
         return simulate_sequential(profile, n, seed=seed)
     if obs.protocol == "staggered":
         return simulate_burst(profile, n, seed=seed, spacing_s=0.2)
-    # burst, and (an approximation) a ramp's or steady's stage: its width at once
-    return simulate_burst(profile, max(1, min(obs.concurrency, MAX_SIMULATED)), seed=seed)
+    width = max(1, min(obs.concurrency, MAX_SIMULATED))
+    if obs.protocol in ("steady", "ramp"):  # a stage of `width` users, each creating again when its rollout ends
+        per_user = max(1, n // width)
+        return simulate_closed_loop(profile, width, per_user, seed=seed, hold_s=0.0)
+    return simulate_burst(profile, width, seed=seed)
 
 
 def _stats(values: Sequence[float], trimmed: float) -> dict[str, float]:
