@@ -303,3 +303,23 @@ def test_a_burst_through_the_real_sdk_joins_the_truth_and_has_no_unknown_failure
     assert set(truth["id"]) == set(rollouts["sandbox_id"])  # every claim's Sandbox, found by its claim's run label
     assert set(truth["status"]) == {"TERMINATED"}  # and every one deleted with its claim
     assert "unknown failures 0; harness failures 0" in run.stdout
+
+
+async def test_over_plain_http_the_claim_watches_load_one_ca_and_leave_nothing_behind(open_front: Open) -> None:
+    """Each claim watch builds a `kubernetes_asyncio` client of the default configuration: the provider makes that
+    default its own, naming a one-certificate CA file (no TLS is spoken over http), and takes both back on close."""
+    from kubernetes_asyncio import client as k8s_client
+
+    front, _ = await open_front("async", warm_pool=1)
+    provider = _provider(front)
+    try:
+        ref = await provider.create(SandboxSpec(run_id="plain", rollout_id="r1"))
+        assert (await provider.exec(ref, ["true"], 10)).exit_code == 0
+        await provider.terminate(ref)
+        ca_file = k8s_client.Configuration.get_default_copy().ssl_ca_cert
+        assert ca_file is not None and Path(ca_file).read_text().count("BEGIN CERTIFICATE") == 1
+    finally:
+        await provider.aclose()
+    assert not os.path.exists(ca_file)
+    assert k8s_client.Configuration.get_default_copy().ssl_ca_cert is None
+    await k8s_client.ApiClient().close()  # a later client of this process builds, with the system's CAs
