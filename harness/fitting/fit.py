@@ -31,6 +31,7 @@ SPREAD_Z = {"p90": 1.2816, "p95": 1.6449}  # standard normal quantiles: log(pq /
 NARROW_MAX = 4  # at most this many at once: a run whose TTI is the boot alone, not the burst penalty
 WIDE_MIN = 10  # at least this wide: a burst whose extra time over a narrow run is the load delay
 ITERATIONS = 6
+REFUSALS = ("rate_limited", "quota_exhausted", "capacity")  # a create the vendor turned away: a limit, not an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +216,7 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
         notes[key] = f"{n} of {of} attempts" + (f"; 95% upper bound {3 / of:.2g}" if n == 0 and of else "")
     rate_limited = [o for o in observations if _count([o], "rate_limited")]
     if rate_limited:
-        depth = max(o.attempts - _count([o], "rate_limited") for o in rate_limited)
+        depth = max(o.attempts - _count([o], *REFUSALS, phase="create") for o in rate_limited)
         fitted["create_rate.burst"] = float(max(1, depth))
         notes["create_rate.burst"] = "creates accepted at once before the first 429"
         unidentified["create_rate.per_s"] = "a burst shows the bucket's depth, not its refill rate"
@@ -223,7 +224,7 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
         unidentified["create_rate.per_s"] = unidentified["create_rate.burst"] = "no run reached a rate limit"
     quota = [o for o in observations if _count([o], "quota_exhausted")]
     if quota:
-        cap = max(o.attempts - _count([o], "quota_exhausted") for o in quota)
+        cap = max(o.attempts - _count([o], *REFUSALS, phase="create") for o in quota)
         fitted["quota.max_active"] = float(max(1, cap))
         notes["quota.max_active"] = "sandboxes accepted before the first quota refusal"
     else:
@@ -235,9 +236,11 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     changes = {k: v for k, v in fitted.items() if k not in ("boot.median_s", "boot.sigma")}
     profile = profile.with_overrides(changes) if changes else profile
     rows: list[FitRow] = []
-    for obs in observations:
+    labels = [f"{obs.protocol}@{obs.concurrency}" for obs in observations]
+    for obs, label in zip(observations, labels, strict=True):
         sim = simulated_stats(profile, obs)
-        label = f"{obs.protocol}@{obs.concurrency}"
+        if labels.count(label) > 1:  # the same shape in two inputs: say which
+            label += f" {Path(obs.source).name}"
         for stat, value in obs.quantiles.items():
             if stat in sim:
                 rows.append(FitRow(label, stat, float(value), sim[stat]))

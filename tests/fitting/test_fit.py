@@ -182,3 +182,16 @@ def test_a_run_where_every_create_failed_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip().endswith("no successful rollout to fit (every attempt failed, or none ran)")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_real_burst_past_a_cap_fits_the_cap_and_names_the_rate_limit_unseen(tmp_path: Path) -> None:
+    run = _stub_run(tmp_path, "capped", "--profile-set", "quota.max_active=10", "--scenario", "burst", "--users", "15")
+    out = tmp_path / "capped.toml"
+    done = stampede("calibrate", "--fit", str(run), "--name", "capped", "--prior", "e2b-like", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "- quota.max_active = 10 (sandboxes accepted before the first quota refusal)" in done.stdout
+    assert "| burst@15 | success | 66.7% | 66.7% | +0.0 pt | yes |" in done.stdout
+    quota = tomllib.loads(out.read_text())["quota"]
+    assert quota["max_active"] == 10 and quota["max_active_label"].startswith("calibrated: fitted by")
+    assert "- create_rate.per_s: no run reached a rate limit" in done.stdout
