@@ -81,14 +81,18 @@ def _simulate(profile: Profile, obs: ProtocolObservation, seed: int) -> BurstRes
     return simulate_burst(profile, width, seed=seed)
 
 
+def _pick(ordered: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile of sorted values (summary.json's rule)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 def _stats(values: Sequence[float], trimmed: float) -> dict[str, float]:
     ordered = sorted(values)
     if not ordered:
         return {}
     if trimmed > 0:
         return computesdk_stats(ordered, trimmed)
-    pick = lambda q: ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]  # noqa: E731
-    return {"p50": pick(0.50), "p90": pick(0.90), "p95": pick(0.95), "p99": pick(0.99)}
+    return {k: _pick(ordered, q) for k, q in (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))}
 
 
 def simulated_stats(profile: Profile, obs: ProtocolObservation, seeds: int = SEEDS) -> dict[str, float]:
@@ -177,6 +181,18 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     narrowest = min(o.concurrency for o in with_tti)
     narrow = [o for o in with_tti if o.concurrency <= max(NARROW_MAX, narrowest)]
     wide = [o for o in with_tti if o.concurrency >= WIDE_MIN and o.protocol in ("burst", "ramp", "steady")]
+    overheads = sorted(v for o in observations for v in o.exec_overhead_s)
+    if overheads:  # before the boot: the TTI's first command carries one overhead
+        median = _pick(overheads, 0.50)
+        sigma = math.log(_pick(overheads, 0.90) / median) / SPREAD_Z["p90"] if median > 0 else 0.0
+        exec_ = dataclasses.replace(profile.exec, overhead_median_s=median, overhead_sigma=max(0.0, sigma))
+        profile = dataclasses.replace(profile, exec=exec_)
+        fitted["exec.overhead_median_s"], fitted["exec.overhead_sigma"] = median, exec_.overhead_sigma
+        notes["exec.overhead_median_s"] = notes["exec.overhead_sigma"] = f"{len(overheads)} command calls"
+    else:
+        unidentified["exec.overhead_median_s"] = unidentified["exec.overhead_sigma"] = (
+            "no run had a plan's steps (per-command times beyond the command's own)"
+        )
     profile = _fit_boot(profile, narrow)
     boot_from = ", ".join(sorted({f"{o.protocol}@{o.concurrency}" for o in narrow}))
     for key in ("boot.median_s", "boot.sigma"):
@@ -232,8 +248,7 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
         reason = "no ramp reached a concurrency cap" if ramps else "no ramp"
         unidentified["quota.max_active"] = f"no run reached a concurrency cap: {reason}"
     unidentified["pool.max_nodes"] = "capacity and queueing show only where a ramp fills the pool; none did"
-    unidentified["exec.overhead_median_s"] = "the observations carry TTI, not per-command times"
-    changes = {k: v for k, v in fitted.items() if k not in ("boot.median_s", "boot.sigma")}
+    changes = {k: v for k, v in fitted.items() if not k.startswith(("boot.median_s", "boot.sigma", "exec."))}
     profile = profile.with_overrides(changes) if changes else profile
     rows: list[FitRow] = []
     labels = [f"{obs.protocol}@{obs.concurrency}" for obs in observations]

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from foundation.quantiles import nearest_rank
 from harness.results.read.dataset import load_rollouts, read_run_info
+from harness.results.read.steps import has_steps, load_steps
 from harness.results.read.vendor_time import to_vendor_seconds
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
@@ -30,6 +32,7 @@ class ProtocolObservation:
     success_rate: float
     failures: Mapping[str, int]  # "kind@phase" -> count
     source: str  # run dir, or "computesdk results/burst_tti/2026-05-05.json, Modal"
+    exec_overhead_s: tuple[float, ...] = ()  # per command call: its time beyond the command's own (a plan run's steps)
 
 
 SEQUENTIAL_MAX_USERS = 1  # a steady run of one user is the public protocols' "sequential": one sandbox at a time
@@ -66,6 +69,7 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
     kinds = frame["failure_kind"].astype(object).to_numpy()
     phases = frame["failure_phase"].astype(object).to_numpy()
     outcomes = frame["outcome"].astype(str).to_numpy()
+    steps = load_steps(info) if has_steps(info.run_dir) else None
     out: list[ProtocolObservation] = []
     for stage in dict.fromkeys(stages):
         rows = stages == stage
@@ -90,6 +94,15 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
                 success_rate=len(samples) / attempts if attempts else 0.0,
                 failures=failures,
                 source=f"{info.run_dir} ({stage})",
+                exec_overhead_s=_exec_overheads(steps, stage),
             )
         )
     return out
+
+
+def _exec_overheads(steps: pd.DataFrame | None, stage: str) -> tuple[float, ...]:
+    """A plan run's exec calls in one stage: each call's vendor seconds beyond its command's own (`overhead`)."""
+    if steps is None or steps.empty:
+        return ()
+    calls = steps[(steps["stage"] == stage) & (steps["kind"] == "exec") & steps["ok"]]["overhead"].dropna()
+    return tuple(sorted(float(v) for v in calls))

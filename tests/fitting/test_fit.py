@@ -140,7 +140,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...],
 def _stub_run(out: Path, run_id: str, *args: str) -> Path:
     done = stampede(
         "run", "--provider", "stub", "--profile", "e2b-like", "--out", str(out), "--run-id", run_id,
-        "--commands", "true", "--progress-interval", "0", *args,
+        "--progress-interval", "0", *(() if "--plan" in args else ("--commands", "true")), *args,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return out / run_id
@@ -195,3 +195,48 @@ def test_a_real_burst_past_a_cap_fits_the_cap_and_names_the_rate_limit_unseen(tm
     quota = tomllib.loads(out.read_text())["quota"]
     assert quota["max_active"] == 10 and quota["max_active_label"].startswith("calibrated: fitted by")
     assert "- create_rate.per_s: no run reached a rate limit" in done.stdout
+
+
+PLAN = """
+[plan]
+name = "calls"
+description = "a probe, then 20 short calls whose own time is known"
+
+[[step]]
+kind = "create"
+
+[[step]]
+kind = "exec"
+name = "probe"
+command = ["true"]
+
+[[step]]
+kind = "exec"
+name = "call"
+command = ["sleep", "0.01"]
+command_s = 0.01
+repeat = "const:20"
+"""
+
+
+@pytest.mark.slow
+def test_a_plan_run_fits_the_per_command_overhead(tmp_path: Path) -> None:
+    """exec.overhead_median_s moved to 30 ms: the fit reads it from the steps' overhead (each call's time beyond the
+    command's own), no lower than the sample allows (the harness's round trip can only add to it)."""
+    plan = tmp_path / "calls.toml"
+    plan.write_text(PLAN)
+    run = _stub_run(
+        tmp_path, "plan", "--profile-set", "exec.overhead_median_s=0.03", "--plan", str(plan), "--scenario", "steady",
+        "--users", "2", "--run-time", "5s",
+    )  # fmt: skip
+    (obs,) = observations_from_run(run)
+    calls = obs.exec_overhead_s
+    assert len(calls) >= 21 * 2  # at least one rollout per user, each 21 calls
+    result = fit_profile([obs], load_profile("e2b-like"), "calls")
+    fitted = result.fitted["exec.overhead_median_s"]
+    assert fitted == nearest_rank(calls, 0.5)
+    rng = random.Random(3)
+    medians = [nearest_rank(sorted(rng.choices(calls, k=len(calls))), 0.5) for _ in range(200)]
+    assert fitted >= 0.03 - 3 * statistics.stdev(medians)
+    assert "exec.overhead_median_s" not in result.unidentified
+    assert result.notes["exec.overhead_median_s"] == f"{len(calls)} command calls"
