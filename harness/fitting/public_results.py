@@ -40,7 +40,7 @@ _ERROR_KINDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"unauthori[sz]ed|invalid or expired token|forbidden|\b401\b|\b403\b", "auth@create"),
         (r"first command execution timed out", "exec_timeout@exec"),
         (r"creation timed out|identity check timed out|timed out|timeout", "ready_timeout@ready"),
-        (r"enotfound|econnreset|econnrefused|socket hang up|getaddrinfo", "transport@create"),
+        (r"enotfound|econnreset|econnrefused|socket hang up|getaddrinfo|connection lost", "transport@create"),
         (r"command failed|exit code", "exec_error@exec"),
         (r"failed to create|creat|\b5\d\d\b|internal", "create_error@create"),
     )
@@ -142,6 +142,9 @@ def _observation(path: Path, entry: Mapping[str, Any], config: Mapping[str, Any]
         samples.append(float(tti) / 1000.0)
     attempts = len(iterations) or int(config.get("iterations") or 0)
     quantiles = _published_quantiles(path, entry) or (computesdk_stats(samples, TRIM) if samples else {})
+    if not quantiles and failures:
+        kinds = ", ".join(f"{n} {key}" for key, n in sorted(failures.items(), key=lambda kv: -kv[1]))
+        raise UsageError(f"{path}: {vendor}: every iteration failed ({kinds}), no TTI to fit")
     if not quantiles:
         raise UsageError(f"{path}: {vendor}: neither iteration samples nor a summary to fit")
     success = entry.get("successRate")
@@ -151,7 +154,7 @@ def _observation(path: Path, entry: Mapping[str, Any], config: Mapping[str, Any]
     concurrency = (
         int(width) if isinstance(width, int | float) and width >= 1 else (1 if protocol == "sequential" else 100)
     )
-    folder = f"{path.parent.name}/" if path.parent.name else ""
+    folder = {mode: folder for folder, mode in _FOLDER_MODES.items()}[protocol]  # where computesdk publishes it
     return ProtocolObservation(
         protocol=protocol,
         concurrency=concurrency,
@@ -161,7 +164,7 @@ def _observation(path: Path, entry: Mapping[str, Any], config: Mapping[str, Any]
         trimmed=TRIM,
         success_rate=float(success),
         failures=failures,
-        source=f"computesdk results/{folder}{path.name}, {vendor}",
+        source=f"computesdk results/{folder}/{path.name}, {vendor}",
     )
 
 

@@ -77,6 +77,7 @@ def test_published_errors_count_as_failures_by_kind_and_phase(tmp_path: Path) ->
     path = _write(tmp_path, [{"provider": "acme", "mode": "concurrent", "concurrency": 100, "iterations": iterations}])
     (obs,) = read_public_results(path)
     assert obs.protocol == "burst" and obs.attempts == 100 and len(obs.tti_s) == 95
+    assert obs.source == "computesdk results/burst_tti/2026-05-05.json, acme"  # wherever the user saved it
     assert obs.success_rate == pytest.approx(0.95)
     assert obs.failures == {
         "rate_limited@create": 1,
@@ -88,6 +89,7 @@ def test_published_errors_count_as_failures_by_kind_and_phase(tmp_path: Path) ->
     # no summary in the file: the quantiles are computed from the samples as computesdk computes them
     assert obs.quantiles == computesdk_stats(obs.tti_s)
     assert failure_key("something new") == "unknown@unknown"
+    assert failure_key("Network connection lost.") == "transport@create"
 
 
 def test_mode_from_the_folder_when_the_entry_names_none_and_summary_only_files(tmp_path: Path) -> None:
@@ -100,6 +102,7 @@ def test_mode_from_the_folder_when_the_entry_names_none_and_summary_only_files(t
         "sequential"
     )
     assert published_date(path) == "2026-05-05" and published_date(SEQUENTIAL) == "2026-05-05"
+    assert obs.source == "computesdk results/staggered_tti/2026-05-05.json, acme"
 
 
 @pytest.mark.parametrize(
@@ -113,6 +116,10 @@ def test_mode_from_the_folder_when_the_entry_names_none_and_summary_only_files(t
         ('{"results": [{"provider": "m", "mode": "weird", "iterations": []}]}', "unknown mode 'weird'"),
         ('{"results": [{"provider": "m", "skipped": true, "skipReason": "no key", "iterations": []}]}', "skipped"),
         ('{"results": [{"provider": "m", "iterations": []}]}', "neither iteration samples nor a summary"),
+        (
+            '{"results": [{"provider": "m", "iterations": [{"ttiMs": 0, "error": "Sandbox creation timed out"}]}]}',
+            r"every iteration failed \(1 ready_timeout@ready\), no TTI to fit",
+        ),
     ],
 )
 def test_a_malformed_file_is_one_usage_error_line(tmp_path: Path, text: str, message: str) -> None:
