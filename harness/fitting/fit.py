@@ -203,7 +203,7 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
         profile = _fit_load_delay(profile, wide)
         fitted["boot.load_delay_s"] = profile.boot.load_delay_s
         fitted["boot.load_delay_max_s"] = profile.boot.load_delay_max_s
-        notes["boot.load_delay_s"] = f"a burst of {max(o.concurrency for o in wide)} against {boot_from}"
+        notes["boot.load_delay_s"] = f"{max(o.concurrency for o in wide)} at once against {boot_from}"
         notes["boot.load_delay_max_s"] = "no cap on the delay was seen up to the widest burst"
     else:
         why = f"no burst of {WIDE_MIN} or more beside a narrower run (widest: {max(o.concurrency for o in with_tti)})"
@@ -244,8 +244,8 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
         fitted["quota.max_active"] = float(max(1, cap))
         notes["quota.max_active"] = "sandboxes accepted before the first quota refusal"
     else:
-        ramps = any(o.protocol == "ramp" for o in observations)
-        reason = "no ramp reached a concurrency cap" if ramps else "no ramp"
+        ramps = [o.concurrency for o in observations if o.protocol == "ramp"]
+        reason = f"the ramp's widest stage ({max(ramps)}) saw no quota refusal" if ramps else "no ramp"
         unidentified["quota.max_active"] = f"no run reached a concurrency cap: {reason}"
     unidentified["pool.max_nodes"] = "capacity and queueing show only where a ramp fills the pool; none did"
     changes = {k: v for k, v in fitted.items() if not k.startswith(("boot.median_s", "boot.sigma", "exec."))}
