@@ -156,7 +156,7 @@ def render_fit(result: FitResult) -> str:
         f"`{result.profile.name}` fitted from {len(result.sources)} input(s) (run stages or published modes), prior `{result.prior}`"
         " (vendor seconds; SDK-side poll windows and loop stalls taken out of the measured TTI)",
         "",
-        "| protocol | stat | measured | simulated | error | within 10% |",
+        "| protocol | stat | measured | simulated | error | within 10% (success: 3 pt) |",
         "|---|---|---|---|---|---|",
     ]
     for row in result.rows:
