@@ -36,6 +36,8 @@ class ProtocolObservation:
 
 
 SEQUENTIAL_MAX_USERS = 1  # a steady run of one user is the public protocols' "sequential": one sandbox at a time
+# cancelled by the harness (a stop) or never finished (a crash): neither a success nor a failure of the vendor
+UNCOUNTED = ("cancelled", "unfinished")
 _SHAPES = {"burst": "burst", "staggered": "staggered", "ramp": "ramp", "knee": "ramp", "steady": "steady"}
 
 
@@ -77,11 +79,11 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
         samples = tuple(sorted(float(v) for v in vendor_tti[rows & ok]))
         failures: dict[str, int] = {}
         for kind, phase, outcome in zip(kinds[rows], phases[rows], outcomes[rows], strict=True):
-            if outcome in ("ok", "cancelled"):
+            if outcome in UNCOUNTED or outcome == "ok":
                 continue
-            key = f"{kind or 'unknown'}@{phase or 'unknown'}"
+            key = f"{_text(kind)}@{_text(phase)}"
             failures[key] = failures.get(key, 0) + 1
-        attempts = int(rows.sum() - (outcomes[rows] == "cancelled").sum())
+        attempts = int(rows.sum() - np.isin(outcomes[rows], UNCOUNTED).sum())
         quantiles = {name: nearest_rank(samples, q) for name, q in QUANTILES.items()} if samples else {}
         out.append(
             ProtocolObservation(
@@ -106,3 +108,7 @@ def _exec_overheads(steps: pd.DataFrame | None, stage: str) -> tuple[float, ...]
         return ()
     calls = steps[(steps["stage"] == stage) & (steps["kind"] == "exec") & steps["ok"]]["overhead"].dropna()
     return tuple(sorted(float(v) for v in calls))
+
+
+def _text(value: object) -> str:
+    return "unknown" if value is None or (isinstance(value, float) and np.isnan(value)) or value == "" else str(value)
