@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--fit: the profile whose values stand for what the runs cannot identify (default: ideal)",
     )
     parser.add_argument("--out", type=Path, default=None, metavar="PATH", help="--fit: where to write (./NAME.toml)")
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--fit: refit on N bootstrap resamples of the runs and give each fitted value its 90%% interval",
+    )
 
 
 def _key_value(text: str, flag: str) -> tuple[str, str]:
@@ -77,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.fit is not None:
         return _fit(args)
-    if args.name is not None or args.out is not None or args.prior != "ideal" or args.vendor is not None:
-        raise UsageError("--name, --prior, --out and --vendor go with --fit RUN [RUN...]")
+    fit_only = (args.name, args.out, args.vendor)
+    if any(v is not None for v in fit_only) or args.prior != "ideal" or args.bootstrap:
+        raise UsageError("--name, --prior, --out, --vendor and --bootstrap go with --fit RUN [RUN...]")
     seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
     if seeds < 1:
         raise UsageError("--seeds must be at least 1")
@@ -112,13 +120,15 @@ FIT_WITHIN = 0.10  # a simulated statistic within 10% of the measured one is mar
 
 def _fit(args: argparse.Namespace) -> int:
     """`--fit RUN [RUN...] --name NAME`: fit, write the TOML, print the fit per protocol and what stayed the prior's."""
-    from harness.fitting.fit import fit_profile, write_profile_toml
+    from harness.fitting.fit import fit_profile, with_intervals, write_profile_toml
     from harness.fitting.observations import observations_from_run
     from harness.fitting.public_results import is_public_results_file, read_public_results
     from providers.sim.core.profile import ProfileError, load_profile
 
     if args.profiles or args.sweep or args.profile_set or args.figure is not None or args.seeds is not None:
         raise UsageError("--fit takes runs, --name, --prior and --out only (no PROFILE, --sweep, --profile-set)")
+    if args.bootstrap < 0:
+        raise UsageError("--bootstrap takes a number of resamples, 0 or more")
     if not args.name or not args.name.strip() or "/" in args.name:
         raise UsageError("--fit needs --name NAME (the fitted profile's name, no '/')")
     try:
@@ -141,6 +151,8 @@ def _fit(args: argparse.Namespace) -> int:
     if out.parent and not out.parent.is_dir():
         raise UsageError(f"--out {out}: the folder {out.parent} does not exist")
     result = fit_profile(observations, prior, args.name)
+    if args.bootstrap:
+        result = with_intervals(result, observations, prior, args.bootstrap)
     try:
         write_profile_toml(result, out)
     except OSError as exc:
@@ -171,9 +183,14 @@ def render_fit(result: FitResult) -> str:
             f"| {row.protocol} | {row.stat} | {fmt(row.measured)} | {fmt(row.simulated)} | {error} | "
             f"{'yes' if ok else 'NO'} |"
         )
-    lines += ["", "Fitted:"]
+    rounds = (
+        f", [90% interval over {result.interval_rounds} bootstrap resamples of the runs]" if result.intervals else ""
+    )
+    lines += ["", f"Fitted{rounds}:"]
     lines += [
-        f"- {key} = {value:.4g}" + (f" ({result.notes[key]})" if key in result.notes else "")
+        f"- {key} = {value:.4g}"
+        + (f" [{result.intervals[key][0]:.4g}, {result.intervals[key][1]:.4g}]" if key in result.intervals else "")
+        + (f" ({result.notes[key]})" if key in result.notes else "")
         for key, value in result.fitted.items()
     ]
     lines += ["", "Not identifiable from these runs (kept at the prior's value, and the profile says so):"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ class FitResult:
     rows: list[FitRow]
     sources: tuple[str, ...]
     notes: dict[str, str] = field(default_factory=dict)  # fitted key -> how (e.g. "0 of 120 attempts")
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # fitted key -> bootstrap interval
+    interval_rounds: int = 0
 
     def prior_source(self, key: str) -> str:
         """Where the prior had a value from (kept for a value the runs did not identify)."""
@@ -264,6 +267,50 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     return FitResult(profile, prior.name, fitted, unidentified, rows, sources, notes)
 
 
+INTERVAL = 0.90  # the bootstrap interval's coverage
+
+
+def resample(obs: ProtocolObservation, rng: random.Random) -> ProtocolObservation:
+    """One bootstrap replicate: the raw samples drawn again with replacement and each failure count drawn again
+    from its observed rate (binomial); an observation with only published quantiles stays as it is."""
+    if not obs.tti_s:
+        return obs
+    samples = tuple(sorted(rng.choices(obs.tti_s, k=len(obs.tti_s))))
+    stats = _stats(samples, obs.trimmed)
+    failures = {
+        key: sum(rng.random() < n / obs.attempts for _ in range(obs.attempts)) if obs.attempts else n
+        for key, n in obs.failures.items()
+    }
+    overheads = tuple(sorted(rng.choices(obs.exec_overhead_s, k=len(obs.exec_overhead_s))))
+    return dataclasses.replace(
+        obs,
+        tti_s=samples,
+        quantiles={k: stats[k] for k in obs.quantiles if k in stats},
+        failures=failures,
+        exec_overhead_s=overheads,
+    )
+
+
+def with_intervals(
+    result: FitResult, observations: Sequence[ProtocolObservation], prior: Profile, rounds: int
+) -> FitResult:
+    """The fit again on `rounds` bootstrap replicates of the observations: each fitted value's 90% interval (the
+    uncertainty a prediction from this profile carries; observations with only published quantiles add none)."""
+    rng = random.Random(0)
+    draws: dict[str, list[float]] = {key: [] for key in result.fitted}
+    for _ in range(rounds):
+        replica = fit_profile([resample(o, rng) for o in observations], prior, result.profile.name)
+        for key in draws:
+            if key in replica.fitted:
+                draws[key].append(replica.fitted[key])
+    intervals = {}
+    for key, values in draws.items():
+        ordered = sorted(values)
+        if len(ordered) >= 2 and ordered[0] != ordered[-1]:  # a count of 0 in every replicate: its note says more
+            intervals[key] = (_pick(ordered, (1 - INTERVAL) / 2), _pick(ordered, (1 + INTERVAL) / 2))
+    return dataclasses.replace(result, intervals=intervals, interval_rounds=rounds)
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -308,6 +355,11 @@ def profile_toml(result: FitResult, today: dt.date | None = None) -> str:
             if key in result.fitted:
                 how = result.notes.get(key)
                 source, label = f"fitted {day}: {how or inputs}", fitted_label
+                if key in result.intervals:
+                    low, high = result.intervals[key]
+                    source += (
+                        f"; {INTERVAL:.0%} bootstrap interval [{low:.4g}, {high:.4g}] over {result.interval_rounds}"
+                    )
             elif key in result.unidentified:
                 source = f"the prior ({result.prior}): {result.prior_source(key)}"
                 label = (

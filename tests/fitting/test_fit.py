@@ -18,7 +18,7 @@ import pytest
 
 from foundation.quantiles import nearest_rank
 from harness.cli.calibrate import render_fit
-from harness.fitting.fit import fit_profile, profile_toml, write_profile_toml
+from harness.fitting.fit import fit_profile, profile_toml, with_intervals, write_profile_toml
 from harness.fitting.observations import QUANTILES, ProtocolObservation, observations_from_run
 from providers.sim.core.experiments import simulate_burst, simulate_sequential
 from providers.sim.core.profile import load_profile
@@ -69,6 +69,18 @@ def test_the_fit_recovers_a_known_boot_median_within_its_sampling_error() -> Non
     assert result.profile.name == "e2b-measured"
     p50 = next(r for r in result.rows if r.stat == "p50")
     assert abs(p50.error) < 0.05  # the fitted profile replays the observation's median
+
+
+def test_bootstrap_intervals_cover_the_true_boot_median_and_reach_the_profile(tmp_path: Path) -> None:
+    truth = load_profile("e2b-like").with_overrides({"boot.median_s": TRUE_MEDIAN})
+    observations = [_observation("sequential", 1, simulate_sequential(truth, 60, seed=1234).ttis())]
+    result = with_intervals(fit_profile(observations, load_profile("e2b-like"), "iv"), observations, truth, 30)
+    low, high = result.intervals["boot.median_s"]
+    assert low < TRUE_MEDIAN < high and low <= result.fitted["boot.median_s"] <= high
+    assert "errors.create_transient_prob" not in result.intervals  # 0 failures in every replicate: no interval
+    source = tomllib.loads(write_profile_toml(result, tmp_path / "iv.toml").read_text())["boot"]["median_s_source"]
+    assert source.endswith(f"90% bootstrap interval [{low:.4g}, {high:.4g}] over 30")
+    assert f"- boot.median_s = {result.fitted['boot.median_s']:.4g} [{low:.4g}, {high:.4g}]" in render_fit(result)
 
 
 def test_a_burst_beside_a_sequential_fits_the_load_delay_and_keeps_the_boot() -> None:
@@ -128,6 +140,7 @@ def test_the_profile_is_dated_and_names_its_inputs() -> None:
         (("--fit", "{tmp}", "--name", "x"), "is not a stampede run folder"),
         (("--fit", "{tmp}"), "--fit needs --name NAME"),
         (("--name", "x"), "go with --fit RUN"),
+        (("--fit", "{tmp}", "--name", "x", "--bootstrap", "-1"), "--bootstrap takes a number of resamples"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
