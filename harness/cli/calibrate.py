@@ -4,7 +4,8 @@ The comparison itself lives with the simulator (providers.sim.core.calibration);
 sets the exit code (1 when a figure is out of its window, so CI can hold a profile to the public record; the last
 line names the failing checks). `--profile-set KEY=VALUE` moves one profile value first (what would the public record
 say of it?); `--sweep KEY=V1,V2,...` tabulates the 960 outcome and every check's verdict across values and
-`--figure PATH` draws it.
+`--figure PATH` draws it. `--fit RUN [RUN...] --name NAME` goes the other way (issue #31): a profile fitted to the
+user's own runs or a published results file (harness.fitting), written as labelled TOML, with the fit printed.
 """
 
 from __future__ import annotations
