@@ -1,0 +1,312 @@
+"""Predict a wider run from a fitted profile, with how sure the prediction is (issue #31, deliver 3).
+
+A fitted profile is one point estimate from a few small runs; what a user needs to know at 960 is the range the
+runs allow. So the prediction is simulated (the simulator's own experiments, on the VirtualClock, seeded) on the
+profile and on `bootstrap` refits of it, each refit fitted again (`fit_profile`) to the input observations drawn
+again with replacement (`fit.resample`), each simulated with `seeds` seeds. The interval pools every refit's
+every seed: the fit's uncertainty and the one run's own sampling noise at that width, which is what a measured run
+is compared with. A profile with no inputs (a hand-written, shipped one) gets an interval from the seeds alone,
+and the prediction says so.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from foundation.quantiles import nearest_rank
+from harness.fitting.fit import fit_profile, resample
+from harness.fitting.observations import ProtocolObservation
+from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
+from providers.sim.core.profile import Profile
+
+SCENARIOS = ("burst", "ramp", "steady", "sequential", "staggered")
+DEFAULT_STAGES = (60, 120, 240, 480, 960)  # the ramp scenario's own default stages
+INTERVAL = 0.90  # the prediction interval's coverage
+TTI_WITHIN = 0.15  # issue #31's done-when: TTI p50 and p99 within 15%
+FAILURE_WITHIN = 0.03  # and failure rate within 3 points
+ROLLOUTS_PER_USER = 2  # a ramp or steady stage: each user's rollouts back to back (the first wave, then one more)
+STATS = ("p50", "p95", "p99", "failure")
+QUANTILE_OF = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One stage to predict: a protocol ("burst", "ramp", ...), its width and how many creates it asks for."""
+
+    protocol: str
+    users: int
+    attempts: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol}@{self.users}"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A predicted statistic: the profile's own value (median over seeds) and the interval around it."""
+
+    value: float
+    low: float
+    high: float
+
+    def covers(self, measured: float) -> bool:
+        return self.low <= measured <= self.high
+
+
+@dataclass(frozen=True, slots=True)
+class StagePrediction:
+    shape: Shape
+    stats: dict[str, Estimate]  # p50/p95/p99 (vendor s), failure (first attempts), failed_after_retries
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a profile predicts for a scenario, stage by stage, and where its interval comes from."""
+
+    profile: str
+    stages: tuple[StagePrediction, ...]
+    refits: int  # bootstrap refits behind the interval (0: the simulation seeds alone)
+    seeds: int  # simulated runs per refit (or in all, with no refits)
+    inputs: tuple[str, ...]  # the observations' sources the refits resampled
+    interval_from: str  # one sentence: what the interval covers
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One predicted statistic beside the measured one."""
+
+    stage: str
+    stat: str
+    measured: float
+    predicted: Estimate
+
+    @property
+    def inside(self) -> bool:
+        return self.predicted.covers(self.measured)
+
+    @property
+    def within(self) -> bool:
+        """Within 15% (TTI) or 3 points (failure rate) of the predicted value: the issue's done-when."""
+        if math.isnan(self.measured) or math.isnan(self.predicted.value):
+            return False
+        if self.stat.startswith("fail"):
+            return abs(self.predicted.value - self.measured) <= FAILURE_WITHIN + 1e-12
+        return self.measured > 0 and abs(self.predicted.value - self.measured) / self.measured <= TTI_WITHIN + 1e-12
+
+
+def shapes_for(scenario: str, users: int | None = None, stages: Sequence[int] | None = None) -> list[Shape]:
+    """The stages a scenario runs: a burst (or staggered, sequential) of `users`, a ramp's `stages` (capped at
+    `users` as `stampede run` caps them), a steady run of `users`. ValueError for a shape that is not one."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r} (predictable: {', '.join(SCENARIOS)})")
+    if users is not None and users < 1:
+        raise ValueError(f"users must be at least 1, got {users}")
+    if scenario == "ramp":
+        levels = tuple(stages) if stages else DEFAULT_STAGES
+        if any(level < 1 for level in levels):
+            raise ValueError("every ramp stage needs at least 1 user")
+        if users:
+            levels = (*(level for level in levels if level < users), users)
+        return [Shape("ramp", level, level * ROLLOUTS_PER_USER) for level in levels]
+    if stages:
+        raise ValueError(f"stages are a ramp's; a {scenario} takes users")
+    if users is None:
+        raise ValueError(f"a {scenario} needs a number of users")
+    if scenario == "steady":
+        return [Shape("steady", users, users * ROLLOUTS_PER_USER)]
+    return [Shape(scenario, 1 if scenario == "sequential" else users, users)]
+
+
+def shapes_from_observations(observations: Sequence[ProtocolObservation]) -> list[Shape]:
+    """The stages a measured run had, to predict that run (`--against`)."""
+    return [Shape(o.protocol, o.concurrency, max(o.attempts, 1)) for o in observations]
+
+
+def simulate_shape(profile: Profile, shape: Shape, seed: int, retries: int = 0) -> BurstResult:
+    """One seeded run of a stage on the VirtualClock (a ramp or steady stage: a closed loop of its users)."""
+    if shape.protocol == "sequential":
+        return simulate_sequential(profile, shape.attempts, seed=seed)
+    if shape.protocol == "staggered":
+        return simulate_burst(profile, shape.attempts, seed=seed, spacing_s=0.2, retries=retries)
+    if shape.protocol in ("ramp", "steady"):
+        per_user = max(1, shape.attempts // max(1, shape.users))
+        return simulate_closed_loop(profile, shape.users, per_user, seed=seed, hold_s=0.0)
+    return simulate_burst(profile, shape.users, seed=seed, retries=retries)
+
+
+def run_stats(result: BurstResult, retries: int = 0) -> dict[str, float]:
+    """A simulated run's statistics as a stampede run reports them: nearest-rank TTI quantiles of the successes and
+    the share of rollouts whose first attempt failed (and, with retries, the share still failed after them)."""
+    ttis = result.ttis()
+    out = {k: nearest_rank(ttis, q) if ttis else math.nan for k, q in QUANTILE_OF.items()}
+    n = max(1, result.n)
+    out["failure"] = sum(1 for s in result.samples if not s.ok or s.attempts > 1) / n
+    if retries:
+        out["failed_after_retries"] = result.failure_rate
+    return out
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    finite = sorted(v for v in values if not math.isnan(v))
+    if not finite:
+        return math.nan, math.nan
+    return nearest_rank(finite, (1 - INTERVAL) / 2), nearest_rank(finite, (1 + INTERVAL) / 2)
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def predict_shapes(
+    profile: Profile,
+    shapes: Sequence[Shape],
+    *,
+    observations: Sequence[ProtocolObservation] | None = None,
+    prior: Profile | None = None,
+    bootstrap: int = 20,
+    seeds: int = 3,
+    retries: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Prediction:
+    """Predict `shapes` on `profile`; the interval pools `bootstrap` refits (to resampled `observations`, from
+    `prior`, the profile itself by default) x `seeds` seeded runs, or `bootstrap x seeds` runs of the profile alone
+    when there are no observations (or `bootstrap` is 0). Deterministic: the same inputs give the same numbers."""
+    if seeds < 1 or bootstrap < 0:
+        raise ValueError("seeds must be at least 1 and bootstrap 0 or more")
+    if not shapes:
+        raise ValueError("nothing to predict")
+    usable = [o for o in observations or () if o.quantiles.get("p50", 0) > 0]
+    refits: list[Profile] = []
+    if usable and bootstrap:
+        rng = random.Random(0)
+        base = prior or profile
+        for b in range(bootstrap):
+            replica = [resample(o, rng) for o in observations or ()]
+            refits.append(fit_profile(replica, base, profile.name).profile)
+            if progress is not None:
+                progress(b + 1, bootstrap)
+    if refits:
+        draws = [(p, 1000 * (b + 1) + s) for b, p in enumerate(refits) for s in range(seeds)]
+        sources = tuple(dict.fromkeys(o.source for o in usable))
+        how = (
+            f"{INTERVAL:.0%} interval over {len(refits)} bootstrap refits to the {len(sources)} input(s) resampled, "
+            f"{seeds} seeded runs each"
+        )
+    else:
+        draws = [(profile, 1000 + s) for s in range(seeds * max(1, bootstrap))]
+        sources = ()
+        why = "the profile names no inputs" if not usable else "no bootstrap asked for"
+        how = (
+            f"{INTERVAL:.0%} interval over {len(draws)} seeded runs of the profile alone ({why}: "
+            "a run's sampling noise only, not the fit's uncertainty)"
+        )
+    stages = []
+    for shape in shapes:
+        point = [run_stats(simulate_shape(profile, shape, s, retries), retries) for s in range(seeds)]
+        pooled = [run_stats(simulate_shape(p, shape, seed, retries), retries) for p, seed in draws]
+        stats = {}
+        for key in point[0]:
+            low, high = _interval([r[key] for r in pooled])
+            value = _median([r[key] for r in point])
+            stats[key] = Estimate(value, min(low, value), max(high, value))  # the interval holds its own point
+        stages.append(StagePrediction(shape, stats))
+    return Prediction(profile.name, tuple(stages), len(refits), seeds, sources, how)
+
+
+def predict(
+    profile: Profile,
+    scenario: str,
+    users: int | None = None,
+    stages: Sequence[int] | None = None,
+    *,
+    observations: Sequence[ProtocolObservation] | None = None,
+    prior: Profile | None = None,
+    bootstrap: int = 20,
+    seeds: int = 3,
+    retries: int = 0,
+) -> Prediction:
+    """Predicted TTI p50/p95/p99 and failure rate of `scenario` (a burst of `users`, a ramp through `stages`) on a
+    fitted profile, with intervals from bootstrap refits to the `observations` it was fitted from."""
+    return predict_shapes(
+        profile,
+        shapes_for(scenario, users, stages),
+        observations=observations,
+        prior=prior,
+        bootstrap=bootstrap,
+        seeds=seeds,
+        retries=retries,
+    )
+
+
+def score(prediction: Prediction, observations: Sequence[ProtocolObservation]) -> list[Score]:
+    """Each measured stage beside its predicted one (matched by protocol and width, in order)."""
+    left = list(observations)
+    out: list[Score] = []
+    for stage in prediction.stages:
+        match = next(
+            (o for o in left if (o.protocol, o.concurrency) == (stage.shape.protocol, stage.shape.users)), None
+        )
+        if match is None:
+            continue
+        left.remove(match)
+        measured = {k: float(match.quantiles.get(k, math.nan)) for k in QUANTILE_OF}
+        measured["failure"] = 1.0 - match.success_rate
+        for key, estimate in stage.stats.items():
+            if key in measured:
+                out.append(Score(stage.shape.label, key, measured[key], estimate))
+    return out
+
+
+_HEADER = re.compile(r"^# fitted by `stampede calibrate --fit` on \S+ from: (?P<inputs>.*)$")
+_STAGE = re.compile(r" \([^()]*\)$")
+
+
+def profile_inputs(path: Path) -> list[str]:
+    """The inputs a fitted profile's TOML names (its first line, written by `calibrate --fit`), as run folders;
+    empty for a hand-written profile."""
+    try:
+        first = path.read_text().splitlines()[0] if path.is_file() else ""
+    except (OSError, IndexError):
+        return []
+    found = _HEADER.match(first)
+    if not found:
+        return []
+    return list(dict.fromkeys(_STAGE.sub("", source) for source in found["inputs"].split("; ") if source))
+
+
+def render(prediction: Prediction, scores: Sequence[Score] | None = None) -> str:
+    """The prediction per stage (Markdown), with the measured value beside it when scored."""
+
+    def fmt(key: str, v: float) -> str:
+        if math.isnan(v):
+            return "-"
+        return f"{100 * v:.1f}%" if key.startswith("fail") else f"{v:.3g} s"
+
+    lines = [f"`{prediction.profile}` predicted ({prediction.interval_from}; TTI in vendor seconds)", ""]
+    if scores is None:
+        lines += ["| stage | stat | predicted | interval |", "|---|---|---|---|"]
+        for stage in prediction.stages:
+            for key, e in stage.stats.items():
+                lines.append(
+                    f"| {stage.shape.label} | {key} | {fmt(key, e.value)} | [{fmt(key, e.low)}, {fmt(key, e.high)}] |"
+                )
+        return "\n".join(lines)
+    lines += [
+        "| stage | stat | predicted | interval | measured | inside interval | within 15% (failure: 3 pt) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in scores:
+        e = s.predicted
+        lines.append(
+            f"| {s.stage} | {s.stat} | {fmt(s.stat, e.value)} | [{fmt(s.stat, e.low)}, {fmt(s.stat, e.high)}] | "
+            f"{fmt(s.stat, s.measured)} | {'yes' if s.inside else 'NO'} | {'yes' if s.within else 'NO'} |"
+        )
+    return "\n".join(lines)
