@@ -107,6 +107,11 @@ COMMANDS: tuple[Command, ...] = (
         "harness.cli.calibrate",
         "run the public benchmarks' protocols against simulated vendor profiles; simulated vs public",
     ),
+    Command(
+        "trial",
+        "harness.cli.trial",
+        "the leaderboard's protocols and a ramp against one vendor, priced first; one scorecard, fitted and predicted",
+    ),
 )
 
 HANDED_OVER: tuple[HandedOver, ...] = (
