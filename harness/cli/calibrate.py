@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from providers.sim.core.calibration import SweepPoint
     from providers.sim.core.profile import Profile
 
+PREDICT_SCENARIOS = ("burst", "ramp", "steady", "sequential", "staggered")  # harness.fitting.predict.SCENARIOS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile names or .toml paths (default: all)")
@@ -66,9 +68,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="--fit: refit on N bootstrap resamples of the runs and give each fitted value its 90%% interval",
+        help="--fit: refit on N bootstrap resamples of the runs and give each fitted value its 90%% interval; "
+        "--predict: refits behind the prediction's interval (default 20)",
+    )
+    _add_predict_arguments(parser)
+
+
+def _add_predict_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--predict PROFILE` and what goes with it (issue #31: a wider run predicted, with its interval)."""
+    parser.add_argument(
+        "--predict",
+        default=None,
+        metavar="PROFILE",
+        help="predict a scenario on this profile (a name or a TOML written by --fit): TTI p50/p95/p99 and failure "
+        "rate with 90%% intervals from bootstrap refits to the runs the profile was fitted from",
+    )
+    parser.add_argument(
+        "--scenario", default=None, choices=PREDICT_SCENARIOS, help="--predict: the shape to predict (burst, ramp, ...)"
+    )
+    parser.add_argument("--users", type=int, default=None, help="--predict: a burst's width (a ramp's last stage)")
+    parser.add_argument(
+        "--stages", default=None, metavar="N,N,...", help="--predict --scenario ramp: stages (60,120 or 60..3840)"
+    )
+    parser.add_argument(
+        "--inputs",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="--predict: the runs (or results .json) the profile was fitted from, when it does not name them",
+    )
+    parser.add_argument(
+        "--against", type=Path, default=None, metavar="RUN", help="--predict: score the prediction against this run"
     )
 
 
@@ -83,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
     from providers.sim.core.calibration import DEFAULT_SEEDS, calibrate, render
     from providers.sim.core.profile import ProfileError, load_profile, profile_names
 
+    predict_only = (args.scenario, args.users, args.stages, args.inputs, args.against)
+    if args.predict is not None:
+        return _predict(args)
+    if any(v is not None for v in predict_only):
+        raise UsageError("--scenario, --users, --stages, --inputs and --against go with --predict PROFILE")
     if args.fit is not None:
         return _fit(args)
     fit_only = (args.name, args.out, args.vendor)
@@ -128,7 +165,7 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.profiles or args.sweep or args.profile_set or args.figure is not None or args.seeds is not None:
         raise UsageError("--fit takes runs, --name, --prior and --out only (no PROFILE, --sweep, --profile-set)")
-    if args.bootstrap < 0:
+    if args.bootstrap is not None and args.bootstrap < 0:
         raise UsageError("--bootstrap takes a number of resamples, 0 or more")
     if not args.name or not args.name.strip() or "/" in args.name:
         raise UsageError("--fit needs --name NAME (the fitted profile's name, no '/')")
@@ -261,3 +298,108 @@ def sweep_png(profile_name: str, results: list[tuple[str, list[SweepPoint]]]) ->
         twin.grid(False)
         ax.set_title(f"{profile_name}: {key} (red: a public check fails)")
     return png_bytes(fig)
+
+
+def _stages(text: str) -> list[int]:
+    """`60,120,240` or `60..3840` (doubling, as `stampede run --stages` reads it)."""
+    try:
+        if ".." in text:
+            first, _, last = text.partition("..")
+            low, high = int(first), int(last)
+            if low < 1 or high < low:
+                raise ValueError
+            levels = []
+            while low < high:
+                levels.append(low)
+                low *= 2
+            return [*levels, high]
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--stages takes N,N,... or LOW..HIGH (whole numbers, LOW <= HIGH), got {text!r}") from None
+
+
+def _predict_inputs(args: argparse.Namespace, profile_path: Path | None) -> tuple[list[str], str]:
+    """The inputs the bootstrap refits: --inputs, else those the fitted profile's TOML names (relative ones from
+    here, else from the TOML's folder); a named input that is not here is one line saying how to give it."""
+    from harness.fitting.predict import profile_inputs
+
+    if args.inputs is not None:
+        return list(args.inputs), "--inputs"
+    if profile_path is None:
+        return [], ""
+    found = []
+    for source in profile_inputs(profile_path):
+        candidates = [Path(source), profile_path.parent / source]
+        here = next((c for c in candidates if c.exists()), None)
+        if here is None:
+            raise UsageError(
+                f"{profile_path} was fitted from {source}, which is not here: give its inputs with --inputs RUN..., "
+                "or --bootstrap 0 for an interval from the simulation seeds alone"
+            )
+        found.append(str(here))
+    return found, str(profile_path)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """`--predict PROFILE --scenario S --users N [--against RUN]`: the prediction with its interval, and the
+    measured run beside it (exit 1 when a measured value falls outside its interval)."""
+    from harness.fitting.observations import observations_from_run
+    from harness.fitting.predict import (
+        predict_shapes,
+        render,
+        score,
+        shapes_for,
+        shapes_from_observations,
+    )
+    from harness.fitting.public_results import is_public_results_file, read_public_results
+    from providers.sim.core.profile import ProfileError, load_profile
+
+    fit_only = (args.fit, args.name, args.out, args.figure)
+    if any(v is not None for v in fit_only) or args.profiles or args.sweep or args.profile_set or args.prior != "ideal":
+        raise UsageError("--predict takes one PROFILE (no --fit, --name, --prior, --out, --sweep or --profile-set)")
+    bootstrap = 20 if args.bootstrap is None else args.bootstrap
+    seeds = 3 if args.seeds is None else args.seeds
+    if bootstrap < 0 or seeds < 1:
+        raise UsageError("--bootstrap takes 0 or more refits and --seeds at least 1")
+    try:
+        profile = load_profile(args.predict)
+    except ProfileError as exc:
+        raise UsageError(f"--predict: {exc}") from None
+    path = Path(args.predict) if args.predict.endswith(".toml") else None
+    measured = observations_from_run(args.against) if args.against is not None else None
+    if measured is not None and not measured:
+        raise UsageError(f"--against {args.against}: the run has no rollouts")
+    if args.scenario is None and args.users is None and args.stages is None and measured:
+        shapes = shapes_from_observations(measured)
+    else:
+        try:
+            shapes = shapes_for(
+                args.scenario or "burst", args.users, _stages(args.stages) if args.stages is not None else None
+            )
+        except ValueError as exc:
+            raise UsageError(f"--predict: {exc}") from None
+    if measured is not None:
+        had = {(o.protocol, o.concurrency) for o in measured}
+        if not any((s.protocol, s.users) in had for s in shapes):
+            runs = ", ".join(sorted({f"{p}@{c}" for p, c in had}))
+            raise UsageError(f"--against {args.against}: no stage like {shapes[0].label} (the run had {runs})")
+    observations = []
+    inputs, named_by = _predict_inputs(args, path) if bootstrap else ([], "")
+    if args.vendor is not None and not any(is_public_results_file(s) for s in inputs):
+        raise UsageError("--vendor picks a vendor of a published results file (--inputs FILE.json)")
+    for source in inputs:
+        if is_public_results_file(source):
+            observations += read_public_results(Path(source), args.vendor)
+        else:
+            observations += observations_from_run(Path(source))
+    if bootstrap and observations:
+        print(f"refitting {bootstrap} bootstrap resamples of {len(inputs)} input(s) from {named_by}", file=sys.stderr)
+    prediction = predict_shapes(profile, shapes, observations=observations, bootstrap=bootstrap, seeds=seeds)
+    scores = score(prediction, measured) if measured is not None else None
+    print(render(prediction, scores))
+    if scores is None:
+        return 0
+    outside = [f"{s.stage} {s.stat}" for s in scores if not s.inside]
+    print(f"\n{len(scores) - len(outside)} of {len(scores)} measured values inside their interval", end="")
+    print(f"; outside: {', '.join(outside)}" if outside else "")
+    return 1 if outside else 0

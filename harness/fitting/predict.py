@@ -30,6 +30,7 @@ DEFAULT_STAGES = (60, 120, 240, 480, 960)  # the ramp scenario's own default sta
 INTERVAL = 0.90  # the prediction interval's coverage
 TTI_WITHIN = 0.15  # issue #31's done-when: TTI p50 and p99 within 15%
 FAILURE_WITHIN = 0.03  # and failure rate within 3 points
+SEEDS_ALONE = 20  # runs of a profile with no inputs to refit (fewer when seeds x bootstrap is fewer)
 ROLLOUTS_PER_USER = 2  # a ramp or steady stage: each user's rollouts back to back (the first wave, then one more)
 STATS = ("p50", "p95", "p99", "failure")
 QUANTILE_OF = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
@@ -57,7 +58,8 @@ class Estimate:
     high: float
 
     def covers(self, measured: float) -> bool:
-        return self.low <= measured <= self.high
+        """Inside the interval, ends included (a rate's 1 - 100/150 and 50/150 differ in the last bit)."""
+        return self.low - 1e-9 <= measured <= self.high + 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +180,8 @@ def predict_shapes(
 ) -> Prediction:
     """Predict `shapes` on `profile`; the interval pools `bootstrap` refits (to resampled `observations`, from
     `prior`, the profile itself by default) x `seeds` seeded runs, or `bootstrap x seeds` runs of the profile alone
-    when there are no observations (or `bootstrap` is 0). Deterministic: the same inputs give the same numbers."""
+    when there are no observations (at most SEEDS_ALONE; `seeds` when `bootstrap` is 0). Deterministic: the same
+    inputs give the same numbers."""
     if seeds < 1 or bootstrap < 0:
         raise ValueError("seeds must be at least 1 and bootstrap 0 or more")
     if not shapes:
@@ -201,7 +204,7 @@ def predict_shapes(
             f"{seeds} seeded runs each"
         )
     else:
-        draws = [(profile, 1000 + s) for s in range(seeds * max(1, bootstrap))]
+        draws = [(profile, 1000 + s) for s in range(max(seeds, min(SEEDS_ALONE, seeds * bootstrap)))]
         sources = ()
         why = "the profile names no inputs" if not usable else "no bootstrap asked for"
         how = (
