@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.fitting.trial import (
         SCORED,
         Scorecard,
+        budget_stop,
         composite,
         estimate,
         failures_by_kind,
@@ -221,12 +222,10 @@ def run(args: argparse.Namespace) -> int:
         outcome = _run_protocol(proto, args, trial_dir, per_s, per_create)
         outcomes.append(outcome)
         spent += outcome.dollars or 0.0
-        if args.budget_usd is not None and spent > args.budget_usd:
-            rest = [p.name for p in plan[len(outcomes) :]]
-            if rest:
-                stopped = f"running cost {spent:.4f} USD passed --budget-usd {args.budget_usd:g}; not run: {rest}"
-                print(f"[trial] stopped: {stopped}", file=sys.stderr)
-                break
+        stopped = budget_stop(spent, args.budget_usd, [p.name for p in plan[len(outcomes) :]])
+        if stopped:
+            print(f"[trial] stopped: {stopped}", file=sys.stderr)
+            break
     observations = {}
     for o in outcomes:
         if o.run_dir is None:

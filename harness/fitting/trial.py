@@ -28,6 +28,7 @@ WEIGHTS = {"p50": 0.60, "p95": 0.25, "p99": 0.15}  # their timing weights (media
 TRIM = 0.05  # their stats drop the fastest and slowest 5% of successes first
 SCORED = ("sequential", "staggered", "burst")  # the leaderboard's three modes
 RATE_LIMIT_KINDS = ("rate_limited", "quota_exhausted", "capacity")
+STAGE_TICK_WALL_S = 1.0  # Locust ticks a load shape once a wall second: no ramp stage is shorter
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,9 @@ def protocols(
     `stampede run --hold` is wall seconds: `time_scale` (wall seconds per vendor second of a simulated vendor)
     converts the hold, so the ramp holds the same vendor time at any scale."""
     stages = ramp_stages(size, cap)
-    ramp_s = sum(users * (ramp_hold_s + sandbox_s) for users in stages)
-    ramp_creates = sum(users * max(1, math.ceil(ramp_hold_s / max(sandbox_s, 1e-9))) for users in stages)
+    held = max(ramp_hold_s, STAGE_TICK_WALL_S / time_scale)  # a stage lasts at least one Locust tick of wall time
+    ramp_s = sum(users * (held + sandbox_s) for users in stages)
+    ramp_creates = sum(users * max(1, math.ceil(held / max(sandbox_s, 1e-9))) for users in stages)
     return [
         TrialProtocol(
             "sequential", ("--scenario", "burst", "--users", "1", "--burst-steps", str(size)), size, size * sandbox_s
@@ -114,6 +116,13 @@ def estimate(plan: Sequence[TrialProtocol], per_second: float | None, per_create
         per_protocol={p.name: cost(p.sandbox_seconds, p.sandboxes, per_second, per_create) for p in plan},
         basis=basis,
     )
+
+
+def budget_stop(spent_usd: float, budget_usd: float | None, remaining: Sequence[str]) -> str:
+    """Why the trial stops before `remaining` ("" to go on): the running cost has passed the budget."""
+    if budget_usd is None or spent_usd <= budget_usd or not remaining:
+        return ""
+    return f"running cost ${spent_usd:.4f} passed --budget-usd {budget_usd:g}; not run: {', '.join(remaining)}"
 
 
 def metric_score(value_ms: float) -> float:
@@ -375,6 +384,7 @@ __all__ = [
     "ProtocolOutcome",
     "Scorecard",
     "TrialProtocol",
+    "budget_stop",
     "composite",
     "estimate",
     "failures_by_kind",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.fitting.trial import composite, estimate, metric_score, protocols, ramp_stages
+from harness.fitting.trial import budget_stop, composite, estimate, metric_score, protocols, ramp_stages
 from tests.support.commands import stampede
 
 
@@ -55,6 +55,14 @@ def test_the_estimate_is_each_protocols_sandbox_seconds_at_the_price() -> None:
     assert estimate(plan, 1e-5, 0.001, "t").dollars == pytest.approx(0.13125 + 0.001 * est.sandboxes)
     unknown = estimate(plan, None, None, "no price")
     assert unknown.dollars is None and not unknown.over(0.0)
+
+
+def test_the_trial_stops_between_protocols_once_the_running_cost_passes_the_budget() -> None:
+    assert budget_stop(0.02, 0.05, ["burst", "ramp"]) == ""
+    assert budget_stop(0.06, None, ["burst", "ramp"]) == ""  # no budget: never stops
+    assert budget_stop(0.06, 0.05, []) == ""  # the last protocol already ran: nothing to stop
+    said = budget_stop(0.06, 0.05, ["burst", "ramp"])
+    assert "passed --budget-usd 0.05" in said and said.endswith("not run: burst, ramp")
 
 
 def test_the_protocols_are_the_leaderboards_shapes_and_the_ramp_hold_follows_the_time_scale() -> None:
