@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foundation.quantiles import nearest_rank
-from harness.fitting.fit import fit_profile, resample
+from harness.fitting.fit import FitResult, fit_profile, resample
 from harness.fitting.observations import ProtocolObservation
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
 from providers.sim.core.profile import Profile
@@ -167,6 +167,19 @@ def _median(values: list[float]) -> float:
     return statistics.median(finite) if finite else math.nan
 
 
+_COUNTED = re.compile(r"^(\d+) of (\d+) attempts")
+
+
+def failure_counts(result: FitResult) -> dict[str, tuple[int, int]]:
+    """The failure probabilities a fit took from counts (`errors.*`: k of n attempts, as its notes say)."""
+    out = {}
+    for key in result.fitted:
+        found = _COUNTED.match(result.notes.get(key, "")) if key.startswith("errors.") else None
+        if found and int(found[2]) > 0:
+            out[key] = (int(found[1]), int(found[2]))
+    return out
+
+
 def predict_shapes(
     profile: Profile,
     shapes: Sequence[Shape],
@@ -179,7 +192,8 @@ def predict_shapes(
     progress: Callable[[int, int], None] | None = None,
 ) -> Prediction:
     """Predict `shapes` on `profile`; the interval pools `bootstrap` refits (to resampled `observations`, from
-    `prior`, the profile itself by default) x `seeds` seeded runs, or `bootstrap x seeds` runs of the profile alone
+    `prior`, the profile itself by default; each failure probability the fit counted, k of n, drawn from its Jeffreys
+    posterior Beta(k + 1/2, n - k + 1/2), so a kind never seen still has a rate it may have) x `seeds` seeded runs, or `bootstrap x seeds` runs of the profile alone
     when there are no observations (at most SEEDS_ALONE; `seeds` when `bootstrap` is 0). Deterministic: the same
     inputs give the same numbers."""
     if seeds < 1 or bootstrap < 0:
@@ -188,12 +202,18 @@ def predict_shapes(
         raise ValueError("nothing to predict")
     usable = [o for o in observations or () if o.quantiles.get("p50", 0) > 0]
     refits: list[Profile] = []
+    counted: dict[str, tuple[int, int]] = {}
     if usable and bootstrap:
-        rng = random.Random(0)
+        rng, draw = random.Random(0), random.Random(1)
         base = prior or profile
+        counted = failure_counts(fit_profile(list(observations or ()), base, profile.name))
         for b in range(bootstrap):
             replica = [resample(o, rng) for o in observations or ()]
-            refits.append(fit_profile(replica, base, profile.name).profile)
+            refit = fit_profile(replica, base, profile.name).profile
+            if counted:  # a counted rate from its posterior: 0 of 150 is not a rate of exactly 0
+                rates = {key: draw.betavariate(k + 0.5, n - k + 0.5) for key, (k, n) in counted.items()}
+                refit = refit.with_overrides(rates)
+            refits.append(refit)
             if progress is not None:
                 progress(b + 1, bootstrap)
     if refits:
@@ -201,7 +221,7 @@ def predict_shapes(
         sources = tuple(dict.fromkeys(o.source for o in usable))
         how = (
             f"{INTERVAL:.0%} interval over {len(refits)} bootstrap refits to the {len(sources)} input(s) resampled, "
-            f"{seeds} seeded runs each"
+            f"{seeds} seeded runs each" + ("; counted failure rates from their posterior" if counted else "")
         )
     else:
         draws = [(profile, 1000 + s) for s in range(max(seeds, min(SEEDS_ALONE, seeds * bootstrap)))]

@@ -30,6 +30,8 @@ from providers.sim.core.experiments import BurstResult, simulate_burst, simulate
 from providers.sim.core.profile import load_profile
 from tests.support.commands import stampede
 
+KINDS = {"BOOT_FAILED": "died_before_ready", "TRANSIENT": "create_error"}  # the simulator's errors as a run's kinds
+
 
 def _observed(protocol: str, width: int, run: BurstResult, source: str) -> ProtocolObservation:
     """A simulated run as `observations_from_run` would read it: raw TTIs and failures by kind@phase."""
@@ -37,7 +39,8 @@ def _observed(protocol: str, width: int, run: BurstResult, source: str) -> Proto
     failures: dict[str, int] = {}
     for s in run.samples:
         if s.failure is not None:
-            failures[f"{s.failure}@{s.phase}"] = failures.get(f"{s.failure}@{s.phase}", 0) + 1
+            key = f"{KINDS.get(s.failure, s.failure)}@{s.phase}"
+            failures[key] = failures.get(key, 0) + 1
     return ProtocolObservation(
         protocol=protocol,
         concurrency=width,
@@ -72,6 +75,25 @@ def test_a_fit_from_small_runs_predicts_the_profiles_own_wider_burst_within_its_
     assert scores["failure"].measured == pytest.approx(0.75)
     p50 = prediction.stages[0].stats["p50"]
     assert p50.low < p50.value < p50.high  # the refits move the prediction: the interval is not a point
+
+
+def test_a_failure_the_small_runs_never_saw_still_gets_an_interval_that_covers_it() -> None:
+    """prime-like fails about one create in 200: 150 small creates saw none, the 400 burst sees four. The fit says 0,
+    but a refit draws the rate from its posterior (0 of 150), so the interval reaches the 1% measured."""
+    truth = load_profile("prime-like")
+    small = [
+        _observed("sequential", 1, simulate_sequential(truth, 50, seed=4), "runs/seq (01-steady1)"),
+        _observed("burst", 100, simulate_burst(truth, 100, seed=4), "runs/burst100 (01-burst100)"),
+    ]
+    assert all(not o.failures for o in small)
+    fitted = fit_profile(small, truth, "prime-fitted")
+    assert fitted.fitted["errors.boot_crash_prob"] == 0
+    prediction = predict(fitted.profile, "burst", 400, observations=small, bootstrap=8, seeds=2)
+    assert "counted failure rates from their posterior" in prediction.interval_from
+    measured = _observed("burst", 400, simulate_burst(truth, 400, seed=4321), "truth")
+    failure = next(s for s in score(prediction, [measured]) if s.stat == "failure")
+    assert failure.measured == pytest.approx(0.01)
+    assert failure.predicted.value == 0 < failure.predicted.high and failure.inside and failure.within
 
 
 def test_a_profile_with_no_inputs_gets_an_interval_from_the_seeds_alone_and_says_so() -> None:
