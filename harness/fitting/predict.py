@@ -22,7 +22,7 @@ from pathlib import Path
 from foundation.quantiles import nearest_rank
 from harness.fitting.fit import FitResult, fit_profile, resample
 from harness.fitting.observations import ProtocolObservation
-from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
+from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_ramp, simulate_sequential
 from providers.sim.core.profile import Profile
 
 SCENARIOS = ("burst", "ramp", "steady", "sequential", "staggered")
@@ -132,15 +132,22 @@ def shapes_from_observations(observations: Sequence[ProtocolObservation]) -> lis
 
 
 def simulate_shape(profile: Profile, shape: Shape, seed: int, retries: int = 0) -> BurstResult:
-    """One seeded run of a stage on the VirtualClock (a ramp or steady stage: a closed loop of its users)."""
+    """One seeded run of a stage on the VirtualClock (a ramp or steady stage on its own: a closed loop)."""
     if shape.protocol == "sequential":
         return simulate_sequential(profile, shape.attempts, seed=seed)
     if shape.protocol == "staggered":
         return simulate_burst(profile, shape.attempts, seed=seed, spacing_s=0.2, retries=retries)
     if shape.protocol in ("ramp", "steady"):
-        per_user = max(1, shape.attempts // max(1, shape.users))
-        return simulate_closed_loop(profile, shape.users, per_user, seed=seed, hold_s=0.0)
+        return simulate_ramp(profile, [shape.users], [shape.attempts], seed=seed)[0]
     return simulate_burst(profile, shape.users, seed=seed, retries=retries)
+
+
+def simulate_stages(profile: Profile, shapes: Sequence[Shape], seed: int, retries: int = 0) -> list[BurstResult]:
+    """One seeded run of every stage: a ramp's stages (or a steady run's) as one run, so the vendor's create bucket,
+    quota and pool carry from stage to stage as they do live; other stages each on their own."""
+    if len(shapes) > 1 and all(s.protocol in ("ramp", "steady") for s in shapes):
+        return simulate_ramp(profile, [s.users for s in shapes], [s.attempts for s in shapes], seed=seed)
+    return [simulate_shape(profile, shape, seed, retries) for shape in shapes]
 
 
 def run_stats(result: BurstResult, retries: int = 0) -> dict[str, float]:
@@ -231,10 +238,12 @@ def predict_shapes(
             f"{INTERVAL:.0%} interval over {len(draws)} seeded runs of the profile alone ({why}: "
             "a run's sampling noise only, not the fit's uncertainty)"
         )
+    point_runs = [simulate_stages(profile, shapes, s, retries) for s in range(seeds)]
+    pooled_runs = [simulate_stages(p, shapes, seed, retries) for p, seed in draws]
     stages = []
-    for shape in shapes:
-        point = [run_stats(simulate_shape(profile, shape, s, retries), retries) for s in range(seeds)]
-        pooled = [run_stats(simulate_shape(p, shape, seed, retries), retries) for p, seed in draws]
+    for i, shape in enumerate(shapes):
+        point = [run_stats(runs[i], retries) for runs in point_runs]
+        pooled = [run_stats(runs[i], retries) for runs in pooled_runs]
         stats = {}
         for key in point[0]:
             low, high = _interval([r[key] for r in pooled])

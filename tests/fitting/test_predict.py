@@ -25,6 +25,8 @@ from harness.fitting.predict import (
     profile_inputs,
     render,
     score,
+    simulate_shape,
+    simulate_stages,
 )
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import load_profile
@@ -104,6 +106,19 @@ def test_a_profile_with_no_inputs_gets_an_interval_from_the_seeds_alone_and_says
     assert all(e.low <= e.value <= e.high for stage in prediction.stages for e in stage.stats.values())
     again = predict(load_profile("prime-like"), "ramp", users=120, stages=(30, 60, 240), bootstrap=2, seeds=2)
     assert again == prediction  # seeded, on the VirtualClock: the same inputs give the same prediction
+
+
+def test_a_ramps_stages_share_the_vendors_create_bucket_as_a_live_ramp_does() -> None:
+    """e2b-like's bucket holds 200 creates: a stage of 40 after 186 creates at 20 meets it nearly empty, the same stage
+    on its own meets it full (a ramp predicted stage by stage, each from scratch, missed a live ramp's 65% refused)."""
+    ramp = predict(load_profile("e2b-like"), "ramp", stages=(20, 40), bootstrap=0, seeds=2)
+    assert [s.shape.attempts for s in ramp.stages] == [40, 80]  # ROLLOUTS_PER_USER each
+    shapes = [Shape("ramp", 20, 186), Shape("ramp", 40, 236)]
+    together = simulate_stages(load_profile("e2b-like"), shapes, seed=0)
+    alone = simulate_shape(load_profile("e2b-like"), shapes[1], seed=0)
+    assert [r.n for r in together] == [186, 236]
+    assert together[0].failure_rate == 0 and alone.failure_rate < 0.2 < 0.5 < together[1].failure_rate
+    assert set(together[1].failures()) == {"RATE_LIMITED"}
 
 
 def _prediction() -> Prediction:

@@ -544,3 +544,49 @@ def simulate_sequential(
     sim.close()
     samples = tuple(work.samples[i] for i in range(n))
     return BurstResult(prof.name, n, seed, samples, stats, dict(work.attempt_failures))
+
+
+def simulate_ramp(
+    profile: Profile | str, levels: Sequence[int], attempts: Sequence[int], seed: int = 0
+) -> list[BurstResult]:
+    """A ramp as one run, one result per stage: `levels[k]` users in stage k, each creating again as its rollout
+    ends (a refused create too), stage k over once `attempts[k]` rollouts started in it; then the next level's extra
+    users join. The vendor's state (its create bucket, quota, pool) carries from stage to stage, as in a live ramp
+    (`stampede run --scenario ramp`); a rollout counts in the stage it started in."""
+    prof = _load(profile)
+    if not levels or len(levels) != len(attempts) or min(levels) < 1 or min(attempts) < 1:
+        raise ValueError("a ramp needs one attempts count per level, every level and count at least 1")
+    clock = VirtualClock()
+    sim = VendorSimulator(prof, seed=seed, clock=clock)
+    req = CreateRequest(image="python:3.12-slim", labels=("stampede-sim-ramp",), lifetime_s=3600.0)
+    stage_of: list[int] = []
+    started = [0] * len(levels)
+    current = [0]
+
+    def start() -> None:
+        k = current[0]
+        if started[k] >= attempts[k]:
+            if k + 1 >= len(levels):
+                return  # the last stage's rollouts are all started: this user stops
+            current[0] = k = k + 1
+            for _ in range(max(0, levels[k] - levels[k - 1])):
+                clock.call_at(clock.now(), start)
+        started[k] += 1
+        stage_of.append(k)
+        work.launch(len(stage_of) - 1)
+
+    def next_one(index: int) -> None:
+        clock.call_at(clock.now(), start)
+
+    work = _ProbeWorkload(sim, req, "echo ready", 60.0, next_one, seed=seed)
+    with _gc_paused():
+        for _ in range(levels[0]):
+            clock.call_at(0.0, start)
+        clock.run()
+    stats = sim.stats()
+    sim.close()
+    out = []
+    for k in range(len(levels)):
+        samples = tuple(work.samples[i] for i, stage in enumerate(stage_of) if stage == k and i in work.samples)
+        out.append(BurstResult(prof.name, len(samples), seed, samples, stats, {}))
+    return out
