@@ -102,7 +102,8 @@ def _prior(args: argparse.Namespace) -> Profile:
 def _price(args: argparse.Namespace, prior: Profile) -> tuple[float | None, float | None, str]:
     from harness.rlmodel.prices import published_prices, vendor_key
 
-    key, why = vendor_key(args.provider, prior.name)
+    simulated = args.local or args.provider == "stub"
+    key, why = vendor_key(args.provider, prior.name if simulated else args.provider)
     if key is None:
         return None, None, why
     price = published_prices()[key]
@@ -128,7 +129,7 @@ def _run_protocol(
     if args.time_scale is not None:
         argv += ["--time-scale", f"{args.time_scale:g}"]
     log = trial_dir / f"{proto.name}.log"
-    print(f"[trial] {proto.name}: stampede run {' '.join(argv[4:])}", file=sys.stderr, flush=True)
+    print(f"[trial] {proto.name}: stampede run {' '.join(argv[4:])}", flush=True)
     try:
         with log.open("w") as out:
             proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=args.protocol_timeout)
@@ -220,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
     spent = 0.0
     for proto in plan:
         outcome = _run_protocol(proto, args, trial_dir, per_s, per_create)
+        if not outcomes and outcome.exit_code == 2 and outcome.run_dir is None:  # refused before any load
+            said = (trial_dir / f"{proto.name}.log").read_text().strip().splitlines() or ["(no output)"]
+            raise UsageError(f"{proto.name}: {said[-1].removeprefix('stampede: error: ')}")
         outcomes.append(outcome)
         spent += outcome.dollars or 0.0
         stopped = budget_stop(spent, args.budget_usd, [p.name for p in plan[len(outcomes) :]])
@@ -252,9 +256,13 @@ def run(args: argparse.Namespace) -> int:
         profile_path = str(write_profile_toml(result, trial_dir / f"{result.profile.name}.toml"))
         fitted, unidentified = dict(result.fitted), dict(result.unidentified)
         widths = [PREDICT_WIDTH] + ([args.target] if args.target and args.target != PREDICT_WIDTH else [])
-        predictions, fit_note = _predict(result, widths, list(observations.values()), prior, args.predict_refits)
     except ValueError as exc:  # no successful sandbox in any protocol
         fit_note = f"no fit: {exc}"
+    else:
+        try:
+            predictions, fit_note = _predict(result, widths, list(observations.values()), prior, args.predict_refits)
+        except (ImportError, ValueError) as exc:  # the scorecard still says what the runs and the fit showed
+            fit_note = f"no prediction: {type(exc).__name__}: {exc}"
     creates = sum(o.attempts for o in outcomes)
     dollars = None if per_s is None else sum(o.dollars or 0.0 for o in outcomes)
     per_1000 = None if dollars is None or not creates else dollars / creates * 1000

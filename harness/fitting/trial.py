@@ -304,9 +304,10 @@ def render_estimate(est: Estimate, budget_usd: float | None) -> str:
     """The line printed before anything starts."""
     budget = f"; budget {_usd(budget_usd)}" if budget_usd is not None else ""
     per = ", ".join(f"{k} {_usd(v)}" for k, v in est.per_protocol.items())
+    per = f" ({per})" if est.dollars is not None else ""
     return (
-        f"estimate: {_usd(est.dollars)} for ~{est.sandboxes:,} sandboxes, ~{est.sandbox_seconds:,.0f} sandbox-seconds "
-        f"({per}){budget}; {est.basis}"
+        f"estimate: {_usd(est.dollars)} for ~{est.sandboxes:,} sandboxes, ~{est.sandbox_seconds:,.0f} sandbox-seconds"
+        f"{per}{budget}; {est.basis}"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,18 @@ def test_a_trial_estimated_over_its_budget_is_refused_before_anything_starts(tmp
     assert done.stdout.startswith("estimate: $")  # the estimate is said first
     assert len(done.stderr.strip().splitlines()) == 1 and "exceeds --budget-usd 0.0001" in done.stderr
     assert list(tmp_path.iterdir()) == []  # nothing ran, no trial folder
+
+
+def test_a_vendor_that_refuses_before_any_load_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A live vendor without its key: the first protocol's run refuses before any load; the trial says why, once."""
+    env = {k: v for k, v in os.environ.items() if k != "E2B_API_KEY"}
+    done = stampede("trial", "--provider", "e2b", "--size", "2", "--out", str(tmp_path), "--trial-id", "k", env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "stampede: error: sequential: e2b provider: no API key; set E2B_API_KEY (or --provider-option api_key=...), "
+        "or use --local for the local E2B"
+    ]
+    assert not (tmp_path / "k" / "sequential").exists()
 
 
 @pytest.mark.parametrize(
