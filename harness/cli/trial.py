@@ -207,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
     per_s, per_create, basis = _price(args, prior)
     est = estimate(plan, per_s, per_create, basis)
     print(render_estimate(est, args.budget_usd), flush=True)
+    if args.budget_usd is not None and est.dollars is None:
+        raise UsageError(f"--budget-usd: no published price ({basis}), so no budget can be held; drop --budget-usd")
     if est.over(args.budget_usd):
         raise UsageError(
             f"the estimate ({est.dollars:.4f} USD) exceeds --budget-usd {args.budget_usd:g}: lower --size or raise it"

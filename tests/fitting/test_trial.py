@@ -82,6 +82,13 @@ def test_a_trial_estimated_over_its_budget_is_refused_before_anything_starts(tmp
     assert list(tmp_path.iterdir()) == []  # nothing ran, no trial folder
 
 
+def test_a_budget_for_a_vendor_with_no_published_price_is_refused(tmp_path: Path) -> None:
+    done = stampede("trial", "--provider", "vercel", "--local", "--budget-usd", "1", "--out", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--budget-usd: no published price" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_vendor_that_refuses_before_any_load_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """A live vendor without its key: the first protocol's run refuses before any load; the trial says why, once."""
     env = {k: v for k, v in os.environ.items() if k != "E2B_API_KEY"}
