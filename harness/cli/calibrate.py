@@ -28,7 +28,12 @@ PREDICT_SCENARIOS = ("burst", "ramp", "steady", "sequential", "staggered")  # ha
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profiles", nargs="*", metavar="PROFILE", help="profile names or .toml paths (default: all)")
-    parser.add_argument("--seeds", type=int, default=None, help="seeded runs per protocol (default: 10)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeded runs per protocol (default: 10; --predict: per refit, default 3)",
+    )
     parser.add_argument(
         "--profile-set",
         action="append",
