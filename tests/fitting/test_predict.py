@@ -121,6 +121,13 @@ def test_a_ramps_stages_share_the_vendors_create_bucket_as_a_live_ramp_does() ->
     assert set(together[1].failures()) == {"RATE_LIMITED"}
 
 
+def test_the_cli_offers_every_scenario_predict_simulates() -> None:
+    from harness.cli.calibrate import PREDICT_SCENARIOS
+    from harness.fitting.predict import SCENARIOS
+
+    assert PREDICT_SCENARIOS == SCENARIOS  # the CLI keeps its own copy so `--help` needs no simulator import
+
+
 def _prediction() -> Prediction:
     stats = {
         "p50": Estimate(1.00, 0.90, 1.10),
