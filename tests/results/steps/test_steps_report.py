@@ -37,24 +37,29 @@ def test_report_draws_each_step_and_prices_the_tax(runs, tmp_path):
     assert tax and tax[-1].split()[-1] == "1,673.6"
 
 
-def test_compare_gates_a_candidate_on_a_step_and_names_an_unknown_one(runs):
+def test_compare_gates_a_candidate_on_a_step_and_names_an_unknown_one(runs, tmp_path):
     base, slow = runs
-    crossed = stampede("compare", str(base), str(slow), "--threshold", "step:upload p99 < 5s")
+    crossed = stampede(
+        "compare", str(base), str(slow), "--threshold", "step:upload p99 < 5s", "-o", str(tmp_path / "compare")
+    )
     assert crossed.returncode == 99, crossed.stderr
     assert "step:upload p99 < 5s: 6 s -> CROSSED" in crossed.stdout
-    held = stampede("compare", str(slow), str(base), "--threshold", "step:upload.p99<5s")  # base: 4 s uploads
+    held = stampede("compare", str(slow), str(base), "--threshold", "step:upload.p99<5s", "-o", str(tmp_path / "c"))
+    # base: 4 s uploads
     assert held.returncode == 0, held.stdout + held.stderr
-    unknown = stampede("compare", str(base), str(slow), "--threshold", "step:snapshot.p99<5s")
+    unknown = stampede(
+        "compare", str(base), str(slow), "--threshold", "step:snapshot.p99<5s", "-o", str(tmp_path / "compare")
+    )
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert "has no step 'snapshot'" in unknown.stderr
 
 
-def test_compare_gates_a_step_against_the_baseline(runs):
+def test_compare_gates_a_step_against_the_baseline(runs, tmp_path):
     base, slow = runs
-    worse = stampede("compare", str(base), str(slow), "--gate", "step:upload.p50")
+    worse = stampede("compare", str(base), str(slow), "--gate", "step:upload.p50", "-o", str(tmp_path / "compare"))
     assert worse.returncode == 98, worse.stdout + worse.stderr  # 4 s -> 6 s uploads, beyond the noise
     assert "step:upload.p50" in worse.stdout
-    same = stampede("compare", str(base), str(slow), "--gate", "step:download.p50")
+    same = stampede("compare", str(base), str(slow), "--gate", "step:download.p50", "-o", str(tmp_path / "compare"))
     assert same.returncode == 0, same.stdout + same.stderr  # faster downloads: better, not a regression
-    unknown = stampede("compare", str(base), str(slow), "--gate", "step:fork.p50")
+    unknown = stampede("compare", str(base), str(slow), "--gate", "step:fork.p50", "-o", str(tmp_path / "compare"))
     assert unknown.returncode == 2 and "has no step 'fork'" in unknown.stderr and "Traceback" not in unknown.stderr
