@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import io
 import random
 import re
-import tarfile
 import time
 from collections.abc import Awaitable, Sequence
 
 from harness.engine.rollout import OpSink, RolloutCancelled, RolloutContext, SandboxRegistry, _Rollout
+from harness.engine.upload_payloads import NOISE_BYTES, materialise
 from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import RolloutRecord
@@ -45,8 +44,6 @@ from providers.base import (
 
 _COMMAND_S = re.compile(re.escape(COMMAND_S_MARK) + r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
 _BUILD_IN_THREAD_BYTES = 1 << 20  # a bigger upload's bytes (and archive) are made off the loop
-_NOISE_BYTES = 1 << 24
-_noise: bytes | None = None
 REPOSITORIES_PER_STEP = 16
 """Distinct file trees an engine makes for each tree upload of a plan, each drawn from the plan's `files` and
 `file_size`; a rollout uploads one of them, picked by its own draw. Every rollout holding a tree of its own was 960
@@ -60,8 +57,8 @@ async def _make_tree(
 ) -> tuple[list[tuple[str, bytes]], int]:
     archive = f"{step.dest.rstrip('/')}/stampede-upload.tar" if step.mode == "tar" else None
     if sum(sizes) > _BUILD_IN_THREAD_BYTES:  # thousands of files: their bytes and archive made off the loop
-        return await asyncio.to_thread(_materialise, paths, sizes, offsets, archive), len(paths)
-    return _materialise(paths, sizes, offsets, archive), len(paths)
+        return await asyncio.to_thread(materialise, paths, sizes, offsets, archive), len(paths)
+    return materialise(paths, sizes, offsets, archive), len(paths)
 
 
 def reported_command_s(stdout: str) -> float | None:
@@ -309,7 +306,7 @@ class ScriptRollout(_Rollout):
             uploads, files = await self.shared_tree(step, self.rng.randrange(REPOSITORIES_PER_STEP))
         else:
             paths, sizes, offsets = self.payload(step, self.rng)
-            uploads, files = _materialise(paths, sizes, offsets, None), 1
+            uploads, files = materialise(paths, sizes, offsets, None), 1
         start = self.elapsed()
         queue = list(reversed(uploads))
 
@@ -343,7 +340,7 @@ class ScriptRollout(_Rollout):
     @staticmethod
     def payload(step: Step, rng: random.Random) -> tuple[list[str], list[int], list[int]]:
         """The files an upload writes, drawn from the plan: paths, sizes and where in the noise each one's bytes
-        start (the bytes made by `_materialise`)."""
+        start (the bytes made by `materialise`)."""
         if step.path is not None:
             paths = [step.path]
         else:
@@ -352,7 +349,7 @@ class ScriptRollout(_Rollout):
             paths = [f"{folder}/f{n:05d}.txt" for n in range(count)]
         size = Distribution.parse(step.file_size)
         sizes = [max(0, round(size.sample(rng))) for _ in paths]
-        offsets = [rng.randrange(_NOISE_BYTES) for _ in paths]
+        offsets = [rng.randrange(NOISE_BYTES) for _ in paths]
         return paths, sizes, offsets
 
     async def download(self, step: Step) -> dict[str, object]:
@@ -559,62 +556,6 @@ async def _permits(gate: asyncio.Semaphore | None, wanted: int) -> int:
         await gate.acquire()  # free: taken at once
         held += 1
     return held
-
-
-def _noise_block() -> bytes:
-    """16 MiB of random bytes made once per engine: every upload's files are slices of it, so they do not compress
-    (a vendor that compresses would otherwise move less than the plan says) and cost no random draws per byte."""
-    global _noise
-    if _noise is None:
-        _noise = random.Random(0x5EED).randbytes(_NOISE_BYTES)
-    return _noise
-
-
-def _materialise(
-    paths: list[str], sizes: list[int], offsets: list[int], archive: str | None
-) -> list[tuple[str, bytes]]:
-    """The upload's calls: each file (path, bytes), or one tar archive of them all at `archive`."""
-    noise = _noise_block()
-    files = []
-    for path, size, offset in zip(paths, sizes, offsets, strict=True):
-        data = noise[offset : offset + size]
-        while len(data) < size:  # past the block's end (or bigger than it): wrap around
-            data += noise[: size - len(data)]
-        files.append((path, data))
-    return [(archive, _tar(files))] if archive is not None else files
-
-
-def _tar(files: list[tuple[str, bytes]]) -> bytes:
-    """The files as one uncompressed ustar archive, their paths relative (it unpacks where it is put). Headers are
-    written directly (tarfile spends ~80 µs a file: a 3,000-file repository's quarter second per rollout)."""
-    if any(len(path.lstrip("/").encode()) >= 100 for path, _ in files):  # a long name: tarfile's extensions
-        return _tarfile(files)
-    parts = []
-    for path, data in files:
-        header = bytearray(512)
-        name = path.lstrip("/").encode()
-        header[0 : len(name)] = name
-        header[100:108] = b"0000644\x00"
-        header[108:116] = header[116:124] = b"0000000\x00"
-        header[124:136] = b"%011o\x00" % len(data)
-        header[136:148] = b"00000000000\x00"
-        header[148:156] = b" " * 8
-        header[156:157] = b"0"
-        header[257:265] = b"ustar\x0000"
-        header[148:156] = b"%06o\x00 " % sum(header)
-        parts += [bytes(header), data, bytes(-len(data) % 512)]
-    parts.append(bytes(1024))
-    return b"".join(parts)
-
-
-def _tarfile(files: list[tuple[str, bytes]]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for path, data in files:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 async def run_script_rollout(
