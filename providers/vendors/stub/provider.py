@@ -296,9 +296,7 @@ class StubProvider(Provider):
             base = self._checkpoint_shard[checkpoint]  # a checkpoint lives on the shard of the sandbox it copied
         async with self._create_gate.passage() as waited:
             try:
-                # a create from a checkpoint is a fork's copy: its failures are the fork's (a failed restore: a
-                # `snapshot_error`, not a `create_error`)
-                phase = Phase.FORK if checkpoint is not None else Phase.CREATE
+                phase = Phase.FORK if checkpoint is not None else Phase.CREATE  # a copy fails as the fork
                 body = await self.request("POST", "/sandbox", phase, json=payload, base=base)
             except ProviderError as exc:
                 if exc.kind is FailureKind.RATE_LIMITED:
