@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.fitting.observations import ProtocolObservation
+from foundation.quantiles import nearest_rank
+from harness.fitting.observations import QUANTILES, ProtocolObservation
 from providers.sim.core.calibration import computesdk_stats
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
 from providers.sim.core.profile import Profile, label_kind, parse_profile
@@ -84,18 +85,13 @@ def _simulate(profile: Profile, obs: ProtocolObservation, seed: int) -> BurstRes
     return simulate_burst(profile, width, seed=seed)
 
 
-def _pick(ordered: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile of sorted values (summary.json's rule)."""
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
 def _stats(values: Sequence[float], trimmed: float) -> dict[str, float]:
     ordered = sorted(values)
     if not ordered:
         return {}
     if trimmed > 0:
         return computesdk_stats(ordered, trimmed)
-    return {k: _pick(ordered, q) for k, q in (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))}
+    return {k: nearest_rank(ordered, q) for k, q in QUANTILES.items()}
 
 
 def simulated_stats(profile: Profile, obs: ProtocolObservation, seeds: int = SEEDS) -> dict[str, float]:
@@ -186,8 +182,8 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     wide = [o for o in with_tti if o.concurrency >= WIDE_MIN and o.protocol in ("burst", "ramp", "steady")]
     overheads = sorted(v for o in observations for v in o.exec_overhead_s)
     if overheads:  # before the boot: the TTI's first command carries one overhead
-        median = _pick(overheads, 0.50)
-        sigma = math.log(_pick(overheads, 0.90) / median) / SPREAD_Z["p90"] if median > 0 else 0.0
+        median = nearest_rank(overheads, 0.50)
+        sigma = math.log(nearest_rank(overheads, 0.90) / median) / SPREAD_Z["p90"] if median > 0 else 0.0
         exec_ = dataclasses.replace(profile.exec, overhead_median_s=median, overhead_sigma=max(0.0, sigma))
         profile = dataclasses.replace(profile, exec=exec_)
         fitted["exec.overhead_median_s"], fitted["exec.overhead_sigma"] = median, exec_.overhead_sigma
@@ -307,7 +303,7 @@ def with_intervals(
     for key, values in draws.items():
         ordered = sorted(values)
         if len(ordered) >= 2 and ordered[0] != ordered[-1]:  # a count of 0 in every replicate: its note says more
-            intervals[key] = (_pick(ordered, (1 - INTERVAL) / 2), _pick(ordered, (1 + INTERVAL) / 2))
+            intervals[key] = (nearest_rank(ordered, (1 - INTERVAL) / 2), nearest_rank(ordered, (1 + INTERVAL) / 2))
     return dataclasses.replace(result, intervals=intervals, interval_rounds=rounds)
 
 

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.fitting.observations import ProtocolObservation
+from foundation.quantiles import nearest_rank
+from harness.fitting.observations import QUANTILES, ProtocolObservation
 from harness.results.read.dataset import load_rollouts, read_run_info
 from harness.results.read.vendor_time import to_vendor_seconds
 from providers.sim.core.calibration import computesdk_stats
@@ -155,8 +156,7 @@ def composite(protocol: str, tti_s: Sequence[float], attempts: int) -> Composite
     stats = computesdk_stats(tti_s, TRIM)
     timing = sum(weight * metric_score(stats[key] * 1000.0) for key, weight in WEIGHTS.items())
     ordered = sorted(tti_s)
-    rank = lambda q: ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]  # noqa: E731
-    untrimmed = {"p50": rank(0.50), "p99": rank(0.99), "max": ordered[-1]}
+    untrimmed = {"p50": nearest_rank(ordered, 0.50), "p99": nearest_rank(ordered, 0.99), "max": ordered[-1]}
     return Composite(protocol, attempts, success, dict(stats), timing, timing * success, untrimmed)
 
 
@@ -171,15 +171,7 @@ def merged(protocol: str, observations: Sequence[ProtocolObservation]) -> Protoc
     for o in observations:
         for key, n in o.failures.items():
             failures[key] = failures.get(key, 0) + n
-    ordered = samples
-    quantiles = (
-        {
-            k: ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-            for k, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
-        }
-        if ordered
-        else {}
-    )
+    quantiles = {k: nearest_rank(samples, q) for k, q in QUANTILES.items()} if samples else {}
     return ProtocolObservation(
         protocol=protocol,
         concurrency=max(o.concurrency for o in observations),
