@@ -174,10 +174,11 @@ async def test_signed_urls_download_and_upload_without_the_sdk(open_e2b: Open) -
     forged = url.replace("signature=v1_", "signature=v1_x")
     assert (await asyncio.to_thread(_get, forged))[0] == 401
     upload = sbx.upload_url("up/loaded.bin")
+    payload = gzip.compress(b"x", mtime=0)  # binary bytes; mtime=0 so they are the same bytes on every call
     async with httpx.AsyncClient() as http:
-        answer = await http.post(upload, files={"file": ("loaded.bin", gzip.compress(b"x"))})
+        answer = await http.post(upload, files={"file": ("loaded.bin", payload)})
     assert answer.status_code == 200 and answer.json()[0]["path"] == f"{HOME}/up/loaded.bin"
-    assert await sdk(sbx.files.read, "up/loaded.bin", format="bytes") == bytearray(gzip.compress(b"x"))
+    assert await sdk(sbx.files.read, "up/loaded.bin", format="bytes") == bytearray(payload)
     await sdk(sbx.kill)
 
 
