@@ -45,7 +45,7 @@ def rollouts_waiting_for_ready(client: EngineClient, tmp_path: Path, count: int)
     """`count` rollouts in flight, each holding a created sandbox that takes 30 s to be ready: what a stop ends."""
     client.configure(config(tmp_path, ready_delay_s=30))
     greenlets = [gevent.spawn(client.run_rollout, RolloutRequest("01-s", count)) for _ in range(count)]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang guard: the loop ends as soon as they are all created
     while ledger_balance(tmp_path)[0] < count and time.monotonic() < deadline:
         gevent.sleep(0.05)
     return greenlets

@@ -141,7 +141,9 @@ async def test_agentic_rollout_runs_turns_with_generation_time_and_a_reward():
     record, ops, _ = await run(provider, plan)
     assert record.outcome == "ok" and record.turns == 3 and record.exec_count == 5
     assert abs(record.gen_s - 0.15) < 1e-9 and record.total_s >= 0.15
-    assert record.tti_s < 0.05  # TTI ends with the setup command, before any generation
+    # TTI ends with the setup command, before any generation: the whole generation time fits after it (a bound from
+    # this rollout's own clock, not a fixed 50 ms a busy machine can overrun)
+    assert record.tti_s + record.gen_s <= record.total_s
     assert [op.op for op in ops].count("exec") == 5
 
 
@@ -156,4 +158,5 @@ async def test_generation_time_plays_at_the_time_scale_and_turns_are_reproducibl
 async def test_a_rollout_deadline_ends_a_stuck_episode():
     plan = RolloutPlan(commands=(("true",),), turns=10, gen_time="const:1", rollout_timeout_s=0.2)
     record, _, _ = await run(ScriptedProvider({}), plan)
-    assert (record.outcome, record.failure_phase) == ("failed", "exec") and record.total_s < 1
+    # the 0.2 s deadline ends it, not its 10 s of generation (5 s: room for a busy machine, far below the 10)
+    assert (record.outcome, record.failure_phase) == ("failed", "exec") and record.total_s < 5

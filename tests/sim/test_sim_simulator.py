@@ -405,7 +405,7 @@ async def test_exec_on_a_live_loop_clock() -> None:
     started = asyncio.get_running_loop().time()
     out = await sim.exec(sb.id, "sleep 10; echo ok", timeout_s=60)  # 10 vendor s = 0.1 s real
     assert out.stdout == "ok\n"
-    assert 0.09 <= asyncio.get_running_loop().time() - started < 2.0
+    assert 0.09 <= asyncio.get_running_loop().time() - started < 5.0  # not the 10 s of a 1:1 clock
     with pytest.raises(ExecTimedOut):
         await sim.exec(sb.id, "sleep 100", timeout_s=5)
     assert clock.wall(clock.now()) == pytest.approx(time.time(), abs=0.5)

@@ -132,11 +132,12 @@ async def test_a_steady_stream_of_creates_is_paced_only_in_its_opening_wave() ->
 
 
 async def test_a_quiet_vendor_opens_a_new_wave() -> None:
-    clock = LoopClock(0.01, pace_window_s=0.05, pace_max_s=1.0, pace_idle_s=0.2)
+    # quiet for 1 s opens a wave: a 0.1 s sleep stays under it even when a busy machine wakes it 0.9 s late
+    clock = LoopClock(0.01, pace_window_s=0.05, pace_max_s=1.0, pace_idle_s=1.0)
     clock.note_arrival()
     await asyncio.sleep(0.1)  # the wave closed (window) but the vendor has not been quiet long enough
     clock.note_arrival()
     assert clock.waves == 1
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(1.1)
     clock.note_arrival()
     assert clock.waves == 2
