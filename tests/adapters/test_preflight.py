@@ -12,17 +12,11 @@ from providers.base import FailureKind, Phase, ProviderError, classify_common
 from providers.preflight import preflight_errors
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_a_vendor_nobody_listens_for_is_unreachable() -> None:
-    port = _closed_port()
-    with pytest.raises(ProviderError) as info:
+    with socket.socket() as closed, pytest.raises(ProviderError) as info:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: refused, and no test beside this one can take it
         async with preflight_errors("http://127.0.0.1", classify_common, timeout_s=5):
-            await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.open_connection("127.0.0.1", closed.getsockname()[1])
     assert info.value.kind is FailureKind.TRANSPORT
     assert info.value.args[0].startswith("http://127.0.0.1 is unreachable: ")
 

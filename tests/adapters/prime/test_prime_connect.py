@@ -201,7 +201,7 @@ async def test_the_server_enforces_connect_timeout_ms(stub: RunningStub, http: a
     status, _, data = await post(
         http, f"{base}/{SERVICE}/Start", start_body("sleep 30"), gateway, **{"connect-timeout-ms": "300"}
     )
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # the 300 ms deadline ended it, not the 30 s command
     assert status == 200 and end_of(data)["error"]["code"] == "deadline_exceeded"
     kinds = [pb.StartResponse.FromString(p).event.WhichOneof("event") for _, p in envelopes(data)[:-1]]
     assert kinds == ["start"]  # the command was accepted, then ran out of time

@@ -134,7 +134,7 @@ async def test_throttle_and_quota_surface_at_once_despite_the_sdks_retries(open_
     await provider.create(spec("a"))
     started = time.monotonic()
     error = await expect(FailureKind.RATE_LIMITED, provider, Phase.CREATE, provider.create(spec("b")))
-    assert time.monotonic() - started < 2  # not the SDK's 10 s + 30 s
+    assert time.monotonic() - started < 8  # not the SDK's 10 s + 30 s (8 s: room for a busy machine)
     assert isinstance(error, ProviderError) and error.retry_after is not None and error.retry_after >= 1
     assert stub.simulator.stats()["create_attempts"] == 2
     stub, provider = await open_stub(**{"quota.max_active": 1})
