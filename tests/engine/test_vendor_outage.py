@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -33,13 +34,9 @@ OUTAGE_S = 4.0
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve(port: int) -> subprocess.Popen[str]:
+def serve(port: int = 0) -> tuple[subprocess.Popen[str], int]:
+    """The stub on `port`, or on a port it binds itself (0): a port found free here and bound by a child a second
+    later could be taken in between by a test running beside this one."""
     process = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", "ideal", "--port", str(port)],
         stdout=subprocess.PIPE,
@@ -49,8 +46,8 @@ def serve(port: int) -> subprocess.Popen[str]:
         env={**os.environ, "STAMPEDE_SERVE_TOKEN": TOKEN},
     )
     assert process.stdout is not None
-    json.loads(process.stdout.readline())  # listening
-    return process
+    listening = json.loads(process.stdout.readline())
+    return process, int(urllib.parse.urlsplit(listening["url"]).port or 0)
 
 
 def active_sandboxes(port: int, run_id: str) -> list[dict[str, object]]:
@@ -65,8 +62,7 @@ def active_sandboxes(port: int, run_id: str) -> list[dict[str, object]]:
 @pytest.fixture(scope="module")
 def outage_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, float, int, str]:
     out = tmp_path_factory.mktemp("runs")
-    port = free_port()
-    vendor = serve(port)
+    vendor, port = serve()
     run = stampede_started(
         "run",
         "--base-url",
@@ -95,7 +91,7 @@ def outage_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, f
         vendor.send_signal(signal.SIGKILL)
         vendor.wait()
         time.sleep(OUTAGE_S)
-        vendor = serve(port)
+        vendor, _ = serve(port)  # the same port: the run's creates must find the vendor back where it was
         back_at = time.time()
         stdout, stderr = run.communicate(timeout=180)
         left = len(active_sandboxes(port, "outage"))
@@ -162,7 +158,9 @@ async def test_a_long_outage_still_ends_held_creates_unsent(users: int) -> None:
     from providers.base import FailureKind, Phase, ProviderError, SandboxSpec
     from providers.vendors.stub.provider import StubProvider
 
-    provider = StubProvider.from_options({"base_url": f"http://127.0.0.1:{free_port()}", "token": TOKEN})
+    closed = socket.socket()  # bound, never listening: connecting is refused, and nothing else can take the port
+    closed.bind(("127.0.0.1", 0))
+    provider = StubProvider.from_options({"base_url": f"http://127.0.0.1:{closed.getsockname()[1]}", "token": TOKEN})
     gate = OutageGate()
     spec = SandboxSpec(run_id="r", rollout_id="x", engine="e")
     sent = 0
@@ -182,6 +180,7 @@ async def test_a_long_outage_still_ends_held_creates_unsent(users: int) -> None:
         )
     finally:
         await provider.aclose()
+        closed.close()
     assert all(isinstance(o, BaseException) and unreachable(o) for o in [*first, *outcomes])  # refused, or held
     held = [o for o in outcomes if isinstance(o, ProviderError) and "not sent" in str(o)]
     assert len(held) == gate.held == users + 1 - sent  # every create not sent as a probe ended at the gate

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import reserved_port
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED = "tests.support.scripted_provider:ScriptedProvider"
 pytestmark = pytest.mark.slow
@@ -150,7 +152,7 @@ def test_a_second_signal_aborts_every_workers_engine(tmp_path: Path) -> None:
 def test_a_second_signal_to_a_locust_f_master_aborts_every_workers_engine(tmp_path: Path) -> None:
     """`locust -f --master` with two `locust -f --worker`s: the master tells its workers of each signal."""
     ledger, out = tmp_path / "ledger.jsonl", tmp_path / "out"
-    port = free_port()
+    port = reserved_port()
     common = ["-f", "scenarios/steady.py", "--provider", SCRIPTED, "--provider-option", "exec_delay_s=60"]
     common += ["--provider-option", "terminate_delay_s=15", "--provider-option", f"ledger={ledger}"]
     as_master = ["--master", "--headless", "--expect-workers", "2", "-u", "4", "--master-bind-host", "127.0.0.1"]
@@ -198,11 +200,3 @@ def test_a_second_signal_to_a_locust_f_master_aborts_every_workers_engine(tmp_pa
     assert (manifest["status"], master.returncode) == ("aborted", 131), stderr[-2000:]
     engines = manifest["engines"]
     assert len(engines) == 2 and all(engine.get("aborted") is True for engine in engines), engines
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

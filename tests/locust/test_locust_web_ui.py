@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,18 +25,13 @@ from typing import Any
 import pytest
 
 from harness.results.read.dataset import load_rollouts, load_truth
+from tests.support.ports import reserved_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 HTTP_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -113,7 +107,7 @@ def web_locust_process(out: Path, scenario: str, *args: str) -> Iterator[WebLocu
     interrupted (then killed) at the end whatever happened."""
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}.log"
-    port = free_port()
+    port = reserved_port()
     with log.open("wb") as sink:
         command = [sys.executable, "-m", "locust", "-f", f"scenarios/{scenario}.py", *args]
         command += ["--web-host", "127.0.0.1", "--web-port", str(port), "--out", str(out)]
@@ -243,7 +237,7 @@ def test_rollouts_cut_off_by_stop_show_as_cancelled_not_failed(web_locust: WebLo
     rows = load_rollouts(run)
     cancelled_rows = int((rows.outcome == "cancelled").sum())
     assert cancelled_rows >= 1
-    deadline = time.monotonic() + 15  # Locust caches /stats/requests for a couple of seconds
+    deadline = time.monotonic() + 60  # Locust caches /stats/requests for a couple of seconds; a hang guard
     while True:
         stats = {entry["method"]: entry for entry in web_locust.stats()["stats"] if entry["name"] != "Aggregated"}
         if "cancelled" in stats or time.monotonic() > deadline:

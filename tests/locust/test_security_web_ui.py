@@ -12,7 +12,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,16 +25,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.ports import reserved_port
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 TOKEN = "sk-live-command-line-token-4242"
 HTTP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RecordingVendor:
@@ -153,7 +148,7 @@ def listening_addresses(pid: int, port: int) -> set[str]:
 
 
 def test_the_web_ui_listens_on_loopback_unless_told_otherwise(tmp_path: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     out = tmp_path / "out"
     with locust_web(out, "--web-port", str(port)) as process:
         wait_for_page(process, f"http://127.0.0.1:{port}/", out)
@@ -161,7 +156,7 @@ def test_the_web_ui_listens_on_loopback_unless_told_otherwise(tmp_path: Path) ->
 
 
 def test_a_web_ui_on_every_interface_without_credentials_is_refused_in_one_line(tmp_path: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     out = tmp_path / "out"
     with locust_web(out, "--web-host", "0.0.0.0", "--web-port", str(port)) as process:
         try:
@@ -177,7 +172,7 @@ def test_a_web_ui_on_every_interface_without_credentials_is_refused_in_one_line(
 
 
 def test_with_credentials_every_interface_warns_and_every_request_needs_them(tmp_path: Path) -> None:
-    port = free_port()
+    port = reserved_port()
     out = tmp_path / "out"
     env = {"STAMPEDE_WEB_CREDENTIALS": "ops:correct horse"}
     with locust_web(out, "--web-host", "0.0.0.0", "--web-port", str(port), env=env) as process:
@@ -217,7 +212,7 @@ def test_the_form_never_sends_the_command_lines_token_to_another_host(
     tmp_path: Path, vendors: tuple[RecordingVendor, RecordingVendor]
 ) -> None:
     ours, theirs = vendors
-    port = free_port()
+    port = reserved_port()
     out = tmp_path / "out"
     args = ["--web-host", "127.0.0.1", "--web-port", str(port), "--provider", "stub", "--base-url", ours.url]
     args += ["--token", TOKEN, "--stages", "1", "--hold", "1", "--create-timeout", "2"]
