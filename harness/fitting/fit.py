@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.quantiles import nearest_rank
+from harness.fitting.limits import fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from providers.sim.core.calibration import computesdk_stats
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
@@ -229,23 +230,10 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     ):
         fitted[key] = n / of if of else 0.0
         notes[key] = f"{n} of {of} attempts" + (f"; 95% upper bound {3 / of:.2g}" if n == 0 and of else "")
-    rate_limited = [o for o in observations if _count([o], "rate_limited")]
-    if rate_limited:
-        depth = max(o.attempts - _count([o], *REFUSALS, phase="create") for o in rate_limited)
-        fitted["create_rate.burst"] = float(max(1, depth))
-        notes["create_rate.burst"] = "creates accepted at once before the first 429"
-        unidentified["create_rate.per_s"] = "a burst shows the bucket's depth, not its refill rate"
-    else:
-        unidentified["create_rate.per_s"] = unidentified["create_rate.burst"] = "no run reached a rate limit"
-    quota = [o for o in observations if _count([o], "quota_exhausted")]
-    if quota:
-        cap = max(o.attempts - _count([o], *REFUSALS, phase="create") for o in quota)
-        fitted["quota.max_active"] = float(max(1, cap))
-        notes["quota.max_active"] = "sandboxes accepted before the first quota refusal"
-    else:
-        ramps = [o.concurrency for o in observations if o.protocol == "ramp"]
-        reason = f"the ramp's widest stage ({max(ramps)}) saw no quota refusal" if ramps else "no ramp"
-        unidentified["quota.max_active"] = f"no run reached a concurrency cap: {reason}"
+    limits = fit_limits(observations)  # the create bucket and the cap, from when creates were let in (limits.py)
+    fitted.update(limits.fitted)
+    notes.update(limits.notes)
+    unidentified.update(limits.unidentified)
     unidentified["pool.max_nodes"] = "capacity and queueing show only where a ramp fills the pool; none did"
     changes = {k: v for k, v in fitted.items() if not k.startswith(("boot.median_s", "boot.sigma", "exec."))}
     profile = profile.with_overrides(changes) if changes else profile

@@ -6,7 +6,7 @@ Our own runs give raw TTI samples; published benchmark files often give only tri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,11 +14,44 @@ import numpy as np
 import pandas as pd
 
 from foundation.quantiles import nearest_rank
-from harness.results.read.dataset import load_rollouts, read_run_info
+from harness.results.read.dataset import RunInfo, load_rollouts, load_truth, read_run_info
 from harness.results.read.steps import has_steps, load_steps
-from harness.results.read.vendor_time import to_vendor_seconds
+from harness.results.read.vendor_time import to_vendor_seconds, usable_truth
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTimeline:
+    """One stage's creates on its run's vendor clock: when each was let in or turned away, and how long the
+    sandboxes it made lived. The vendor's limits are fitted from these times (harness.fitting.limits), because counts
+    alone mislead over a stage held in time: its accepted creates are the bucket's depth plus its refill, and its
+    sandboxes end and are replaced while the cap holds. Seconds count from the run's first create, so the stages of
+    one run share one clock, as they share the vendor's create bucket."""
+
+    run: str  # the run folder: its stages share this clock and the vendor's bucket
+    accepted_s: tuple[float, ...]  # each create the vendor let in (a sandbox was made), sorted
+    ended_s: tuple[float, ...]  # when each of those sandboxes ended, same order (inf: not seen to end)
+    refused_s: Mapping[str, tuple[float, ...]]  # kind of a create turned away -> when each refusal came, sorted
+
+
+def join_timelines(timelines: Sequence[CreateTimeline | None]) -> CreateTimeline | None:
+    """The stages of one run as one timeline (a protocol's observation merged from its stages); None when none of
+    them has times. Stages of different runs do not share a clock: a ValueError."""
+    known = [t for t in timelines if t is not None]
+    if not known:
+        return None
+    runs = {t.run for t in known}
+    if len(runs) > 1:
+        raise ValueError(f"create times of {len(runs)} runs cannot be joined: each run has its own clock")
+    pairs = sorted((a, e) for t in known for a, e in zip(t.accepted_s, t.ended_s, strict=True))
+    kinds = dict.fromkeys(k for t in known for k in t.refused_s)
+    return CreateTimeline(
+        run=known[0].run,
+        accepted_s=tuple(a for a, _ in pairs),
+        ended_s=tuple(e for _, e in pairs),
+        refused_s={k: tuple(sorted(v for t in known for v in t.refused_s.get(k, ()))) for k in kinds},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +66,7 @@ class ProtocolObservation:
     failures: Mapping[str, int]  # "kind@phase" -> count
     source: str  # run dir, or "computesdk results/burst_tti/2026-05-05.json, Modal"
     exec_overhead_s: tuple[float, ...] = ()  # per command call: its time beyond the command's own (a plan run's steps)
+    creates: CreateTimeline | None = None  # our runs' create times; None where only counts are known (published)
 
 
 SEQUENTIAL_MAX_USERS = 1  # a steady run of one user is the public protocols' "sequential": one sandbox at a time
@@ -72,6 +106,7 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
     phases = frame["failure_phase"].astype(object).to_numpy()
     outcomes = frame["outcome"].astype(str).to_numpy()
     steps = load_steps(info) if has_steps(info.run_dir) else None
+    timelines = _create_timelines(info, frame)
     out: list[ProtocolObservation] = []
     for stage in dict.fromkeys(stages):
         rows = stages == stage
@@ -97,7 +132,87 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
                 failures=failures,
                 source=f"{info.run_dir} ({stage})",
                 exec_overhead_s=_exec_overheads(steps, stage),
+                creates=timelines.get(str(stage)),
             )
+        )
+    return out
+
+
+def _vendor_clock(info: RunInfo, truth: pd.DataFrame) -> Callable[[np.ndarray], np.ndarray]:
+    """Wall epoch seconds -> vendor seconds. A simulated vendor's truth pairs its own clock with the wall at every
+    acceptance, RUNNING and end, and the mapping between them is not one scale (a live simulator plays a wave of
+    creates 1:1, harness.results.read.vendor_time), so it is read off those pairs; beyond them, and without truth
+    (a real vendor), vendor seconds are wall seconds / time scale."""
+    factor = info.to_vendor_seconds()
+    walls = np.empty(0)
+    vendors = np.empty(0)
+    if usable_truth(truth) and {"created_s", "ready_s", "ended_s"} <= set(truth.columns):
+        pairs = [(truth[f"{at}_wall"], truth[f"{at}_s"]) for at in ("created", "ready", "ended")]
+        walls = np.concatenate([w.to_numpy(dtype=float) for w, _ in pairs])
+        vendors = np.concatenate([v.to_numpy(dtype=float) for _, v in pairs])
+        keep = np.isfinite(walls) & np.isfinite(vendors)
+        order = np.argsort(walls[keep], kind="stable")
+        walls, vendors = walls[keep][order], np.maximum.accumulate(vendors[keep][order])
+
+    def clock(wall: np.ndarray) -> np.ndarray:
+        if len(walls) < 2:
+            return wall * factor
+        inside = np.interp(wall, walls, vendors)
+        before = vendors[0] + (wall - walls[0]) * factor
+        after = vendors[-1] + (wall - walls[-1]) * factor
+        return np.where(wall < walls[0], before, np.where(wall > walls[-1], after, inside))
+
+    return clock
+
+
+def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTimeline]:
+    """Per stage, its creates on the run's vendor clock (`CreateTimeline`).
+
+    A create let in is a row with a sandbox id (its rollout may have failed or been cancelled later: the vendor
+    still spent a token and held the sandbox); it is placed when the vendor accepted it (the truth's `created_s`),
+    else at its submit, and it lived until the vendor ended it (truth `ended_s`), else until its terminate call was
+    sent. A create turned away is a row failed at `create` without an id, placed when its refusal came back (submit
+    + total_s: a client that holds creates after a 429, as the stub and Prime adapters do, sends it later than its
+    submit). A cancelled or unfinished row without an id is left out: whether the vendor saw it is unknown."""
+    truth = load_truth(info.run_dir)
+    clock = _vendor_clock(info, truth)
+    submit = frame["t_submit"].to_numpy(dtype=float)
+    total = frame["total_s"].to_numpy(dtype=float)
+    at = clock(submit)
+    terminate = np.nan_to_num(frame["terminate_s"].to_numpy(dtype=float))
+    ended = clock(submit + total - terminate)
+    ids = frame["sandbox_id"].astype(object).to_numpy()
+    accepted = np.array([isinstance(v, str) and v != "" for v in ids], dtype=bool)
+    if accepted.any() and {"id", "created_s", "ended_s"} <= set(truth.columns):
+        own = truth.drop_duplicates("id").set_index("id")
+        joined = own.reindex(pd.Index(np.where(accepted, ids, None)))
+        created_s = joined["created_s"].to_numpy(dtype=float)
+        at = np.where(accepted & np.isfinite(created_s), created_s, at)
+        ended_s = joined["ended_s"].to_numpy(dtype=float)
+        known = np.isfinite(created_s)  # a sandbox of the vendor's record: NaN ended_s means it never ended
+        ended = np.where(accepted & known, np.where(np.isfinite(ended_s), ended_s, np.inf), ended)
+    ended = np.where(np.isnan(ended), np.inf, ended)
+    refused = ~accepted & (frame["failure_phase"].astype(object).to_numpy() == "create")
+    refused &= ~np.isin(frame["outcome"].astype(str).to_numpy(), UNCOUNTED)
+    at = np.where(refused & np.isfinite(total), clock(submit + np.nan_to_num(total)), at)
+    if not (accepted | refused).any():
+        return {}
+    origin = float(np.min(at[accepted | refused]))
+    stages = frame["stage"].astype(str).to_numpy()
+    kinds = frame["failure_kind"].astype(object).to_numpy()
+    out: dict[str, CreateTimeline] = {}
+    for stage in dict.fromkeys(stages):
+        rows = stages == stage
+        mine = rows & accepted
+        order = np.argsort(at[mine], kind="stable")
+        by_kind: dict[str, list[float]] = {}
+        for kind, t in zip(kinds[rows & refused], at[rows & refused], strict=True):
+            by_kind.setdefault(_text(kind), []).append(float(t) - origin)
+        out[stage] = CreateTimeline(
+            run=str(info.run_dir),
+            accepted_s=tuple(float(t) - origin for t in at[mine][order]),
+            ended_s=tuple(float(t) - origin for t in ended[mine][order]),
+            refused_s={kind: tuple(sorted(times)) for kind, times in by_kind.items()},
         )
     return out
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from foundation.quantiles import nearest_rank
-from harness.fitting.observations import QUANTILES, ProtocolObservation
+from harness.fitting.observations import QUANTILES, ProtocolObservation, join_timelines
 from harness.results.read.dataset import load_rollouts, read_run_info
 from harness.results.read.vendor_time import to_vendor_seconds
 from providers.sim.core.calibration import computesdk_stats
@@ -183,6 +183,7 @@ def merged(protocol: str, observations: Sequence[ProtocolObservation]) -> Protoc
         failures=failures,
         source=observations[0].source.split(" (")[0],
         exec_overhead_s=tuple(sorted(v for o in observations for v in o.exec_overhead_s)),
+        creates=join_timelines([o.creates for o in observations]),  # the limits are fitted from create times
     )
 
 

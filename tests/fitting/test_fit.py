@@ -203,7 +203,9 @@ def test_a_real_burst_past_a_cap_fits_the_cap_and_names_the_rate_limit_unseen(tm
     out = tmp_path / "capped.toml"
     done = stampede("calibrate", "--fit", str(run), "--name", "capped", "--prior", "e2b-like", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "- quota.max_active = 10 (sandboxes accepted before the first quota refusal)" in done.stdout
+    assert (
+        "- quota.max_active = 10 (the most sandboxes alive at once when one of 5 quota refusals came; " in done.stdout
+    )
     assert "| burst@15 | success | 66.7% | 66.7% | +0.0 pt | yes |" in done.stdout
     quota = tomllib.loads(out.read_text())["quota"]
     assert quota["max_active"] == 10 and quota["max_active_label"].startswith("calibrated: fitted by")
