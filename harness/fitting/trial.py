@@ -279,7 +279,7 @@ def rate_limit_behaviour(outcomes: Sequence[ProtocolOutcome], fitted: Mapping[st
         counts = {k: n for k, n in outcome.failures.items() if k.split("@", 1)[0] in RATE_LIMIT_KINDS}
         if counts:
             per[outcome.name] = counts
-    limits = {k: v for k, v in fitted.items() if k in ("create_rate.burst", "quota.max_active")}
+    limits = {k: v for k, v in fitted.items() if k in ("create_rate.burst", "create_rate.per_s", "quota.max_active")}
     return {"refusals": per, "limits": limits, "seen": bool(per)}
 
 

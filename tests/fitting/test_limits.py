@@ -21,7 +21,7 @@ from harness.fitting.observations import (
     join_timelines,
     observations_from_run,
 )
-from harness.fitting.trial import merged
+from harness.fitting.trial import merged, rate_limit_behaviour
 from providers.sim.core.profile import load_profile
 from tests.support.commands import stampede
 
@@ -194,3 +194,8 @@ def test_a_trials_protocol_merged_from_its_stages_keeps_the_create_times() -> No
     assert fit_limits([one]).fitted == fit_limits(stages).fitted
     with pytest.raises(ValueError, match="cannot be joined"):
         join_timelines([stages[0].creates, _in_run(stages[1], "other").creates])
+
+
+def test_the_trials_rate_limit_behaviour_names_the_fitted_rate() -> None:
+    fitted = {"create_rate.burst": 200.0, "create_rate.per_s": 4.97, "boot.median_s": 0.4}
+    assert rate_limit_behaviour([], fitted)["limits"] == {"create_rate.burst": 200.0, "create_rate.per_s": 4.97}
