@@ -71,7 +71,8 @@ async def expect(kind: FailureKind, call) -> ProviderError:
 
 
 async def test_throttling_and_quota_are_told_apart():
-    stub, provider = await stub_and_provider(overrides=(("create_rate.per_s", 1.0), ("create_rate.burst", 2.0)))
+    # a token every 100 s: the third create is refused however slowly the machine sends the three
+    stub, provider = await stub_and_provider(overrides=(("create_rate.per_s", 0.01), ("create_rate.burst", 2.0)))
     try:
         await provider.create(spec("a"))
         await provider.create(spec("b"))

@@ -53,7 +53,9 @@ async def failure_kind(provider: ModalProvider, phase: Phase, call: object) -> F
 
 @pytest.mark.parametrize("v2", BACKENDS)
 async def test_throttled_creates_are_rate_limited_not_retried(v2: str) -> None:
-    async with local_modal("create_rate.per_s=0.5", "create_rate.burst=3", sandbox_v2=v2) as (_, provider):
+    # a token every 20 s: the 8 creates meet an empty bucket however slowly a busy machine sends them (at 0.5/s a
+    # fourth token came back 2 s after the first create)
+    async with local_modal("create_rate.per_s=0.05", "create_rate.burst=3", sandbox_v2=v2) as (_, provider):
         started = time.monotonic()
         kinds = await create_kinds(provider, 8)
         assert kinds == Counter({"ok": 3, "rate_limited": 5})

@@ -152,14 +152,16 @@ async def test_invalid_bodies_are_fastapi_422(stub: RunningStub, http: aiohttp.C
 
 
 async def test_rate_limit_429_with_retry_after(make_stub: MakeStub, http: aiohttp.ClientSession) -> None:
-    stub = await make_stub(**{"create_rate.per_s": 0.5, "create_rate.burst": 2})
+    # a token every 200 vendor seconds, 2 s real at time scale 0.01: at 0.5/s a pause of 0.52 s between two
+    # requests (the burst's 1:1 pacing closes after 0.5 s, then 100x) gave the third create a token back
+    stub = await make_stub(**{"create_rate.per_s": 0.005, "create_rate.burst": 2})
     for _ in range(2):
         await _create(http, stub)
     status, body, headers = await _call(http, "POST", stub.api_url + "/sandbox", json=BODY)
     assert status == 429
     assert body["errorCode"] == "RATE_LIMITED" and "rate limit" in body["detail"]
     assert int(headers["Retry-After"]) >= 1
-    assert 0 < body["retryAfter"] <= 2 * 0.01 + 1e-6  # 2 vendor seconds at time scale 0.01, in real seconds
+    assert 0 < body["retryAfter"] <= 200 * 0.01 + 1e-6  # 200 vendor seconds at time scale 0.01, in real seconds
 
 
 async def test_quota_capacity_and_transient_errors(make_stub: MakeStub, http: aiohttp.ClientSession) -> None:
