@@ -170,7 +170,7 @@ async def test_image_pull_failure_is_image() -> None:
 
 @pytest.mark.parametrize("v2", BACKENDS)
 async def test_command_failures(v2: str) -> None:
-    async with local_modal(sandbox_v2=v2) as (_, provider):
+    async with local_modal(sandbox_v2=v2) as (server, provider):
         ref = await provider.create(SandboxSpec(run_id="r", rollout_id="a", memory_mb=512))
         await provider.wait_ready(ref, 30)
         assert (
@@ -186,7 +186,13 @@ async def test_command_failures(v2: str) -> None:
         other = await provider.create(SandboxSpec(run_id="r", rollout_id="b"))
         await provider.wait_ready(other, 30)
         running = asyncio.ensure_future(provider.exec(other, ["sleep", "30"], 60))
-        await asyncio.sleep(0.2)
+        # terminated once the command reached the vendor, not after a fixed 0.2 s: a terminate before the exec was
+        # sent is the client's own refusal (transport, "detached sandbox"), not a death during the command
+        vendor_side = server.registry.by_id[other.sandbox_id].sim
+        for _ in range(3000):  # a hang guard of >= 30 s; it ends as soon as the command runs
+            if vendor_side.exec_count or running.done():
+                break
+            await asyncio.sleep(0.01)
         await provider.terminate(other)
         assert await failure_kind(provider, Phase.EXEC, running) is FailureKind.DIED_DURING_EXEC
 
