@@ -34,6 +34,8 @@ SPREAD_Z = {"p90": 1.2816, "p95": 1.6449}  # standard normal quantiles: log(pq /
 NARROW_MAX = 4  # at most this many at once: a run whose TTI is the boot alone, not the burst penalty
 WIDE_MIN = 10  # at least this wide: a burst whose extra time over a narrow run is the load delay
 ITERATIONS = 6
+SATURATION = (0.7, 0.5, 0.35, 0.25, 0.15, 0.1)  # candidate caps: the delay stops growing at this share of a burst
+SPREAD_MARGIN = 0.02  # a cap must bring the burst's log spread this much closer than no cap to be kept
 REFUSALS = ("rate_limited", "quota_exhausted", "capacity")  # a create the vendor turned away: a limit, not an error
 
 
@@ -129,16 +131,22 @@ def _fit_boot(profile: Profile, narrow: list[ProtocolObservation]) -> Profile:
     return profile
 
 
-def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> Profile:
-    """With the boot fitted from narrow runs: the per-sandbox load delay that gives the wide bursts' p50."""
+def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> tuple[Profile, int]:
+    """With the boot fitted from narrow runs: the per-sandbox load delay and where it stops growing.
+
+    The delay's cap shows in a burst's shape, not its median: a delay still growing at the burst's last sandbox
+    spreads the burst (its first sandboxes boot unloaded, its last ones carry the whole delay), one that stopped
+    growing early moves most of the burst by the same amount. So for each candidate saturation (the cap reached at
+    `k` sandboxes booting, k from the widest burst down to a tenth of it) the delay is fitted to the bursts' p50,
+    and the candidate whose spread (p90 or p95 over p50) meets the bursts' is kept; a cap no burst reached stays
+    "held at the widest burst's". Returns the profile and `k`."""
     widest = max(obs.concurrency for obs in wide)
 
-    def with_delay(delay: float) -> Profile:
-        boot = dataclasses.replace(profile.boot, load_delay_s=delay, load_delay_max_s=delay * (widest - 1))
+    def with_delay(delay: float, k: int) -> Profile:
+        boot = dataclasses.replace(profile.boot, load_delay_s=delay, load_delay_max_s=delay * (k - 1))
         return dataclasses.replace(profile, boot=boot)
 
-    def error(delay: float) -> float:
-        candidate = with_delay(delay)
+    def error(candidate: Profile) -> float:
         errs = [
             math.log(simulated_stats(candidate, obs)["p50"] / obs.quantiles["p50"])
             for obs in wide
@@ -146,15 +154,40 @@ def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> Profil
         ]
         return statistics.fmean(errs) if errs else 0.0
 
-    low, high = 0.0, max(0.001, max(obs.quantiles.get("p50", 0.0) for obs in wide) / widest)
-    if error(low) >= 0:
-        return with_delay(0.0)
-    while error(high) < 0 and high < 60:
-        high *= 2
-    for _ in range(12):  # bisection on a monotone error
-        mid = (low + high) / 2
-        low, high = (mid, high) if error(mid) < 0 else (low, mid)
-    return with_delay((low + high) / 2)
+    def spread_error(candidate: Profile) -> float:
+        errs = []
+        for obs in wide:
+            key = _spread_key(obs)
+            sim = simulated_stats(candidate, obs)
+            if key and obs.quantiles.get("p50", 0) > 0 and sim.get("p50", 0) > 0 and sim.get(key, 0) > 0:
+                measured = math.log(obs.quantiles[key] / obs.quantiles["p50"])
+                errs.append(math.log(sim[key] / sim["p50"]) - measured)
+        return abs(statistics.fmean(errs)) if errs else 0.0
+
+    def fitted_at(k: int) -> Profile:
+        low, high = 0.0, max(0.001, max(obs.quantiles.get("p50", 0.0) for obs in wide) / k)
+        if error(with_delay(low, k)) >= 0:
+            return with_delay(0.0, k)
+        while error(with_delay(high, k)) < 0 and high < 60:
+            high *= 2
+        for _ in range(12):  # bisection on a monotone error
+            mid = (low + high) / 2
+            low, high = (mid, high) if error(with_delay(mid, k)) < 0 else (low, mid)
+        return with_delay((low + high) / 2, k)
+
+    best, best_k = fitted_at(widest), widest
+    if best.boot.load_delay_s == 0:
+        return best, widest
+    best_err = spread_error(best)
+    for share in SATURATION:
+        k = max(2, round(share * widest))
+        if k >= widest:
+            continue
+        candidate = fitted_at(k)
+        err = spread_error(candidate)
+        if err < best_err - SPREAD_MARGIN:  # a cap only where the shape asks for one, not for noise
+            best, best_k, best_err = candidate, k, err
+    return best, best_k
 
 
 def _count(observations: Sequence[ProtocolObservation], *kinds: str, phase: str | None = None) -> int:
@@ -180,7 +213,9 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     unidentified: dict[str, str] = {}
     narrowest = min(o.concurrency for o in with_tti)
     narrow = [o for o in with_tti if o.concurrency <= max(NARROW_MAX, narrowest)]
-    wide = [o for o in with_tti if o.concurrency >= WIDE_MIN and o.protocol in ("burst", "ramp", "steady")]
+    # bursts only: the forward model replays a burst exactly, while a ramp's TTI carries its spawn rate, its 429
+    # retries and its re-creating users, which a load delay fitted to it would take for boot congestion
+    wide = [o for o in with_tti if o.concurrency >= WIDE_MIN and o.protocol == "burst"]
     overheads = sorted(v for o in observations for v in o.exec_overhead_s)
     if overheads:  # before the boot: the TTI's first command carries one overhead
         median = nearest_rank(overheads, 0.50)
@@ -200,11 +235,16 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     fitted["boot.median_s"], fitted["boot.sigma"] = profile.boot.median_s, profile.boot.sigma
     wide = [o for o in wide if o.concurrency > max(NARROW_MAX, narrowest)]
     if wide:
-        profile = _fit_load_delay(profile, wide)
+        profile, saturated = _fit_load_delay(profile, wide)
+        burst_width = max(o.concurrency for o in wide)
         fitted["boot.load_delay_s"] = profile.boot.load_delay_s
         fitted["boot.load_delay_max_s"] = profile.boot.load_delay_max_s
-        notes["boot.load_delay_s"] = f"{max(o.concurrency for o in wide)} at once against {boot_from}"
-        notes["boot.load_delay_max_s"] = "no cap on the delay was seen up to the widest burst"
+        notes["boot.load_delay_s"] = f"{burst_width} at once against {boot_from}"
+        notes["boot.load_delay_max_s"] = (
+            f"the burst's spread: the delay stops growing at ~{saturated} booting"
+            if saturated < burst_width
+            else f"no cap seen up to the widest burst ({burst_width}): held at its delay beyond it"
+        )
     else:
         why = f"no burst of {WIDE_MIN} or more beside a narrower run (widest: {max(o.concurrency for o in with_tti)})"
         if narrowest > NARROW_MAX:

@@ -1,0 +1,275 @@
+"""Does a trial at 100 wide predict the same vendor at 960 (issue #31, done-when 1)?
+
+Per shipped profile P, one after another (the machine has 2 shared cores):
+
+1. `stampede trial --provider stub --profile P --size 100`: the leaderboard's protocols (sequential, staggered,
+   burst of 100, a ramp toward the cap) against the embedded simulated vendor serving P over HTTP, fitted with P
+   as the prior (what the trial does), the fitted profile written beside the runs;
+2. the measured run: `stampede run --provider stub --profile P --scenario burst --users 960`, the same vendor;
+3. the prediction: the fitted profile's burst of 960 with its interval (`harness.fitting.predict.predict_shapes`,
+   bootstrap refits to the trial's own observations, merged per protocol as the trial merges them, P as the
+   prior), scored against the measured run (`predict.score`).
+
+Printed as one table: profile, stage, stat, predicted, interval, measured, inside (the interval covers the
+measured value), within (15% on TTI p50/p99, 3 points on failure: the issue's bar).
+
+`--ramp-stages 480,960,1920,3840 --ramp-hold H` adds the ramp to 3,840: a measured `stampede run --scenario ramp
+--stages ... --hold H` and its prediction from the same fit, stage by stage. A ramp's prediction is only
+comparable once harness/fitting/predict.py simulates a ramp's stages for their hold (time-based) rather than a
+fixed number of rollouts per user; until then the ramp rows say what the prediction assumed.
+
+    python bench/bench_fit_at_scale.py                                   # every shipped profile (~5 min each)
+    python bench/bench_fit_at_scale.py --profiles daytona-like,e2b-like --refits 10
+    python bench/bench_fit_at_scale.py --profiles ideal --ramp-stages 480,960,1920,3840 --ramp-hold 10
+    python bench/bench_fit_at_scale.py --reuse DIR                       # score runs already in DIR again
+
+Every run is a subprocess in its own session, bounded by `--timeout` and killed with its children past it; load
+targets 127.0.0.1 only. Work goes to `--work` (default: a fresh folder under /tmp, kept, so a table can be
+checked against its runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.fitting.observations import ProtocolObservation
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PROTOCOLS = ("sequential", "staggered", "burst", "ramp")  # the trial's run folders, in its order
+SHOWN = ("p50", "p99", "failure")  # the issue's bar: TTI p50 and p99, failure rate
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One scored statistic of one profile's stage."""
+
+    profile: str
+    stage: str
+    stat: str
+    predicted: float
+    low: float
+    high: float
+    measured: float
+    inside: bool
+    within: bool
+
+
+def run_bounded(argv: list[str], log: Path, timeout_s: float) -> int | None:
+    """Run `argv` in its own session, output to `log`; past `timeout_s` its whole process group is ended (TERM, then
+    KILL) and None returned. Nothing it started outlives it."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            return None
+        finally:
+            if proc.poll() is None:  # interrupted (Ctrl-C): take the group down with us
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", *args]
+
+
+def trial(profile: str, work: Path, args: argparse.Namespace) -> Path:
+    """The trial's folder (run now unless it is already there)."""
+    folder = work / f"trial-{profile}"
+    if (folder / "scorecard.json").exists():
+        return folder
+    argv = _cli("trial", "--provider", "stub", "--profile", profile, "--size", str(args.size), "--out", str(work))
+    argv += ["--trial-id", folder.name, "--predict-refits", "0", "--seed", str(args.seed)]
+    if args.time_scale is not None:
+        argv += ["--time-scale", f"{args.time_scale:g}"]
+    started = time.monotonic()
+    code = run_bounded(argv, work / f"trial-{profile}.log", args.timeout)
+    print(f"[{profile}] trial: exit {code} in {time.monotonic() - started:.0f} s ({folder})", file=sys.stderr)
+    return folder
+
+
+def measured_run(profile: str, work: Path, name: str, shape: list[str], args: argparse.Namespace) -> Path | None:
+    """A measured `stampede run` of `shape` (run now unless it is already there); None when it wrote no run."""
+    folder = work / f"{profile}-{name}"
+    if not (folder / "run.json").exists():
+        argv = _cli("run", "--provider", "stub", "--profile", profile, *shape, "--commands", "true")
+        argv += ["--seed", str(args.seed + 1), "--out", str(work), "--run-id", folder.name, "--progress-interval", "0"]
+        if args.time_scale is not None:
+            argv += ["--time-scale", f"{args.time_scale:g}"]
+        started = time.monotonic()
+        code = run_bounded(argv, work / f"{folder.name}.log", args.timeout)
+        print(f"[{profile}] {name}: exit {code} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return folder if (folder / "run.json").exists() else None
+
+
+def trial_observations(folder: Path) -> list[ProtocolObservation]:
+    """The trial's observations as the trial fitted them: each protocol's stages merged into one."""
+    from harness.fitting.observations import observations_from_run
+    from harness.fitting.trial import merged
+
+    out = []
+    for name in PROTOCOLS:
+        if (folder / name / "run.json").exists():
+            obs = merged(name, observations_from_run(folder / name))
+            if obs is not None:
+                out.append(obs)
+    return out
+
+
+def score_profile(profile: str, folder: Path, runs: dict[str, Path], args: argparse.Namespace) -> tuple[list[Row], str]:
+    """The fitted profile's prediction of each measured run, scored; and what the intervals cover."""
+    from harness.fitting.fit import fit_profile
+    from harness.fitting.observations import observations_from_run
+    from harness.fitting.predict import predict_shapes, score, shapes_from_observations
+    from providers.sim.core.profile import load_profile
+
+    observations = trial_observations(folder)
+    if not any(o.quantiles.get("p50", 0) > 0 for o in observations):
+        return [], f"{profile}: the trial has no successful rollout to fit (see {folder}.log)"
+    prior = load_profile(profile)
+    # fitted here as the trial fits (its runs, its prior), so a folder reused after a change to the fit is refitted
+    fitted = fit_profile(observations, prior, "stub-trial").profile
+    rows: list[Row] = []
+    how = ""
+    for name, run in runs.items():
+        measured = observations_from_run(run)
+        shapes = shapes_from_observations(measured)
+        if name.startswith("ramp"):
+            shapes = [s for s in shapes if s.protocol == "ramp"]
+        prediction = predict_shapes(
+            fitted,
+            shapes,
+            observations=observations,
+            prior=prior,
+            bootstrap=args.refits,
+            seeds=args.seeds,
+        )
+        how = prediction.interval_from
+        for s in score(prediction, measured):
+            if s.stat in SHOWN:
+                e = s.predicted
+                rows.append(Row(profile, s.stage, s.stat, e.value, e.low, e.high, s.measured, s.inside, s.within))
+    return rows, how
+
+
+def _fmt(stat: str, value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{100 * value:.1f}%" if stat.startswith("fail") else f"{value:.3f}"
+
+
+def render(rows: list[Row]) -> str:
+    """One Markdown table: TTI in vendor seconds, failure as a share of rollouts."""
+    lines = [
+        "| profile | stage | stat | predicted | interval | measured | inside | within |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.profile} | {r.stage} | {r.stat} | {_fmt(r.stat, r.predicted)} | "
+            f"[{_fmt(r.stat, r.low)}, {_fmt(r.stat, r.high)}] | {_fmt(r.stat, r.measured)} | "
+            f"{'yes' if r.inside else 'NO'} | {'yes' if r.within else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def _profiles(text: str | None) -> list[str]:
+    from providers.sim.core.profile import profile_names
+
+    shipped = list(profile_names())
+    if not text:
+        return shipped
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in shipped]
+    if unknown:
+        raise SystemExit(f"bench_fit_at_scale: unknown profile(s) {', '.join(unknown)} (shipped: {', '.join(shipped)})")
+    return names
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profiles", default=None, help="comma-separated shipped profiles (default: all)")
+    parser.add_argument("--size", type=int, default=100, help="the trial's width (the issue: 100 or less)")
+    parser.add_argument("--users", type=int, default=960, help="the measured burst's width")
+    parser.add_argument("--refits", type=int, default=10, help="bootstrap refits behind each interval")
+    parser.add_argument("--seeds", type=int, default=3, help="simulated runs per refit")
+    parser.add_argument("--seed", type=int, default=0, help="the trial's runs' seed (the measured runs take +1)")
+    parser.add_argument("--time-scale", type=_positive, default=None, help="every run's (default: the profile's)")
+    parser.add_argument("--ramp-stages", default=None, help="also a measured ramp through these stages, e.g. 480,960")
+    parser.add_argument("--ramp-hold", type=_positive, default=10.0, help="wall seconds the ramp holds each stage")
+    parser.add_argument("--timeout", type=_positive, default=900.0, help="wall seconds any one run may take")
+    parser.add_argument("--work", "--reuse", dest="work", type=Path, default=None, help="folder for the runs")
+    args = parser.parse_args()
+    if not 1 <= args.size <= 100 or not 1 <= args.users <= 20_000 or args.refits < 0 or args.seeds < 1:
+        raise SystemExit("bench_fit_at_scale: --size 1..100, --users 1..20000, --refits >= 0, --seeds >= 1")
+    profiles = _profiles(args.profiles)
+    work = args.work or Path(tempfile.mkdtemp(prefix="fit-at-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work: {work}", file=sys.stderr)
+    rows: list[Row] = []
+    notes: list[str] = []
+    for profile in profiles:
+        folder = trial(profile, work, args)
+        runs: dict[str, Path] = {}
+        burst = measured_run(
+            profile, work, f"burst{args.users}", ["--scenario", "burst", "--users", str(args.users)], args
+        )
+        if burst is not None:
+            runs["burst"] = burst
+        if args.ramp_stages:
+            shape = ["--scenario", "ramp", "--stages", args.ramp_stages, "--hold", f"{args.ramp_hold:g}"]
+            ramp = measured_run(profile, work, "ramp", shape, args)
+            if ramp is not None:
+                runs["ramp"] = ramp
+        if not runs:
+            notes.append(f"{profile}: no measured run (see {work})")
+            continue
+        found, how = score_profile(profile, folder, runs, args)
+        rows += found
+        notes.append(f"{profile}: {how}")
+        print(render(found), file=sys.stderr, flush=True)
+    print(render(rows))
+    print()
+    print("\n".join(f"- {n}" for n in notes))
+    inside = sum(r.inside for r in rows)
+    within = sum(r.within for r in rows)
+    print(f"\n{inside} of {len(rows)} measured values inside their interval; {within} of {len(rows)} within the bar")
+    print(f"runs: {work}")
+    return 0 if rows and inside == len(rows) and within == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
