@@ -98,6 +98,21 @@ def _add_predict_arguments(parser: argparse.ArgumentParser) -> None:
         "--stages", default=None, metavar="N,N,...", help="--predict --scenario ramp: stages (60,120 or 60..3840)"
     )
     parser.add_argument(
+        "--hold",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--predict --scenario ramp or steady: each stage's hold in wall seconds, as `stampede run --hold` "
+        "(default: the scenario's, 15 s a ramp stage, 60 s a steady run; --against RUN: the run's own)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="--predict: wall seconds per vendor second of the run predicted, as `stampede run --time-scale` "
+        "(default: the profile's; --against RUN: the run's own)",
+    )
+    parser.add_argument(
         "--inputs",
         nargs="+",
         default=None,
@@ -120,11 +135,13 @@ def run(args: argparse.Namespace) -> int:
     from providers.sim.core.calibration import DEFAULT_SEEDS, calibrate, render
     from providers.sim.core.profile import ProfileError, load_profile, profile_names
 
-    predict_only = (args.scenario, args.users, args.stages, args.inputs, args.against)
+    predict_only = (args.scenario, args.users, args.stages, args.inputs, args.against, args.hold, args.time_scale)
     if args.predict is not None:
         return _predict(args)
     if any(v is not None for v in predict_only):
-        raise UsageError("--scenario, --users, --stages, --inputs and --against go with --predict PROFILE")
+        raise UsageError(
+            "--scenario, --users, --stages, --hold, --time-scale, --inputs and --against go with --predict PROFILE"
+        )
     if args.fit is not None:
         return _fit(args)
     fit_only = (args.name, args.out, args.vendor)
@@ -350,6 +367,8 @@ def _predict(args: argparse.Namespace) -> int:
     measured run beside it (exit 1 when a measured value falls outside its interval)."""
     from harness.fitting.observations import observations_from_run
     from harness.fitting.predict import (
+        LiveRun,
+        live_run_of,
         predict_shapes,
         render,
         score,
@@ -374,15 +393,25 @@ def _predict(args: argparse.Namespace) -> int:
     measured = observations_from_run(args.against) if args.against is not None else None
     if measured is not None and not measured:
         raise UsageError(f"--against {args.against}: the run has no rollouts")
-    if args.scenario is None and args.users is None and args.stages is None and measured:
-        shapes = shapes_from_observations(measured)
-    else:
-        try:
-            shapes = shapes_for(
-                args.scenario or "burst", args.users, _stages(args.stages) if args.stages is not None else None
+    if args.time_scale is not None and not (0 < args.time_scale < math.inf):
+        raise UsageError(f"--time-scale must be a positive number, got {args.time_scale:g}")
+    live, hold = LiveRun(time_scale=args.time_scale or profile.default_time_scale), args.hold
+    if args.against is not None:  # the run's own hold, time scale, spawn rate and plan
+        if args.hold is not None or args.time_scale is not None:
+            raise UsageError(
+                "--against RUN predicts the run as it ran: its own hold and time scale, not --hold/--time-scale"
             )
-        except ValueError as exc:
-            raise UsageError(f"--predict: {exc}") from None
+        live, hold = live_run_of(args.against)
+        if args.scenario not in (None, "ramp", "steady"):
+            hold = None  # a burst (or the like) predicted beside the run: no hold to take from it
+    try:
+        if args.scenario is None and args.users is None and args.stages is None and measured:
+            shapes = shapes_from_observations(measured, hold)
+        else:
+            stages = _stages(args.stages) if args.stages is not None else None
+            shapes = shapes_for(args.scenario or "burst", args.users, stages, hold)
+    except ValueError as exc:
+        raise UsageError(f"--predict: {exc}") from None
     if measured is not None:
         had = {(o.protocol, o.concurrency) for o in measured}
         if not any((s.protocol, s.users) in had for s in shapes):
@@ -399,7 +428,7 @@ def _predict(args: argparse.Namespace) -> int:
             observations += observations_from_run(Path(source))
     if bootstrap and observations:
         print(f"refitting {bootstrap} bootstrap resamples of {len(inputs)} input(s) from {named_by}", file=sys.stderr)
-    prediction = predict_shapes(profile, shapes, observations=observations, bootstrap=bootstrap, seeds=seeds)
+    prediction = predict_shapes(profile, shapes, observations=observations, bootstrap=bootstrap, seeds=seeds, live=live)
     scores = score(prediction, measured) if measured is not None else None
     print(render(prediction, scores))
     if scores is None:

@@ -6,24 +6,29 @@ profile and on `bootstrap` refits of it, each refit fitted again (`fit_profile`)
 again with replacement (`fit.resample`), each simulated with `seeds` seeds. The interval pools every refit's
 every seed: the fit's uncertainty and the one run's own sampling noise at that width, which is what a measured run
 is compared with. A profile with no inputs (a hand-written, shipped one) gets an interval from the seeds alone,
-and the prediction says so.
+and the prediction says so. A ramp (or steady run) is simulated in time, as `stampede run` plays it: each stage
+holds for its `--hold` (wall seconds / the time scale, in vendor seconds), its users looping rollouts all along, a
+refused create costing what it costs live (`LiveRun`, providers/sim/core/timed_ramp.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from foundation.quantiles import nearest_rank
 from harness.fitting.fit import FitResult, fit_profile, resample
 from harness.fitting.observations import ProtocolObservation
-from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_ramp, simulate_sequential
+from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import Profile
+from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, simulate_timed_ramp
 
 SCENARIOS = ("burst", "ramp", "steady", "sequential", "staggered")
 DEFAULT_STAGES = (60, 120, 240, 480, 960)  # the ramp scenario's own default stages
@@ -31,7 +36,14 @@ INTERVAL = 0.90  # the prediction interval's coverage
 TTI_WITHIN = 0.15  # issue #31's done-when: TTI p50 and p99 within 15%
 FAILURE_WITHIN = 0.03  # and failure rate within 3 points
 SEEDS_ALONE = 20  # runs of a profile with no inputs to refit (fewer when seeds x bootstrap is fewer)
-ROLLOUTS_PER_USER = 2  # a ramp or steady stage: each user's rollouts back to back (the first wave, then one more)
+# A ramp or steady stage lasts its hold once its level is reached (harness/locust/shapes.py), wall seconds; its
+# users loop rollouts back to back all along, so how many it makes is the simulation's to say (providers/sim/core/
+# timed_ramp.py). The holds `stampede run` uses when `--hold` is not given:
+DEFAULT_HOLD_S = {"ramp": 15.0, "steady": 60.0}  # _HoldingShape.default_hold, SteadyShape.default_hold
+DEFAULT_SPAWN_RATE = 100.0  # harness/locust/settings.py: users a stage adds per wall second
+STAGE_TICK_WALL_S = 1.0  # Locust ticks a shape once a wall second: a level is seen reached on the next tick
+TURN_WALL_S = 0.005  # a request's round trip and the engine's turn to the next rollout, wall seconds (localhost)
+DEFAULT_COMMANDS = (("true",), ("echo", "stampede"), ("sleep", "2"))  # harness/wire/plan.py DEFAULT_COMMANDS
 STATS = ("p50", "p95", "p99", "failure")
 QUANTILE_OF = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 
@@ -42,11 +54,60 @@ class Shape:
 
     protocol: str
     users: int
-    attempts: int
+    attempts: int  # a ramp or steady stage: its first wave only (time, not a count, ends it: `hold_s`)
+    hold_s: float | None = None  # a ramp or steady stage: how long it holds its level, wall seconds (`--hold`)
 
     @property
     def label(self) -> str:
         return f"{self.protocol}@{self.users}"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    """How the `stampede run` being predicted plays out in time: its wall seconds per vendor second, how fast a stage
+    adds users, what a rollout does after its first command, the engine's retries, and whether the create client
+    holds its creates after a 429 (the `stub` provider's gate; other adapters' own policies are not modelled)."""
+
+    time_scale: float = 1.0
+    spawn_rate: float = DEFAULT_SPAWN_RATE
+    commands: tuple[tuple[str, ...], ...] = DEFAULT_COMMANDS
+    retries: int = 0
+    retry_backoff_s: float = 1.0
+    throttle: bool = True
+    max_backoff_wall_s: float = 30.0
+
+    def work_s(self, profile: Profile) -> float:
+        """Vendor seconds of a rollout after its first command: each later command's round trip and the vendor's
+        mean per-command overhead, and what a `sleep N` sleeps."""
+        per_command = profile.exec.overhead_median_s * math.exp(profile.exec.overhead_sigma**2 / 2)
+        total = 0.0
+        for argv in self.commands[1:]:
+            total += per_command + TURN_WALL_S / self.time_scale
+            if len(argv) == 2 and argv[0] == "sleep":
+                with contextlib.suppress(ValueError):
+                    total += max(0.0, float(argv[1]))
+        return total
+
+    def timing(self, profile: Profile, shapes: Sequence[Shape]) -> RampTiming:
+        """The ramp's stages in vendor seconds: reaching each level (Locust's spawn rate, seen on its next tick),
+        then its hold."""
+        scale, added, lengths = self.time_scale, 0, []
+        for shape in shapes:
+            new = max(0, shape.users - added)
+            added = max(added, shape.users)
+            hold = shape.hold_s if shape.hold_s is not None else DEFAULT_HOLD_S.get(shape.protocol, 15.0)
+            reach = (math.floor(new / self.spawn_rate) + 1) * STAGE_TICK_WALL_S
+            lengths.append((reach + hold) / scale)
+        throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s) if self.throttle else None
+        return RampTiming(
+            stage_s=tuple(lengths),
+            spawn_interval_s=1.0 / self.spawn_rate / scale,
+            work_s=self.work_s(profile),
+            turn_s=TURN_WALL_S / scale,
+            throttle=throttle,
+            retries=self.retries,
+            retry_backoff_s=self.retry_backoff_s,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,51 +164,113 @@ class Score:
         return self.measured > 0 and abs(self.predicted.value - self.measured) / self.measured <= TTI_WITHIN + 1e-12
 
 
-def shapes_for(scenario: str, users: int | None = None, stages: Sequence[int] | None = None) -> list[Shape]:
+def shapes_for(
+    scenario: str, users: int | None = None, stages: Sequence[int] | None = None, hold_s: float | None = None
+) -> list[Shape]:
     """The stages a scenario runs: a burst (or staggered, sequential) of `users`, a ramp's `stages` (capped at
-    `users` as `stampede run` caps them), a steady run of `users`. ValueError for a shape that is not one."""
+    `users` as `stampede run` caps them), a steady run of `users`; a ramp's or steady run's stages hold `hold_s` wall
+    seconds each (None: the scenario's own default, as `stampede run` without `--hold`). ValueError for a shape that
+    is not one."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r} (predictable: {', '.join(SCENARIOS)})")
     if users is not None and users < 1:
         raise ValueError(f"users must be at least 1, got {users}")
+    if hold_s is not None and not (hold_s > 0 and math.isfinite(hold_s)):
+        raise ValueError(f"hold must be a positive number of seconds, got {hold_s}")
+    if hold_s is not None and scenario not in DEFAULT_HOLD_S:
+        raise ValueError(f"a hold is a ramp's or a steady run's; a {scenario} takes none")
+    hold = DEFAULT_HOLD_S.get(scenario) if hold_s is None else hold_s
     if scenario == "ramp":
         levels = tuple(stages) if stages else DEFAULT_STAGES
         if any(level < 1 for level in levels):
             raise ValueError("every ramp stage needs at least 1 user")
         if users:
             levels = (*(level for level in levels if level < users), users)
-        return [Shape("ramp", level, level * ROLLOUTS_PER_USER) for level in levels]
+        return [Shape("ramp", level, level, hold) for level in levels]
     if stages:
         raise ValueError(f"stages are a ramp's; a {scenario} takes users")
     if users is None:
         raise ValueError(f"a {scenario} needs a number of users")
     if scenario == "steady":
-        return [Shape("steady", users, users * ROLLOUTS_PER_USER)]
+        return [Shape("steady", users, users, hold)]
     return [Shape(scenario, 1 if scenario == "sequential" else users, users)]
 
 
-def shapes_from_observations(observations: Sequence[ProtocolObservation]) -> list[Shape]:
-    """The stages a measured run had, to predict that run (`--against`)."""
-    return [Shape(o.protocol, o.concurrency, max(o.attempts, 1)) for o in observations]
+def shapes_from_observations(observations: Sequence[ProtocolObservation], hold_s: float | None = None) -> list[Shape]:
+    """The stages a measured run had, to predict that run (`--against`); a ramp's or steady run's with its hold."""
+    return [
+        Shape(o.protocol, o.concurrency, max(o.attempts, 1), hold_s if o.protocol in DEFAULT_HOLD_S else None)
+        for o in observations
+    ]
 
 
-def simulate_shape(profile: Profile, shape: Shape, seed: int, retries: int = 0) -> BurstResult:
-    """One seeded run of a stage on the VirtualClock (a ramp or steady stage on its own: a closed loop)."""
+def live_run_of(run_dir: Path | str) -> tuple[LiveRun, float | None]:
+    """How a measured run played (`--against`): its time scale, spawn rate, plan and provider from its run.json,
+    and its hold (wall seconds; None when it recorded none). A folder that is not a run: one UsageError line."""
+    from harness.results.read.dataset import read_run_info
+
+    info = read_run_info(run_dir)
+    shape, params = _mapping(info.manifest, "shape"), _mapping(info.manifest, "parameters")
+    plan, options = _mapping(params, "plan"), _mapping(params, "provider_options")
+    hold = _number(shape.get("hold_s")) or _number(params.get("hold_s"))
+    spawn = _number(shape.get("spawn_rate")) or _number(params.get("spawn_rate")) or DEFAULT_SPAWN_RATE
+    commands = plan.get("commands")
+    live = LiveRun(
+        time_scale=info.time_scale,
+        spawn_rate=spawn,
+        commands=tuple(tuple(str(w) for w in c) for c in commands) if commands else DEFAULT_COMMANDS,
+        retries=int(_number(plan.get("retries")) or 0),
+        retry_backoff_s=_number(plan.get("retry_backoff_s")) or 1.0,
+        throttle=info.provider == "stub",
+        max_backoff_wall_s=_number(options.get("max_backoff_s")) or 30.0,
+    )
+    return live, hold
+
+
+def _mapping(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _timed(shape: Shape) -> bool:
+    return shape.protocol in DEFAULT_HOLD_S
+
+
+def simulate_shape(
+    profile: Profile, shape: Shape, seed: int, retries: int = 0, live: LiveRun | None = None
+) -> BurstResult:
+    """One seeded run of a stage on the VirtualClock (a ramp or steady stage on its own: users looping rollouts for
+    the stage's time)."""
     if shape.protocol == "sequential":
         return simulate_sequential(profile, shape.attempts, seed=seed)
     if shape.protocol == "staggered":
         return simulate_burst(profile, shape.attempts, seed=seed, spacing_s=0.2, retries=retries)
-    if shape.protocol in ("ramp", "steady"):
-        return simulate_ramp(profile, [shape.users], [shape.attempts], seed=seed)[0]
+    if _timed(shape):
+        timing = (live or LiveRun(time_scale=profile.default_time_scale)).timing(profile, [shape])
+        return simulate_timed_ramp(profile, [shape.users], timing, seed=seed)[0]
     return simulate_burst(profile, shape.users, seed=seed, retries=retries)
 
 
-def simulate_stages(profile: Profile, shapes: Sequence[Shape], seed: int, retries: int = 0) -> list[BurstResult]:
-    """One seeded run of every stage: a ramp's stages (or a steady run's) as one run, so the vendor's create bucket,
-    quota and pool carry from stage to stage as they do live; other stages each on their own."""
-    if len(shapes) > 1 and all(s.protocol in ("ramp", "steady") for s in shapes):
-        return simulate_ramp(profile, [s.users for s in shapes], [s.attempts for s in shapes], seed=seed)
-    return [simulate_shape(profile, shape, seed, retries) for shape in shapes]
+def simulate_stages(
+    profile: Profile, shapes: Sequence[Shape], seed: int, retries: int = 0, live: LiveRun | None = None
+) -> list[BurstResult]:
+    """One seeded run of every stage: a ramp's stages (or a steady run's) as one run in time, so the vendor's create
+    bucket, quota and pool carry from stage to stage as they do live; other stages each on their own. `live`: how
+    the run plays in time (default: the profile's own time scale, `stampede run`'s spawn rate and plan)."""
+    if len(shapes) > 1 and all(_timed(s) for s in shapes):
+        timing = (live or LiveRun(time_scale=profile.default_time_scale)).timing(profile, shapes)
+        return simulate_timed_ramp(profile, [s.users for s in shapes], timing, seed=seed)
+    return [simulate_shape(profile, shape, seed, retries, live) for shape in shapes]
 
 
 def run_stats(result: BurstResult, retries: int = 0) -> dict[str, float]:
@@ -197,6 +320,7 @@ def predict_shapes(
     seeds: int = 3,
     retries: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    live: LiveRun | None = None,
 ) -> Prediction:
     """Predict `shapes` on `profile`; the interval pools `bootstrap` refits (to resampled `observations`, from
     `prior`, the profile itself by default; each failure probability the fit counted, k of n, drawn from its Jeffreys
@@ -238,8 +362,9 @@ def predict_shapes(
             f"{INTERVAL:.0%} interval over {len(draws)} seeded runs of the profile alone ({why}: "
             "a run's sampling noise only, not the fit's uncertainty)"
         )
-    point_runs = [simulate_stages(profile, shapes, s, retries) for s in range(seeds)]
-    pooled_runs = [simulate_stages(p, shapes, seed, retries) for p, seed in draws]
+    live = live or LiveRun(time_scale=profile.default_time_scale)
+    point_runs = [simulate_stages(profile, shapes, s, retries, live) for s in range(seeds)]
+    pooled_runs = [simulate_stages(p, shapes, seed, retries, live) for p, seed in draws]
     stages = []
     for i, shape in enumerate(shapes):
         point = [run_stats(runs[i], retries) for runs in point_runs]
@@ -264,17 +389,21 @@ def predict(
     bootstrap: int = 20,
     seeds: int = 3,
     retries: int = 0,
+    hold_s: float | None = None,
+    live: LiveRun | None = None,
 ) -> Prediction:
-    """Predicted TTI p50/p95/p99 and failure rate of `scenario` (a burst of `users`, a ramp through `stages`) on a
-    fitted profile, with intervals from bootstrap refits to the `observations` it was fitted from."""
+    """Predicted TTI p50/p95/p99 and failure rate of `scenario` (a burst of `users`, a ramp through `stages`, each
+    held `hold_s` wall seconds) on a fitted profile, with intervals from bootstrap refits to the `observations` it
+    was fitted from; `live`: how the predicted run plays in time (default: the profile's own time scale)."""
     return predict_shapes(
         profile,
-        shapes_for(scenario, users, stages),
+        shapes_for(scenario, users, stages, hold_s),
         observations=observations,
         prior=prior,
         bootstrap=bootstrap,
         seeds=seeds,
         retries=retries,
+        live=live,
     )
 
 

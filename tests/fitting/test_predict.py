@@ -8,6 +8,7 @@ real `stampede run --provider stub` runs through the CLI.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -18,13 +19,16 @@ from harness.fitting.fit import fit_profile, write_profile_toml
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from harness.fitting.predict import (
     Estimate,
+    LiveRun,
     Prediction,
     Shape,
     StagePrediction,
+    live_run_of,
     predict,
     profile_inputs,
     render,
     score,
+    shapes_for,
     simulate_shape,
     simulate_stages,
 )
@@ -109,16 +113,61 @@ def test_a_profile_with_no_inputs_gets_an_interval_from_the_seeds_alone_and_says
 
 
 def test_a_ramps_stages_share_the_vendors_create_bucket_as_a_live_ramp_does() -> None:
-    """e2b-like's bucket holds 200 creates: a stage of 40 after 186 creates at 20 meets it nearly empty, the same stage
-    on its own meets it full (a ramp predicted stage by stage, each from scratch, missed a live ramp's 65% refused)."""
+    """e2b-like's bucket holds 200 creates and refills 5 a second: 20 users looping for 61 s make ~470 creates, so a
+    stage of 40 after them meets it nearly empty; the same stage on its own meets it full (a ramp predicted stage by
+    stage, each from scratch, missed a live ramp's 65% refused)."""
     ramp = predict(load_profile("e2b-like"), "ramp", stages=(20, 40), bootstrap=0, seeds=2)
-    assert [s.shape.attempts for s in ramp.stages] == [40, 80]  # ROLLOUTS_PER_USER each
-    shapes = [Shape("ramp", 20, 186), Shape("ramp", 40, 236)]
-    together = simulate_stages(load_profile("e2b-like"), shapes, seed=0)
-    alone = simulate_shape(load_profile("e2b-like"), shapes[1], seed=0)
-    assert [r.n for r in together] == [186, 236]
+    assert [s.shape.hold_s for s in ramp.stages] == [15.0, 15.0]  # the ramp scenario's own hold
+    shapes = [Shape("ramp", 20, 20, 60.0), Shape("ramp", 40, 40, 10.0)]
+    live = LiveRun(time_scale=1.0)
+    together = simulate_stages(load_profile("e2b-like"), shapes, seed=0, live=live)
+    alone = simulate_shape(load_profile("e2b-like"), shapes[1], seed=0, live=live)
+    assert together[0].n > 400  # the stage's time sets its count: ~3 s a rollout, 20 users, 61 s
     assert together[0].failure_rate == 0 and alone.failure_rate < 0.2 < 0.5 < together[1].failure_rate
     assert set(together[1].failures()) == {"RATE_LIMITED"}
+
+
+def test_a_ramp_stage_above_a_cap_still_has_successes_and_a_tti() -> None:
+    """Regression: stages ended by a count, a refused create retried at once for free, made every e2b-like stage
+    above its cap of 100 (and past its 5 creates/s) 100% refused with no TTI. Live, refusals cost a round trip and the
+    client's gate a Retry-After each, and ~5 creates a second still start a sandbox."""
+    prediction = predict(load_profile("e2b-like"), "ramp", stages=(50, 200), hold_s=20.0, bootstrap=0, seeds=2)
+    top = prediction.stages[-1].stats
+    assert 0.5 < top["failure"].value < 0.99, top
+    assert not math.isnan(top["p50"].value) and top["p50"].value > 1.0  # a success waited at the gate
+
+
+def test_a_ramps_hold_and_time_scale_set_its_stages_in_vendor_seconds() -> None:
+    shapes = shapes_for("ramp", stages=(50, 100, 200), hold_s=8.0)
+    assert [(s.users, s.hold_s) for s in shapes] == [(50, 8.0), (100, 8.0), (200, 8.0)]
+    profile = load_profile("e2b-like")
+    # a level is reached on the Locust tick after its users are spawned (100 a second), then held
+    assert LiveRun(time_scale=1.0).timing(profile, shapes).stage_s == (9.0, 9.0, 10.0)
+    slow = LiveRun(time_scale=0.1).timing(profile, shapes)
+    assert slow.stage_s == pytest.approx((90.0, 90.0, 100.0)) and slow.spawn_interval_s == pytest.approx(0.1)
+    assert slow.throttle is not None and slow.throttle.step_s == pytest.approx(10.0)  # a wall second of Retry-After
+    work = LiveRun().work_s(profile)  # `true`, then `echo` and `sleep 2`: two more commands and two seconds
+    assert 2.0 + 2 * profile.exec.overhead_median_s < work < 2.3
+    assert shapes_for("steady", users=30)[0].hold_s == 60.0
+    with pytest.raises(ValueError, match="a burst takes none"):
+        shapes_for("burst", users=30, hold_s=8.0)
+
+
+def test_a_measured_runs_own_hold_time_scale_and_plan_are_read_from_its_run_json(tmp_path: Path) -> None:
+    manifest = {
+        "run_id": "r",
+        "provider": "stub",
+        "scenario": "ramp",
+        "status": "completed",
+        "exit_code": 0,
+        "time_scale": 0.5,
+        "shape": {"shape": "ramp", "stages": [10, 20], "hold_s": 6.0, "spawn_rate": 50.0},
+        "parameters": {"plan": {"commands": [["true"], ["sleep", "3"]], "retries": 1, "retry_backoff_s": 2.0}},
+    }
+    (tmp_path / "run.json").write_text(json.dumps(manifest))
+    live, hold = live_run_of(tmp_path)
+    assert hold == 6.0
+    assert live == LiveRun(0.5, 50.0, (("true",), ("sleep", "3")), 1, 2.0, True, 30.0)
 
 
 def test_the_cli_offers_every_scenario_predict_simulates() -> None:
@@ -180,7 +229,11 @@ def test_a_fitted_profile_names_the_runs_its_bootstrap_refits(tmp_path: Path) ->
         (("--predict", "e2b-like"), "--predict: a burst needs a number of users"),
         (("--predict", "nope", "--users", "5"), "--predict: unknown profile 'nope'"),
         (("--predict", "e2b-like", "--scenario", "ramp", "--stages", "9..x"), "--stages takes N,N,... or LOW..HIGH"),
-        (("--users", "5"), "--scenario, --users, --stages, --inputs and --against go with --predict PROFILE"),
+        (("--users", "5"), "--scenario, --users, --stages, --hold, --time-scale, --inputs and --against go with"),
+        (("--hold", "8"), "go with --predict PROFILE"),
+        (("--predict", "e2b-like", "--users", "5", "--hold", "8"), "--predict: a hold is a ramp's or a steady run's"),
+        (("--predict", "e2b-like", "--scenario", "ramp", "--hold", "0"), "hold must be a positive number"),
+        (("--predict", "e2b-like", "--users", "5", "--time-scale", "0"), "--time-scale must be a positive number"),
         (("--predict", "e2b-like", "--users", "5", "--against", "{tmp}"), "is not a stampede run folder"),
         (("--predict", "e2b-like", "--users", "5", "--fit", "{tmp}"), "--predict takes one PROFILE"),
         (("--predict", "e2b-like", "--users", "5", "--bootstrap", "-1"), "--bootstrap takes 0 or more refits"),
