@@ -32,7 +32,8 @@ class CreateTimeline:
     run: str  # the run folder: its stages share this clock and the vendor's bucket
     accepted_s: tuple[float, ...]  # each create the vendor let in (a sandbox was made), sorted
     ended_s: tuple[float, ...]  # when each of those sandboxes ended, same order (inf: not seen to end)
-    refused_s: Mapping[str, tuple[float, ...]]  # kind of a create turned away -> when each refusal came, sorted
+    # kind of a create turned away -> (sent, answered) of each, sorted: the vendor refused it somewhere between
+    refused_s: Mapping[str, tuple[tuple[float, float], ...]]
 
 
 def join_timelines(timelines: Sequence[CreateTimeline | None]) -> CreateTimeline | None:
@@ -171,9 +172,11 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
     A create let in is a row with a sandbox id (its rollout may have failed or been cancelled later: the vendor
     still spent a token and held the sandbox); it is placed when the vendor accepted it (the truth's `created_s`),
     else at its submit, and it lived until the vendor ended it (truth `ended_s`), else until its terminate call was
-    sent. A create turned away is a row failed at `create` without an id, placed when its refusal came back (submit
-    + total_s: a client that holds creates after a 429, as the stub and Prime adapters do, sends it later than its
-    submit). A cancelled or unfinished row without an id is left out: whether the vendor saw it is unknown."""
+    sent. A create turned away is a row failed at `create` without an id, kept as its submit and its answer (submit +
+    total_s): the vendor refused it somewhere between, and where matters (a refusal loop keeps many in flight around
+    the first 429; a burst's last creates wait in the vendor's queue; a client that holds creates after a 429, as
+    the stub and Prime adapters do, sends them later than their submit). A cancelled or unfinished row without an
+    id is left out: whether the vendor saw it is unknown."""
     truth = load_truth(info.run_dir)
     clock = _vendor_clock(info, truth)
     submit = frame["t_submit"].to_numpy(dtype=float)
@@ -194,7 +197,7 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
     ended = np.where(np.isnan(ended), np.inf, ended)
     refused = ~accepted & (frame["failure_phase"].astype(object).to_numpy() == "create")
     refused &= ~np.isin(frame["outcome"].astype(str).to_numpy(), UNCOUNTED)
-    at = np.where(refused & np.isfinite(total), clock(submit + np.nan_to_num(total)), at)
+    answered = np.where(np.isfinite(total), clock(submit + np.nan_to_num(total)), at)
     if not (accepted | refused).any():
         return {}
     origin = float(np.min(at[accepted | refused]))
@@ -203,11 +206,12 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
     out: dict[str, CreateTimeline] = {}
     for stage in dict.fromkeys(stages):
         rows = stages == stage
+        by_kind: dict[str, list[tuple[float, float]]] = {}
+        mine = rows & refused
+        for kind, sent, back in zip(kinds[mine], at[mine], answered[mine], strict=True):
+            by_kind.setdefault(_text(kind), []).append((float(sent) - origin, float(back) - origin))
         mine = rows & accepted
         order = np.argsort(at[mine], kind="stable")
-        by_kind: dict[str, list[float]] = {}
-        for kind, t in zip(kinds[rows & refused], at[rows & refused], strict=True):
-            by_kind.setdefault(_text(kind), []).append(float(t) - origin)
         out[stage] = CreateTimeline(
             run=str(info.run_dir),
             accepted_s=tuple(float(t) - origin for t in at[mine][order]),

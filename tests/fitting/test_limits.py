@@ -67,7 +67,7 @@ def _ramp(
                     run="synthetic",
                     accepted_s=tuple(accepted),
                     ended_s=tuple(t + life_s for t in accepted),
-                    refused_s={kind: tuple(times) for kind, times in refused.items()},
+                    refused_s={kind: tuple((t, t) for t in times) for kind, times in refused.items()},
                 ),
             )
         )
@@ -89,9 +89,9 @@ def test_a_held_ramp_gives_the_buckets_depth_and_rate_where_the_count_did_not() 
     assert counted.unidentified["create_rate.per_s"] == BURST_NOTE
     timed = fit_limits(observations)
     assert timed.fitted["create_rate.burst"] == 200
-    assert timed.fitted["create_rate.per_s"] == pytest.approx(5, rel=0.02)  # +-1 token over ~85 refilled
+    assert timed.fitted["create_rate.per_s"] == pytest.approx(5, rel=0.02)  # a slope over ~85 evenly let in
     assert "create_rate.per_s" not in timed.unidentified
-    assert timed.notes["create_rate.per_s"].endswith("between 429s (the bucket empty at each), 1 run(s)")
+    assert timed.notes["create_rate.per_s"].endswith("while 429s kept coming (the bucket empty), 1 run(s)")
     result = fit_profile(observations, load_profile("ideal"), "timed")  # fit_profile takes the limits' fit
     assert result.profile.create_rate.burst == 200 and result.profile.create_rate.per_s == pytest.approx(5, rel=0.02)
 
@@ -101,8 +101,8 @@ def test_the_bucket_carries_from_stage_to_stage_and_a_burst_shows_no_rate() -> N
     assert burst.fitted["create_rate.burst"] == 30
     assert burst.unidentified["create_rate.per_s"] == BURST_NOTE
     # two runs, each from a full bucket: the first's second stage meets what its first stage left (30 of 50), the
-    # other's one stage drains all 50 at once. A token at each end of a stretch of 429s is the rate's error (2 of
-    # ~70 refilled), and the depth takes it times the ~11 s before the first run's first 429: +-1 create.
+    # other's one stage drains all 50 at once. The depth takes the rate's error times the ~11 s before the first
+    # run's first 429: +-1 create for a rate within 5%.
     first = _ramp([(4, 10), (40, 20)], burst=50, per_s=2)
     assert "rate_limited" not in first[0].failures and first[1].failures["rate_limited@create"] > 0
     both = fit_limits([*first, *(_in_run(o, "other") for o in _ramp([(100, 10)], burst=50, per_s=2))])
@@ -199,3 +199,20 @@ def test_a_trials_protocol_merged_from_its_stages_keeps_the_create_times() -> No
 def test_the_trials_rate_limit_behaviour_names_the_fitted_rate() -> None:
     fitted = {"create_rate.burst": 200.0, "create_rate.per_s": 4.97, "boot.median_s": 0.4}
     assert rate_limit_behaviour([], fitted)["limits"] == {"create_rate.burst": 200.0, "create_rate.per_s": 4.97}
+
+
+def test_a_quota_refusal_counts_the_sandboxes_let_in_while_it_was_in_flight() -> None:
+    """A burst: every create sent at once, the vendor lets 10 in one by one and refuses the rest after them; the
+    refusals' submits come before the tenth acceptance, their answers after it."""
+    accepted = tuple(0.001 * (k + 1) for k in range(10))
+    timeline = CreateTimeline("burst", accepted, tuple(1.0 for _ in accepted), {"quota_exhausted": ((0.0, 0.02),) * 5})
+    obs = ProtocolObservation(
+        "burst", 15, 15, (0.5,) * 10, {"p50": 0.5}, 0.0, 10 / 15, {"quota_exhausted@create": 5}, "burst", (), timeline
+    )
+    assert fit_limits([obs]).fitted["quota.max_active"] == 10
+    at_sending = dataclasses.replace(timeline, refused_s={"quota_exhausted": ((0.0, 0.0),) * 5})
+    sending = fit_limits([dataclasses.replace(obs, creates=at_sending)])  # read at their submits: nothing alive yet
+    assert (
+        sending.unidentified["quota.max_active"]
+        == "quota refusals came while none of the run's own sandboxes were alive"
+    )
