@@ -19,8 +19,10 @@ vendor bucket, which is full at the run's first create.
   (a burst), the creates let in before the first 429.
 - A create turned away for quota, capacity or an error had passed the rate check (a vendor checks the rate first,
   as the simulator does), so it spent a token; a transport error may never have reached the vendor, and does not.
-- `quota.max_active`: the most sandboxes alive at once (let in, not yet ended) at the instants a quota refusal
-  came, whatever was created and ended around them.
+- `quota.max_active`: the most sandboxes alive at once (let in, not yet ended) while a quota refusal was in
+  flight (between its sending and its answer: the vendor refused it in there), whatever was created and ended
+  around them; never the creates a held stage let in.
+- A refusal's time is unknown within its sending and its answer; where the bucket needs one instant, halfway.
 
 Observations without times (published results) keep the count: creates accepted before the first refusal, right
 for the bursts such files hold. Whether a 429 carried Retry-After is not in the rollout rows, so it is not fitted.
