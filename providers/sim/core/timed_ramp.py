@@ -42,10 +42,11 @@ RATE_LIMITED = str(RejectReason.RATE_LIMITED)
 # How a live gate opening plays (the stub client on a busy event loop), wall seconds: measured, not derived. On a
 # 2-core box (e2b-like ramps 50,100,200 and 240,480,960) the waiters went ~0.6 ms apart (one lock hand-over and a
 # create sent a loop iteration) and the engine read the first 429 answer, closing the gate again, tens of ms after
-# it opened: 32 / 60 / 108 / 173 / 209 creates through per opening at p10 / p25 / p50 / p75 / p90.
+# it opened: over 101 openings (ramps to 200, 960 and 1920), 32 / 58 / 104 / 157 / 217 creates through at p10 / p25 /
+# p50 / p75 / p90, mean 113, sd 68: a gamma of shape 2.7 (its 39 / 63 / 100 / 149 / 204).
 GATE_PASS_WALL_S = 6e-4
-GATE_OPEN_WALL_S = 0.065  # median time an opening stays open before the first 429 read closes it
-GATE_OPEN_SIGMA = 0.7  # its spread (lognormal), from the same openings
+GATE_OPEN_WALL_S = 113 * GATE_PASS_WALL_S  # mean time an opening stays open before the first 429 read closes it
+GATE_OPEN_SHAPE = 2.7  # its spread: gamma shape (mean / sd squared), from the same openings
 MAX_ROLLOUTS = 2_000_000  # a bound on one simulated run (a 3,840 ramp against a cap of 100 makes ~10^5)
 
 
@@ -56,15 +57,15 @@ class CreateThrottle:
     `step_s` is one wall second in vendor seconds (1 / time scale): the stub vendor's Retry-After header is whole
     wall seconds, at least one, and the client reads the header first; a 429 without one holds `default_s`. When a
     probe's answer opens the gate, the waiters go `pass_s` apart (one lock hand-over each) for as long as the engine
-    takes to read the first 429 of theirs (`open_s`, lognormal with `open_sigma`, drawn per opening): a live opening
-    lets ~100 through, not all of them, and not just the one the first refusal would allow with an instant answer."""
+    takes to read the first 429 of theirs (`open_s` on average, gamma of shape `open_shape`, drawn per opening): a
+    live opening lets ~100 through, not all of them, nor only the few an instantly read refusal would let through."""
 
     max_wait_s: float
     default_s: float
     step_s: float
     pass_s: float = 0.0
     open_s: float = 0.0
-    open_sigma: float = 0.0
+    open_shape: float = 0.0  # 0: every opening lasts open_s
 
     @classmethod
     def stub_client(cls, time_scale: float, max_backoff_wall_s: float = 30.0) -> CreateThrottle:
@@ -79,7 +80,7 @@ class CreateThrottle:
             1.0 / scale,
             GATE_PASS_WALL_S / scale,
             GATE_OPEN_WALL_S / scale,
-            GATE_OPEN_SIGMA,
+            GATE_OPEN_SHAPE,
         )
 
     def hold_for(self, retry_after_s: float | None) -> float:
@@ -143,7 +144,8 @@ class _Gate:
             self.closed = True
         else:
             if self.closed:  # an opening: the waiters cascade until a 429 of theirs is read (`read_at`)
-                spread = self._rng.lognormvariate(0.0, self.throttle.open_sigma) if self.throttle.open_sigma else 1.0
+                shape = self.throttle.open_shape
+                spread = self._rng.gammavariate(shape, 1.0 / shape) if shape > 0 else 1.0
                 self.open_until = now + self.throttle.open_s * spread
             self.closed = False
         if self.probe == index:
