@@ -77,6 +77,8 @@ def test_retry_after_is_whole_wall_seconds_at_least_one_and_bounded() -> None:
     tenth = CreateThrottle.stub_client(0.1)  # a wall second is 10 vendor seconds
     assert tenth.hold_for(0.2) == pytest.approx(10.0) and tenth.hold_for(25.0) == pytest.approx(30.0)
     assert tenth.max_wait_s == pytest.approx(300.0)
+    with pytest.raises(ValueError, match="a zero wait never ends"):
+        CreateThrottle(0.0, 1.0, 1.0)
 
 
 def test_seeded_and_bounded() -> None:

@@ -67,6 +67,12 @@ class CreateThrottle:
     open_s: float = 0.0
     open_shape: float = 0.0  # 0: every opening lasts open_s
 
+    def __post_init__(self) -> None:
+        if not (self.max_wait_s > 0 and self.default_s > 0 and self.step_s > 0):
+            raise ValueError("a create gate needs max_wait_s, default_s and step_s > 0 (a zero wait never ends)")
+        if not (self.pass_s >= 0 and self.open_s >= 0 and self.open_shape >= 0):
+            raise ValueError("pass_s, open_s and open_shape must be >= 0")
+
     @classmethod
     def stub_client(cls, time_scale: float, max_backoff_wall_s: float = 30.0) -> CreateThrottle:
         """The `stub` provider's gate (its `max_backoff_s` option, wall seconds) against a vendor at `time_scale`
