@@ -111,10 +111,23 @@ class Engine:
             self._handlers.add(current)
             current.add_done_callback(self._handlers.discard)
         pending: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        # The answers of one loop iteration go out as one write: a syscall (and a wake-up of the Locust side) for
+        # the rows that end together, not one each.
+        outbox: list[bytes] = []
+
+        def flush() -> None:
+            data = b"".join(outbox)
+            outbox.clear()
+            if data and not writer.is_closing():
+                writer.write(data)
 
         def send(message: dict[str, Any]) -> None:
-            if not writer.is_closing():
-                writer.write(encode(message))
+            if writer.is_closing():
+                return
+            if not outbox:
+                loop.call_soon(flush)
+            outbox.append(encode(message))
 
         def error(req_id: Any, kind: str, message: str) -> None:
             send({"op": msg.ERROR, "id": req_id, "kind": kind, "message": redact(message, self.secrets)})
@@ -241,6 +254,7 @@ class Engine:
             if pending:
                 await asyncio.wait(pending, timeout=DRAIN_TIMEOUT_S)
             with contextlib.suppress(Exception):
+                flush()  # the last answers, before the connection closes
                 writer.close()
 
 
