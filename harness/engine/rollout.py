@@ -125,8 +125,15 @@ class _Rollout:
         self.phase = Phase.CREATE
         self.observation: ReadyObservation | None = None  # what wait_ready said (a plan's pull row reads it)
         self.terminate_error: BaseException | None = None  # why the terminate failed, when it did
-        # Generation times and turn counts are drawn per rollout and attempt: reproducible for a seed.
-        self.rng = random.Random(f"{plan.seed}:{ctx.identity.rollout_id}:{ctx.identity.attempt}")
+        self._rng: random.Random | None = None
+
+    @property
+    def rng(self) -> random.Random:
+        """Generation times and turn counts are drawn per rollout and attempt: reproducible for a seed. Seeded at
+        its first draw (a string seed costs ~13 us, and a rollout of commands alone never draws)."""
+        if self._rng is None:
+            self._rng = random.Random(f"{self.plan.seed}:{self.ctx.identity.rollout_id}:{self.ctx.identity.attempt}")
+        return self._rng
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -259,10 +266,18 @@ class _Rollout:
 
     async def episode(self) -> None:
         """The commands, then the agentic turns and the reward command, on a live sandbox."""
-        plan, record = self.plan, self.record
+        plan = self.plan
         for argv in plan.commands:
             await self.run_command(argv)
         turns = plan.turns if plan.turns_max is None else self.rng.randint(plan.turns, plan.turns_max)
+        if turns > 0:  # the distributions are parsed for a rollout that draws from them, not for every one
+            await self.agentic_turns(turns)
+        if plan.reward_command:
+            await self.run_command(plan.reward_command)
+
+    async def agentic_turns(self, turns: int) -> None:
+        """Each turn: the model thinks (a drawn generation time), then the turn's tool command runs."""
+        plan, record = self.plan, self.record
         generation = plan.generation
         tool = Distribution.parse(plan.tool_time) if plan.tool_time else None
         for turn in range(1, turns + 1):
@@ -275,8 +290,6 @@ class _Rollout:
                 tuple(word.replace("{turn}", str(turn)).replace("{tool_s}", tool_s) for word in plan.turn_command)
             )
             record.turns = turn
-        if plan.reward_command:
-            await self.run_command(plan.reward_command)
 
     async def think(self, seconds: float) -> float:
         """The model generates for `seconds`, standing still while a weight update pauses the inference servers
