@@ -15,8 +15,11 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 READY_LINE = "STAMPEDE-ENGINE-READY"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # json.dumps with these options builds one a call
+
+
 def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
 
 
 def decode(line: bytes) -> dict[str, Any]:
