@@ -1,12 +1,21 @@
-"""Fixtures shared by the Docker tests: the machine's daemon, and a private one safe to stop mid-run."""
+"""Fixtures shared by the Docker tests (the machine's daemon, and a private one safe to stop mid-run), and the
+fuzzers' settings under CI."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.docker_support import PrivateDaemon, machine_daemon, may_start_daemon, private_daemon_possible, unavailable
+
+# CI must pass or fail on the code, not on the inputs a fuzzer happened to draw that day: under CI=true every property
+# test and fuzzer draws the same inputs each run (derived from the test itself); elsewhere they draw new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")
