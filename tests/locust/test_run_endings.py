@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -103,6 +104,32 @@ def start_run(url: str, out: Path, run_id: str, workers: int = 0) -> subprocess.
     )
 
 
+class StderrReader:
+    """A run's stderr read as it comes, so a test can wait for what the run said (and the pipe never fills)."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(text in line for line in list(self.lines)):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def text(self) -> str:
+        self._thread.join(timeout=30)  # the process has exited: its stderr ends
+        return "".join(self.lines)
+
+
 def under_load(url: str, run_id: str, run_dir: Path) -> None:
     """Until 30 sandboxes are live and rollouts have finished (some rows are on disk, more are buffered)."""
     deadline = time.monotonic() + 60
@@ -153,6 +180,7 @@ def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
     """The five runs side by side (one stub, one results folder), each interrupted its way once under load."""
     out = tmp_path_factory.mktemp("endings")
     runs = {case: start_run(stub_url, out, run_id_of(case), WORKERS.get(case, 0)) for case in CASES}
+    said = {case: StderrReader(run) for case, run in runs.items()}
     exited_at: dict[str, float] = {}
     try:
         for case in CASES:
@@ -162,14 +190,18 @@ def interrupted_runs(stub_url, tmp_path_factory) -> dict[str, Interrupted]:
         for case, (signals, _, _) in CASES.items():
             if signals:
                 runs[case].send_signal(signals[0])
-        time.sleep(0.4)  # apart, so the two are not one pending signal; the run is still draining or exiting
+        # The second only once the run has handled the first (two signals pending at once are one), while it still
+        # drains: a busy machine may take longer than any fixed pause to run the first handler.
+        assert said["double SIGINT"].wait_for("stampede: stopping", 60), "the first SIGINT was never handled"
         runs["double SIGINT"].send_signal(signal.SIGINT)
         while len(exited_at) < len(runs) and time.time() - killed_at < 120:
             for case, run in runs.items():
                 if case not in exited_at and run.poll() is not None:
                     exited_at[case] = time.time()
             time.sleep(0.1)
-        errors = {case: run.communicate(timeout=120)[1] for case, run in runs.items()}
+        for run in runs.values():
+            run.wait(timeout=120)
+        errors = {case: said[case].text() for case in runs}
     finally:
         for run in runs.values():
             if run.poll() is None:
