@@ -129,16 +129,14 @@ def measured_run(profile: str, work: Path, name: str, shape: list[str], args: ar
 
 
 def trial_observations(folder: Path) -> list[ProtocolObservation]:
-    """The trial's observations as the trial fitted them: each protocol's stages merged into one."""
+    """The trial's observations as the trial fits them (`harness.fitting.trial.fit_inputs`)."""
     from harness.fitting.observations import observations_from_run
-    from harness.fitting.trial import merged
+    from harness.fitting.trial import fit_inputs
 
     out = []
     for name in PROTOCOLS:
         if (folder / name / "run.json").exists():
-            obs = merged(name, observations_from_run(folder / name))
-            if obs is not None:
-                out.append(obs)
+            out += fit_inputs(name, observations_from_run(folder / name))
     return out
 
 

@@ -190,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         composite,
         estimate,
         failures_by_kind,
+        fit_inputs,
         merged,
         protocols,
         rate_limit_behaviour,
@@ -233,16 +234,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"[trial] stopped: {stopped}", file=sys.stderr)
             break
     observations = {}
+    inputs: list[ProtocolObservation] = []  # what the fit reads: a ramp's stages apart (fit_inputs)
     for o in outcomes:
         if o.run_dir is None:
             continue
         try:
-            obs = merged(o.name, observations_from_run(o.run_dir))
+            stages = observations_from_run(o.run_dir)
+            obs = merged(o.name, stages)
         except (UsageError, OSError, ValueError) as exc:
             o.note = o.note or f"unreadable run: {exc}"
             continue
         if obs is not None:
             observations[o.name] = obs
+            inputs += fit_inputs(o.name, stages)
             o.attempts, o.failures = obs.attempts, dict(obs.failures)
     composites = [
         composite(name, observations[name].tti_s, observations[name].attempts)
@@ -252,9 +256,9 @@ def run(args: argparse.Namespace) -> int:
     fit_note, fitted, unidentified, profile_path = "", {}, {}, None
     predictions: list[Prediction] = []
     try:
-        result = fit_profile(list(observations.values()), prior, f"{args.provider}-trial")
+        result = fit_profile(inputs, prior, f"{args.provider}-trial")
         if args.bootstrap:
-            result = with_intervals(result, list(observations.values()), prior, args.bootstrap)
+            result = with_intervals(result, inputs, prior, args.bootstrap)
         profile_path = str(write_profile_toml(result, trial_dir / f"{result.profile.name}.toml"))
         fitted, unidentified = dict(result.fitted), dict(result.unidentified)
         widths = [PREDICT_WIDTH] + ([args.target] if args.target and args.target != PREDICT_WIDTH else [])
@@ -262,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
         fit_note = f"no fit: {exc}"
     else:
         try:
-            predictions, fit_note = _predict(result, widths, list(observations.values()), prior, args.predict_refits)
+            predictions, fit_note = _predict(result, widths, inputs, prior, args.predict_refits)
         except (ImportError, ValueError) as exc:  # the scorecard still says what the runs and the fit showed
             fit_note = f"no prediction: {type(exc).__name__}: {exc}"
     creates = sum(o.attempts for o in outcomes)

@@ -35,6 +35,7 @@ NARROW_MAX = 4  # at most this many at once: a run whose TTI is the boot alone, 
 WIDE_MIN = 10  # at least this wide: a burst whose extra time over a narrow run is the load delay
 ITERATIONS = 6
 SATURATION = (0.7, 0.5, 0.35, 0.25, 0.15, 0.1)  # candidate caps: the delay stops growing at this share of a burst
+RAMP_WIDTH_MAX = 1000  # a ramp stage replayed for the load cap: at most this many users
 SPREAD_MARGIN = 0.02  # a cap must bring the burst's log spread this much closer than no cap to be kept
 REFUSALS = ("rate_limited", "quota_exhausted", "capacity")  # a create the vendor turned away: a limit, not an error
 
@@ -190,6 +191,43 @@ def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> tuple[
     return best, best_k
 
 
+def _closed_loop_p50(profile: Profile, width: int) -> float:
+    """A ramp stage of `width` users on the profile, each creating again as its rollout ends: the median TTI over
+    `SEEDS` runs (two rollouts a user: the stage's first wave and the steady state after it)."""
+    runs = [simulate_closed_loop(profile, width, 2, seed=seed, hold_s=0.0) for seed in range(SEEDS)]
+    return statistics.median(r.quantile(0.5) for r in runs if r.ttis())
+
+
+def _fit_load_cap(profile: Profile, ramps: list[ProtocolObservation]) -> Profile | None:
+    """Where a burst ended before the load delay stopped growing, a ramp's wider stages show where it stops: each
+    stage's median on the profile (as a closed loop of its users) against the measured one, the cap moved between
+    the burst's held delay and no cap up to the widest stage. None when the stages ask for no more than the burst's
+    (the delay held where the burst left it)."""
+    delay, held = profile.boot.load_delay_s, profile.boot.load_delay_max_s
+    widest = min(max(o.concurrency for o in ramps), RAMP_WIDTH_MAX)
+
+    def with_cap(cap: float) -> Profile:
+        return dataclasses.replace(profile, boot=dataclasses.replace(profile.boot, load_delay_max_s=cap))
+
+    def error(cap: float) -> float:
+        candidate = with_cap(cap)
+        errs = [
+            math.log(_closed_loop_p50(candidate, min(o.concurrency, RAMP_WIDTH_MAX)) / o.quantiles["p50"])
+            for o in ramps
+        ]
+        return statistics.fmean(errs)
+
+    low, high = held, delay * (widest - 1)
+    if high <= low or error(low) >= 0:
+        return None
+    if error(high) <= 0:
+        return with_cap(high)
+    for _ in range(10):  # bisection: a higher cap, a slower stage
+        mid = (low + high) / 2
+        low, high = (mid, high) if error(mid) < 0 else (low, mid)
+    return with_cap((low + high) / 2)
+
+
 def _count(observations: Sequence[ProtocolObservation], *kinds: str, phase: str | None = None) -> int:
     total = 0
     for obs in observations:
@@ -245,6 +283,16 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
             if saturated < burst_width
             else f"no cap seen up to the widest burst ({burst_width}): held at its delay beyond it"
         )
+        # a ramp stage wider than the burst, every create let in: its users boot together as in a wider burst
+        ramps = [
+            o for o in with_tti if o.protocol == "ramp" and o.concurrency > burst_width and not _count([o], *REFUSALS)
+        ]
+        capped = _fit_load_cap(profile, ramps) if ramps and saturated >= burst_width else None
+        if capped is not None:
+            profile = capped
+            fitted["boot.load_delay_max_s"] = profile.boot.load_delay_max_s
+            stages = ", ".join(f"ramp@{o.concurrency}" for o in ramps)
+            notes["boot.load_delay_max_s"] = f"the ramp's stages wider than the burst ({stages}), no create refused"
     else:
         why = f"no burst of {WIDE_MIN} or more beside a narrower run (widest: {max(o.concurrency for o in with_tti)})"
         if narrowest > NARROW_MAX:

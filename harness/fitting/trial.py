@@ -187,6 +187,16 @@ def merged(protocol: str, observations: Sequence[ProtocolObservation]) -> Protoc
     )
 
 
+def fit_inputs(protocol: str, observations: Sequence[ProtocolObservation]) -> list[ProtocolObservation]:
+    """What the fit reads of one protocol's run: a ramp's stages each on its own (each width is its own evidence of
+    how the boot slows with load: merged, a ramp of 25..400 is one stage "of 400" whose median is none of them),
+    every other protocol merged into one (a sequential run's steps are one protocol)."""
+    if protocol == "ramp":
+        return [o for o in observations if o.attempts]
+    one = merged(protocol, observations)
+    return [one] if one is not None else []
+
+
 @dataclass
 class ProtocolOutcome:
     """How one protocol's run went: its folder, exit status, observations and what it cost."""
@@ -382,6 +392,7 @@ __all__ = [
     "composite",
     "estimate",
     "failures_by_kind",
+    "fit_inputs",
     "merged",
     "metric_score",
     "protocols",

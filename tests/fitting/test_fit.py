@@ -20,7 +20,7 @@ from foundation.quantiles import nearest_rank
 from harness.cli.calibrate import render_fit
 from harness.fitting.fit import fit_profile, profile_toml, with_intervals, write_profile_toml
 from harness.fitting.observations import QUANTILES, ProtocolObservation, observations_from_run
-from providers.sim.core.experiments import simulate_burst, simulate_sequential
+from providers.sim.core.experiments import simulate_burst, simulate_closed_loop, simulate_sequential
 from providers.sim.core.profile import load_profile
 from tests.support.commands import stampede
 
@@ -119,6 +119,26 @@ def test_a_burst_whose_delay_stops_growing_fits_the_cap_and_predicts_a_wider_bur
     predicted = statistics.median(simulate_burst(result.profile, 400, seed=s).quantile(0.5) for s in range(3))
     measured = statistics.median(simulate_burst(truth, 400, seed=50 + s).quantile(0.5) for s in range(3))
     assert abs(predicted / measured - 1) < 0.15  # issue #31's bar for a TTI p50
+
+
+def test_a_ramp_wider_than_the_burst_fits_the_cap_the_burst_never_reached() -> None:
+    """runloop-like's delay (0.065 s each) stops growing at 9 s, at ~139 booting: a burst of 100 never reaches it,
+    and held at the burst's 6.4 s it put a 960 burst's p50 at 8.5 s against 11.1 s measured. The trial's ramp
+    stages of 200 and 400 (every user booting together, nothing refused) show where it stops."""
+    truth = load_profile("runloop-like")
+    sequential = _observation("sequential", 1, simulate_sequential(truth, 60, seed=1234).ttis())
+    burst = _observation("burst", 100, simulate_burst(truth, 100, seed=1234).ttis())
+    ramps = [
+        _observation("ramp", width, simulate_closed_loop(truth, width, 2, seed=1234, hold_s=0.0).ttis())
+        for width in (200, 400)
+    ]
+    without = fit_profile([sequential, burst], truth, "r").fitted["boot.load_delay_max_s"]
+    result = fit_profile([sequential, burst, *ramps], truth, "r")
+    assert without < 7.5  # held at the burst's delay: the case this guards
+    assert abs(result.fitted["boot.load_delay_max_s"] - 9.0) < 0.1 * 9.0
+    assert "ramp@200, ramp@400" in result.notes["boot.load_delay_max_s"]
+    refused = dataclasses.replace(ramps[1], failures={"rate_limited@create": 5})  # a ramp that met a limit: not used
+    assert fit_profile([sequential, burst, refused], truth, "r").fitted["boot.load_delay_max_s"] == without
 
 
 def test_a_run_with_no_ramp_says_the_cap_is_unidentified_in_the_fit_and_the_profile(tmp_path: Path) -> None:

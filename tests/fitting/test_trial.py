@@ -8,6 +8,7 @@ weighted 0.60 / 0.25 / 0.15). The slow test runs a whole trial against the embed
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -15,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.fitting.trial import budget_stop, composite, estimate, metric_score, protocols, ramp_stages
+from harness.fitting.observations import QUANTILES, ProtocolObservation
+from harness.fitting.trial import (
+    budget_stop,
+    composite,
+    estimate,
+    fit_inputs,
+    metric_score,
+    protocols,
+    ramp_stages,
+)
 from tests.support.commands import stampede
 
 
@@ -147,3 +157,28 @@ def test_a_trial_against_the_local_stub_gives_every_section_and_leaks_nothing(tm
                     "## Fitted profile", "## Predicted"):  # fmt: skip
         assert heading in done.stdout
     assert done.stdout.index("estimate: $") < done.stdout.index("# Trial:")
+
+
+def _stage(width: int, ttis: list[float]) -> ProtocolObservation:
+    samples = tuple(sorted(ttis))
+    return ProtocolObservation(
+        "ramp",
+        width,
+        len(samples),
+        samples,
+        {k: sorted(samples)[int(q * (len(samples) - 1))] for k, q in QUANTILES.items()},
+        0.0,
+        1.0,
+        {},
+        f"run ({width})",
+    )
+
+
+def test_the_fit_reads_a_ramp_stage_by_stage_and_other_protocols_merged() -> None:
+    """Merged, a ramp of 100 then 400 is one stage "of 400" whose median is neither's: the fit could not see where
+    the load delay stops growing (runloop-like's 9 s cap, shown only by its 200 and 400 stages)."""
+    stages = [_stage(100, [8.0, 8.1, 8.2]), _stage(400, [10.6, 10.7, 10.8])]
+    assert [(o.protocol, o.concurrency) for o in fit_inputs("ramp", stages)] == [("ramp", 100), ("ramp", 400)]
+    steps = [dataclasses.replace(s, protocol="sequential", concurrency=1) for s in stages]
+    (one,) = fit_inputs("sequential", steps)
+    assert one.attempts == 6 and one.concurrency == 1
