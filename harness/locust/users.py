@@ -51,30 +51,43 @@ def report(user: User, record: dict[str, Any]) -> None:
     A cancelled rollout (Locust stopped its user, or the run ended under it) is neither a finished rollout
     nor a failure: its phases that completed count as usual, and the rollout itself as request type
     `cancelled`, so a stop that cut off many rollouts shows in the UI instead of vanishing.
+
+    Runs once per rollout in the Locust process: the session, the name and the failure are looked up or made
+    once per row, not once per event (and a failure only for a failed row).
     """
-    failed_phase = record.get("failure_phase") if record.get("outcome") == "failed" else None
-    failure = RolloutFailed(f"{record.get('failure_kind')} in {failed_phase}: {record.get('error') or ''}")
+    session = session_of(user.environment)
+    name = session.settings.provider if session is not None else "-"
+    failed = record.get("outcome") == "failed"
+    failed_phase = record.get("failure_phase") if failed else None
+    failure = (
+        RolloutFailed(f"{record.get('failure_kind')} in {failed_phase}: {record.get('error') or ''}")
+        if failed
+        else None
+    )
     cancelled = record.get("outcome") == OUTCOME_CANCELLED
     for phase, field in PHASE_FIELDS:
         value = record.get(field)
         if cancelled and phase == "rollout":
-            fire(user, CANCELLED, value or 0.0, None)
+            _fire(user, name, CANCELLED, value or 0.0, None)
         elif phase == failed_phase:
-            fire(user, phase, record.get("total_s") or 0.0, failure)
+            _fire(user, name, phase, record.get("total_s") or 0.0, failure)
         elif value is not None:
-            fire(user, phase, value, None, length=record.get("exec_count", 0) if phase == "exec" else 0)
-    if record.get("outcome") == "failed":
-        fire(user, "rollout", record.get("total_s") or 0.0, failure)
-    session = session_of(user.environment)
+            _fire(user, name, phase, value, None, length=record.get("exec_count", 0) if phase == "exec" else 0)
+    if failed:
+        _fire(user, name, "rollout", record.get("total_s") or 0.0, failure)
     if session is not None:
         session.note_row(record)
 
 
 def fire(user: User, phase: str, seconds: float, exception: Exception | None, length: int = 0) -> None:
     session = session_of(user.environment)
+    _fire(user, session.settings.provider if session is not None else "-", phase, seconds, exception, length)
+
+
+def _fire(user: User, name: str, phase: str, seconds: float, exception: Exception | None, length: int = 0) -> None:
     user.environment.events.request.fire(
         request_type=phase,
-        name=session.settings.provider if session is not None else "-",
+        name=name,
         response_time=seconds * 1000.0,
         response_length=length,
         response=None,
