@@ -37,6 +37,7 @@ from providers import create_provider
 from providers.base import ProviderConfigError, ProviderError
 
 DRAIN_TIMEOUT_S = 120.0
+LEASE_ROW_BATCH_S = 0.005  # how long a leased rollout's row may wait for others to share its write to Locust
 
 
 class Engine:
@@ -113,21 +114,32 @@ class Engine:
         pending: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
         # The answers of one loop iteration go out as one write: a syscall (and a wake-up of the Locust side) for
-        # the rows that end together, not one each.
+        # the rows that end together, not one each. A leased rollout's row, which only Locust's live view waits
+        # for, may wait LEASE_ROW_BATCH_S for the rows that end after it; any other answer flushes at once.
         outbox: list[bytes] = []
+        timer: asyncio.TimerHandle | None = None
+        flush_soon = False
 
         def flush() -> None:
+            nonlocal timer, flush_soon
+            if timer is not None:
+                timer.cancel()
+            timer, flush_soon = None, False
             data = b"".join(outbox)
             outbox.clear()
             if data and not writer.is_closing():
                 writer.write(data)
 
-        def send(message: dict[str, Any]) -> None:
+        def send(message: dict[str, Any], *, lease_row: bool = False) -> None:
+            nonlocal timer, flush_soon
             if writer.is_closing():
                 return
-            if not outbox:
-                loop.call_soon(flush)
             outbox.append(encode(message))
+            if not lease_row and not flush_soon:
+                flush_soon = True
+                loop.call_soon(flush)
+            elif lease_row and timer is None and not flush_soon:
+                timer = loop.call_later(LEASE_ROW_BATCH_S, flush)
 
         def error(req_id: Any, kind: str, message: str) -> None:
             send({"op": msg.ERROR, "id": req_id, "kind": kind, "message": redact(message, self.secrets)})
@@ -187,7 +199,7 @@ class Engine:
             finally:
                 tasks_by_request.pop(req_id, None)
             row = live_row(record) if lease is not None else record.to_row()
-            send({"op": msg.RESULT, "id": req_id, "record": row})
+            send({"op": msg.RESULT, "id": req_id, "record": row}, lease_row=lease is not None)
             return True
 
         async def run_one(req_id: Any, message: dict[str, Any]) -> None:
