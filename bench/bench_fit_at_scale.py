@@ -15,12 +15,13 @@ measured value), within (15% on TTI p50/p99, 3 points on failure: the issue's ba
 
 `--ramp-stages 480,960,1920,3840 --ramp-hold H` adds the ramp to 3,840: a measured `stampede run --scenario ramp
 --stages ... --hold H` and its prediction from the same fit, stage by stage. A ramp's prediction is only
-comparable once harness/fitting/predict.py simulates a ramp's stages for their hold (time-based) rather than a
-fixed number of rollouts per user; until then the ramp rows say what the prediction assumed.
+predicted as the run played it: each stage for its hold, at the run's time scale and spawn rate
+(`predict.live_run_of`, as `stampede calibrate --predict --against` does).
 
     python bench/bench_fit_at_scale.py                                   # every shipped profile (~5 min each)
     python bench/bench_fit_at_scale.py --profiles daytona-like,e2b-like --refits 10
-    python bench/bench_fit_at_scale.py --profiles ideal --ramp-stages 480,960,1920,3840 --ramp-hold 10
+    python bench/bench_fit_at_scale.py --profiles e2b-like --ramp-stages 480,960,1920,3840 --ramp-hold 10
+    python bench/bench_fit_at_scale.py --profiles daytona-like --time-scale 5 --trial-ramp-hold 4   # see below
     python bench/bench_fit_at_scale.py --reuse DIR                       # score runs already in DIR again
 
 Every run is a subprocess in its own session, bounded by `--timeout` and killed with its children past it; load
@@ -106,6 +107,8 @@ def trial(profile: str, work: Path, args: argparse.Namespace) -> Path:
         return folder
     argv = _cli("trial", "--provider", "stub", "--profile", profile, "--size", str(args.size), "--out", str(work))
     argv += ["--trial-id", folder.name, "--predict-refits", "0", "--seed", str(args.seed)]
+    if args.trial_ramp_hold is not None:
+        argv += ["--ramp-hold", f"{args.trial_ramp_hold:g}"]
     if args.time_scale is not None:
         argv += ["--time-scale", f"{args.time_scale:g}"]
     started = time.monotonic()
@@ -144,7 +147,7 @@ def score_profile(profile: str, folder: Path, runs: dict[str, Path], args: argpa
     """The fitted profile's prediction of each measured run, scored; and what the intervals cover."""
     from harness.fitting.fit import fit_profile
     from harness.fitting.observations import observations_from_run
-    from harness.fitting.predict import predict_shapes, score, shapes_from_observations
+    from harness.fitting.predict import live_run_of, predict_shapes, score, shapes_from_observations
     from providers.sim.core.profile import load_profile
 
     observations = trial_observations(folder)
@@ -157,7 +160,8 @@ def score_profile(profile: str, folder: Path, runs: dict[str, Path], args: argpa
     how = ""
     for name, run in runs.items():
         measured = observations_from_run(run)
-        shapes = shapes_from_observations(measured)
+        live, hold = live_run_of(run)  # how the run played: its time scale, spawn rate, hold (a ramp's stages timed)
+        shapes = shapes_from_observations(measured, hold)
         if name.startswith("ramp"):
             shapes = [s for s in shapes if s.protocol == "ramp"]
         prediction = predict_shapes(
@@ -167,6 +171,7 @@ def score_profile(profile: str, folder: Path, runs: dict[str, Path], args: argpa
             prior=prior,
             bootstrap=args.refits,
             seeds=args.seeds,
+            live=live,
         )
         how = prediction.interval_from
         for s in score(prediction, measured):
@@ -228,6 +233,9 @@ def main() -> int:
     parser.add_argument("--time-scale", type=_positive, default=None, help="every run's (default: the profile's)")
     parser.add_argument("--ramp-stages", default=None, help="also a measured ramp through these stages, e.g. 480,960")
     parser.add_argument("--ramp-hold", type=_positive, default=10.0, help="wall seconds the ramp holds each stage")
+    parser.add_argument(
+        "--trial-ramp-hold", type=_positive, default=None, help="the trial's --ramp-hold (vendor s; default its own)"
+    )
     parser.add_argument("--timeout", type=_positive, default=900.0, help="wall seconds any one run may take")
     parser.add_argument("--work", "--reuse", dest="work", type=Path, default=None, help="folder for the runs")
     args = parser.parse_args()
