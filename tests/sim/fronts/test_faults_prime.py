@@ -49,7 +49,9 @@ BAD_KINDS = frozenset({"unknown", "harness"})
 FAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "reset": {"faults.reset_prob": PROB},
     "error_5xx": {"faults.error_5xx_prob": PROB},
-    "slow": {"faults.slow_prob": PROB, "faults.slow_delay_s": 0.3},
+    # slow, yet well under the client timeout even when one rollout meets it on every call (create, status, exec):
+    # the lost-status-look check below allows the vendor's own time up to CLIENT_TIMEOUT_S
+    "slow": {"faults.slow_prob": PROB, "faults.slow_delay_s": 0.15},
     "hang": {"faults.hang_prob": PROB, "faults.hang_hold_s": HANG_HOLD_S},
     "malformed": {"faults.malformed_prob": PROB},
     "throttle_retry_after": {"faults.throttle_prob": PROB, "faults.retry_after_s": 0.2},
