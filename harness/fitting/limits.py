@@ -11,18 +11,24 @@ vendor bucket, which is full at the run's first create.
   of 429s, weighted by its length), a stretch split where two 429s were far enough apart for the bucket to have
   filled meanwhile (its refill lost to the depth). A slope rather than a count over the stretch: the creates in
   flight when the first 429 came, decided before it and answered after, move the count but not its growth (on a
-  run refused 9,000 times in 20 s the count read 5.34/s, the slope 5.01/s, against 5). A burst's 429s come in one
-  instant and show no refill.
+  run refused 9,000 times in 20 s the count read 5.34/s, the slope 5.01/s, against 5). A 429's decision is known
+  only within its sending and its answer, so a stretch's slope is read only where the bucket was surely empty at
+  both ends: from the stretch's earliest answer to its latest sending, and only the creates let in there. A burst's
+  429s are all sent before any is answered (agent-sandbox-like's 100: sent at 25 ms, answered at 50 ms, after all
+  92 creates let in): no such window, so no rate is claimed (placed halfway, its 8 refusals read 8,055/s over 0.6
+  ms, and a held ramp's bursts of creates let out by its client read 967/s against 90).
 - `create_rate.burst`: the smallest depth with which a bucket full at the run's first create, refilled at that
   rate, had a token for every create it let in before the first 429: the most creates let in over any span
-  starting at or after the first create and ending before the first 429, less that span's refill. Without a rate
-  (a burst), the creates let in before the first 429.
+  starting at or after the first create and ending before the first 429's answer (the bucket was dry somewhere
+  before it), less that span's refill. Without a rate (a burst), the creates let in before that answer: a burst's
+  accepted count.
 - A create turned away for quota, capacity or an error had passed the rate check (a vendor checks the rate first,
   as the simulator does), so it spent a token; a transport error may never have reached the vendor, and does not.
 - `quota.max_active`: the most sandboxes alive at once (let in, not yet ended) while a quota refusal was in
   flight (between its sending and its answer: the vendor refused it in there), whatever was created and ended
   around them; never the creates a held stage let in.
-- A refusal's time is unknown within its sending and its answer; where the bucket needs one instant, halfway.
+- A refusal's time is unknown within its sending and its answer; where a stretch of 429s must be split in time,
+  halfway.
 
 Observations without times (published results) keep the count: creates accepted before the first refusal, right
 for the bursts such files hold. Whether a 429 carried Retry-After is not in the rollout rows, so it is not fitted.
@@ -64,7 +70,7 @@ class _Run:
     accepted: np.ndarray  # sorted vendor seconds
     ended: np.ndarray  # same order as `accepted`
     spent: np.ndarray  # sorted: every create that spent a token (let in, or turned away past the rate check)
-    limited: np.ndarray  # sorted: the 429s of the rate limit (halfway between sent and answered)
+    limited: np.ndarray  # (n, 2): the 429s of the rate limit, sent and answered, in order of their halfway times
     quota: np.ndarray  # (n, 2): each quota refusal's sent and answered
 
 
@@ -88,7 +94,8 @@ def _runs(observations: Sequence[ProtocolObservation]) -> list[_Run]:
 
         others = dict.fromkeys(k for p in parts for k in p.refused_s if k != RATE_LIMITED and k not in NOT_SEEN)
         spent = np.sort(np.concatenate([accepted, halfway(refused(*others))]))
-        limited = halfway(refused(RATE_LIMITED))
+        rate = refused(RATE_LIMITED)
+        limited = rate[np.argsort(rate.mean(axis=1), kind="stable")]
         runs.append(_Run(source, accepted[order], ended[order], spent, limited, refused(QUOTA)))
     return runs
 
@@ -102,24 +109,32 @@ class _Refill:
     per_s: float
 
 
+def _dry(run: _Run) -> float:
+    """By when the bucket had surely run dry: the first 429's answer (it was decided somewhere before)."""
+    return float(run.limited[:, 1].min())
+
+
 def _refill(run: _Run, depth: float | None, per_s: float | None) -> _Refill:
-    """The bucket's refill while it stayed empty: per stretch of 429s (split where the time between two was long
-    enough for the bucket to have filled, given a first estimate's `depth` and `per_s`; None: never split), the
-    slope of the creates let in against their vendor times, weighted by the stretch's length. A slope, not a count
-    over the span: creates already in flight when the first 429 came (decided before it, answered after) shift the
-    count, not its growth."""
-    gaps = np.diff(run.limited)
+    """The bucket's refill while it stayed empty: per stretch of 429s (split where the time between two, halfway
+    between sent and answered, was long enough for the bucket to have filled, given a first estimate's `depth` and
+    `per_s`; None: never split), the slope of the creates let in against their vendor times, weighted by the
+    stretch's length. Only where the bucket was surely empty at both ends: from the stretch's earliest answer to its
+    latest sending (a burst's 429s, all sent before any answer, show none). A slope, not a count over the span:
+    creates already in flight when the first 429 came (decided before it, answered after) shift the count, not its
+    growth."""
+    gaps = np.diff(run.limited.mean(axis=1))
     long = gaps * per_s >= FULL_SPAN * depth if depth is not None and per_s is not None else np.zeros(len(gaps), bool)
     bounds = np.split(run.limited, np.flatnonzero(long) + 1)
     creates, seconds, weighted = 0, 0.0, 0.0
     for stretch in bounds:
-        if len(stretch) < 2:
+        start, end = float(stretch[:, 1].min()), float(stretch[:, 0].max())
+        if len(stretch) < 2 or end <= start:
             continue
-        inside = run.spent[(run.spent > stretch[0]) & (run.spent < stretch[-1])]
+        inside = run.spent[(run.spent > start) & (run.spent < end)]
         if len(inside) < 2 or inside[-1] <= inside[0]:
             continue
         slope = float(np.polyfit(inside, np.arange(len(inside), dtype=float), 1)[0])
-        span = float(stretch[-1] - stretch[0])
+        span = end - start
         creates, seconds, weighted = creates + len(inside), seconds + span, weighted + slope * span
     return _Refill(creates, seconds, weighted / seconds if seconds > 0 else 0.0)
 
@@ -156,26 +171,27 @@ def _bucket(observations: Sequence[ProtocolObservation], runs: list[_Run], out: 
     per_s: float | None = None
     rough = _pooled([_refill(r, None, None) for r in limited])
     if rough is not None:
-        depths = {r.source: max(1.0, _depth(r.spent[r.spent < r.limited[0]], rough.per_s)) for r in limited}
-        again = _pooled([_refill(r, depths[r.source], rough.per_s) for r in limited])
+        depths = {r.source: max(1.0, _depth(r.spent[r.spent < _dry(r)], rough.per_s)) for r in limited}
+        refills = [_refill(r, depths[r.source], rough.per_s) for r in limited]
+        again = _pooled(refills)
         if again is not None:
             per_s = again.per_s
             out.fitted["create_rate.per_s"] = round(per_s, 3)
             out.notes["create_rate.per_s"] = (
                 f"the growth of {again.creates} creates let in over {again.seconds:.1f} vendor s while 429s kept "
-                f"coming (the bucket empty), {len(limited)} run(s)"
+                f"coming (the bucket empty), {sum(1 for r in refills if r.creates)} run(s)"
             )
     rate = per_s or 0.0
-    candidates = [(max(1.0, _depth(r.spent[r.spent < r.limited[0]], rate)), r) for r in limited]
+    candidates = [(max(1.0, _depth(r.spent[r.spent < _dry(r)], rate)), r) for r in limited]
     depth, how = 0.0, ""
     if candidates:
         depth, run = max(candidates, key=lambda c: c[0])
-        before = int(np.sum(run.spent < run.limited[0]))
+        before = int(np.sum(run.spent < _dry(run)))
         how = (
             f"the least depth of a bucket full at the run's first create, refilled at {rate:.3g}/s, that let in "
-            f"its {before} creates before the first 429 (at {run.limited[0]:.1f} vendor s); {run.source}"
+            f"its {before} creates before the first 429's answer (at {_dry(run):.1f} vendor s); {run.source}"
             if per_s
-            else f"creates let in from the run's first create to its first 429; {run.source}"
+            else f"the {before} creates let in from the run's first create to its first 429's answer; {run.source}"
         )
     for obs in counted:  # published counts: a burst's creates accepted at once before the first 429
         n = float(max(1, obs.attempts - _count(obs, *REFUSALS)))

@@ -216,3 +216,64 @@ def test_a_quota_refusal_counts_the_sandboxes_let_in_while_it_was_in_flight() ->
         sending.unidentified["quota.max_active"]
         == "quota refusals came while none of the run's own sandboxes were alive"
     )
+
+
+def _queued(clumps: int, every_s: float, size: int, *, burst: float, per_s: float) -> list[ProtocolObservation]:
+    """Clumps of `size` creates, each clump sent at once (0.1 ms apart) every `every_s`, against a bucket full at
+    t=0; the vendor takes them from its queue 10 ms after the first is sent, one every 0.1 ms, and a 429 is answered
+    1 ms after its decision. So a 429 is sent before the creates let in ahead of it are decided, and answered after
+    them: agent-sandbox-like's trial burst (sent at 25 ms, answered at 50 ms, its 92 let in between 34 and 49 ms)."""
+    tokens, last = burst, 0.0
+    accepted: list[float] = []
+    refused: list[tuple[float, float]] = []
+    sent: list[float] = []
+    for c in range(clumps):
+        for k in range(size):
+            at, decided = c * every_s + k * 1e-4, c * every_s + 0.010 + k * 1e-4
+            tokens, last = min(burst, tokens + (decided - last) * per_s), decided
+            sent.append(at)
+            if tokens >= 1:
+                tokens -= 1
+                accepted.append(decided)
+            else:
+                refused.append((at, decided + 0.001))
+    attempts = len(accepted) + len(refused)
+    timeline = CreateTimeline(
+        "queued", tuple(accepted), tuple(t + 1.0 for t in accepted), {"rate_limited": tuple(refused)}, tuple(sent)
+    )
+    failures = {"rate_limited@create": len(refused)}
+    protocol, ok = "burst" if clumps == 1 else "ramp", len(accepted)
+    return [
+        ProtocolObservation(
+            protocol, size, attempts, (0.5,) * ok, {"p50": 0.5}, 0.0, ok / attempts, failures, "q", (), timeline
+        )
+    ]
+
+
+def test_a_bursts_429s_answered_after_its_acceptances_give_its_depth_and_no_rate() -> None:
+    """A burst of 100 against a bucket of 90 refilled at 90/s: 90 let in, 10 refused. Placed halfway between
+    sending and answer, the first 429 came before half the acceptances: the old reading took a depth of 46. Its 429s
+    are all sent before any is answered, so no window in which the bucket was surely empty at both ends: the depth
+    is what was let in, and no rate."""
+    observations = _queued(1, 1.0, 100, burst=90, per_s=90)
+    assert observations[0].failures == {"rate_limited@create": 10}
+    fit = fit_limits(observations)
+    assert fit.fitted["create_rate.burst"] == 90
+    assert fit.unidentified["create_rate.per_s"] == BURST_NOTE
+    assert "90 creates let in from the run's first create to its first 429's answer" in fit.notes["create_rate.burst"]
+
+
+def test_clumps_of_creates_a_client_lets_out_after_429s_claim_no_rate_beside_a_ramps_own() -> None:
+    """A client that holds its creates after a 429 lets them out in clumps a second apart, the bucket full again each
+    time: each clump shows the depth, none the refill (the old reading: 10,000/s and a depth of 1; agent-sandbox-like's
+    trial read 967/s against 90). Beside a ramp whose 429s keep coming (the bucket empty), the rate is that ramp's
+    (the old reading: 160/s, a depth of 45)."""
+    clumps = _queued(5, 1.0, 150, burst=90, per_s=90)
+    alone = fit_limits(clumps)
+    assert alone.unidentified["create_rate.per_s"] == BURST_NOTE
+    assert alone.fitted["create_rate.burst"] == pytest.approx(90, abs=1)
+    ramp = [_in_run(o, "ramp") for o in _ramp([(4, 10), (200, 5)], burst=90, per_s=90)]
+    both = fit_limits([*clumps, *ramp])
+    assert both.fitted["create_rate.per_s"] == pytest.approx(90, rel=0.02)
+    assert both.notes["create_rate.per_s"].endswith("1 run(s)")
+    assert both.fitted["create_rate.burst"] == pytest.approx(90, abs=1)
