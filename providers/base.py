@@ -46,6 +46,10 @@ DEFAULT_LIFETIME_S = 3600.0
 """How long a sandbox may live unless the run says otherwise (the vendor reaps it after this, even if we die).
 The one definition: `SandboxSpec`'s default here, the harness's `--lifetime` and rollout plan import it."""
 
+THROTTLE_DEFAULT_S = 1.0
+"""How long a 429 without Retry-After holds a client's operation: the adapters' gate (`providers/throttle_gate.py`)
+and the simulator's model of that gate (`providers/sim/core/timed_ramp.py`) read this one value."""
+
 
 class FailureKind(enum.StrEnum):
     """Why a rollout failed, comparable across vendors (contract)."""

@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from providers.base import FailureKind, ProviderError
+from providers.base import THROTTLE_DEFAULT_S, FailureKind, ProviderError
 
-THROTTLE_DEFAULT_S = 1.0  # how long a 429 without Retry-After holds the operation client-wide
+__all__ = ["THROTTLE_DEFAULT_S", "ThrottleGate"]
 
 
 class ThrottleGate:

@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from providers.base import THROTTLE_DEFAULT_S
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.experiments import BurstResult, BurstSample, _gc_paused, _load, _ProbeWorkload
 from providers.sim.core.profile import Profile
@@ -77,8 +78,6 @@ class CreateThrottle:
     def stub_client(cls, time_scale: float, max_backoff_wall_s: float = 30.0) -> CreateThrottle:
         """The `stub` provider's gate (its `max_backoff_s` option, wall seconds) against a vendor at `time_scale`
         (wall seconds per vendor second)."""
-        from providers.throttle_gate import THROTTLE_DEFAULT_S
-
         scale = time_scale
         return cls(
             max_backoff_wall_s / scale,
