@@ -26,6 +26,7 @@ from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
 from foundation.phase_marks import mark
 from harness.engine.health import LoopHealth
+from harness.engine.orphaned_futures import OrphanedFutureFilter
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
@@ -279,6 +280,8 @@ def redact_logs(secrets: tuple[str, ...]) -> None:
         handler.setLevel(logging.WARNING)
         root.addHandler(handler)
     handler.setFormatter(RedactingFormatter(secrets, "%(levelname)s %(name)s: %(message)s"))
+    if not any(isinstance(f, OrphanedFutureFilter) for f in handler.filters):
+        handler.addFilter(OrphanedFutureFilter())
 
 
 def preload_provider(name: str | None) -> None:
