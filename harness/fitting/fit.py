@@ -3,7 +3,8 @@
 Each observation is replayed on the candidate profile (the same protocol at the same width, on the VirtualClock,
 as `stampede calibrate` replays the public protocols) and the profile's values are moved until the simulated
 quantiles meet the measured ones. Only what the observations can see is moved: the boot median and spread from
-the narrowest runs, the per-sandbox load delay when both a narrow run and a wide burst were seen, failure
+the narrowest runs, the control plane's admission rate from a burst's create times (admission.py), then the
+per-sandbox load delay on top of it when both a narrow run and a wide burst were seen, failure
 probabilities from counts, a create bucket's depth from rate-limit refusals, a concurrency cap from quota
 refusals. Everything else keeps the prior's value, and `unidentified` says why, so a profile never claims more
 than its runs showed.
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from foundation.quantiles import nearest_rank
+from harness.fitting.admission import KEY as ADMISSION_KEY
+from harness.fitting.admission import fit_admission
 from harness.fitting.limits import fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from providers.sim.core.calibration import computesdk_stats
@@ -271,6 +274,14 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     for key in ("boot.median_s", "boot.sigma"):
         notes[key] = f"from {boot_from}"
     fitted["boot.median_s"], fitted["boot.sigma"] = profile.boot.median_s, profile.boot.sigma
+    # the control plane's admission first (a burst's acceptance times), so the load delay fitted next on top of it
+    # takes only the burst's extra time that admission does not explain (admission.py)
+    admission = fit_admission(observations, WIDE_MIN)
+    if admission.rate is not None:
+        profile = profile.with_overrides({ADMISSION_KEY: admission.rate})
+        fitted[ADMISSION_KEY], notes[ADMISSION_KEY] = admission.rate, admission.note
+    else:
+        unidentified[ADMISSION_KEY] = admission.unidentified or "no burst's create times"
     wide = [o for o in wide if o.concurrency > max(NARROW_MAX, narrowest)]
     if wide:
         profile, saturated = _fit_load_delay(profile, wide)

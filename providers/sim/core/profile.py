@@ -229,17 +229,21 @@ class Account:
     An optional section; without it none applies. `teardown_s`: a terminated sandbox keeps counting against the
     concurrency quota this long (slow to die). `max_starting`: the start pipeline boots at most this many at
     once, the rest wait their turn in PENDING. `start_per_s` / `start_burst`: a token bucket on boot starts
-    (queued, never refused: a throughput, unlike `[create_rate]`).
+    (queued, never refused: a throughput, unlike `[create_rate]`). `admit_per_s`: the control plane lets accepted
+    creates in one after another at this rate (admission = max(arrival, previous admission + 1 / rate)), each
+    waiting in PENDING, in its TTI, for its turn: a vendor's API takes a burst's creates over a finite time, so 960
+    at once start later than 100 (fitted from a burst's acceptance times, harness/fitting/admission.py).
     """
 
     teardown_s: float = 0.0
     max_starting: float = math.inf
     start_per_s: float = math.inf
     start_burst: float = math.inf
+    admit_per_s: float = math.inf
 
     def __post_init__(self) -> None:
         _non_negative(self, "teardown_s")
-        _positive(self, "max_starting", "start_per_s", "start_burst")
+        _positive(self, "max_starting", "start_per_s", "start_burst", "admit_per_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +461,8 @@ class Profile:
             limits.append("resource_pool")
         if self.vcpu_rate is not None:
             limits.append("vcpu_rate")
+        if self.account is not None and not math.isinf(self.account.admit_per_s):
+            limits.append("account.admit_per_s")
         return limits
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Profile:

@@ -4,7 +4,8 @@ Vendor-neutral on purpose: the fronts (the Prime-like HTTP API here, a Modal gRP
 translate it to wire protocols. All times are vendor seconds on a `SimClock`; the model is what field
 reports say breaks fleets at scale:
 
-- a create-rate token bucket (429 `RATE_LIMITED` with the time until the next token);
+- a create-rate token bucket (429 `RATE_LIMITED` with the time until the next token), and the control plane's
+  serial admission of accepted creates (`account.admit_per_s`: a create waits in PENDING for its turn);
 - an account concurrency quota counting every sandbox not yet ended, leaked ones included (but the PAUSED);
 - a node pool with slots, autoscaling after a lag, idle scale-down, and an optional CAPACITY rejection;
 - cold image pulls shared per node and image, with an optional failure probability;
@@ -149,6 +150,9 @@ class VendorSimulator:
         self.dying = 0  # terminated sandboxes still counted against the quota while they tear down
         self.exec_counts: Counter[str] = Counter()
         self.peak_active = 0
+        # serial admission (`account.admit_per_s`): the last create let into the pipeline, and those waiting
+        self._admitted_at = -math.inf
+        self._admitting: set[str] = set()
 
     # --- public API ---------------------------------------------------------------------------------
 
@@ -451,9 +455,29 @@ class VendorSimulator:
         if req.idempotency_key is not None:
             self._idempotency[req.idempotency_key] = sb.id
         self._arm_timers(sb, sb.lifetime_s, now)
-        self._pipeline.enqueue(sb, now)
+        admit_at = self._admission_time(now)
+        if admit_at > now:
+            self._admitting.add(sb.id)
+            self.clock.call_at(admit_at, lambda: self._admit(sb))
+        else:
+            self._pipeline.enqueue(sb, now)
         self._notify(sb)
         return sb
+
+    def _admission_time(self, now: float) -> float:
+        """When the control plane lets this create into the pipeline: at once, or (`account.admit_per_s`) one after
+        another at that rate, max(now, previous admission + 1 / rate)."""
+        rate = self.profile.account.admit_per_s if self.profile.account is not None else math.inf
+        if math.isinf(rate):
+            return now
+        self._admitted_at = max(now, self._admitted_at + 1.0 / rate)
+        return self._admitted_at
+
+    def _admit(self, sb: SimSandbox) -> None:
+        """Its turn came: into the start pipeline, unless it ended meanwhile (its deadline, a terminate)."""
+        if sb.id in self._admitting:
+            self._admitting.discard(sb.id)
+            self._pipeline.enqueue(sb, self.clock.now())
 
     def _arm_timers(
         self, sb: SimSandbox, remaining_s: float, now: float, *, deadline: bool = True, lifetime: bool = True
@@ -510,6 +534,8 @@ class VendorSimulator:
         sb._timers.clear()
         if phase == _PAUSED:
             self._pausing.ended(sb, phase)
+        elif sb.id in self._admitting:
+            self._admitting.discard(sb.id)  # ended before its admission: never in the pipeline's queue
         else:
             self._pipeline.leave(sb, phase)
         self.ended[f"{status}/{sb.error_type}" if sb.error_type else str(status)] += 1
