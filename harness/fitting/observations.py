@@ -34,6 +34,9 @@ class CreateTimeline:
     ended_s: tuple[float, ...]  # when each of those sandboxes ended, same order (inf: not seen to end)
     # kind of a create turned away -> (sent, answered) of each, sorted: the vendor refused it somewhere between
     refused_s: Mapping[str, tuple[tuple[float, float], ...]]
+    # when each create (let in or turned away) was sent, sorted, on the same clock (the first may fall just before 0:
+    # the clock starts at the vendor's first decision): the harness's own pace, which a predicted burst sends at
+    sent_s: tuple[float, ...] = ()
 
 
 def join_timelines(timelines: Sequence[CreateTimeline | None]) -> CreateTimeline | None:
@@ -52,6 +55,7 @@ def join_timelines(timelines: Sequence[CreateTimeline | None]) -> CreateTimeline
         accepted_s=tuple(a for a, _ in pairs),
         ended_s=tuple(e for _, e in pairs),
         refused_s={k: tuple(sorted(v for t in known for v in t.refused_s.get(k, ()))) for k in kinds},
+        sent_s=tuple(sorted(s for t in known for s in t.sent_s)),
     )
 
 
@@ -175,13 +179,15 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
     sent. A create turned away is a row failed at `create` without an id, kept as its submit and its answer (submit +
     total_s): the vendor refused it somewhere between, and where matters (a refusal loop keeps many in flight around
     the first 429; a burst's last creates wait in the vendor's queue; a client that holds creates after a 429, as
-    the stub and Prime adapters do, sends them later than their submit). A cancelled or unfinished row without an
+    the stub and Prime adapters do, sends them later than their submit). Every create let in or turned away is also
+    kept as its submit (`sent_s`): how fast the harness sent a burst. A cancelled or unfinished row without an
     id is left out: whether the vendor saw it is unknown."""
     truth = load_truth(info.run_dir)
     clock = _vendor_clock(info, truth)
     submit = frame["t_submit"].to_numpy(dtype=float)
     total = frame["total_s"].to_numpy(dtype=float)
     at = clock(submit)
+    submitted = at.copy()  # `at` becomes the vendor's decision where known
     terminate = np.nan_to_num(frame["terminate_s"].to_numpy(dtype=float))
     ended = clock(submit + total - terminate)
     ids = frame["sandbox_id"].astype(object).to_numpy()
@@ -217,6 +223,7 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
             accepted_s=tuple(float(t) - origin for t in at[mine][order]),
             ended_s=tuple(float(t) - origin for t in ended[mine][order]),
             refused_s={kind: tuple(sorted(times)) for kind, times in by_kind.items()},
+            sent_s=tuple(sorted(float(t) - origin for t in submitted[rows & (accepted | refused)])),
         )
     return out
 

@@ -8,12 +8,15 @@ every seed: the fit's uncertainty and the one run's own sampling noise at that w
 is compared with. A profile with no inputs (a hand-written, shipped one) gets an interval from the seeds alone,
 and the prediction says so. A ramp (or steady run) is simulated in time, as `stampede run` plays it: each stage
 holds for its `--hold` (wall seconds / the time scale, in vendor seconds), its users looping rollouts all along, a
-refused create costing what it costs live (`LiveRun`, providers/sim/core/timed_ramp.py).
+refused create costing what it costs live (`LiveRun`, providers/sim/core/timed_ramp.py). A burst is sent at the
+pace the inputs' bursts were sent (`burst_spacing`), not at one instant: live, 960 creates leave the harness over
+0.2-0.5 s, and the tokens a bucket refills meanwhile let in creates a burst at one instant would have refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import random
 import re
@@ -246,11 +249,30 @@ def _timed(shape: Shape) -> bool:
     return shape.protocol in DEFAULT_HOLD_S
 
 
+def burst_gaps(observations: Sequence[ProtocolObservation]) -> list[float]:
+    """Vendor seconds between consecutive creates of the inputs' bursts as the harness sent them
+    (`CreateTimeline.sent_s`); empty when no burst has send times (published files)."""
+    gaps: list[float] = []
+    for obs in observations:
+        sent = obs.creates.sent_s if obs.protocol == "burst" and obs.creates is not None else ()
+        gaps += [b - a for a, b in itertools.pairwise(sent)]
+    return gaps
+
+
+def burst_spacing(observations: Sequence[ProtocolObservation]) -> float | None:
+    """The pace a burst is sent at: the mean of `burst_gaps` (its bursts' first to last send over their gaps); None
+    without one. The harness sends one create after another at its own pace, so the pace of its burst of 100 is its
+    pace at 960 (agent-sandbox-like's trial: 0.30 ms apart; its burst of 960 left over 0.20 s). The gaps come in
+    clumps (a median of 0.1 ms, one of 12.6 ms), so a refit's pace is their mean resampled: 0.14-0.54 ms (90%)."""
+    gaps = burst_gaps(observations)
+    return statistics.fmean(gaps) if gaps and sum(gaps) > 0 else None
+
+
 def simulate_shape(
-    profile: Profile, shape: Shape, seed: int, retries: int = 0, live: LiveRun | None = None
+    profile: Profile, shape: Shape, seed: int, retries: int = 0, live: LiveRun | None = None, spacing_s: float = 0.0
 ) -> BurstResult:
     """One seeded run of a stage on the VirtualClock (a ramp or steady stage on its own: users looping rollouts for
-    the stage's time)."""
+    the stage's time); a burst's creates `spacing_s` vendor seconds apart (0: at one instant)."""
     if shape.protocol == "sequential":
         return simulate_sequential(profile, shape.attempts, seed=seed)
     if shape.protocol == "staggered":
@@ -258,19 +280,25 @@ def simulate_shape(
     if _timed(shape):
         timing = (live or LiveRun(time_scale=profile.default_time_scale)).timing(profile, [shape])
         return simulate_timed_ramp(profile, [shape.users], timing, seed=seed)[0]
-    return simulate_burst(profile, shape.users, seed=seed, retries=retries)
+    return simulate_burst(profile, shape.users, seed=seed, retries=retries, spacing_s=spacing_s)
 
 
 def simulate_stages(
-    profile: Profile, shapes: Sequence[Shape], seed: int, retries: int = 0, live: LiveRun | None = None
+    profile: Profile,
+    shapes: Sequence[Shape],
+    seed: int,
+    retries: int = 0,
+    live: LiveRun | None = None,
+    spacing_s: float = 0.0,
 ) -> list[BurstResult]:
     """One seeded run of every stage: a ramp's stages (or a steady run's) as one run in time, so the vendor's create
     bucket, quota and pool carry from stage to stage as they do live; other stages each on their own. `live`: how
-    the run plays in time (default: the profile's own time scale, `stampede run`'s spawn rate and plan)."""
+    the run plays in time (default: the profile's own time scale, `stampede run`'s spawn rate and plan); a burst's
+    creates `spacing_s` vendor seconds apart."""
     if len(shapes) > 1 and all(_timed(s) for s in shapes):
         timing = (live or LiveRun(time_scale=profile.default_time_scale)).timing(profile, shapes)
         return simulate_timed_ramp(profile, [s.users for s in shapes], timing, seed=seed)
-    return [simulate_shape(profile, shape, seed, retries, live) for shape in shapes]
+    return [simulate_shape(profile, shape, seed, retries, live, spacing_s) for shape in shapes]
 
 
 def run_stats(result: BurstResult, retries: int = 0) -> dict[str, float]:
@@ -325,8 +353,10 @@ def predict_shapes(
     """Predict `shapes` on `profile`; the interval pools `bootstrap` refits (to resampled `observations`, from
     `prior`, the profile itself by default; each failure probability the fit counted, k of n, drawn from its Jeffreys
     posterior Beta(k + 1/2, n - k + 1/2), so a kind never seen still has a rate it may have) x `seeds` seeded runs, or `bootstrap x seeds` runs of the profile alone
-    when there are no observations (at most SEEDS_ALONE; `seeds` when `bootstrap` is 0). Deterministic: the same
-    inputs give the same numbers."""
+    when there are no observations (at most SEEDS_ALONE; `seeds` when `bootstrap` is 0). A burst is sent at the
+    pace of the observations' bursts (`burst_spacing`; at one instant without one; each refit at their gaps
+    resampled, so a rate limit's failure rate is not one point), and the prediction says so.
+    Deterministic: the same inputs give the same numbers."""
     if seeds < 1 or bootstrap < 0:
         raise ValueError("seeds must be at least 1 and bootstrap 0 or more")
     if not shapes:
@@ -347,24 +377,29 @@ def predict_shapes(
             refits.append(refit)
             if progress is not None:
                 progress(b + 1, bootstrap)
+    live = live or LiveRun(time_scale=profile.default_time_scale)
+    spacing, gaps, pace = burst_spacing(observations or ()), burst_gaps(observations or ()), random.Random(2)
+    paces = [statistics.fmean(pace.choices(gaps, k=len(gaps))) if spacing else 0.0 for _ in refits]
     if refits:
-        draws = [(p, 1000 * (b + 1) + s) for b, p in enumerate(refits) for s in range(seeds)]
+        draws = [(p, 1000 * (b + 1) + s, paces[b]) for b, p in enumerate(refits) for s in range(seeds)]
         sources = tuple(dict.fromkeys(o.source for o in usable))
         how = (
             f"{INTERVAL:.0%} interval over {len(refits)} bootstrap refits to the {len(sources)} input(s) resampled, "
             f"{seeds} seeded runs each" + ("; counted failure rates from their posterior" if counted else "")
         )
     else:
-        draws = [(profile, 1000 + s) for s in range(max(seeds, min(SEEDS_ALONE, seeds * bootstrap)))]
+        draws = [(profile, 1000 + s, spacing or 0.0) for s in range(max(seeds, min(SEEDS_ALONE, seeds * bootstrap)))]
         sources = ()
         why = "the profile names no inputs" if not usable else "no bootstrap asked for"
         how = (
             f"{INTERVAL:.0%} interval over {len(draws)} seeded runs of the profile alone ({why}: "
             "a run's sampling noise only, not the fit's uncertainty)"
         )
-    live = live or LiveRun(time_scale=profile.default_time_scale)
-    point_runs = [simulate_stages(profile, shapes, s, retries, live) for s in range(seeds)]
-    pooled_runs = [simulate_stages(p, shapes, seed, retries, live) for p, seed in draws]
+    if spacing is not None and any(shape.protocol == "burst" for shape in shapes):
+        how += f"; each burst's creates sent {1000 * spacing:.2f} ms apart, the pace of the inputs' bursts"
+        how += " (each refit's: their gaps resampled)" if refits else ""
+    point_runs = [simulate_stages(profile, shapes, s, retries, live, spacing or 0.0) for s in range(seeds)]
+    pooled_runs = [simulate_stages(p, shapes, seed, retries, live, gap) for p, seed, gap in draws]
     stages = []
     for i, shape in enumerate(shapes):
         point = [run_stats(runs[i], retries) for runs in point_runs]

@@ -16,13 +16,14 @@ import pytest
 
 from foundation.quantiles import nearest_rank
 from harness.fitting.fit import fit_profile, write_profile_toml
-from harness.fitting.observations import QUANTILES, ProtocolObservation
+from harness.fitting.observations import QUANTILES, CreateTimeline, ProtocolObservation
 from harness.fitting.predict import (
     Estimate,
     LiveRun,
     Prediction,
     Shape,
     StagePrediction,
+    burst_spacing,
     live_run_of,
     predict,
     profile_inputs,
@@ -110,6 +111,34 @@ def test_a_profile_with_no_inputs_gets_an_interval_from_the_seeds_alone_and_says
     assert all(e.low <= e.value <= e.high for stage in prediction.stages for e in stage.stats.values())
     again = predict(load_profile("prime-like"), "ramp", users=120, stages=(30, 60, 240), bootstrap=2, seeds=2)
     assert again == prediction  # seeded, on the VirtualClock: the same inputs give the same prediction
+
+
+def _sent_at(protocol: str, sent: tuple[float, ...]) -> ProtocolObservation:
+    """A run's stage of 100 creates sent at the vendor seconds `sent` (all let in: only the pace matters here)."""
+    timeline = CreateTimeline("trial/burst", (), (), {}, sent)
+    return ProtocolObservation(protocol, 100, 100, (1.0,) * 100, {"p50": 1.0}, 0.0, 1.0, {}, "trial", (), timeline)
+
+
+def test_a_burst_is_sent_at_the_pace_the_inputs_bursts_were_sent() -> None:
+    """agent-sandbox-like (a bucket of 90 refilled at 90/s): a burst of 960 at one instant lets in 90, 90.6%
+    refused, whatever the seed (an interval of one point). Live, the harness sent its trial's burst of 100 0.30 ms
+    apart and its 960 over ~0.2-0.5 s; at that pace the bucket refills ~26 tokens over the burst's 0.29 s."""
+    profile = load_profile("agent-sandbox-like")
+    paced_100 = tuple(0.0003 * k for k in range(100))
+    assert burst_spacing([_sent_at("burst", paced_100)]) == pytest.approx(0.0003)
+    assert burst_spacing([_sent_at("ramp", paced_100), _sent_at("burst", ())]) is None  # a ramp's pace is its own
+    instant = predict(profile, "burst", 960, observations=[_sent_at("burst", ())], bootstrap=0, seeds=2)
+    paced = predict(profile, "burst", 960, observations=[_sent_at("burst", paced_100)], bootstrap=0, seeds=2)
+    assert instant.stages[0].stats["failure"].value == pytest.approx(1 - 90 / 960)
+    assert paced.stages[0].stats["failure"].value == pytest.approx(1 - (90 + 90 * 0.0003 * 959) / 960, abs=0.005)
+    assert "each burst's creates sent 0.30 ms apart, the pace of the inputs' bursts" in paced.interval_from
+    assert "apart" not in instant.interval_from
+    # sent in clumps (0.1 ms apart, 2.1 ms between clumps of 10), as a 2-core machine sends: each refit's pace is
+    # those gaps resampled, so the refused share has an interval, not the point a fixed pace gives
+    clumped = tuple(0.0001 * k + 0.002 * (k // 10) for k in range(100))
+    refits = predict(profile, "burst", 960, observations=[_sent_at("burst", clumped)], bootstrap=6, seeds=1)
+    failure = refits.stages[0].stats["failure"]
+    assert failure.high - failure.low > 0.01 and "(each refit's: their gaps resampled)" in refits.interval_from
 
 
 def test_a_ramps_stages_share_the_vendors_create_bucket_as_a_live_ramp_does() -> None:
