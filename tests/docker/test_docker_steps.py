@@ -226,8 +226,11 @@ async def test_streamed_output_arrives_while_the_command_runs(hardened: DockerPr
         if not released:  # the command prints its second line only once its first one was read here
             released.append(asyncio.ensure_future(hardened.upload_file(ref, "/tmp/go", b"")))
 
-    # é's two bytes written apart: two frames, decoded as one character
-    script = "echo first; while [ ! -f /tmp/go ]; do sleep 0.05; done; echo second >&2; printf '\\303'; sleep 0.2; printf '\\251'"
+    # é's two bytes written apart, with a stderr frame between them: decoded as one character, per stream
+    script = (
+        "echo first; while [ ! -f /tmp/go ]; do sleep 0.05; done; "
+        "printf '\\303'; sleep 0.2; echo second >&2; sleep 0.2; printf '\\251'"
+    )
     streamed = await hardened.exec_stream(ref, ["sh", "-c", script], 60, on_output)
     await released[0]
     assert streamed.result.exit_code == 0

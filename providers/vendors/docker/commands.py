@@ -29,15 +29,15 @@ DYING_HINTS = (b"stopped state", b"not running", b" not found: not found", b"con
 """What a 126 answer says when the container was dying under the command (an exec into a stopped one)."""
 
 
-async def collect_output(execution: Exec, on_frame: Callable[[bytes], None] | None = None) -> tuple[bytes, bytes]:
-    """Start the exec attached and read its demultiplexed streams to the end (each frame also to `on_frame`, as it
-    comes: a streamed exec's first byte)."""
+async def collect_output(execution: Exec, on_frame: Callable[[int, bytes], None] | None = None) -> tuple[bytes, bytes]:
+    """Start the exec attached and read its demultiplexed streams to the end (each frame also to `on_frame` with its
+    stream, 1 stdout or 2 stderr, as it comes: a streamed exec's first byte)."""
     stdout, stderr = bytearray(), bytearray()
     async with execution.start(detach=False) as stream:
         while (message := await stream.read_out()) is not None:
             (stderr if message.stream == 2 else stdout).extend(message.data)
             if on_frame is not None and message.data:
-                on_frame(message.data)
+                on_frame(2 if message.stream == 2 else 1, message.data)
     return bytes(stdout), bytes(stderr)
 
 

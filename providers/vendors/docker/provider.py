@@ -367,17 +367,23 @@ class DockerProvider(Provider):
         """The exec API's attach stream read as it comes: each frame (stdout or stderr) to `on_output`, and the
         times from this call to the first and the last output byte."""
         clock = OutputClock()  # the times only: the text is decoded here, a character split across two frames
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # one decoder per stream: stdout's half of a character must not meet stderr's next frame (the daemon reads
+        # the two pipes apart, so their frames interleave in either order)
+        decoders = {stream: codecs.getincrementaldecoder("utf-8")("replace") for stream in (1, 2)}
 
-        def arrived(data: bytes) -> None:
+        def arrived(stream: int, data: bytes) -> None:
             clock.seen(data)
-            if on_output is not None and (text := decoder.decode(data)):
+            if on_output is not None and (text := decoders[stream].decode(data)):
                 on_output(text)
 
         return clock.done(await self._exec(ref, argv, timeout, arrived))
 
     async def _exec(
-        self, ref: SandboxRef, argv: Sequence[str], timeout: float, on_frame: Callable[[bytes], None] | None = None
+        self,
+        ref: SandboxRef,
+        argv: Sequence[str],
+        timeout: float,
+        on_frame: Callable[[int, bytes], None] | None = None,
     ) -> ExecResult:
         if not argv:
             raise ProviderError(FailureKind.INVALID_REQUEST, "exec needs a command (empty argv)")
