@@ -367,8 +367,7 @@ class DockerProvider(Provider):
         """The exec API's attach stream read as it comes: each frame (stdout or stderr) to `on_output`, and the
         times from this call to the first and the last output byte."""
         clock = OutputClock()  # the times only: the text is decoded here, a character split across two frames
-        # one decoder per stream: stdout's half of a character must not meet stderr's next frame (the daemon reads
-        # the two pipes apart, so their frames interleave in either order)
+        # one decoder per stream: the daemon reads the two pipes apart, so their frames interleave in either order
         decoders = {stream: codecs.getincrementaldecoder("utf-8")("replace") for stream in (1, 2)}
 
         def arrived(stream: int, data: bytes) -> None:
