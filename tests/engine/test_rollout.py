@@ -160,3 +160,34 @@ async def test_a_rollout_deadline_ends_a_stuck_episode():
     record, _, _ = await run(ScriptedProvider({}), plan)
     # the 0.2 s deadline ends it, not its 10 s of generation (5 s: room for a busy machine, far below the 10)
     assert (record.outcome, record.failure_phase) == ("failed", "exec") and record.total_s < 5
+
+
+async def test_a_pause_between_the_two_clock_reads_never_pushes_the_end_past_the_next_submit(monkeypatch):
+    """A closed loop's next rollout is submitted right after the last one ended; if the engine's thread is paused
+    between reading the wall anchor and the monotonic start, the computed end (t_submit + total_s) must not land
+    after that next submit, or the fleet-wide peak in flight reads one more than the users (1,201 of 1,200)."""
+    import harness.engine.rollout as rollout_module
+
+    class PausingClock:
+        """Both clocks on one virtual timeline; the first read of either pauses the thread for 5 ms after it."""
+
+        def __init__(self) -> None:
+            self.now, self.paused = 1_000.0, False
+
+        def read(self) -> float:
+            value = self.now
+            if not self.paused:
+                self.paused, self.now = True, self.now + 0.005
+            self.now += 1e-6
+            return value
+
+    clock = PausingClock()
+
+    class VirtualTime:
+        time = staticmethod(clock.read)
+        monotonic = staticmethod(clock.read)
+
+    monkeypatch.setattr(rollout_module, "time", VirtualTime)
+    record, _, _ = await run(ScriptedProvider({}), RolloutPlan(commands=(("true",),)))
+    next_submit = clock.read()
+    assert record.total_s is not None and record.t_submit + record.total_s <= next_submit
