@@ -21,10 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.wire.json_lines import one_shot_encoder
+
 SUBMIT_GLOB = "submits-*.jsonl"
 OPEN_SUBMIT_GLOB = ".submits-*.jsonl.open"
 DEFAULT_ROTATE_S = 2.0
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # json.dumps with options builds one per call
+_ENCODE = one_shot_encoder(_ENCODER)  # and JSONEncoder.encode a C encoder per call: made once
 
 
 class SubmitLog:
@@ -54,7 +57,7 @@ class SubmitLog:
             self._add({"kind": "created", "rollout_id": rollout_id, "sandbox_id": sandbox_id})
 
     def _add(self, entry: dict[str, Any]) -> None:
-        self._lines.append(_ENCODER.encode(entry).encode() + b"\n")
+        self._lines.append(_ENCODE(entry).encode() + b"\n")
         if not self._scheduled:
             self._scheduled = True
             try:
@@ -81,7 +84,7 @@ class SubmitLog:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(self._open_path(self._seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 self._opened_at = time.monotonic()
-                lines.insert(0, _ENCODER.encode(self.header).encode() + b"\n")
+                lines.insert(0, _ENCODE(self.header).encode() + b"\n")
             data = b"".join(lines)
             while data:
                 written = os.write(self._fd, data)

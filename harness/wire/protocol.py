@@ -11,15 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from harness.wire.json_lines import one_shot_encoder
+
 MAX_LINE_BYTES = 16 * 1024 * 1024
 READY_LINE = "STAMPEDE-ENGINE-READY"
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # json.dumps with these options builds one a call
+_ENCODE = one_shot_encoder(_ENCODER)
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(message).encode() + b"\n"
+    return _ENCODE(message).encode() + b"\n"
 
 
 def decode(line: bytes) -> dict[str, Any]:
