@@ -86,6 +86,7 @@ class EngineRun:
         self.versions = dict(provider.versions())
         self.sdk_version = ";".join(f"{name}={version}" for name, version in sorted(self.versions.items()))
         self.seq = 0
+        self._id_prefix = f"{safe_name(config.worker)}-"  # once a run: a regex per rollout id showed in the profile
         self.inflight = 0
         self.peak_inflight = 0
         self.peak_live = 0
@@ -118,7 +119,7 @@ class EngineRun:
 
     def next_rollout_id(self) -> str:
         self.seq += 1
-        return f"{safe_name(self.config.worker)}-{self.seq:07d}"
+        return f"{self._id_prefix}{self.seq:07d}"
 
     def start(self, request: RolloutRequest) -> asyncio.Task[RolloutRecord]:
         """A rollout task: admitted by the emulated trainer when there is one, then run and recorded."""
