@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from foundation.quantiles import nearest_rank
+from foundation.quantiles import nearest_rank_index
 from foundation.sandbox_client import client_named
 from harness.engine.health import LoopHealth
 from harness.engine.outage_gate import OutageGate
@@ -287,11 +287,7 @@ class EngineRun:
             self.recent.popleft()
 
     def stats(self) -> EngineStats:
-        ttis = sorted(tti for _, tti, _ in self.recent if tti is not None)
-
-        def quantile(q: float) -> float | None:
-            return nearest_rank(ttis, q) if ttis else None
-
+        recent_p50, recent_p99 = recent_quantiles([tti for _, tti, _ in self.recent if tti is not None], (0.5, 0.99))
         trainer = self.trainer
         return EngineStats(
             run_id=self.config.run_id,
@@ -304,8 +300,8 @@ class EngineRun:
             failures=dict(self.failures),
             live_sandboxes=len(self.registry),
             peak_inflight=self.peak_inflight,
-            recent_tti_p50_s=quantile(0.5),
-            recent_tti_p99_s=quantile(0.99),
+            recent_tti_p50_s=recent_p50,
+            recent_tti_p99_s=recent_p99,
             recent_completed=len(self.recent),
             health=self.health.snapshot(),
             rows_written=self.writer.counts.rollouts,
@@ -402,6 +398,19 @@ class EngineRun:
             hurried.cancel()
             all_ended.cancel()
         return deadline
+
+
+def recent_quantiles(values: list[float], qs: tuple[float, ...]) -> list[float | None]:
+    """`nearest_rank(sorted(values), q)` for each q, the same values, without sorting them: the Locust side asks for
+    the recent window's quantiles twice a second, and sorting 10 s of rows (24,000 at 64 in flight on the stub) took
+    ~2.4 ms of the engine's loop each time; numpy's partition picks the same order statistics in a third of that."""
+    if not values:
+        return [None] * len(qs)
+    import numpy as np  # pyarrow has imported it already
+
+    ranks = [nearest_rank_index(len(values), q) for q in qs]
+    picked = np.partition(np.array(values, dtype=np.float64), ranks)
+    return [float(picked[rank]) for rank in ranks]
 
 
 async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:

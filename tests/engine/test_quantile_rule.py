@@ -17,7 +17,7 @@ import pytest
 
 from foundation.quantiles import hdr_quantile, nearest_rank
 from harness.engine.health import LoopHealth
-from harness.engine.run import EngineRun
+from harness.engine.run import EngineRun, recent_quantiles
 from harness.locust.live.live_view import LiveView
 from harness.locust.live.progress import format_progress
 from harness.results.figures.run_figures import load_aggregate
@@ -110,3 +110,19 @@ def test_the_rule_is_numpys_inverted_cdf_on_awkward_counts() -> None:
             assert nearest_rank(values, q) == float(np.quantile(values, q, method="inverted_cdf"))
     assert np.isnan(nearest_rank([], 0.5))
     assert hdr_quantile(new_histogram(), 0.99) is None
+
+
+def test_the_engines_recent_window_picks_by_partition_what_sorting_picks() -> None:
+    """The window's quantiles come from numpy's partition, not a sort: the same sample, every count and tie."""
+    rng = np.random.default_rng(36)
+    qs = (0.5, 0.99, 0.0, 1.0, 0.01)
+    assert recent_quantiles([], qs) == [None] * len(qs)
+    for n in [*range(1, 120), 997, 24_000]:
+        values = (
+            [float(v) for v in rng.choice([0.1, 0.2, 0.30000000000000004, 7.0], n)]
+            if n % 3 == 0
+            else list(rng.exponential(0.05, n))
+        )
+        expected = [nearest_rank(sorted(values), q) for q in qs]
+        got = recent_quantiles(values, qs)
+        assert got == expected and all(type(value) is float for value in got)
