@@ -186,15 +186,17 @@ async def test_command_failures(v2: str) -> None:
         other = await provider.create(SandboxSpec(run_id="r", rollout_id="b"))
         await provider.wait_ready(other, 30)
         running = asyncio.ensure_future(provider.exec(other, ["sleep", "30"], 60))
-        # terminated once the command reached the vendor, not after a fixed 0.2 s: a terminate before the exec was
-        # sent is the client's own refusal (transport, "detached sandbox"), not a death during the command
+        # the vendor ends the sandbox once the command runs there (a reap, a host lost), not after a fixed 0.2 s and
+        # not through this client: the SDK detaches a sandbox its own client terminated, and a call of the command
+        # still to come (its output, its wait) is then refused on the client side (transport, "detached sandbox")
         vendor_side = server.registry.by_id[other.sandbox_id].sim
         for _ in range(3000):  # a hang guard of >= 30 s; it ends as soon as the command runs
             if vendor_side.exec_count or running.done():
                 break
             await asyncio.sleep(0.01)
-        await provider.terminate(other)
+        server.simulator.terminate(vendor_side.id)
         assert await failure_kind(provider, Phase.EXEC, running) is FailureKind.DIED_DURING_EXEC
+        await provider.terminate(other)
 
 
 async def test_injected_exec_errors_are_exec_error_and_the_sandbox_lives_on() -> None:
