@@ -3,7 +3,7 @@
 Each observation is replayed on the candidate profile (the same protocol at the same width, on the VirtualClock,
 as `stampede calibrate` replays the public protocols) and the profile's values are moved until the simulated
 quantiles meet the measured ones. Only what the observations can see is moved: the boot median and spread from
-the narrowest runs, the control plane's admission rate from a burst's create times (admission.py), then the
+the narrowest runs, the vendor's serial create intake from the creates a burst had queued (admission.py), then the
 per-sandbox load delay on top of it when both a narrow run and a wide burst were seen, failure
 probabilities from counts, a create bucket's depth from rate-limit refusals, a concurrency cap from quota
 refusals. Everything else keeps the prior's value, and `unidentified` says why, so a profile never claims more
@@ -24,7 +24,8 @@ from typing import Any
 
 from foundation.quantiles import nearest_rank
 from harness.fitting.admission import KEY as ADMISSION_KEY
-from harness.fitting.admission import fit_admission
+from harness.fitting.admission import MACHINE as ADMISSION_MACHINE
+from harness.fitting.admission import fit_admission, simulate_intake_burst
 from harness.fitting.limits import fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from providers.sim.core.calibration import computesdk_stats
@@ -89,7 +90,7 @@ def _simulate(profile: Profile, obs: ProtocolObservation, seed: int) -> BurstRes
     if obs.protocol in ("steady", "ramp"):  # a stage of `width` users, each creating again when its rollout ends
         per_user = max(1, n // width)
         return simulate_closed_loop(profile, width, per_user, seed=seed, hold_s=0.0)
-    return simulate_burst(profile, width, seed=seed)
+    return simulate_intake_burst(profile, width, seed)  # through the fitted intake, as a prediction plays it
 
 
 def _stats(values: Sequence[float], trimmed: float) -> dict[str, float]:
@@ -274,8 +275,8 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     for key in ("boot.median_s", "boot.sigma"):
         notes[key] = f"from {boot_from}"
     fitted["boot.median_s"], fitted["boot.sigma"] = profile.boot.median_s, profile.boot.sigma
-    # the control plane's admission first (a burst's acceptance times), so the load delay fitted next on top of it
-    # takes only the burst's extra time that admission does not explain (admission.py)
+    # the serial intake first (the creates a burst had queued, taken one after another), so the load delay fitted
+    # next on top of it takes only the burst's extra time the intake does not explain (admission.py)
     admission = fit_admission(observations, WIDE_MIN)
     if admission.rate is not None:
         profile = profile.with_overrides({ADMISSION_KEY: admission.rate})
@@ -438,6 +439,8 @@ def profile_toml(result: FitResult, today: dt.date | None = None) -> str:
             if key in result.fitted:
                 how = result.notes.get(key)
                 source, label = f"fitted {day}: {how or inputs}", fitted_label
+                if key == ADMISSION_KEY:  # a figure of the machine where the vendor was --local: the label says so
+                    label = f"{fitted_label}; {ADMISSION_MACHINE}"
                 if key in result.intervals:
                     low, high = result.intervals[key]
                     source += (

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from foundation.quantiles import nearest_rank
-from harness.fitting.fit import FitResult, fit_profile, resample
+from harness.fitting.admission import KEY as INTAKE_KEY
+from harness.fitting.admission import fit_admission, intake_rate, simulate_intake_burst
+from harness.fitting.fit import WIDE_MIN, FitResult, fit_profile, resample
 from harness.fitting.observations import ProtocolObservation
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import Profile
@@ -280,7 +282,7 @@ def simulate_shape(
     if _timed(shape):
         timing = (live or LiveRun(time_scale=profile.default_time_scale)).timing(profile, [shape])
         return simulate_timed_ramp(profile, [shape.users], timing, seed=seed)[0]
-    return simulate_burst(profile, shape.users, seed=seed, retries=retries, spacing_s=spacing_s)
+    return simulate_intake_burst(profile, shape.users, seed, retries=retries, spacing_s=spacing_s)
 
 
 def simulate_stages(
@@ -338,6 +340,41 @@ def failure_counts(result: FitResult) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _resampled_intake(profile: Profile, gaps: Sequence[float], rng: random.Random) -> Profile:
+    """`profile` with its intake taken at the mean of `gaps` drawn again (unchanged without an intake or gaps)."""
+    if math.isinf(intake_rate(profile)) or len(gaps) < 2:
+        return profile
+    mean = statistics.fmean(rng.choices(gaps, k=len(gaps)))
+    return profile.with_overrides({INTAKE_KEY: 1.0 / mean}) if mean > 0 else profile
+
+
+def intake_caveat(profile: Profile, shapes: Sequence[Shape], spacing_s: float | None) -> str:
+    """What the prediction says of a burst's create path: the fitted intake it carries (against a `--local`
+    vendor: the trial machine's, not the vendor's), and, when the burst's first sandboxes are due RUNNING before
+    its last create is taken (its creates sent and taken, one after another, for longer than the median boot),
+    that the contention of their polls and commands for the same cores is not carried (admission.py)."""
+    widest = max((s.users for s in shapes if s.protocol == "burst"), default=0)
+    rate = intake_rate(profile)
+    if not widest:
+        return ""
+    out = ""
+    per_create = (spacing_s or 0.0) + (0.0 if math.isinf(rate) else 1.0 / rate)
+    if not math.isinf(rate):
+        out += (
+            f"; carries a serial create intake of {1000 / rate:.3f} ms a create (fitted; against a --local vendor "
+            "the trial machine's serving loop, not the vendor)"
+        )
+    path_s = widest * per_create
+    if path_s > profile.boot.median_s:
+        out += (
+            f"; NOT carried: a burst of {widest} is sent and taken over ~{path_s:.2f} s, longer than the "
+            f"{profile.boot.median_s:.3g} s median boot, so its first sandboxes are polled and run commands while "
+            "its creates still go through: on the machine running the harness (and a --local vendor) they share "
+            "its cores and slow every create, a contention the trial's narrower burst cannot show"
+        )
+    return out
+
+
 def predict_shapes(
     profile: Profile,
     shapes: Sequence[Shape],
@@ -380,6 +417,10 @@ def predict_shapes(
     live = live or LiveRun(time_scale=profile.default_time_scale)
     spacing, gaps, pace = burst_spacing(observations or ()), burst_gaps(observations or ()), random.Random(2)
     paces = [statistics.fmean(pace.choices(gaps, k=len(gaps))) if spacing else 0.0 for _ in refits]
+    # each refit's intake at its own pace: the fitted acceptance gaps resampled (the acceptance times are not part
+    # of `resample`, so without this every refit would take the creates at one and the same pace)
+    intake_gaps = fit_admission(list(observations or ()), WIDE_MIN).gaps
+    refits = [_resampled_intake(refit, intake_gaps, pace) for refit in refits]
     if refits:
         draws = [(p, 1000 * (b + 1) + s, paces[b]) for b, p in enumerate(refits) for s in range(seeds)]
         sources = tuple(dict.fromkeys(o.source for o in usable))
@@ -398,6 +439,7 @@ def predict_shapes(
     if spacing is not None and any(shape.protocol == "burst" for shape in shapes):
         how += f"; each burst's creates sent {1000 * spacing:.2f} ms apart, the pace of the inputs' bursts"
         how += " (each refit's: their gaps resampled)" if refits else ""
+    how += intake_caveat(profile, shapes, spacing)
     point_runs = [simulate_stages(profile, shapes, s, retries, live, spacing or 0.0) for s in range(seeds)]
     pooled_runs = [simulate_stages(p, shapes, seed, retries, live, gap) for p, seed, gap in draws]
     stages = []

@@ -232,7 +232,9 @@ class Account:
     (queued, never refused: a throughput, unlike `[create_rate]`). `admit_per_s`: the control plane lets accepted
     creates in one after another at this rate (admission = max(arrival, previous admission + 1 / rate)), each
     waiting in PENDING, in its TTI, for its turn: a vendor's API takes a burst's creates over a finite time, so 960
-    at once start later than 100 (fitted from a burst's acceptance times, harness/fitting/admission.py).
+    at once start later than 100 (fitted from a burst's acceptance times, harness/fitting/admission.py, which
+    plays it as an intake ahead of the bucket's decision when it predicts a burst; against a `--local` vendor the
+    fitted rate is the trial machine's serving loop, not the vendor's).
     """
 
     teardown_s: float = 0.0
