@@ -112,7 +112,7 @@ class Engine:
         if current is not None:
             self._handlers.add(current)
             current.add_done_callback(self._handlers.discard)
-        pending: set[asyncio.Task[None]] = set()
+        pending: set[asyncio.Future[Any]] = set()
         loop = asyncio.get_running_loop()
         # The answers of one loop iteration go out as one write: a syscall (and a wake-up of the Locust side) for
         # the rows that end together, not one each. A leased rollout's row, which only Locust's live view waits
@@ -179,45 +179,85 @@ class Engine:
             except Exception as exc:
                 error(req_id, msg.ERROR_HARNESS, f"{type(exc).__name__}: {exc}")
 
-        async def run_and_answer(req_id: Any, lease: RolloutRequest | None, message: dict[str, Any]) -> bool:
-            """One rollout for a request (or the next of a lease), answered with its row; False: stop here."""
+        def start_rollout(
+            req_id: Any, lease: RolloutRequest | None, message: dict[str, Any]
+        ) -> asyncio.Task[RolloutRecord] | None:
+            """One rollout for a request (or the next of a lease), started; None: refused, and answered so."""
             run = self.run
             if run is None or not run.accepting:
                 error(req_id, msg.ERROR_NOT_CONFIGURED, "engine has no active run")
-                return False
+                return None
             request = run.leased_request(lease) if lease is not None else RolloutRequest.from_wire(message)
             if run.started == 0:
                 mark("engine process: first rollout")
             task = run.start(request)
             tasks_by_request[req_id] = task
+            return task
+
+        async def run_one(req_id: Any, message: dict[str, Any]) -> None:
+            """One rollout, answered with its row."""
+            task = start_rollout(req_id, None, message)
+            if task is None:
+                return
             try:
                 record = await asyncio.shield(task)
             except asyncio.CancelledError:
-                return False  # the connection is going away; the task still records itself, the drain owns it
+                return  # the connection is going away; the task still records itself, the drain owns it
             except RehearsalOver:
                 error(req_id, msg.ERROR_DONE, "the rehearsal has all its steps")
-                return False
+                return
             finally:
                 tasks_by_request.pop(req_id, None)
-            row = live_row(record) if lease is not None else record.to_row()
-            send({"op": msg.RESULT, "id": req_id, "record": row}, lease_row=lease is not None)
-            return True
+            send({"op": msg.RESULT, "id": req_id, "record": record.to_row()})
 
-        async def run_one(req_id: Any, message: dict[str, Any]) -> None:
-            await run_and_answer(req_id, None, message)
-
-        async def lease(req_id: Any, message: dict[str, Any]) -> None:
-            """Rollouts back to back for one closed-model user, until it cancels, releases or the run ends."""
+        def lease(req_id: Any, message: dict[str, Any]) -> asyncio.Future[None]:
+            """Rollouts back to back for one closed-model user, until it cancels, releases or the run ends; done
+            when the lease is. Each rollout starts from the end of the one before (its task's done callback): no
+            coroutine waits between them, so a lifecycle costs no shield and no wake-up of a waiting task."""
             request = RolloutRequest.from_wire(message)
             leases.add(req_id)
-            try:
-                while req_id not in ended_leases:
-                    if not await run_and_answer(req_id, request, message):
-                        return
-                send({"op": msg.RELEASED, "id": req_id})
-            finally:
+            over: asyncio.Future[None] = loop.create_future()
+
+            def end() -> None:
                 leases.discard(req_id)
                 ended_leases.discard(req_id)
+                if not over.done():
+                    over.set_result(None)
+
+            def next_rollout() -> None:
+                if req_id in ended_leases:
+                    send({"op": msg.RELEASED, "id": req_id})
+                    end()
+                    return
+                task = start_rollout(req_id, request, message)
+                if task is None:
+                    end()
+                    return
+                task.add_done_callback(rollout_ended)
+
+            def rollout_ended(task: asyncio.Task[RolloutRecord]) -> None:
+                tasks_by_request.pop(req_id, None)
+                try:
+                    record = task.result()
+                except asyncio.CancelledError:
+                    end()  # cancelled before it ran: nothing to report
+                    return
+                except RehearsalOver:
+                    error(req_id, msg.ERROR_DONE, "the rehearsal has all its steps")
+                    end()
+                    return
+                except BaseException:
+                    end()
+                    raise  # our bug: the loop's exception handler reports it
+                send({"op": msg.RESULT, "id": req_id, "record": live_row(record)}, lease_row=True)
+                next_rollout()
+
+            try:
+                next_rollout()
+            except BaseException:
+                end()
+                raise
+            return over
 
         tasks_by_request: dict[Any, asyncio.Task[RolloutRecord]] = {}
         leases: set[Any] = set()
@@ -233,10 +273,11 @@ class Engine:
                     error(None, msg.ERROR_HARNESS, f"bad message: {exc}")
                     continue
                 op = message["op"]
+                spawned: asyncio.Future[Any]
                 if op == msg.ROLLOUT:
-                    spawned = asyncio.get_running_loop().create_task(run_one(message.get("id"), message))
+                    spawned = loop.create_task(run_one(message.get("id"), message))
                 elif op == msg.LEASE:
-                    spawned = asyncio.get_running_loop().create_task(lease(message.get("id"), message))
+                    spawned = lease(message.get("id"), message)
                 elif op == msg.STAGE:
                     update = StageUpdate.from_wire(message)
                     if self.run is not None and update.stage:  # the idle stage at a run's end names none: keep the last
@@ -254,7 +295,7 @@ class Engine:
                         self.cancels.cancel(task)  # a stop sends thousands at once: a slice per loop turn
                     continue
                 else:
-                    spawned = asyncio.get_running_loop().create_task(serve(message))
+                    spawned = loop.create_task(serve(message))
                 pending.add(spawned)
                 spawned.add_done_callback(pending.discard)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
