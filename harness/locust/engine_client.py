@@ -30,7 +30,8 @@ from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, Sta
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
-LEASE_CHECK_S = 0.25  # how often a waiting lease checks whether Locust is stopping its user
+LEASE_CHECK_S = 0.25  # how often the leases' watcher checks whether Locust is stopping their users
+_NUDGE: dict[str, Any] = {"op": "nudge"}  # the watcher's wake-up of a waiting lease whose user is stopping
 
 
 def engine_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -103,6 +104,8 @@ class EngineClient:
         self._send_lock = gevent.lock.Semaphore()
         self._closed = False
         self._reader = gevent.spawn(self._read_loop)
+        self._stopping: dict[int, Callable[[], bool]] = {}  # leases whose user has not been seen stopping yet
+        self._watcher: gevent.Greenlet | None = None
 
     @classmethod
     def spawn(cls, worker: str, *, env: dict[str, str] | None = None, preload: str | None = None) -> EngineClient:
@@ -186,13 +189,14 @@ class EngineClient:
         finished = released = False
         try:
             self._send({"op": msg.LEASE, "id": req_id, **request.to_wire()})
+            self._watch(req_id, stopping)
             while True:
                 if not released and stopping():
                     released = True
                     self._try_send({"op": msg.RELEASE, "id": req_id})
-                try:
-                    answer = stream.get(timeout=LEASE_CHECK_S)
-                except gevent.queue.Empty:
+                # No timeout per wait (a gevent timer per row): the watcher wakes this wait when the user stops.
+                answer = stream.get()
+                if answer is _NUDGE:
                     continue
                 if isinstance(answer, BaseException):
                     finished = True
@@ -206,8 +210,27 @@ class EngineClient:
                 yield answer["record"]
         finally:
             self._streams.pop(req_id, None)
+            self._stopping.pop(req_id, None)
             if not finished:
                 self._cancel(req_id, on_cancelled, lease=True)
+
+    def _watch(self, req_id: int, stopping: Callable[[], bool]) -> None:
+        """Have the watcher look at this lease's `stopping()` every LEASE_CHECK_S while its user waits for a row."""
+        self._stopping[req_id] = stopping
+        if self._watcher is None or self._watcher.dead:
+            self._watcher = gevent.spawn(self._watch_leases)
+
+    def _watch_leases(self) -> None:
+        """One greenlet for every lease of this connection: a lease whose user Locust is stopping is woken (it
+        releases at once) instead of each lease waking itself every LEASE_CHECK_S. Ends with the connection."""
+        while not self._closed and self._stopping:
+            gevent.sleep(LEASE_CHECK_S)
+            for req_id, stopping in list(self._stopping.items()):
+                if stopping():
+                    self._stopping.pop(req_id, None)
+                    stream = self._streams.get(req_id)
+                    if stream is not None:
+                        stream.put(_NUDGE)
 
     def stage(self, update: StageUpdate) -> None:
         """What leased rollouts record from now on (no answer)."""

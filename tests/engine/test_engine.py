@@ -156,6 +156,21 @@ def test_stats_carry_mergeable_per_stage_histograms(engine, tmp_path):
     assert 0.02 <= stages["01-a"].tti_quantile(0.5) < 1
 
 
+def test_a_lease_whose_user_stops_mid_rollout_releases_before_its_row_comes(engine, tmp_path):
+    """Locust stopping a leased user (a graceful stop) is seen while the user waits for its row, not only when a
+    row comes: the lease is released during the rollout in flight, which finishes, and no other starts."""
+    engine.configure(config(tmp_path, exec_delay_s=2.0))
+    stop = {"now": False}
+    rows: list[dict] = []
+    consumer = gevent.spawn(lambda: rows.extend(engine.lease(RolloutRequest("01-a", 1), lambda: stop["now"])))
+    gevent.sleep(0.5)
+    stop["now"] = True  # the rollout in flight still has ~1.5 s of its command to go
+    consumer.join(timeout=10)
+    assert consumer.successful(), consumer.exception
+    assert [row["outcome"] for row in rows] == ["ok"]
+    assert engine.drain()["started"] == 1
+
+
 def test_a_lease_runs_rollouts_back_to_back_in_the_stage_it_is_told(engine, tmp_path):
     """A closed-model user's lease: rows stream in, each records the stage in force when it started, and
     closing the lease stops it (its sandbox terminated) with nothing left running."""
