@@ -1,4 +1,4 @@
-"""One JSON encoder made once for a hot path's messages (the engine's rows to Locust, the write-ahead's lines).
+"""JSON for the hot paths' messages (the engine's rows to Locust, the write-ahead's lines), made once.
 
 `JSONEncoder.encode` builds a new C encoder (`_json.make_encoder`) for every call before it encodes anything: about a
 fifth of the time a row's message took. The C encoder is made once here, with the same options, and called
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from json import encoder as json_encoder
+from json import scanner as json_scanner
 from typing import Any
 
 
@@ -40,3 +41,24 @@ def one_shot_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
         return "".join(iterencode(value, 0))
 
     return encode
+
+
+_JSON_WHITESPACE = " \t\n\r"
+# the C scanner json.loads's own decoder uses (its memo cleared per call); typeshed types its argument as itself
+_SCAN: Callable[[str, int], tuple[Any, int]] = json_scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def loads_line(line: bytes) -> Any:
+    """`json.loads(line)` for a line of UTF-8 JSON, without its per-call detour through `detect_encoding` and
+    `JSONDecoder.decode`'s regexes: the C scanner called on the text. A line that starts with whitespace (or is
+    empty) goes through `json.loads` itself; what is not JSON raises its JSONDecodeError either way."""
+    text = line.decode("utf-8", "surrogatepass")
+    if not text or text[0] in _JSON_WHITESPACE:
+        return json.loads(text)
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration as exc:
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.wire.json_lines import one_shot_encoder
+from harness.wire.json_lines import loads_line, one_shot_encoder
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 READY_LINE = "STAMPEDE-ENGINE-READY"
@@ -26,7 +26,7 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 def decode(line: bytes) -> dict[str, Any]:
-    message = json.loads(line)
+    message = loads_line(line)  # json.loads(line), a third cheaper a row (harness.wire.json_lines)
     if not isinstance(message, dict) or "op" not in message:
         raise ValueError("engine message must be an object with an 'op'")
     return message

@@ -11,7 +11,7 @@ import pytest
 
 from harness.engine import submit_log
 from harness.wire import protocol
-from harness.wire.json_lines import one_shot_encoder
+from harness.wire.json_lines import loads_line, one_shot_encoder
 
 ENCODERS = {
     "protocol": protocol._ENCODER,
@@ -55,3 +55,21 @@ def test_what_the_encoder_refuses_or_converts_it_refuses_or_converts_alike():
     line = submit_log._ENCODE({"kind": "run", "out": Path("/tmp/x"), "nan": math.inf})
     assert line == submit_log._ENCODER.encode({"kind": "run", "out": Path("/tmp/x"), "nan": math.inf})
     assert protocol.encode({"op": "x"}) == b'{"op":"x"}\n'
+
+
+def test_a_line_reads_as_json_loads_reads_it_and_what_it_refuses_it_refuses():
+    rng = random.Random(37)
+    for _ in range(2000):
+        value = random_value(rng)
+        for text in (json.dumps(value), json.dumps(value, ensure_ascii=False), protocol._ENCODE(value) + "\n"):
+            line = text.encode("utf-8", "surrogatepass")
+            assert loads_line(line) == json.loads(line)
+    for good in (b'  {"op": 1}', b'{"op":1}  \r\n', b"7", b'"\\ud800"', b"\n[1]"):
+        assert loads_line(good) == json.loads(good)
+    for bad in (b"", b"  ", b"{", b'{"op":1} x', b'{"op":1}{"op":2}', b"nul", b"\xff{}", b"{'op': 1}", b"[1,]"):
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            loads_line(bad)
+    with pytest.raises(ValueError, match="an 'op'"):
+        protocol.decode(b"[1]")
