@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from foundation.quantiles import nearest_rank
+from harness.fitting.admission import KEY as INTAKE_KEY
+from harness.fitting.admission import MACHINE as INTAKE_MACHINE
 from harness.fitting.observations import QUANTILES, ProtocolObservation, join_timelines
 from harness.results.read.dataset import load_rollouts, read_run_info
 from harness.results.read.vendor_time import to_vendor_seconds
@@ -314,6 +316,13 @@ def render_estimate(est: Estimate, budget_usd: float | None) -> str:
     )
 
 
+# beside the fitted intake rate: what it is, for a reader of the scorecard who never opens the profile's TOML
+_INTAKE_SAYS = (
+    " (creates a second: the serial create intake, fitted from the burst's creates taken after it was sent; "
+    f"{INTAKE_MACHINE})"
+)
+
+
 def render(card: Scorecard) -> str:
     """The scorecard as Markdown-ish text: one section per question a buyer asks."""
     lines = [f"# Trial: {card.provider}" + (f" ({card.profile})" if card.profile else "") + f", size {card.size}", ""]
@@ -354,7 +363,7 @@ def render(card: Scorecard) -> str:
     lines.append(f"- per 1,000 sandboxes: {_usd(card.dollars_per_1000)} (this trial's mean sandbox lifetime)")
     lines += ["", "## Fitted profile", ""]
     lines.append(f"- written: {card.fitted_profile}" if card.fitted_profile else f"- {card.prediction_note}")
-    lines += [f"- {k} = {v:.4g}" for k, v in card.fitted.items()]
+    lines += [f"- {k} = {v:.4g}" + (_INTAKE_SAYS if k == INTAKE_KEY else "") for k, v in card.fitted.items()]
     if card.unidentified:
         lines.append("- not identifiable from these runs (kept at the prior's value):")
         lines += [f"  - {k}: {why}" for k, why in card.unidentified.items()]
@@ -366,6 +375,8 @@ def render(card: Scorecard) -> str:
                 lo, hi = p.intervals.get(stat, (math.nan, math.nan))
                 fmt = (lambda v: f"{v:.1%}") if stat.startswith("fail") else _s
                 lines.append(f"| {p.width} | {p.scenario} | {stat} | {fmt(value)} | {fmt(lo)} .. {fmt(hi)} |")
+        if card.prediction_note:  # what the intervals cover, and what the prediction carries and does not
+            lines += ["", f"- {card.prediction_note}"]
     else:
         lines.append(f"- {card.prediction_note}")
     leak = (

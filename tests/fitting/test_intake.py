@@ -136,3 +136,34 @@ def test_the_fitted_profile_labels_the_intake_as_fitted_and_the_machines() -> No
     assert line.startswith('admit_per_s_label = "calibrated:') and "machine the trial ran on" in line
     source = next(x for x in profile_toml(result).splitlines() if x.startswith("admit_per_s_source"))
     assert "accepted after the harness had sent its last" in source
+
+
+def test_the_trial_scorecard_says_what_the_intake_is_and_prints_the_prediction_note() -> None:
+    from harness.fitting.trial import Estimate, Prediction, Scorecard, render
+
+    card = Scorecard(
+        provider="stub",
+        profile="ideal",
+        size=100,
+        trial_dir="/tmp/trial",
+        estimate=Estimate(0.0, 0, None, {}, "no price"),
+        budget_usd=None,
+        stopped="",
+        outcomes=[],
+        composites=[],
+        failures_by_kind={},
+        rate_limits={"seen": False},
+        dollars=None,
+        dollars_per_1000=None,
+        fitted_profile="/tmp/trial/stub-trial.toml",
+        fitted={KEY: 5000.0, "boot.median_s": 0.01},
+        unidentified={},
+        predictions=[Prediction(960, "burst", {"p50": 0.1}, {"p50": (0.09, 0.11)})],
+        prediction_note="90% interval ...; NOT carried: the contention",
+        leaked=0,
+    )
+    text = render(card)
+    intake = next(line for line in text.splitlines() if line.startswith(f"- {KEY} = 5000"))
+    assert "serial create intake, fitted" in intake and MACHINE in intake
+    assert next(line for line in text.splitlines() if line.startswith("- boot.median_s")) == "- boot.median_s = 0.01"
+    assert "- 90% interval ...; NOT carried: the contention" in text.splitlines()
