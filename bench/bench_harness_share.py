@@ -110,8 +110,7 @@ def stampede_argv(stub: Stub, concurrency: int, run_s: float, out: Path) -> list
         "stub",
         "--base-url",
         stub.url,
-        "--token",
-        stub.token,
+        f"--token={stub.token}",  # a random token may begin with '-': never a separate argument
         "--commands",
         "true",
         "--progress-interval",
@@ -129,18 +128,22 @@ def measure(side: str, checkout: Path, concurrency: int, warmup_s: float, second
     run_s = STARTUP_S + warmup_s + seconds + 5
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     argv = stampede_argv(stub, concurrency, run_s, out)
-    process = subprocess.Popen(argv, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr_path = out / "stderr.txt"  # a file, not a pipe nobody reads while the run goes (a full pipe would stall it)
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(argv, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         root = psutil.Process(process.pid)
-        wait_until(lambda: stub.deleted() > 0, STARTUP_S + 30, f"{side}: no lifecycle ended")
+        try:
+            wait_until(lambda: stub.deleted() > 0, STARTUP_S + 30, f"{side}: no lifecycle ended")
+        except TimeoutError as exc:
+            raise RuntimeError(f"{exc}: {stderr_path.read_text(errors='replace')[-500:]}") from None
         time.sleep(warmup_s)
         (engine0, rest0), count0, t0 = split_cpu(root), stub.deleted(), time.monotonic()
         time.sleep(seconds)
         (engine1, rest1), count1, t1 = split_cpu(root), stub.deleted(), time.monotonic()
         load = os.getloadavg()[0]
         if process.poll() is not None:
-            assert process.stderr is not None
-            raise RuntimeError(f"{side} ended before its window did: {process.stderr.read().decode()[-500:]}")
+            raise RuntimeError(f"{side} ended before its window did: {stderr_path.read_text(errors='replace')[-500:]}")
         return ShareWindow(side, count1 - count0, t1 - t0, engine1 - engine0, rest1 - rest0, load)
     finally:
         process.terminate()
@@ -167,7 +170,11 @@ def main() -> int:
     windows: dict[str, list[ShareWindow]] = {side: [] for side, _ in sides}
     for round_ in range(args.rounds):
         for side, checkout in sides if round_ % 2 else list(reversed(sides)):
-            window = measure(side, checkout, args.concurrency, args.warmup, args.seconds)
+            try:
+                window = measure(side, checkout, args.concurrency, args.warmup, args.seconds)
+            except RuntimeError as exc:  # one lost window (a run that did not start) is reported, not the whole bench
+                print(f"  round {round_ + 1} {side:<6}: no window ({exc})", file=sys.stderr, flush=True)
+                continue
             windows[side].append(window)
             print(
                 f"  round {round_ + 1} {side:<6}: {window.rate:7.1f} lifecycles/s, engine {window.engine_us:6.1f} us, "
@@ -179,6 +186,9 @@ def main() -> int:
     print(f"{'side':<7} | {'engine us':>9} {'locust us':>9} {'total us':>9} | {'life/s':>8} | load")
     for side, _ in sides:
         got = windows[side]
+        if not got:
+            print(f"{side:<7} | no window")
+            continue
         loads = [w.load for w in got]
         print(
             f"{side:<7} | {statistics.median(w.engine_us for w in got):>9.1f} "
