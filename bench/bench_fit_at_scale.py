@@ -23,8 +23,9 @@ predicted as the run played it: each stage for its hold, at the run's time scale
     python bench/bench_fit_at_scale.py --profiles e2b-like --ramp-stages 480,960,1920,3840 --ramp-hold 10
     python bench/bench_fit_at_scale.py --reuse DIR                       # score runs already in DIR again
 
-A sub-second vendor at 960 on a 2-core machine is measured through the harness's own create path (the simulated
-vendor accepts 960 creates over ~0.4 s of wall time, all three processes sharing the cores): a run's vendor seconds
+A sub-second vendor at 960 on a 2-core machine is measured through the harness's own create path (the harness sends
+960 creates over 0.2-0.5 s, the simulated vendor takes them one after another, and sandboxes ready early contend with
+the rest for the cores; the fit carries the serial intake, not the contention): a run's vendor seconds
 keep harness time as measured, so `--time-scale` does not shrink it (daytona-like at 5: measured p50 0.755 s against
 0.664 s at 1). `bench_timing_error.py --run DIR` splits it.
 
