@@ -50,6 +50,14 @@ THROTTLE_DEFAULT_S = 1.0
 """How long a 429 without Retry-After holds a client's operation: the adapters' gate (`providers/throttle_gate.py`)
 and the simulator's model of that gate (`providers/sim/core/timed_ramp.py`) read this one value."""
 
+THROTTLE_MAX_WAIT_S = 30.0
+"""The longest a Retry-After (or a bare 429's doubling) holds a client's creates unless told otherwise: the `stub` and
+`prime` adapters' `max_backoff_s` option and the simulator's model of their gate read this one value."""
+
+RETRY_BACKOFF_S = 1.0
+"""How long a rollout whose start failed waits before its next attempt unless the run says otherwise (vendor
+seconds): the rollout plan's `retry_backoff_s` and the simulator's model of the engine's retries read it."""
+
 
 class FailureKind(enum.StrEnum):
     """Why a rollout failed, comparable across vendors (contract)."""

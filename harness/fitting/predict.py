@@ -16,6 +16,7 @@ pace the inputs' bursts were sent (`burst_spacing`), not at one instant: live, 9
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import random
@@ -77,9 +78,9 @@ class LiveRun:
     spawn_rate: float = DEFAULT_SPAWN_RATE
     commands: tuple[tuple[str, ...], ...] = DEFAULT_COMMANDS
     retries: int = 0
-    retry_backoff_s: float = 1.0
+    retry_backoff_s: float | None = None  # None: the rollout plan's default (RampTiming's, which reads it)
     throttle: bool = True
-    max_backoff_wall_s: float = 30.0
+    max_backoff_wall_s: float | None = None  # None: the stub client's default (CreateThrottle.stub_client's)
 
     def work_s(self, profile: Profile) -> float:
         """Vendor seconds of a rollout after its first command: each later command's round trip and the vendor's
@@ -103,16 +104,24 @@ class LiveRun:
             hold = shape.hold_s if shape.hold_s is not None else DEFAULT_HOLD_S.get(shape.protocol, 15.0)
             reach = (math.floor(new / self.spawn_rate) + 1) * STAGE_TICK_WALL_S
             lengths.append((reach + hold) / scale)
-        throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s) if self.throttle else None
-        return RampTiming(
+        throttle = None
+        if self.throttle:
+            throttle = (
+                CreateThrottle.stub_client(scale)
+                if self.max_backoff_wall_s is None
+                else CreateThrottle.stub_client(scale, self.max_backoff_wall_s)
+            )
+        timing = RampTiming(
             stage_s=tuple(lengths),
             spawn_interval_s=1.0 / self.spawn_rate / scale,
             work_s=self.work_s(profile),
             turn_s=TURN_WALL_S / scale,
             throttle=throttle,
             retries=self.retries,
-            retry_backoff_s=self.retry_backoff_s,
         )
+        if self.retry_backoff_s is not None:
+            timing = dataclasses.replace(timing, retry_backoff_s=self.retry_backoff_s)
+        return timing
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,9 +234,9 @@ def live_run_of(run_dir: Path | str) -> tuple[LiveRun, float | None]:
         spawn_rate=spawn,
         commands=tuple(tuple(str(w) for w in c) for c in commands) if commands else DEFAULT_COMMANDS,
         retries=int(_number(plan.get("retries")) or 0),
-        retry_backoff_s=_number(plan.get("retry_backoff_s")) or 1.0,
+        retry_backoff_s=_number(plan.get("retry_backoff_s"), zero=True),  # a plan's 0 is no backoff, not the default
         throttle=info.provider == "stub",
-        max_backoff_wall_s=_number(options.get("max_backoff_s")) or 30.0,
+        max_backoff_wall_s=_number(options.get("max_backoff_s")),
     )
     return live, hold
 
@@ -237,14 +246,15 @@ def _mapping(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _number(value: object) -> float | None:
+def _number(value: object, zero: bool = False) -> float | None:
+    """A positive finite number from a manifest (`zero`: or 0), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
     try:
         number = float(value)
     except ValueError:
         return None
-    return number if math.isfinite(number) and number > 0 else None
+    return number if math.isfinite(number) and (number > 0 or (zero and number == 0)) else None
 
 
 def _timed(shape: Shape) -> bool:

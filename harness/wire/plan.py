@@ -12,7 +12,7 @@ from typing import Any
 from foundation.sandbox_client import client_named
 from harness.errors import UsageError
 from harness.wire.durations import Distribution
-from providers.base import DEFAULT_LIFETIME_S
+from providers.base import DEFAULT_LIFETIME_S, RETRY_BACKOFF_S
 
 DEFAULT_COMMANDS: tuple[tuple[str, ...], ...] = (("true",), ("echo", "stampede"), ("sleep", "2"))
 """A minimal rollout: a readiness probe (ends TTI), one tool call with output, one that holds the sandbox."""
@@ -68,7 +68,7 @@ class RolloutPlan:
     reward_command: tuple[str, ...] | None = None
     rollout_timeout_s: float | None = None  # one deadline for the whole rollout
     retries: int = 0  # init failures (create/ready) are retried this many times, each attempt its own row
-    retry_backoff_s: float = 1.0
+    retry_backoff_s: float = RETRY_BACKOFF_S
     # the RL framework's sandbox client the engine plays around the provider (foundation/sandbox_client.py): its
     # startup deadline, STARTING semaphore, install step, init budget and leaks; "none": the vendor seen directly
     client: str = "none"

@@ -196,7 +196,7 @@ def test_a_measured_runs_own_hold_time_scale_and_plan_are_read_from_its_run_json
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     live, hold = live_run_of(tmp_path)
     assert hold == 6.0
-    assert live == LiveRun(0.5, 50.0, (("true",), ("sleep", "3")), 1, 2.0, True, 30.0)
+    assert live == LiveRun(0.5, 50.0, (("true",), ("sleep", "3")), 1, 2.0, True, None)
 
 
 def test_the_cli_offers_every_scenario_predict_simulates() -> None:
@@ -305,3 +305,26 @@ def test_fit_a_small_stub_run_then_predict_a_wider_one_and_score_it(tmp_path: Pa
     verdict = done.stdout.strip().splitlines()[-1]
     assert verdict.startswith(("4 of 4 measured values inside", "3 of 4", "2 of 4", "1 of 4", "0 of 4"))
     assert done.returncode == (0 if verdict.startswith("4 of 4") else 1)
+
+
+def test_a_plan_without_backoff_is_predicted_without_one_and_defaults_come_from_their_one_home(tmp_path: Path) -> None:
+    from providers.base import RETRY_BACKOFF_S, THROTTLE_MAX_WAIT_S
+
+    manifest = {
+        "run_id": "r",
+        "provider": "stub",
+        "scenario": "ramp",
+        "status": "completed",
+        "exit_code": 0,
+        "time_scale": 1.0,
+        "shape": {"shape": "ramp", "stages": [10], "hold_s": 5.0, "spawn_rate": 50.0},
+        "parameters": {"plan": {"commands": [["true"]], "retries": 2, "retry_backoff_s": 0}},
+    }
+    (tmp_path / "run.json").write_text(json.dumps(manifest))
+    live, _ = live_run_of(tmp_path)
+    profile = load_profile("ideal")
+    shapes = [Shape("ramp", 10, 10, 5.0)]
+    timing = live.timing(profile, shapes)
+    assert timing.retry_backoff_s == 0.0  # a plan's 0 is read as 0, not as "unset"
+    assert timing.throttle is not None and timing.throttle.max_wait_s == THROTTLE_MAX_WAIT_S
+    assert LiveRun().timing(profile, shapes).retry_backoff_s == RETRY_BACKOFF_S

@@ -32,7 +32,7 @@ from typing import Any
 
 from foundation.quantiles import nearest_rank
 from foundation.sandbox_client import CLIENT_BUDGET_KIND, CLIENT_DEADLINE_KIND, SandboxClient
-from providers.base import IMAGE_SIZE_LABEL, INIT_PHASES
+from providers.base import IMAGE_SIZE_LABEL, INIT_PHASES, RETRY_BACKOFF_S
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import CreateRequest, ExecOutcome, Rejected, SandboxDied, SandboxStatus, SimSandbox
@@ -157,7 +157,7 @@ class _ProbeWorkload:
         *,
         retries: int = 0,
         ready_timeout_s: float = math.inf,
-        retry_backoff_s: float = 1.0,
+        retry_backoff_s: float = RETRY_BACKOFF_S,
         hold_s: float = 0.0,
         client: SandboxClient | None = None,
         seed: int = 0,
@@ -388,7 +388,7 @@ def simulate_burst(
     spacing_s: float = 0.0,
     retries: int = 0,
     ready_timeout_s: float = math.inf,
-    retry_backoff_s: float = 1.0,
+    retry_backoff_s: float = RETRY_BACKOFF_S,
     hold_s: float = 0.0,
     arrivals_s: Sequence[float] | None = None,
     client: SandboxClient | None = None,

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from providers.base import THROTTLE_DEFAULT_S
+from providers.base import RETRY_BACKOFF_S, THROTTLE_DEFAULT_S, THROTTLE_MAX_WAIT_S
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.experiments import BurstResult, BurstSample, _gc_paused, _load, _ProbeWorkload
 from providers.sim.core.profile import Profile
@@ -75,7 +75,7 @@ class CreateThrottle:
             raise ValueError("pass_s, open_s and open_shape must be >= 0")
 
     @classmethod
-    def stub_client(cls, time_scale: float, max_backoff_wall_s: float = 30.0) -> CreateThrottle:
+    def stub_client(cls, time_scale: float, max_backoff_wall_s: float = THROTTLE_MAX_WAIT_S) -> CreateThrottle:
         """The `stub` provider's gate (its `max_backoff_s` option, wall seconds) against a vendor at `time_scale`
         (wall seconds per vendor second)."""
         scale = time_scale
@@ -107,7 +107,7 @@ class RampTiming:
     turn_s: float  # a round trip and the engine's turn to the next rollout (> 0)
     throttle: CreateThrottle | None = None
     retries: int = 0  # plan retries of an init failure, each attempt its own row
-    retry_backoff_s: float = 1.0
+    retry_backoff_s: float = RETRY_BACKOFF_S
 
     def __post_init__(self) -> None:
         if not self.stage_s or min(self.stage_s) <= 0 or not all(math.isfinite(s) for s in self.stage_s):

@@ -10,7 +10,7 @@ from typing import Any
 import prime_sandboxes
 from prime_sandboxes import Config
 
-from providers.base import ProviderConfigError
+from providers.base import THROTTLE_MAX_WAIT_S, ProviderConfigError
 from providers.options import (
     Option,
     choice,
@@ -53,7 +53,7 @@ class PrimeOptions:
     # that call, classified, and holds up no other
     api_timeout_s: float = declare(30.0, number, key="api_timeout", positive=True)
     terminate_attempts: int = declare(4, integer, minimum=1)  # a delete the API did not confirm is asked again
-    max_backoff_s: float = declare(30.0, number, positive=True)  # the longest a create's Retry-After holds the rest
+    max_backoff_s: float = declare(THROTTLE_MAX_WAIT_S, number, positive=True)  # most a Retry-After holds the rest
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> PrimeOptions:

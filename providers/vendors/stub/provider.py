@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 from providers.base import (
+    THROTTLE_MAX_WAIT_S,
     ExecResult,
     FailureKind,
     Phase,
@@ -57,8 +58,7 @@ CHECKPOINT_WAIT_S = 300.0  # how long a checkpoint may take to become DURABLE (p
 CHECKPOINT_LOOK_FIRST_S = 0.05  # the first look at a pending checkpoint; twice as late each time after
 CHECKPOINT_LOOK_MAX_S = 1.0
 
-# errorType of a sandbox that ended before RUNNING -> kind. Anything else that dies before ready is, by
-# definition, died_before_ready.
+# errorType of a sandbox that ended before RUNNING -> kind; anything else that dies before ready is died_before_ready
 _READY_ERROR_KINDS: dict[str, FailureKind] = {
     "PROVISIONING_TIMEOUT": FailureKind.READY_TIMEOUT,
     "GATEWAY_REACHABILITY_TIMEOUT": FailureKind.READY_TIMEOUT,
@@ -88,7 +88,7 @@ class StubOptions:
     # one status:batchGet look; a lost look is asked again and holds up only the sandboxes it asked about
     status_timeout_s: float = declare(10.0, number, positive=True)
     terminate_attempts: int = declare(4, integer, minimum=1)  # a terminate the vendor did not confirm is asked again
-    max_backoff_s: float = declare(30.0, number, positive=True)  # the longest a Retry-After (or bare 429) holds one
+    max_backoff_s: float = declare(THROTTLE_MAX_WAIT_S, number, positive=True)  # the longest a Retry-After holds one
     team_id: str | None = declare(None, text)
 
     @classmethod
