@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from foundation.sandbox_client import SandboxClient
 from harness.engine.outage_gate import OutageGate
+from harness.engine.phase_watchdog import PhaseWatchdog
 from harness.wire.durations import Distribution
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutIdentity, RolloutRecord
@@ -56,6 +57,7 @@ class RolloutContext:
     # fork copies a group's rollout makes beside its own
     on_step: Callable[[StepRecord], None] | None = None
     on_record: Callable[[RolloutRecord], None] | None = None
+    watchdog: PhaseWatchdog | None = None  # the engine's one sweep over vendor calls' deadlines (None: asyncio.timeout)
 
     def new_record(self) -> RolloutRecord:
         """A record stamped now (`t_submit`), carrying who the rollout is and the load it met."""
@@ -153,9 +155,22 @@ class _Rollout:
         t_wall = time.time()
         start = time.monotonic()
         sandbox_id = self.ref.sandbox_id if self.ref else None
+        watchdog = self.ctx.watchdog
         try:
-            async with asyncio.timeout(budget_s + WATCHDOG_GRACE_S):
-                result = await call
+            if watchdog is None:
+                async with asyncio.timeout(budget_s + WATCHDOG_GRACE_S):
+                    result = await call
+            else:  # the same deadline, one dict entry instead of a Timeout and a timer per call (phase_watchdog.py)
+                task = asyncio.current_task()
+                assert task is not None
+                watchdog.arm(task, start + budget_s + WATCHDOG_GRACE_S)
+                try:
+                    result = await call
+                except BaseException as exc:
+                    if watchdog.release(task, isinstance(exc, asyncio.CancelledError)):
+                        raise TimeoutError from exc
+                    raise
+                watchdog.release(task, False)
         except asyncio.CancelledError:
             self.emit_op(op, t_wall, start, ok=False, kind=None, sandbox_id=sandbox_id)
             raise

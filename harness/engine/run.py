@@ -25,6 +25,7 @@ from foundation.sandbox_client import client_named
 from harness.engine.health import LoopHealth
 from harness.engine.outage_gate import OutageGate
 from harness.engine.paced_cancel import CancelPacer
+from harness.engine.phase_watchdog import PhaseWatchdog
 from harness.engine.rollout import RolloutCancelled, RolloutContext, SandboxRegistry, run_rollout
 from harness.engine.script_rollout import run_script_rollout
 from harness.engine.shards import ShardWriter, safe_name
@@ -83,6 +84,7 @@ class EngineRun:
         self.registry = SandboxRegistry(on_add=self._sandbox_acknowledged)
         self.tasks: dict[str, asyncio.Task[RolloutRecord]] = {}
         self.cancels = CancelPacer()
+        self.watchdog = PhaseWatchdog()  # every rollout's vendor calls past their deadline, swept once a second
         self.versions = dict(provider.versions())
         self.sdk_version = ";".join(f"{name}={version}" for name, version in sorted(self.versions.items()))
         self.seq = 0
@@ -186,6 +188,7 @@ class EngineRun:
             give_up_at=self._budget_end(),
             on_step=self.writer.add_step if self.script is not None else None,
             on_record=self.record_row if self.script is not None else None,  # a fork group's copies
+            watchdog=self.watchdog,
         )
         task = asyncio.get_running_loop().create_task(self._run_and_record(ctx))
         self.tasks[rollout_id] = task

@@ -191,3 +191,30 @@ async def test_a_pause_between_the_two_clock_reads_never_pushes_the_end_past_the
     record, _, _ = await run(ScriptedProvider({}), RolloutPlan(commands=(("true",),)))
     next_submit = clock.read()
     assert record.total_s is not None and record.t_submit + record.total_s <= next_submit
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["a timeout per call", "the engine's watchdog"])
+async def test_a_vendor_call_stuck_past_its_budget_fails_as_a_timeout_either_way(monkeypatch, watched):
+    """The engine bounds each vendor call (its budget plus WATCHDOG_GRACE_S) with one sweep over every rollout's
+    calls; a rollout without it (a test, a tool) with asyncio.timeout. Both end a stuck create the same way."""
+    import dataclasses
+
+    from harness.engine import rollout as rollout_module
+    from harness.engine.phase_watchdog import PhaseWatchdog
+
+    monkeypatch.setattr(rollout_module, "WATCHDOG_GRACE_S", 0.0)
+    provider = ScriptedProvider({"create_delay_s": 30.0})
+    watchdog = PhaseWatchdog(resolution_s=0.02) if watched else None
+    ctx = dataclasses.replace(context(), watchdog=watchdog)
+    ops: list[OpRecord] = []
+    record = await asyncio.wait_for(
+        run_rollout(provider, RolloutPlan(create_timeout_s=0.05), ctx, ops.append, SandboxRegistry()), 5.0
+    )
+    assert record.outcome == "failed" and record.failure_phase == "create"
+    assert record.failure_kind == str(provider.classify(TimeoutError(), rollout_module.Phase.CREATE))
+    assert [(op.op, op.ok) for op in ops] == [("create", False)]
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # the deadline's cancel was taken back
+    if watchdog is not None:
+        assert watchdog.fired == 1
+        watchdog.close()
