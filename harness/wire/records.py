@@ -129,6 +129,8 @@ _identity_values = operator.attrgetter(*IDENTITY_FIELDS)
 
 LIVE_FIELDS: tuple[str, ...] = (
     "rollout_id",
+    "sandbox_id",  # with t_submit: the progress line's vendor seconds join a row to the vendor's record by these
+    "t_submit",
     "stage",
     "target_users",
     "inflight_at_submit",
