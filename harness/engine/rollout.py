@@ -30,7 +30,7 @@ from harness.wire.plan import RolloutPlan
 from harness.wire.records import OUTCOME_CANCELLED, OUTCOME_FAILED, OpRecord, RolloutIdentity, RolloutRecord
 from harness.wire.redact import short_error
 from harness.wire.steps import StepRecord
-from providers.base import FailureKind, Phase, Provider, ReadyObservation, SandboxRef, SandboxSpec
+from providers.base import FailureKind, Phase, Provider, ProviderError, ReadyObservation, SandboxRef, SandboxSpec
 
 T = TypeVar("T")
 
@@ -175,13 +175,24 @@ class _Rollout:
             self.emit_op(op, t_wall, start, ok=False, kind=None, sandbox_id=sandbox_id)
             raise
         except BaseException as exc:
-            self.emit_op(op, t_wall, start, ok=False, kind=self.classify(exc, phase), sandbox_id=sandbox_id)
+            kind = self.classify(exc, phase)
+            # the vendor's Retry-After kept with the call: how it refuses past its limits (harness.fitting.limits)
+            wait = exc.retry_after if isinstance(exc, ProviderError) else None
+            self.emit_op(op, t_wall, start, ok=False, kind=kind, sandbox_id=sandbox_id, retry_after=wait)
             raise
         self.emit_op(op, t_wall, start, ok=True, kind=None, sandbox_id=sandbox_id)
         return result
 
     def emit_op(
-        self, op: str, t_wall: float, start: float, *, ok: bool, kind: FailureKind | None, sandbox_id: str | None
+        self,
+        op: str,
+        t_wall: float,
+        start: float,
+        *,
+        ok: bool,
+        kind: FailureKind | None,
+        sandbox_id: str | None,
+        retry_after: float | None = None,
     ) -> None:
         self.on_op(
             OpRecord(
@@ -194,6 +205,7 @@ class _Rollout:
                 failure_kind=str(kind) if kind else None,
                 worker=self.ctx.identity.worker,
                 sandbox_id=sandbox_id or (self.ref.sandbox_id if self.ref else None),
+                retry_after_s=retry_after,
             )
         )
 

@@ -112,6 +112,9 @@ class OpRecord:
     failure_kind: str | None = None
     worker: str = ""
     sandbox_id: str | None = None
+    # a failed call's Retry-After as the client read it (seconds, `ProviderError.retry_after`); None: the vendor
+    # gave none, or the call did not fail. Added in schema v2 (columns only added): older files read it as null
+    retry_after_s: float | None = None
 
     def to_row(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _OP_FIELDS}
@@ -238,6 +241,7 @@ def _op_fields(clock: pa.DataType, repeated: pa.DataType) -> list[pa.Field]:
         pa.field("failure_kind", repeated),
         pa.field("worker", repeated),
         pa.field("sandbox_id", pa.string()),
+        pa.field("retry_after_s", pa.float64(), metadata=_SECONDS),
     ]
 
 
