@@ -253,6 +253,9 @@ def render_fit(result: FitResult) -> str:
         + (f" ({result.notes[key]})" if key in result.notes else "")
         for key, value in result.fitted.items()
     ]
+    if result.observed:
+        lines += ["", "Seen in the runs, with no profile setting to hold it (the profile's comments say so):"]
+        lines += [f"- {key}: {what}" for key, what in result.observed.items()]
     lines += ["", "Not identifiable from these runs (kept at the prior's value, and the profile says so):"]
     lines += [f"- {key}: {why}" for key, why in result.unidentified.items()]
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from foundation.quantiles import nearest_rank
 from harness.fitting.admission import KEY as ADMISSION_KEY
 from harness.fitting.admission import MACHINE as ADMISSION_MACHINE
 from harness.fitting.admission import fit_admission, simulate_intake_burst
-from harness.fitting.limits import fit_limits
+from harness.fitting.limits import RETRY_AFTER_KEY, fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from providers.sim.core.calibration import computesdk_stats
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
@@ -42,6 +42,7 @@ SATURATION = (0.7, 0.5, 0.35, 0.25, 0.15, 0.1)  # candidate caps: the delay stop
 RAMP_WIDTH_MAX = 1000  # a ramp stage replayed for the load cap: at most this many users
 SPREAD_MARGIN = 0.02  # a cap must bring the burst's log spread this much closer than no cap to be kept
 REFUSALS = ("rate_limited", "quota_exhausted", "capacity")  # a create the vendor turned away: a limit, not an error
+NO_SETTING_KEYS = (RETRY_AFTER_KEY,)  # fit findings without a profile field: comments in the TOML, not values
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,9 @@ class FitResult:
     notes: dict[str, str] = field(default_factory=dict)  # fitted key -> how (e.g. "0 of 120 attempts")
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # fitted key -> bootstrap interval
     interval_rounds: int = 0
+    # what the runs showed that no profile setting holds (key -> what: the rate limit's Retry-After, limits.py);
+    # printed with the fit and written as comments in the profile, never as a value
+    observed: dict[str, str] = field(default_factory=dict)
 
     def prior_source(self, key: str) -> str:
         """Where the prior had a value from (kept for a value the runs did not identify)."""
@@ -348,7 +352,7 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
                 rows.append(FitRow(label, stat, float(value), sim[stat]))
         rows.append(FitRow(label, "success", obs.success_rate, sim["success"]))
     sources = tuple(dict.fromkeys(o.source for o in observations))
-    return FitResult(profile, prior.name, fitted, unidentified, rows, sources, notes)
+    return FitResult(profile, prior.name, fitted, unidentified, rows, sources, notes, observed=dict(limits.observed))
 
 
 INTERVAL = 0.90  # the bootstrap interval's coverage
@@ -419,6 +423,12 @@ def profile_toml(result: FitResult, today: dt.date | None = None) -> str:
     lines = [
         f"# fitted by `stampede calibrate --fit` on {day} from: {inputs}",
         f"# prior: {result.prior}",
+        *(f"# {key} (seen; no profile setting): {text}" for key, text in result.observed.items()),
+        *(
+            f"# {k}: not identifiable from these runs: {why}"
+            for k, why in result.unidentified.items()
+            if k in NO_SETTING_KEYS
+        ),
         f"name = {_toml_string(profile.name)}",
         f"description = {_toml_string(f'fitted {day} from {inputs} (prior {result.prior})')}",
         f"default_time_scale = {_toml_value(profile.default_time_scale)}",

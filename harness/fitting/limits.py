@@ -29,18 +29,26 @@ vendor bucket, which is full at the run's first create.
   around them; never the creates a held stage let in.
 - A refusal's time is unknown within its sending and its answer; where a stretch of 429s must be split in time,
   halfway.
+- Retry-After (`RETRY_AFTER_KEY`): read off the ops of the creates refused for the rate limit (each failed call's
+  `retry_after_s`, what the adapter read of the 429): whether they carried one and its median and p90 in vendor
+  seconds. No profile setting holds it (the simulator's `[create_rate]` 429 always carries the wait until its next
+  token; `[faults] retry_after_s` is its injected 429s', not the rate limit's), so the fit names it beside the
+  profile (`LimitsFit.observed`, comments in the TOML), never as a value. Some of those ops may be the client's own
+  backoff giving up unsent (the stub and Prime adapters' throttle gate), which carries none: hence "k of n".
 
 Observations without times (published results) keep the count: creates accepted before the first refusal, right
-for the bursts such files hold. Whether a 429 carried Retry-After is not in the rollout rows, so it is not fitted.
+for the bursts such files hold; they say nothing of Retry-After, nor do runs whose ops predate the column.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from foundation.quantiles import nearest_rank
 from harness.fitting.observations import CreateTimeline, ProtocolObservation
 from harness.results.read.concurrency import concurrency_at
 
@@ -51,6 +59,27 @@ NOT_SEEN = ("transport",)  # a create that failed this way may never have reache
 MIN_REFILLED = 5  # creates let in between 429s before a refill rate is claimed (fewer: a burst's, one instant)
 FULL_SPAN = 0.5  # a span between 429s whose refill reaches this share of the depth may have filled the bucket
 BURST_NOTE = "a burst shows the bucket's depth, not its refill rate"
+RETRY_AFTER_KEY = "Retry-After on create_rate 429s"
+NO_SETTING = (
+    "no profile setting holds it: the simulator's [create_rate] 429 always carries the wait until its next token "
+    "([faults] retry_after_s is its injected 429s', not the rate limit's)"
+)
+
+
+@dataclass(frozen=True)
+class RetryAfterFit:
+    """The creates refused for the rate limit whose ops were read, and the Retry-After each carried (vendor s)."""
+
+    limited: int  # create calls failed `rate_limited`, with an op record of what they carried
+    carried_s: tuple[float, ...]  # sorted: the Retry-After of those that carried one
+
+    @property
+    def median_s(self) -> float | None:
+        return nearest_rank(self.carried_s, 0.5) if self.carried_s else None
+
+    @property
+    def p90_s(self) -> float | None:
+        return nearest_rank(self.carried_s, 0.9) if self.carried_s else None
 
 
 @dataclass(frozen=True)
@@ -60,6 +89,8 @@ class LimitsFit:
     fitted: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     unidentified: dict[str, str] = field(default_factory=dict)
+    observed: dict[str, str] = field(default_factory=dict)  # seen, with no profile setting to carry it: key -> what
+    retry_after: RetryAfterFit | None = None  # None: no 429's Retry-After was read (none seen, or not recorded)
 
 
 @dataclass(frozen=True)
@@ -241,11 +272,42 @@ def _cap(observations: Sequence[ProtocolObservation], runs: list[_Run], out: Lim
     out.unidentified["quota.max_active"] = f"no run reached a concurrency cap: {reason}"
 
 
+def _retry_after(observations: Sequence[ProtocolObservation], out: LimitsFit) -> RetryAfterFit | None:
+    """Whether the creates refused for the rate limit carried Retry-After, and how long (`RETRY_AFTER_KEY` in
+    `observed`); unidentified when no 429 was seen or its ops did not record it."""
+    known = [o.creates.retry_after_s for o in observations if o.creates and o.creates.retry_after_s is not None]
+    waits = [wait for stage in known for wait in stage]
+    if not waits:
+        seen = any(_count(o, RATE_LIMITED) for o in observations)
+        why = (
+            "no create was refused for the rate limit (no 429 seen)"
+            if not seen
+            else "the runs' 429s did not record it (ops from before `retry_after_s`, or published counts)"
+        )
+        out.unidentified[RETRY_AFTER_KEY] = f"{why}; {NO_SETTING}"
+        return None
+    fit = RetryAfterFit(len(waits), tuple(sorted(w for w in waits if w is not None)))
+    if fit.carried_s:
+        rest = len(waits) - len(fit.carried_s)
+        low, high = fit.carried_s[0], fit.carried_s[-1]
+        text = (
+            f"carried by {len(fit.carried_s)} of {len(waits)} creates refused for the rate limit: median "
+            f"{fit.median_s:.3g} vendor s, p90 {fit.p90_s:.3g} s"
+            + (f" ({low:.3g} to {high:.3g} s)" if high > low else "")
+            + (f"; {rest} without (a 429 without one, or the client's backoff giving up unsent)" if rest else "")
+        )
+    else:
+        text = f"absent: none of {len(waits)} creates refused for the rate limit carried one"
+    out.observed[RETRY_AFTER_KEY] = f"{text}; {NO_SETTING}"
+    return fit
+
+
 def fit_limits(observations: Sequence[ProtocolObservation]) -> LimitsFit:
     """The create bucket (`create_rate.burst`, `create_rate.per_s`) and the concurrency cap (`quota.max_active`)
-    these observations show, how each was read, and why the others stay at the prior."""
+    these observations show, how each was read, and why the others stay at the prior; and whether the rate limit's
+    429s carried Retry-After (`observed`: no profile setting holds it)."""
     out = LimitsFit()
     runs = _runs(observations)
     _bucket(observations, runs, out)
     _cap(observations, runs, out)
-    return out
+    return dataclasses.replace(out, retry_after=_retry_after(observations, out))

@@ -12,13 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from foundation.quantiles import nearest_rank
-from harness.results.read.dataset import RunInfo, load_rollouts, load_truth, read_run_info
+from harness.results.read.dataset import RunInfo, load_rollouts, load_truth, read_run_info, read_table
+from harness.results.read.layout import OPS_TABLE, files_of
 from harness.results.read.steps import has_steps, load_steps
 from harness.results.read.vendor_time import to_vendor_seconds, usable_truth
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+RETRY_AFTER = "retry_after_s"  # the ops column: a failed call's Retry-After (harness.wire.records.OpRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,10 @@ class CreateTimeline:
     # when each create (let in or turned away) was sent, sorted, on the same clock (the first may fall just before 0:
     # the clock starts at the vendor's first decision): the harness's own pace, which a predicted burst sends at
     sent_s: tuple[float, ...] = ()
+    # the Retry-After of each create call failed `rate_limited` (its op's `retry_after_s`, in vendor seconds; None: it
+    # carried none), unordered; None: not known (the run's ops predate the column). A 429's own, or the client's
+    # backoff giving up without sending (the stub and Prime adapters' throttle gate), which carries none either
+    retry_after_s: tuple[float | None, ...] | None = None
 
 
 def join_timelines(timelines: Sequence[CreateTimeline | None]) -> CreateTimeline | None:
@@ -56,6 +64,9 @@ def join_timelines(timelines: Sequence[CreateTimeline | None]) -> CreateTimeline
         ended_s=tuple(e for _, e in pairs),
         refused_s={k: tuple(sorted(v for t in known for v in t.refused_s.get(k, ()))) for k in kinds},
         sent_s=tuple(sorted(s for t in known for s in t.sent_s)),
+        retry_after_s=None
+        if all(t.retry_after_s is None for t in known)
+        else tuple(v for t in known for v in t.retry_after_s or ()),
     )
 
 
@@ -208,6 +219,7 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
         return {}
     origin = float(np.min(at[accepted | refused]))
     stages = frame["stage"].astype(str).to_numpy()
+    waits = _retry_afters(info, frame)
     kinds = frame["failure_kind"].astype(object).to_numpy()
     out: dict[str, CreateTimeline] = {}
     for stage in dict.fromkeys(stages):
@@ -224,8 +236,33 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
             ended_s=tuple(float(t) - origin for t in ended[mine][order]),
             refused_s={kind: tuple(sorted(times)) for kind, times in by_kind.items()},
             sent_s=tuple(sorted(float(t) - origin for t in submitted[rows & (accepted | refused)])),
+            retry_after_s=None if waits is None else waits.get(str(stage), ()),
         )
     return out
+
+
+def _retry_afters(info: RunInfo, frame: pd.DataFrame) -> dict[str, tuple[float | None, ...]] | None:
+    """Per stage, the Retry-After of each create call the rate limit turned away, in vendor seconds (None: it
+    carried none): the ops' `retry_after_s` (the seconds the client read, wall seconds at the run's time scale),
+    joined to the stage by rollout id. None when any ops file lacks the column (a run from before it was
+    recorded: its 429s' Retry-After is unknown, not absent)."""
+    files = files_of(info.run_dir, OPS_TABLE).all
+    try:
+        if not files or any(RETRY_AFTER not in pq.read_schema(path).names for path in files):
+            return None
+    except (OSError, pa.ArrowException):  # a shard cut short by a crash: the fit goes on without it
+        return None
+    ops = read_table(info.run_dir, OPS_TABLE, ["rollout_id", "op", "failure_kind", RETRY_AFTER]).to_pandas()
+    ops = ops[(ops["op"] == "create") & (ops["failure_kind"] == "rate_limited")]
+    stage_of = pd.Series(frame["stage"].astype(str).to_numpy(), index=frame["rollout_id"].astype(str).to_numpy())
+    stage_of = stage_of[~stage_of.index.duplicated()]
+    stages = ops["rollout_id"].astype(str).map(stage_of)
+    seconds = ops[RETRY_AFTER].to_numpy(dtype=float) * info.to_vendor_seconds()
+    out: dict[str, list[float | None]] = {}
+    for stage, wait in zip(stages, seconds, strict=True):
+        if isinstance(stage, str):
+            out.setdefault(stage, []).append(float(wait) if np.isfinite(wait) else None)
+    return {stage: tuple(waits) for stage, waits in out.items()}
 
 
 def _exec_overheads(steps: pd.DataFrame | None, stage: str) -> tuple[float, ...]:
