@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import Stub, wait_until  # a sibling script, not a package
+from bench_overhead import Stub, side_command, wait_until  # a sibling script, not a package
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_S = 15.0
@@ -92,42 +92,12 @@ def split_cpu(root: psutil.Process) -> tuple[float, float]:
     return engine, rest
 
 
-def stampede_argv(stub: Stub, concurrency: int, run_s: float, out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "harness.cli",
-        "run",
-        "--scenario",
-        "steady",
-        "--users",
-        str(concurrency),
-        "--spawn-rate",
-        "2000",
-        "--hold",
-        f"{run_s:.0f}",
-        "--provider",
-        "stub",
-        "--base-url",
-        stub.url,
-        f"--token={stub.token}",  # a random token may begin with '-': never a separate argument
-        "--commands",
-        "true",
-        "--progress-interval",
-        "0",
-        "--out",
-        str(out),
-        "--stop-timeout",
-        "5",
-    ]
-
-
 def measure(side: str, checkout: Path, concurrency: int, warmup_s: float, seconds: float) -> ShareWindow:
     stub = Stub()
     out = Path(tempfile.mkdtemp(prefix=f"bench-share-{side}-"))
     run_s = STARTUP_S + warmup_s + seconds + 5
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    argv = stampede_argv(stub, concurrency, run_s, out)
+    argv, _ = side_command("stampede", stub, concurrency, run_s, out)  # the same run as bench_overhead's
     stderr_path = out / "stderr.txt"  # a file, not a pipe nobody reads while the run goes (a full pipe would stall it)
     with stderr_path.open("wb") as stderr:
         process = subprocess.Popen(argv, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
