@@ -45,6 +45,7 @@ ROOMS: tuple[tuple[str, str], ...] = (
     ("providers.output_clock", "provider-support"),
     ("providers.http1_client", "provider-support"),
     ("providers.http1_transport", "provider-support"),
+    ("providers.http1_transport_httpx2", "provider-support"),
     ("providers.preflight", "provider-support"),
     ("providers.vendors.stub", "adapters"),
     ("providers.vendors.prime", "adapters"),

@@ -36,14 +36,22 @@ only ending sandboxes lifts), the concurrent-sandbox cap `quota_exhausted`, 503 
 `ready_timeout`, a session that ended before it ran (`failed`, `aborted`) `died_before_ready`, a stream's
 `sandbox_stopped` mid-command `died_during_exec`, a command past its timeout `exec_timeout`.
 
-The SDK's own behaviour is kept: it retries nothing, and its client holds at most 100 connections (HTTP/1.1; a
-create holds one until its sandbox runs). `max_connections` widens that pool through the SDK's documented
-`httpx_client_factory` (its own client builder, everything else as it sets it); measured on the local plane, a
-960-wide burst with 1000 connections stalled the engine's loop 2.2-2.5 s opening them (TTI p50 4.4-7.0 s) against
-0.3-0.4 s and 2.9-3.8 s with the SDK's 100 (2026-12-06), so the default stays the SDK's.
+The SDK's own behaviour is kept: it retries nothing, and every call is its own (its models, its exceptions). Its
+wire is not: with `api_transport=http1` (the default) the SDK's httpx2 client sends over
+`providers/http1_transport_httpx2.py`, the keep-alive HTTP/1.1 client the `stub` provider uses, except what streams
+a command's output (`.../logs`, and `cmd` with `logs=true`: `run_process`), which stays on the SDK's own httpcore2
+transport so output arrives as it is sent. Why: through the SDK's transport every create, status look and destroy
+walked httpcore2's pool (100 connections; a create's polls queue for one at 960 in flight) and the client spent
+2.68-3.12 CPU-ms a lifecycle against 2.17-2.43 over this (2026-12-06, `bench/bench_sdk_overhead.py --vendors
+vercel`, 64 and 960 in flight; bench/README.md). `api_transport=httpx` is the SDK's wire as shipped, on
+`max_connections` connections (the SDK's 100 by default, through its documented `httpx_client_factory`); on either
+wire the streaming requests use that pool. Measured on the local plane before the keep-alive client, a 960-wide
+burst with 1000 httpcore2 connections stalled the engine's loop 2.2-2.5 s opening them, so the default width stays
+the SDK's.
 
 Options (`--provider-option K=V`; defaults in `VercelOptions`): `team_id`, `project_id`, `image` (a rollout's image
-when the spec names none; none: Vercel's default), `vcpus`, `max_connections`, `create_timeout`, `preflight_timeout`.
+when the spec names none; none: Vercel's default), `vcpus`, `api_transport`, `max_connections`, `create_timeout`,
+`preflight_timeout`.
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ from importlib import metadata
 from typing import Any
 
 import httpx2
-from vercel._internal.core.http import DEFAULT_TIMEOUT, TransportOptions, create_base_async_client
+from vercel._internal.core.http import DEFAULT_TIMEOUT
 from vercel.sandbox import (
     Sandbox,
     SandboxApiError,
@@ -99,8 +107,10 @@ from providers.base import (
     vendor_error_kind,
 )
 from providers.cancellation import cancellable
+from providers.http1_transport_httpx2 import Http1Httpx2Transport
 from providers.options import (
     Option,
+    choice,
     declare,
     declared_options,
     declared_values,
@@ -117,6 +127,8 @@ API_PATH = "/api"  # Vercel's API base is https://vercel.com/api; a `base_url` w
 MAX_TIMEOUT_S = 5 * 3600  # Vercel's longest sandbox life (Pro/Enterprise); an unbounded lifetime asks for this
 LIST_PAGE = 50  # the SDK allows 1..50 a page
 SNAPSHOT_PREFIX = "snap_"  # Vercel's snapshot ids: a spec image so named is a snapshot to start from
+SDK_MAX_CONNECTIONS = 100  # the SDK's own pool when `max_connections` is not given
+_CONNECT_S = 10.0  # the keep-alive client's connect deadline (a request's own deadline is the SDK's timeout)
 _EXEC_GRACE_S = 10.0  # past the command's own deadline, before the vendor is asked to kill it
 _VCPU_LIMIT = "vcpu_allocation_limit_exceeded"
 _QUOTA_CODES = frozenset({"concurrent_sandboxes_limit_exceeded", "concurrency_limit_exceeded"})
@@ -136,6 +148,8 @@ class VercelOptions:
     credentials: SandboxCredentials | None  # None: the SDK's own resolution (VERCEL_* or an OIDC token)
     image: str | None = declare(None, text)
     vcpus: int | None = declare(None, integer, minimum=1)  # None: the spec's cores, rounded up
+    # the API's wire: `http1` (providers/http1_transport_httpx2.py; what streams stays on httpcore2) or `httpx`
+    api_transport: str = declare("http1", choice, "http1", "httpx")
     max_connections: int | None = declare(None, integer, minimum=1)  # None: the SDK's own pool (100)
     create_timeout_s: float = declare(300.0, number, key="create_timeout", positive=True)  # the harness's budget
     preflight_timeout_s: float = declare(30.0, number, key="preflight_timeout", positive=True)
@@ -175,6 +189,12 @@ VERCEL_OPTIONS: dict[str, Option] = {
 """The vercel provider's options (`--provider-option K=V`, the module's docstring): any other key is refused."""
 
 
+def streams_output(request: httpx2.Request) -> bool:
+    """A command's output as it comes (`.../logs`, or `cmd` with `logs=true`): the SDK's transport, not the
+    keep-alive client, which hands an answer over whole."""
+    return request.url.path.endswith("/logs") or request.url.params.get("logs") == "true"
+
+
 def execution_time_limit(lifetime_s: float) -> timedelta:
     """Vercel's sandbox timeout for a spec's lifetime (whole seconds, at most Vercel's longest)."""
     if math.isinf(lifetime_s):
@@ -205,22 +225,22 @@ class VercelProvider(Provider):
                 assert credentials is not None
                 return credentials
 
-            width = self.options.max_connections
+            width = self.options.max_connections or SDK_MAX_CONNECTIONS
+            http1 = self.options.api_transport == "http1"
 
-            def pool() -> httpx2.AsyncClient:
-                """The SDK's own client, as it builds it, with `max_connections` connections instead of its 100."""
-                assert width is not None
-                transport = TransportOptions(
-                    timeout=DEFAULT_TIMEOUT, base_url=None, max_connections=width, enable_http2=False
-                )
-                return create_base_async_client(transport)
+            def client() -> httpx2.AsyncClient:
+                """The SDK's own client (its timeout, HTTP/1.1), on `width` connections and, with `http1`, on the
+                keep-alive client for what does not stream."""
+                pool = httpx2.AsyncHTTPTransport(limits=httpx2.Limits(max_connections=width))
+                wire = Http1Httpx2Transport(_CONNECT_S, pool, streams=streams_output) if http1 else pool
+                return httpx2.AsyncClient(timeout=httpx2.Timeout(DEFAULT_TIMEOUT.total_seconds()), transport=wire)
 
             self._client = SandboxClient.create(
                 options=SandboxServiceOptions(
                     base_url=self.options.base_url,
                     credentials_factory=given if credentials is not None else None,
                 ),
-                httpx_client_factory=pool if width is not None else None,
+                httpx_client_factory=client if http1 or self.options.max_connections is not None else None,
             )
         return self._client
 

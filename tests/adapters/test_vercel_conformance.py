@@ -275,10 +275,12 @@ def _provider(vercel: RunningVercel, **options: Any) -> VercelProvider:
     )
 
 
-async def test_the_provider_walks_the_contract_against_the_front(open_vercel: Open) -> None:
+@pytest.mark.parametrize("wire", ["http1", "httpx"])
+async def test_the_provider_walks_the_contract_against_the_front(open_vercel: Open, wire: str) -> None:
+    """On either wire (the keep-alive client by default, the SDK's httpcore2 with `api_transport=httpx`)."""
     vercel, _ = await open_vercel("async")
-    await check_live_lifecycle(_provider(vercel), 10)  # the live tests' walk: two sandboxes, one command, cleanup
-    provider = _provider(vercel)
+    await check_live_lifecycle(_provider(vercel, api_transport=wire), 10)  # two sandboxes, one command, cleanup
+    provider = _provider(vercel, api_transport=wire)
     ref = await provider.create(SandboxSpec(run_id="r", rollout_id="x", engine="e1", cpu=3.5, lifetime_s=90))
     assert await provider.wait_ready(ref, 5) == ReadyObservation(poll_window_s=0.0, polls=0)
     sb = vercel.simulator.get(ref.handle.current_session_id)
@@ -300,7 +302,13 @@ async def test_the_provider_walks_the_contract_against_the_front(open_vercel: Op
     await provider.terminate(ref)  # already destroyed: idempotent
     with pytest.raises(ProviderError, match="HTTP 401"):
         await VercelProvider.from_options(
-            {"base_url": vercel.url, "token": "wrong", "team_id": TEAM_ID, "project_id": PROJECT_ID}
+            {
+                "base_url": vercel.url,
+                "token": "wrong",
+                "team_id": TEAM_ID,
+                "project_id": PROJECT_ID,
+                "api_transport": wire,
+            }
         ).preflight()
     await provider.aclose()
 
@@ -312,6 +320,8 @@ def test_options_are_checked() -> None:
     assert local is not None and (local.team_id, local.project_id) == (TEAM_ID, PROJECT_ID)
     with pytest.raises(ProviderConfigError, match="max_connections"):
         VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t", "max_connections": "0"})
+    with pytest.raises(ProviderConfigError, match="api_transport"):
+        VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t", "api_transport": "h2"})
     with pytest.raises(ProviderConfigError, match="vcpus"):
         VercelProvider.from_options({"base_url": "http://127.0.0.1:9", "token": "t", "team_id": "a", "vcpus": "0"})
     provider = VercelProvider.from_options(
