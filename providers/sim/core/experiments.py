@@ -14,7 +14,13 @@ framework's own policy: a semaphore on its sandboxes between create and alive, a
 start (failures `client_startup_deadline`, the client's, never the vendor's), an install step after RUNNING, a
 whole-init budget, retries, and leaks (a failed attempt's sandbox never deleted). Then `startup_s` runs from the
 rollout's arrival (before the semaphore) to its first command. `simulate_closed_loop` is the RL pattern itself:
-each worker runs rollouts back to back, holding each sandbox for an episode.
+each worker runs rollouts back to back, holding each sandbox for an episode. Where the profile has `[serving]`, each
+request a rollout makes (create, the readiness wait's once RUNNING, the command, the terminate) takes its turn at
+the vendor's one serving queue (`serving_queue.py`), so live sandboxes' requests slow the creates behind them.
+
+Over 600 lines on purpose: `_ProbeWorkload` is the one rollout every offline experiment drives (bursts, closed
+loops, ramps, the timed ramp), and its hooks (the RL client's policy, the serving queue) sit beside the steps they
+change; split, a reader would follow one rollout across modules.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from providers.base import IMAGE_SIZE_LABEL, INIT_PHASES, RETRY_BACKOFF_S
 from providers.sim.core.clock import VirtualClock
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import CreateRequest, ExecOutcome, Rejected, SandboxDied, SandboxStatus, SimSandbox
+from providers.sim.core.serving_queue import ServingQueue
 from providers.sim.core.simulator import VendorSimulator
 
 
@@ -190,10 +197,28 @@ class _ProbeWorkload:
         self._attempt: dict[int, int] = {}
         self._by_id: dict[str, tuple[int, float]] = {}
         self._installing: set[str] = set()
+        serving = sim.profile.serving  # the vendor's API server as one queue (offline only: serving_queue.py)
+        self.queue = None if serving is None else ServingQueue(serving, sim.clock)
         sim.add_listener(self._changed)
 
     def launch(self, index: int) -> None:
-        now = self.sim.clock.now()
+        """The rollout asks for a sandbox: its create takes its turn at the vendor's serving queue where the
+        profile has one (`serving_queue.py`; its wait counts in its TTI), else is made at once."""
+        if self.queue is None:
+            self.launch_now(index)
+        else:
+            self.queue.submit("create", functools.partial(self.launch_now, index, self.sim.clock.now()))
+
+    def _turn(self, kind: str, then: Callable[[], None]) -> None:
+        """`then()` once a request of `kind` had its turn at the serving queue (at once without one)."""
+        if self.queue is None:
+            then()
+        else:
+            self.queue.submit(kind, then)
+
+    def launch_now(self, index: int, asked_at: float | None = None) -> None:
+        """The create made now; `asked_at`: when the rollout asked for it (its TTI runs from then)."""
+        now = self.sim.clock.now() if asked_at is None else asked_at
         self._first.setdefault(index, now)
         client = self.client
         if client is not None:
@@ -334,16 +359,28 @@ class _ProbeWorkload:
                 sample = BurstSample(index, created, sb.id, None, failure, "exec", attempt, pending_s=pending)
             if sb.active:
                 hold = self.hold_for(index)
+                let_go = functools.partial(self._turn, "terminate", functools.partial(self._let_go, sb))
                 if sample.ok and hold > 0:
                     # the rollout keeps its sandbox (tool calls) and only then lets it go
-                    self.sim.clock.call_at(now + hold, functools.partial(self._let_go, sb))
-                else:
+                    self.sim.clock.call_at(now + hold, let_go)
+                elif self.queue is None:
                     self.sim.terminate(sb.id)
+                else:
+                    let_go()
             if sample.failure is not None:
                 self.attempt_failures[sample.failure] += 1
             self._finish(sample)
 
-        self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
+        def run() -> None:
+            if not sb.active:  # it ended while its requests waited their turn
+                done(SandboxDied(sb.id, str(sb.status), sb.error_type, sb.error_message or f"Sandbox is {sb.status}"))
+                return
+            self.sim.exec_start(sb.id, self.probe, timeout_s=self.probe_timeout_s, on_done=done)
+
+        if self.queue is None:
+            run()
+        else:  # the look that sees it RUNNING (and the auth), then the command, each in its turn
+            self.queue.submit("ready", functools.partial(self.queue.submit, "exec", run))
 
     def _let_go(self, sb: SimSandbox) -> None:
         if sb.active:  # it may have ended meanwhile (lifetime)

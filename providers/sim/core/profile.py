@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from providers.sim.core.faults import TransportFaults
+from providers.sim.core.serving_queue import Serving
 from providers.sim.core.vcpu_rate import VcpuRate
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
@@ -381,6 +382,7 @@ _OPTIONAL_SECTIONS: dict[str, type] = {
     "faults": TransportFaults,
     "account": Account,
     "vcpu_rate": VcpuRate,
+    "serving": Serving,
 }
 """Sections a profile may leave out (None on the Profile: the behaviour is not modelled)."""
 _DEFAULTED_SECTIONS: dict[str, type] = {"sandbox": SandboxSpec}
@@ -411,6 +413,7 @@ class Profile:
     faults: TransportFaults | None = None
     account: Account | None = None
     vcpu_rate: VcpuRate | None = None  # vCPUs allocated per window (Vercel Sandbox): vcpu_rate.py
+    serving: Serving | None = None  # the API server's one queue, every request's turn: serving_queue.py
     sandbox: SandboxSpec = field(default_factory=SandboxSpec)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     path: str | None = field(default=None, compare=False)

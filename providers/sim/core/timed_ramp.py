@@ -265,9 +265,16 @@ def simulate_timed_ramp(
 
     def send(index: int) -> None:
         sent_at[index] = clock.now()
+        if work.queue is None:
+            sent(index)
+        else:  # the create takes its turn at the vendor's serving queue; its refusal is known once it had it
+            work.queue.submit("create", functools.partial(sent, index))
+
+    def sent(index: int) -> None:
+        """The create reaches the vendor (the simulator decides it now) and its answer goes back."""
         sending.append(index)
         try:
-            work.launch(index)
+            work.launch_now(index, sent_at[index])
         finally:
             sending.pop()
         exc = refused.pop(index, None)
