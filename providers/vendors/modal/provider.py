@@ -28,7 +28,8 @@ id and the container boots while `wait_until_ready` waits.
 Options (`--provider-option K=V`; defaults in `ModalOptions`): `token_id`, `token_secret` (`token` when
 `base_url` is set, else the user's Modal config), `sandbox_v2` (1/0), `max_throttle_wait` (seconds, `none` for the
 SDK's default of unlimited), `app_name`, `environment`, `readiness` (`probe`, or `none`: the first command absorbs
-the boot), `region`, `preflight_timeout` (seconds to connect, authenticate and resolve the default image:
+the boot), `region`, `sdk_loop` (`engine`: the SDK's calls on the engine's loop, `sdk_loop.py`; `own`: its thread),
+`preflight_timeout` (seconds to connect, authenticate and resolve the default image:
 `LOCAL_PREFLIGHT_S` with `base_url`, else `MODAL_PREFLIGHT_S`; the SDK itself retries an unreachable server for a
 minute), `rpc_timeout` (seconds: the most a call that should answer at once may take: a V2 create, a command's
 start, a terminate, a list; the SDK waits on such calls without a deadline, so a hung vendor would otherwise hold a
@@ -86,6 +87,7 @@ from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
 from providers.vendors.modal.errors import classify_modal, pull_failed
+from providers.vendors.modal.sdk_loop import adopt_running_loop, release_loop
 
 T = TypeVar("T")
 
@@ -133,6 +135,7 @@ class ModalOptions:
     app_name: str = declare(DEFAULT_APP, text)
     environment: str | None = declare(None, text)
     readiness: str = declare("probe", choice, "probe", "none")
+    sdk_loop: str = declare("engine", choice, "engine", "own")  # `sdk_loop.py`: the SDK's calls on the engine's loop
     region: str | None = declare(None, text)
     # the option's absence depends on where the SDK connects, hence no `declare`
     preflight_timeout_s: float = LOCAL_PREFLIGHT_S
@@ -217,6 +220,7 @@ class ModalProvider(Provider):
         # `rate_limited` and a storm meets one create per hint, not every rollout's at once.
         self._create_gate = ThrottleGate(HINT_MAX_S)
         self._client: Any = None
+        self._adopted = False  # the SDK's calls made on this loop (`sdk_loop.py`), given back on `aclose`
         self._app: Any = None
         self._images: dict[str | None, Any] = {}
         self._lock = asyncio.Lock()
@@ -240,6 +244,7 @@ class ModalProvider(Provider):
         if self._client is None:
             async with self._lock:
                 if self._client is None:
+                    self._adopted = self.options.sdk_loop == "engine" and adopt_running_loop()
                     client = modal.Client(
                         self.options.server_url,
                         api_pb2.CLIENT_TYPE_CLIENT,
@@ -565,6 +570,9 @@ class ModalProvider(Provider):
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.close.aio()
+        if self._adopted:
+            self._adopted = False
+            release_loop()
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -7,15 +7,17 @@ talks to them exactly as it talks to Modal (no mocks anywhere).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import sys
 from typing import Any
 
 import pytest
 
 from providers.base import SandboxSpec
 from providers.sim.modal.server import RunningModal
-from tests.support.local_modal import local_modal
+from tests.support.local_modal import TOKEN, local_modal
 
 V1_ID = re.compile(r"^sb-[0-9A-Za-z]{22}$")
 
@@ -143,3 +145,39 @@ async def test_the_sdks_own_wait_poll_and_tags_calls(backend: str) -> None:
         await asyncio.wait_for(waiter, 15)
         again = await modal.Sandbox.from_id.aio(ref.sandbox_id, client=await provider.client())
         assert again.returncode == 137  # Modal's code for a terminated sandbox
+
+
+SDK_LOOP_SCRIPT = """
+import asyncio, json, sys, threading
+from providers.base import SandboxSpec
+from providers.vendors.modal.provider import ModalProvider
+from providers.vendors.modal.sdk_loop import runs_on_adopted_loop
+
+async def lifecycle(where):
+    provider = ModalProvider.from_options({"base_url": sys.argv[1], "token": sys.argv[2], "sdk_loop": where})
+    ref = await provider.create(SandboxSpec(run_id="loop", rollout_id=where))
+    await provider.wait_ready(ref, 30)
+    stdout = (await provider.exec(ref, ["echo", where], 30)).stdout
+    seen = {"stdout": stdout, "adopted": runs_on_adopted_loop(), "threads": threading.active_count()}
+    await provider.terminate(ref)
+    await provider.aclose()
+    return {**seen, "after_close": runs_on_adopted_loop()}
+
+print(json.dumps([asyncio.run(lifecycle("engine")), asyncio.run(lifecycle("own"))]))
+"""
+
+
+async def test_the_sdk_runs_on_the_engines_loop_and_gets_its_own_thread_back() -> None:
+    """`sdk_loop=engine` (the default), in a fresh interpreter as the engine is: the SDK's calls are made on the
+    caller's loop, with no thread of its own; `aclose` gives the loop back, so the next loop (`sdk_loop=own`) gets
+    the SDK's own thread and works."""
+    async with local_modal() as (server, _):
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SDK_LOOP_SCRIPT, server.url, TOKEN, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await asyncio.wait_for(child.communicate(), 120)
+    assert child.returncode == 0
+    engine, own = json.loads(out)
+    assert (engine["stdout"], engine["adopted"], engine["after_close"]) == ("engine\n", True, False)
+    assert (own["stdout"], own["adopted"], own["after_close"]) == ("own\n", False, False)
+    assert own["threads"] > engine["threads"]  # the SDK's synchronizer thread, started only where it is its own
