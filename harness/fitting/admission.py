@@ -124,11 +124,15 @@ def intake_rate(profile: Profile) -> float:
 
 
 def simulate_intake_burst(profile: Profile, n: int, seed: int, **options: Any) -> BurstResult:
-    """A burst of `n` on `profile` through its serial intake: the whole burst waits in the vendor's queue at once
+    """A burst of `n` on `profile` through its serial intake (or, where the profile has `[serving]`, through its
+    serving queue: the creates sent `spacing_s` apart, each taking its turn among the live sandboxes' requests,
+    providers/sim/core/serving_queue.py): the whole burst waits in the vendor's queue at once
     (the harness has issued it) and create k is taken, accepted or refused, at k / `account.admit_per_s`, its wait
     counted in its TTI (from when it joined the queue). Without an intake rate: `simulate_burst` as it is (its
     `spacing_s` then says how the harness sent the burst). The simulator's own admission (after the bucket) is left
     out here: the intake already spaces the creates, and a 429 is decided when the vendor takes the request."""
+    if profile.serving is not None:  # the serving queue takes the creates in turn, sent at the harness's pace
+        return simulate_burst(profile.with_overrides({KEY: math.inf}), n, seed=seed, **options)
     rate = intake_rate(profile)
     if math.isinf(rate) or n < 2:
         return simulate_burst(profile, n, seed=seed, **options)

@@ -3,7 +3,8 @@
 Each observation is replayed on the candidate profile (the same protocol at the same width, on the VirtualClock,
 as `stampede calibrate` replays the public protocols) and the profile's values are moved until the simulated
 quantiles meet the measured ones. Only what the observations can see is moved: the boot median and spread from
-the narrowest runs, the vendor's serial create intake from the creates a burst had queued (admission.py), then the
+the narrowest runs, the vendor's serial create intake from the creates a burst had queued (admission.py), or, where
+creates overlapped live sandboxes' requests, its serving queue, each kind of request's turn (serving.py), then the
 per-sandbox load delay on top of it when both a narrow run and a wide burst were seen, failure
 probabilities from counts, a create bucket's depth from rate-limit refusals, a concurrency cap from quota
 refusals. Everything else keeps the prior's value, and `unidentified` says why, so a profile never claims more
@@ -28,6 +29,9 @@ from harness.fitting.admission import MACHINE as ADMISSION_MACHINE
 from harness.fitting.admission import fit_admission, simulate_intake_burst
 from harness.fitting.limits import RETRY_AFTER_KEY, fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
+from harness.fitting.serving import KEYS as SERVING_KEYS
+from harness.fitting.serving import MACHINE as SERVING_MACHINE
+from harness.fitting.serving import fit_serving
 from providers.sim.core.calibration import computesdk_stats
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_closed_loop, simulate_sequential
 from providers.sim.core.profile import Profile, label_kind, parse_profile
@@ -94,7 +98,10 @@ def _simulate(profile: Profile, obs: ProtocolObservation, seed: int) -> BurstRes
     if obs.protocol in ("steady", "ramp"):  # a stage of `width` users, each creating again when its rollout ends
         per_user = max(1, n // width)
         return simulate_closed_loop(profile, width, per_user, seed=seed, hold_s=0.0)
-    return simulate_intake_burst(profile, width, seed)  # through the fitted intake, as a prediction plays it
+    # through the fitted intake, or the serving queue at the pace the burst was sent, as a prediction plays it
+    sent = obs.creates.sent_s if obs.creates is not None else ()
+    pace = (max(sent) - min(sent)) / (len(sent) - 1) if len(sent) > 1 else 0.0
+    return simulate_intake_burst(profile, width, seed, spacing_s=pace)
 
 
 def _stats(values: Sequence[float], trimmed: float) -> dict[str, float]:
@@ -282,7 +289,20 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
     # the serial intake first (the creates a burst had queued, taken one after another), so the load delay fitted
     # next on top of it takes only the burst's extra time the intake does not explain (admission.py)
     admission = fit_admission(observations, WIDE_MIN)
-    if admission.rate is not None:
+    # the serving queue where creates overlapped live sandboxes' requests (serving.py): it takes the creates one
+    # after another itself, so a profile with it has no separate intake (each create would wait twice)
+    serving = fit_serving(observations)
+    unidentified.update(serving.unidentified)
+    if serving.serving is not None:
+        profile = dataclasses.replace(profile.with_overrides({ADMISSION_KEY: math.inf}), serving=serving.serving)
+        fitted.update(serving.fitted)
+        notes.update(dict.fromkeys(serving.fitted, serving.note))
+        fitted[ADMISSION_KEY] = math.inf
+        intake = (
+            "" if admission.rate is None else f" (the burst's own intake read {1000 / admission.rate:.3f} ms a create)"
+        )
+        notes[ADMISSION_KEY] = f"none apart: the serving queue takes the creates in turn ([serving] create_s){intake}"
+    elif admission.rate is not None:
         profile = profile.with_overrides({ADMISSION_KEY: admission.rate})
         fitted[ADMISSION_KEY], notes[ADMISSION_KEY] = admission.rate, admission.note
     else:
@@ -427,7 +447,12 @@ def profile_toml(result: FitResult, today: dt.date | None = None) -> str:
         *(
             f"# {k}: not identifiable from these runs: {why}"
             for k, why in result.unidentified.items()
-            if k in NO_SETTING_KEYS
+            if k in NO_SETTING_KEYS or (k in SERVING_KEYS and profile.serving is None)
+        ),
+        *(
+            ["# [serving] absent: no serving queue, as the prior (harness/fitting/serving.py)"]
+            if profile.serving is None
+            else []
         ),
         f"name = {_toml_string(profile.name)}",
         f"description = {_toml_string(f'fitted {day} from {inputs} (prior {result.prior})')}",
@@ -451,6 +476,8 @@ def profile_toml(result: FitResult, today: dt.date | None = None) -> str:
                 source, label = f"fitted {day}: {how or inputs}", fitted_label
                 if key == ADMISSION_KEY:  # a figure of the machine where the vendor was --local: the label says so
                     label = f"{fitted_label}; {ADMISSION_MACHINE}"
+                elif key in SERVING_KEYS:
+                    label = f"{fitted_label}; {SERVING_MACHINE}"
                 if key in result.intervals:
                     low, high = result.intervals[key]
                     source += (

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from foundation.quantiles import nearest_rank
+from harness.fitting.queue_rows import QueueSample, queue_samples
 from harness.results.read.dataset import RunInfo, load_rollouts, load_truth, read_run_info, read_table
 from harness.results.read.layout import OPS_TABLE, files_of
 from harness.results.read.steps import has_steps, load_steps
@@ -83,6 +84,9 @@ class ProtocolObservation:
     source: str  # run dir, or "computesdk results/burst_tti/2026-05-05.json, Modal"
     exec_overhead_s: tuple[float, ...] = ()  # per command call: its time beyond the command's own (a plan run's steps)
     creates: CreateTimeline | None = None  # our runs' create times; None where only counts are known (published)
+    # each accepted create's wait at the vendor and the requests queued ahead of it (a simulated vendor's runs: its
+    # truth says when it served them; harness.fitting.serving fits the serving queue from these)
+    queue: tuple[QueueSample, ...] = ()
 
 
 SEQUENTIAL_MAX_USERS = 1  # a steady run of one user is the public protocols' "sequential": one sandbox at a time
@@ -123,6 +127,7 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
     outcomes = frame["outcome"].astype(str).to_numpy()
     steps = load_steps(info) if has_steps(info.run_dir) else None
     timelines = _create_timelines(info, frame)
+    queues = _queue_samples(info, frame)
     out: list[ProtocolObservation] = []
     for stage in dict.fromkeys(stages):
         rows = stages == stage
@@ -149,6 +154,7 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
                 source=f"{info.run_dir} ({stage})",
                 exec_overhead_s=_exec_overheads(steps, stage),
                 creates=timelines.get(str(stage)),
+                queue=queues.get(str(stage), ()),
             )
         )
     return out
@@ -239,6 +245,19 @@ def _create_timelines(info: RunInfo, frame: pd.DataFrame) -> dict[str, CreateTim
             retry_after_s=None if waits is None else waits.get(str(stage), ()),
         )
     return out
+
+
+def _queue_samples(info: RunInfo, frame: pd.DataFrame) -> dict[str, tuple[QueueSample, ...]]:
+    """Per stage, what each accepted create found queued ahead of it at the vendor (harness.fitting.serving); empty
+    without the vendor's truth or the ops (a real vendor, a run cut short)."""
+    truth = load_truth(info.run_dir)
+    if truth.empty or not files_of(info.run_dir, OPS_TABLE).all:
+        return {}
+    try:
+        ops = read_table(info.run_dir, OPS_TABLE, ["rollout_id", "op", "t_start", "dur_s", "ok"]).to_pandas()
+    except (OSError, pa.ArrowException):  # a shard cut short by a crash: the fit goes on without it
+        return {}
+    return queue_samples(frame, ops, truth, info.to_vendor_seconds())
 
 
 def _retry_afters(info: RunInfo, frame: pd.DataFrame) -> dict[str, tuple[float | None, ...]] | None:

@@ -32,6 +32,8 @@ from harness.fitting.admission import KEY as INTAKE_KEY
 from harness.fitting.admission import fit_admission, intake_rate, simulate_intake_burst
 from harness.fitting.fit import WIDE_MIN, FitResult, fit_profile, resample
 from harness.fitting.observations import ProtocolObservation
+from harness.fitting.serving import describe as describe_serving
+from harness.fitting.serving import resampled as resampled_serving
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import Profile
 from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, simulate_timed_ramp
@@ -359,12 +361,20 @@ def _resampled_intake(profile: Profile, gaps: Sequence[float], rng: random.Rando
 
 
 def intake_caveat(profile: Profile, shapes: Sequence[Shape], spacing_s: float | None) -> str:
-    """What the prediction says of a burst's create path: the fitted intake it carries (against a `--local`
-    vendor: the trial machine's, not the vendor's), and, when the burst's first sandboxes are due RUNNING before
+    """What the prediction says of a burst's create path: the serving queue it carries where the fit found one
+    (every request's turn, serving.py), else the fitted intake (against a `--local` vendor: the trial machine's,
+    not the vendor's), and, when the burst's first sandboxes are due RUNNING before
     its last create is taken (its creates sent and taken, one after another, for longer than the median boot),
     that the contention of their polls and commands for the same cores is not carried (admission.py)."""
     widest = max((s.users for s in shapes if s.protocol == "burst"), default=0)
     rate = intake_rate(profile)
+    if profile.serving is not None:
+        return (
+            f"; carries a serving queue, every request in its turn ({describe_serving(profile.serving)}: fitted; "
+            "against a --local vendor the trial machine's serving loop, not the vendor), so a burst's first "
+            "sandboxes' requests slow the creates behind them; not carried: the harness's own loop sending the "
+            "burst slower while it serves them too (each burst sent at the trial's pace)"
+        )
     if not widest:
         return ""
     out = ""
@@ -380,7 +390,8 @@ def intake_caveat(profile: Profile, shapes: Sequence[Shape], spacing_s: float | 
             f"; NOT carried: a burst of {widest} is sent and taken over ~{path_s:.2f} s, longer than the "
             f"{profile.boot.median_s:.3g} s median boot, so its first sandboxes are polled and run commands while "
             "its creates still go through: on the machine running the harness (and a --local vendor) they share "
-            "its cores and slow every create, a contention the trial's narrower burst cannot show"
+            "its cores and slow every create, a contention the trial's narrower burst cannot show (no serving queue: "
+            "the trial's runs did not identify one, harness/fitting/serving.py)"
         )
     return out
 
@@ -431,6 +442,14 @@ def predict_shapes(
     # of `resample`, so without this every refit would take the creates at one and the same pace)
     intake_gaps = fit_admission(list(observations or ()), WIDE_MIN).gaps
     refits = [_resampled_intake(refit, intake_gaps, pace) for refit in refits]
+    # and its serving queue's costs fitted again to its rows drawn again (serving.py; the rows are not `resample`'s)
+    turns = random.Random(3)
+    refits = [
+        refit
+        if refit.serving is None
+        else dataclasses.replace(refit, serving=resampled_serving(refit.serving, observations or (), turns))
+        for refit in refits
+    ]
     if refits:
         draws = [(p, 1000 * (b + 1) + s, paces[b]) for b, p in enumerate(refits) for s in range(seeds)]
         sources = tuple(dict.fromkeys(o.source for o in usable))

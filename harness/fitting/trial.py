@@ -20,6 +20,8 @@ from foundation.quantiles import nearest_rank
 from harness.fitting.admission import KEY as INTAKE_KEY
 from harness.fitting.admission import MACHINE as INTAKE_MACHINE
 from harness.fitting.observations import QUANTILES, ProtocolObservation, join_timelines
+from harness.fitting.serving import KEYS as SERVING_KEYS
+from harness.fitting.serving import MACHINE as SERVING_MACHINE
 from harness.results.read.dataset import load_rollouts, read_run_info
 from harness.results.read.vendor_time import to_vendor_seconds
 from providers.sim.core.calibration import computesdk_stats
@@ -186,6 +188,7 @@ def merged(protocol: str, observations: Sequence[ProtocolObservation]) -> Protoc
         source=observations[0].source.split(" (")[0],
         exec_overhead_s=tuple(sorted(v for o in observations for v in o.exec_overhead_s)),
         creates=join_timelines([o.creates for o in observations]),  # the limits are fitted from create times
+        queue=tuple(q for o in observations for q in o.queue),  # the serving queue's rows (serving.py)
     )
 
 
@@ -323,6 +326,15 @@ _INTAKE_SAYS = (
 )
 
 
+def _says(key: str, value: float) -> str:
+    """What a fitted figure of the create path is, beside it (the intake, or the serving queue that replaces it)."""
+    if key == INTAKE_KEY:
+        return _INTAKE_SAYS if math.isfinite(value) else " (no intake apart: the serving queue takes the creates)"
+    if key in SERVING_KEYS:
+        return f" (vendor seconds a request holds the one serving queue, fitted from the ramp's overlap; {SERVING_MACHINE})"
+    return ""
+
+
 def render(card: Scorecard) -> str:
     """The scorecard as Markdown-ish text: one section per question a buyer asks."""
     lines = [f"# Trial: {card.provider}" + (f" ({card.profile})" if card.profile else "") + f", size {card.size}", ""]
@@ -363,7 +375,7 @@ def render(card: Scorecard) -> str:
     lines.append(f"- per 1,000 sandboxes: {_usd(card.dollars_per_1000)} (this trial's mean sandbox lifetime)")
     lines += ["", "## Fitted profile", ""]
     lines.append(f"- written: {card.fitted_profile}" if card.fitted_profile else f"- {card.prediction_note}")
-    lines += [f"- {k} = {v:.4g}" + (_INTAKE_SAYS if k == INTAKE_KEY else "") for k, v in card.fitted.items()]
+    lines += [f"- {k} = {v:.4g}" + _says(k, v) for k, v in card.fitted.items()]
     if card.unidentified:
         lines.append("- not identifiable from these runs (kept at the prior's value):")
         lines += [f"  - {k}: {why}" for k, why in card.unidentified.items()]
