@@ -370,10 +370,11 @@ def intake_caveat(profile: Profile, shapes: Sequence[Shape], spacing_s: float | 
     rate = intake_rate(profile)
     if profile.serving is not None:
         return (
-            f"; carries a serving queue, every request in its turn ({describe_serving(profile.serving)}: fitted; "
-            "against a --local vendor the trial machine's serving loop, not the vendor), so a burst's first "
-            "sandboxes' requests slow the creates behind them; not carried: the harness's own loop sending the "
-            "burst slower while it serves them too (each burst sent at the trial's pace)"
+            f"; carries a serving queue, every request in its turn ({describe_serving(profile.serving)}, fitted "
+            "from the trial's ramp; against a --local vendor the trial machine's serving loop, not the vendor), so "
+            "a burst's first sandboxes' requests slow the creates behind them; not carried: a request's cost growing "
+            "with what is in flight beyond the trial's widest stage, and the harness's own loop sending the burst "
+            "slower while it serves those sandboxes too (each burst is sent at the trial's pace)"
         )
     if not widest:
         return ""

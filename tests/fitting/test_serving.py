@@ -20,6 +20,7 @@ import pytest
 from foundation.quantiles import nearest_rank
 from harness.fitting.fit import fit_profile, profile_toml
 from harness.fitting.observations import QUANTILES, ProtocolObservation
+from harness.fitting.predict import intake_caveat, predict_shapes, shapes_for
 from harness.fitting.queue_rows import QueueSample, queue_samples
 from harness.fitting.serving import KEYS, MACHINE, fit_serving
 from providers.sim.core import serving_queue
@@ -148,3 +149,23 @@ def test_a_fitted_profile_says_the_queue_is_fitted_and_whose_it_is(served_log: l
     plain = fit_profile([narrow], load_profile("ideal"), "plain")
     text = profile_toml(plain)
     assert "\n[serving]\n" not in text and "# serving.exec_s: not identifiable from these runs" in text
+
+
+def test_the_prediction_carries_the_queue_and_says_whose_it_is(served_log: list[tuple[str, float, float]]) -> None:
+    """A burst of 960 predicted from a fit that found the queue: its first sandboxes' requests slow the creates
+    behind them, so the predicted TTI is many times the same fit's without the queue; each refit carries its own
+    costs (its rows drawn again), and the prediction names the queue as the trial machine's serving loop."""
+    costs = {f"serving.{kind}_s": value for kind, value in TRUE.items()}
+    rows = _ramp_rows(load_profile("ideal").with_overrides(costs), served_log, [50, 150, 300])
+    narrow = dataclasses.replace(_observation(()), protocol="sequential", concurrency=1)
+    observations = [narrow, _observation(rows)]
+    fitted = fit_profile(observations, load_profile("ideal"), "served").profile
+    without = dataclasses.replace(fitted, serving=None)
+    shapes = shapes_for("burst", 960)
+    served = predict_shapes(fitted, shapes, observations=observations, prior=load_profile("ideal"), bootstrap=3)
+    plain = predict_shapes(without, shapes, seeds=3, bootstrap=0)
+    assert served.stages[0].stats["p50"].value > 5 * plain.stages[0].stats["p50"].value
+    low, high = served.stages[0].stats["p50"].low, served.stages[0].stats["p50"].high
+    assert low < high
+    assert "carries a serving queue" in served.interval_from and "serving loop, not the vendor" in served.interval_from
+    assert "serving queue" not in intake_caveat(without, shapes, None)
