@@ -20,7 +20,7 @@ Rounds interleave the sides (their order flips each round) so a busy neighbour o
 alike; the table prints each figure's median over rounds and the ratio stampede / bare, and the load average
 seen around the windows.
 
-    python bench/bench_sdk_overhead.py                                  # 4 vendors x 64,960 x 1 round, ~12 min
+    python bench/bench_sdk_overhead.py                                  # 8 vendors x 64,960 x 1 round, ~25 min
     python bench/bench_sdk_overhead.py --vendors e2b --concurrency 960 --rounds 3 --seconds 10
 
 Every process is bounded in time and stopped at the end; everything targets 127.0.0.1.
@@ -55,7 +55,7 @@ from bench_overhead import Window, tree_cpu, wait_until  # noqa: E402
 from foundation.quantiles import nearest_rank  # noqa: E402
 
 BASELINES = REPO / "bench" / "baselines"
-VENDORS = ("prime", "modal", "e2b", "daytona")
+VENDORS = ("prime", "modal", "e2b", "daytona", "runloop", "vercel", "coreweave", "agent-sandbox")
 SIDES = ("stampede", "bare")
 PLANE_START_S = 60.0
 STOP_S = 90.0
