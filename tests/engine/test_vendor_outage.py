@@ -146,7 +146,7 @@ def test_the_summary_marks_the_outage(outage_run: tuple[Path, float, float, int,
     )
     assert summary.returncode == 0, summary.stderr
     for text in (summary.stdout, stdout):  # `stampede summary`, and the run's own end-of-run summary
-        spans = re.findall(r"vendor unreachable: creates failed \(transport\) from \S+ to \S+ UTC \(([0-9.]+) s", text)
+        spans = re.findall(r"vendor unreachable: calls failed \(transport\) from \S+ to \S+ UTC \(([0-9.]+) s", text)
         assert len(spans) == 1, text
         outage = back_at - killed_at
         assert outage - MAX_BACKOFF_S - 1.0 <= float(spans[0]) <= outage + 1.0, (spans, outage)

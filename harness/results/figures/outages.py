@@ -1,14 +1,16 @@
-"""Where a run met a vendor it could not reach: spans of creates that failed at the connection level.
+"""Where a run met a vendor it could not reach: spans of vendor calls that failed at the connection level.
 
 A vendor outage (refused connections, then back on the same address) shows in the stage table only as a mass of
 `transport` failures; the summary names when it was, so a reader does not mistake the stage's failure and start
-rates for the vendor's behaviour under load. A span is a run of create-phase `transport` failures, each within
-OUTAGE_GAP_S of the last (the engine probes a gone vendor at most MAX_BACKOFF_S apart: one outage, one span), of
-at least OUTAGE_MIN_FAILURES (a lone reset is not an outage).
+rates for the vendor's behaviour under load. A span is a run of `transport` failures in any phase (a vendor that
+goes while every sandbox is booting fails their readiness looks, not their creates), each within OUTAGE_GAP_S of the
+last (the engine probes a gone vendor at most MAX_BACKOFF_S apart: one outage, one span), of at least
+OUTAGE_MIN_FAILURES (a lone reset is not an outage); the line counts them by phase.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -21,9 +23,10 @@ OUTAGE_MIN_FAILURES = 3
 
 @dataclass(frozen=True, slots=True)
 class OutageSpan:
-    start: float  # epoch seconds: the first create that failed unreachable
+    start: float  # epoch seconds: the first call that failed unreachable
     end: float  # the last
     failures: int
+    by_phase: tuple[tuple[str, int], ...] = ()  # (phase, failures), most first
 
     @property
     def duration_s(self) -> float:
@@ -33,9 +36,11 @@ class OutageSpan:
         def clock(t: float) -> str:
             return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-5]
 
+        phases = ", ".join(f"{count} {phase}" for phase, count in self.by_phase)
+        held = "; the engine held creates meanwhile" if any(phase == "create" for phase, _ in self.by_phase) else ""
         return (
-            f"vendor unreachable: creates failed (transport) from {clock(self.start)} to {clock(self.end)} UTC "
-            f"({self.duration_s:.1f} s, {self.failures} failed creates); the engine held creates meanwhile"
+            f"vendor unreachable: calls failed (transport) from {clock(self.start)} to {clock(self.end)} UTC "
+            f"({self.duration_s:.1f} s, {self.failures} failed: {phases}){held}"
         )
 
 
@@ -45,16 +50,19 @@ def outage_spans(rollouts: pd.DataFrame) -> list[OutageSpan]:
     if rollouts.empty or not needed <= set(rollouts.columns):
         return []
     kind = rollouts["failure_kind"].astype("string")
-    phase = rollouts["failure_phase"].astype("string")
-    failed = rollouts[(kind == "transport").fillna(False) & (phase == "create").fillna(False)]
+    failed = rollouts[(kind == "transport").fillna(False)]
     if failed.empty:
         return []
-    at = np.sort(failed["t_submit"].to_numpy(dtype=float) + failed["total_s"].fillna(0.0).to_numpy(dtype=float))
+    at = failed["t_submit"].to_numpy(dtype=float) + failed["total_s"].fillna(0.0).to_numpy(dtype=float)
+    order = np.argsort(at, kind="stable")
+    at = at[order]
+    phases = failed["failure_phase"].astype("string").fillna("unknown").to_numpy(dtype=object)[order]
     breaks = np.flatnonzero(np.diff(at) > OUTAGE_GAP_S) + 1
     spans = []
-    for group in np.split(at, breaks):
-        if len(group) >= OUTAGE_MIN_FAILURES:
-            spans.append(OutageSpan(float(group[0]), float(group[-1]), len(group)))
+    for times, named in zip(np.split(at, breaks), np.split(phases, breaks), strict=True):
+        if len(times) >= OUTAGE_MIN_FAILURES:
+            counted = Counter(str(phase) for phase in named).most_common()
+            spans.append(OutageSpan(float(times[0]), float(times[-1]), len(times), tuple(counted)))
     return spans
 
 
