@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.subprocess
@@ -46,6 +46,9 @@ from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape, StampedeShape
 from harness.locust.vendor_process import probe
 from harness.wire.run_endings import ABORTED, EXIT_INTERRUPTED, exit_code_for
+
+if TYPE_CHECKING:  # imported when --metrics-port asks: prometheus_client stays off every other run's start
+    from harness.locust.live.metrics_endpoint import MetricsEndpoint
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
@@ -138,6 +141,8 @@ def _locust_options(args: argparse.Namespace, scenario: Path) -> Any:
             "worker",
             "master_host",
             "master_port",
+            "metrics_port",
+            "metrics_host",
         ):
             continue
         setattr(options, key, value)
@@ -258,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if settings is not None:
         _check_vendor(settings)
+    environments: list[Environment] = []  # the scrape's view of the run, once Locust's environment exists
+    endpoint = _metrics_endpoint(args, role, environments)
     if note:
         print(f"stampede: {note}", file=sys.stderr, flush=True)
     environment = Environment(
@@ -268,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
         locustfile=scenario.name,
         stop_timeout=options.stop_timeout,
     )
+    environments.append(environment)
     workers: list[gevent.subprocess.Popen] = []
     runner: Any
     if role == "worker":
@@ -357,12 +365,32 @@ def run(args: argparse.Namespace) -> int:
     mark("command: runner ended")
     _quit(environment)
     _stop_workers(workers)
+    if endpoint is not None:
+        endpoint.close()
     mark("command: processes stopped")
     if environment.process_exit_code not in (None, 0):
         return int(environment.process_exit_code)
     if interrupted:  # the table in harness.wire.run_endings: 130 interrupted, 131 aborted
         return exit_code_for(ABORTED) if len(interrupted) >= 2 else EXIT_INTERRUPTED
     return 0
+
+
+def _metrics_endpoint(args: argparse.Namespace, role: str, environments: list[Environment]) -> MetricsEndpoint | None:
+    """`--metrics-port`: the endpoint, bound now (a port in use ends the run before any load); a worker's figures
+    reach its master, which serves them."""
+    if not args.metrics_port:
+        return None
+    if role == "worker":
+        raise UsageError("--metrics-port is the master's: a worker's figures reach it (give it to the master)")
+    from harness.locust.live.metrics_endpoint import MetricsEndpoint, session_view
+
+    endpoint = MetricsEndpoint(
+        lambda: session_view(session_of(environments[0])) if environments else None,
+        args.metrics_port,
+        args.metrics_host,
+    )
+    print(f"stampede: metrics at http://{endpoint.host}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
+    return endpoint
 
 
 def _stop_then_quit(runner: Any) -> None:

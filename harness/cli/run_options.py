@@ -10,6 +10,8 @@ from foundation.cli_help import set_env_var
 from foundation.converters import bounded_int
 
 SPAWN_RATE_ENV = "STAMPEDE_SPAWN_RATE"
+METRICS_PORT_ENV = "STAMPEDE_METRICS_PORT"
+METRICS_HOST_ENV = "STAMPEDE_METRICS_HOST"
 MAX_LOCAL_WORKERS = 256  # each is a Locust process and an engine: two busy processes
 
 
@@ -52,6 +54,20 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     dist.add_argument(
         "--master-port", type=bounded_int(1, 65535), default=5557, help="the master's port (default 5557)"
     )
+    live = run.add_argument_group("live metrics (harness/locust/live/metrics_endpoint.py)")
+    metrics_port = live.add_argument(
+        "--metrics-port",
+        type=bounded_int(0, 65535),
+        default=os.environ.get(METRICS_PORT_ENV, 0),  # argparse converts (and checks) a string default with `type`
+        help="serve the run's live metrics for Prometheus on this port (the master's, every worker labelled; 0: off)",
+    )
+    set_env_var(metrics_port, METRICS_PORT_ENV)
+    metrics_host = live.add_argument(
+        "--metrics-host",
+        default=os.environ.get(METRICS_HOST_ENV, "127.0.0.1"),
+        help="--metrics-port: interface to listen on (a scraper on another machine needs another, say 0.0.0.0)",
+    )
+    set_env_var(metrics_host, METRICS_HOST_ENV)
     run.add_argument(
         "-u",
         "--users",

@@ -31,6 +31,7 @@ from harness.engine.script_rollout import run_script_rollout
 from harness.engine.shards import ShardWriter, safe_name
 from harness.engine.submit_log import SubmitLog
 from harness.engine.trainer import Ticket, TrainerEmulator, TrainerSettings
+from harness.wire.live_metrics import RowMetrics
 from harness.wire.messages import RECENT_WINDOW_S, EngineConfig, EngineStats, RolloutRequest, StageUpdate
 from harness.wire.plan import RolloutPlan
 from harness.wire.records import (
@@ -97,6 +98,7 @@ class EngineRun:
         self.failures: Counter[str] = Counter()
         self.recent: deque[tuple[float, float | None, bool]] = deque()
         self.stage_stats: dict[str, StageStats] = {}
+        self.row_metrics = RowMetrics()  # the metrics port's histograms, from the same rows
         self.accepting = True
         self._stage_update: StageUpdate | None = None
         self.t_start = time.time()
@@ -279,6 +281,7 @@ class EngineRun:
 
     def record_row(self, record: RolloutRecord) -> None:
         self._stage(record.stage).add(record.outcome, record.failure_kind, record.tti_s)
+        self.row_metrics.observe(record)
         self.writer.add_rollout(record)
         self.outcomes[record.outcome] += 1
         if record.failure_kind:
@@ -310,6 +313,7 @@ class EngineRun:
             rows_written=self.writer.counts.rollouts,
             write_error=self.writer.error,
             stages={name: stats.to_wire() for name, stats in self.stage_stats.items()},
+            metrics=self.row_metrics.to_wire(),
             trainer=None
             if trainer is None
             else {"steps_done": len(trainer.steps), "done": trainer.done.is_set(), **trainer.counts},

@@ -164,6 +164,7 @@ class EngineStats:
     write_error: str | None = None  # the results cannot be written now (rows wait in memory): the run must stop
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     trainer: dict[str, Any] | None = None  # a rehearsal's emulated trainer: steps_done, done, counts
+    metrics: dict[str, Any] = field(default_factory=dict)  # harness.wire.live_metrics.RowMetrics: the metrics port
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
