@@ -377,8 +377,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _metrics_endpoint(args: argparse.Namespace, role: str, environments: list[Environment]) -> MetricsEndpoint | None:
     """`--metrics-port`: the endpoint, bound now (a port in use ends the run before any load); a worker's figures
-    reach its master, which serves them."""
-    if not args.metrics_port:
+    reach its master, which serves them. `stampede rehearse` builds its own namespace, without the option: off."""
+    port = int(getattr(args, "metrics_port", 0) or 0)
+    if not port:
         return None
     if role == "worker":
         raise UsageError("--metrics-port is the master's: a worker's figures reach it (give it to the master)")
@@ -386,8 +387,8 @@ def _metrics_endpoint(args: argparse.Namespace, role: str, environments: list[En
 
     endpoint = MetricsEndpoint(
         lambda: session_view(session_of(environments[0])) if environments else None,
-        args.metrics_port,
-        args.metrics_host,
+        port,
+        str(getattr(args, "metrics_host", None) or "127.0.0.1"),
     )
     print(f"stampede: metrics at http://{endpoint.host}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
     return endpoint
