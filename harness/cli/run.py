@@ -264,7 +264,9 @@ def run(args: argparse.Namespace) -> int:
     if settings is not None:
         _check_vendor(settings)
     environments: list[Environment] = []  # the scrape's view of the run, once Locust's environment exists
-    endpoint = _metrics_endpoint(args, role, environments)
+    # served from its own greenlet until the process ends (harness.cli.main's exit_now), never closed here: a scrape
+    # meanwhile reads the drained run's last counts, and a close would wait out its server's 0.5 s poll every run
+    _metrics_endpoint(args, role, environments)
     if note:
         print(f"stampede: {note}", file=sys.stderr, flush=True)
     environment = Environment(
@@ -365,8 +367,6 @@ def run(args: argparse.Namespace) -> int:
     mark("command: runner ended")
     _quit(environment)
     _stop_workers(workers)
-    if endpoint is not None:
-        endpoint.close()
     mark("command: processes stopped")
     if environment.process_exit_code not in (None, 0):
         return int(environment.process_exit_code)
