@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import Stub, side_command, wait_until  # a sibling script, not a package
+from bench_overhead import Stub, side_command, stop_process, wait_until  # a sibling script, not a package
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_S = 15.0
@@ -116,12 +117,7 @@ def measure(side: str, checkout: Path, concurrency: int, warmup_s: float, second
             raise RuntimeError(f"{side} ended before its window did: {stderr_path.read_text(errors='replace')[-500:]}")
         return ShareWindow(side, count1 - count0, t1 - t0, engine1 - engine0, rest1 - rest0, load)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, signal.SIGTERM, 60.0)
         stub.stop()
 
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -89,13 +90,7 @@ class Stub:
         return int(stats["ended"].get("TERMINATED", 0))
 
     def stop(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, None, 10.0)
 
 
 def side_command(side: str, stub: Stub, concurrency: int, run_s: float, work: Path) -> tuple[list[str], dict]:
@@ -176,6 +171,21 @@ def tree_cpu(root: psutil.Process) -> float:
     return total
 
 
+def stop_process(process: subprocess.Popen[bytes], sig: int | None, grace_s: float) -> None:
+    """`sig` (None: its stdin closed, which a plane's `--exit-on-stdin-eof` ends on), then a kill if the process has
+    not ended within `grace_s`: every side and plane ends before the next starts."""
+    if sig is None:
+        if process.stdin is not None:
+            process.stdin.close()
+    elif process.poll() is None:
+        process.send_signal(sig)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -198,15 +208,11 @@ def measure(side: str, concurrency: int, warmup_s: float, seconds: float, startu
         time.sleep(seconds)
         count1, cpu1, t1 = stub.deleted(), tree_cpu(root), time.monotonic()
         if process.poll() is not None:
-            raise RuntimeError(f"{side} ended before its window did: {process.stderr.read().decode()[-500:]}")
+            said = process.stderr.read().decode() if process.stderr is not None else ""
+            raise RuntimeError(f"{side} ended before its window did: {said[-500:]}")
         return Window(side, concurrency, count1 - count0, t1 - t0, cpu1 - cpu0)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, signal.SIGTERM, 60.0)
         stub.stop()
 
 

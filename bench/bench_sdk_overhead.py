@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_overhead import Window, tree_cpu, wait_until  # noqa: E402
+from bench_overhead import Window, stop_process, tree_cpu, wait_until  # noqa: E402
 
 from foundation.quantiles import nearest_rank  # noqa: E402
 
@@ -105,13 +105,7 @@ class Plane:
         }
 
     def stop(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, None, 10.0)
 
 
 def stampede_argv(plane: Plane, concurrency: int, run_s: float, work: Path) -> list[str]:
@@ -211,12 +205,7 @@ def measure(vendor: str, side: str, concurrency: int, warmup_s: float, seconds: 
         load1 = os.getloadavg()[0]
         if process.poll() is not None:
             raise RuntimeError(f"{vendor} {side} ended before its window did: {process.stderr.read().decode()[-800:]}")  # type: ignore[union-attr]
-        process.send_signal(signal.SIGTERM)  # both sides stop on it and write their records
-        try:
-            process.wait(timeout=STOP_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, signal.SIGTERM, STOP_S)  # both sides stop on it and write their records
         window = Window(side, concurrency, count1 - count0, t1 - t0, cpu1 - cpu0)
         rows, errors = lifecycles_in(side, work, wall0, wall1)
         vendor_tti = plane.truth()
