@@ -49,6 +49,7 @@ from harness.wire.run_endings import ABORTED, EXIT_INTERRUPTED, exit_code_for
 
 if TYPE_CHECKING:  # imported when --metrics-port asks: prometheus_client stays off every other run's start
     from harness.locust.live.metrics_endpoint import MetricsEndpoint
+    from harness.locust.live.otlp_metrics import OtlpMetricsPusher
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 DEFAULT_STOP_TIMEOUT_S = 60.0
@@ -198,6 +199,8 @@ def _spawn_local_workers(args: argparse.Namespace, scenario: Path, port: int) ->
         "--scenario",
         str(scenario),
     ]
+    if getattr(args, "otlp_endpoint", ""):  # each worker's engine exports its own rollouts' traces
+        argv += ["--otlp-endpoint", args.otlp_endpoint]
     return [gevent.subprocess.Popen(argv, start_new_session=True) for _ in range(args.workers)]
 
 
@@ -267,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
     # served from its own greenlet until the process ends (harness.cli.main's exit_now), never closed here: a scrape
     # meanwhile reads the drained run's last counts, and a close would wait out its server's 0.5 s poll every run
     _metrics_endpoint(args, role, environments)
+    otlp = _otlp_pusher(args, role, environments)
     if note:
         print(f"stampede: {note}", file=sys.stderr, flush=True)
     environment = Environment(
@@ -367,6 +371,11 @@ def run(args: argparse.Namespace) -> int:
     mark("command: runner ended")
     _quit(environment)
     _stop_workers(workers)
+    if otlp is not None:  # the run's last figures; what the collector did not take, said once
+        mark("command: otlp closing")
+        lost = otlp.close()
+        if lost:
+            print(lost, file=sys.stderr, flush=True)
     mark("command: processes stopped")
     if environment.process_exit_code not in (None, 0):
         return int(environment.process_exit_code)
@@ -392,6 +401,34 @@ def _metrics_endpoint(args: argparse.Namespace, role: str, environments: list[En
     )
     print(f"stampede: metrics at http://{endpoint.host}:{endpoint.port}/metrics", file=sys.stderr, flush=True)
     return endpoint
+
+
+def _otlp_pusher(args: argparse.Namespace, role: str, environments: list[Environment]) -> OtlpMetricsPusher | None:
+    """`--otlp-endpoint`: the SDK checked now (missing: one line, before any load) and, on all but a worker, the
+    metrics' periodic export. The engine hears the endpoint in its `configure` (Locust's options carry it; local
+    workers get it on their command line), never through the environment: a changed environment would refuse the
+    head start's engine and vendor. `stampede rehearse` builds its own namespace, without the option: off."""
+    endpoint = str(getattr(args, "otlp_endpoint", "") or "")
+    if not endpoint:
+        return None
+    try:
+        import opentelemetry.exporter.otlp.proto.http
+        import opentelemetry.sdk  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(
+            f"--otlp-endpoint needs the OpenTelemetry SDK and OTLP exporter ({exc.name} is missing): "
+            "pip install 'stampede[otlp]'"
+        ) from None
+    if role == "worker":  # its engine's traces go straight to the collector; its metrics reach the master
+        return None
+    from harness.locust.live.metrics_endpoint import session_view
+    from harness.locust.live.otlp_metrics import OtlpMetricsPusher
+
+    return OtlpMetricsPusher(
+        lambda: session_view(session_of(environments[0])) if environments else None,
+        endpoint,
+        "master" if role in ("master", "workers") else "local",
+    )
 
 
 def _stop_then_quit(runner: Any) -> None:

@@ -8,6 +8,7 @@ import os
 
 from foundation.cli_help import set_env_var
 from foundation.converters import bounded_int
+from harness.wire.messages import OTLP_ENDPOINT_ENV
 
 SPAWN_RATE_ENV = "STAMPEDE_SPAWN_RATE"
 METRICS_PORT_ENV = "STAMPEDE_METRICS_PORT"
@@ -68,6 +69,15 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         help="--metrics-port: interface to listen on (a scraper on another machine needs another, say 0.0.0.0)",
     )
     set_env_var(metrics_host, METRICS_HOST_ENV)
+    otlp = live.add_argument(
+        "--otlp-endpoint",
+        type=otlp_endpoint,
+        default=os.environ.get(OTLP_ENDPOINT_ENV, ""),
+        metavar="URL",
+        help="push the same metrics, and a trace per rollout with a span per phase, to this OpenTelemetry collector "
+        "(OTLP over HTTP/protobuf, its base URL, say http://127.0.0.1:4318; needs `stampede[otlp]`; empty: off)",
+    )
+    set_env_var(otlp, OTLP_ENDPOINT_ENV)
     run.add_argument(
         "-u",
         "--users",
@@ -93,3 +103,20 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         help="seconds in-flight rollouts get to finish when the run ends (default: 60)",
     )
     add_stampede_arguments(run, locust=False)
+
+
+def otlp_endpoint(text: str) -> str:
+    """`--otlp-endpoint`: an http(s) base URL with a host (the exporters add /v1/traces and /v1/metrics), or empty."""
+    from urllib.parse import urlsplit
+
+    text = text.strip()
+    if not text:
+        return ""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  # a port out of range raises here
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r}: give the collector's http(s) URL, say http://127.0.0.1:4318")
+    return text.rstrip("/")

@@ -13,12 +13,13 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foundation.quantiles import nearest_rank_index
 from foundation.sandbox_client import client_named
@@ -46,6 +47,9 @@ from harness.wire.redact import secret_values, short_error
 from harness.wire.script_plan import ScriptPlan
 from harness.wire.stage_counters import StageStats
 from providers.base import INIT_FAILURE_KINDS, INIT_PHASES, Provider, SandboxRef
+
+if TYPE_CHECKING:  # imported when --otlp-endpoint asks: the OpenTelemetry SDK stays off every other run's start
+    from harness.engine.otlp_traces import RolloutTracer
 
 ABORT_GRACE_S = 1.0  # aborted (a second Ctrl-C): how long cancelled rollouts get to end on their own
 ABORT_DEADLINE_S = 10.0  # aborted: the whole drain (terminating leftovers, the label sweep) within this
@@ -99,6 +103,7 @@ class EngineRun:
         self.recent: deque[tuple[float, float | None, bool]] = deque()
         self.stage_stats: dict[str, StageStats] = {}
         self.row_metrics = RowMetrics()  # the metrics port's histograms, from the same rows
+        self.tracer = _tracer(config)  # --otlp-endpoint: a trace per row, built from the row
         self.accepting = True
         self._stage_update: StageUpdate | None = None
         self.t_start = time.time()
@@ -282,6 +287,8 @@ class EngineRun:
     def record_row(self, record: RolloutRecord) -> None:
         self._stage(record.stage).add(record.outcome, record.failure_kind, record.tti_s)
         self.row_metrics.observe(record)
+        if self.tracer is not None:
+            self.tracer.record(record)
         self.writer.add_rollout(record)
         self.outcomes[record.outcome] += 1
         if record.failure_kind:
@@ -352,6 +359,10 @@ class EngineRun:
             sweep_error = short_error(exc, self.secrets)
         await self.writer.close()
         self.submits.close()
+        if self.tracer is not None:  # its last batches, off the loop and bounded; what was lost is said once
+            lost = await asyncio.to_thread(self.tracer.close)
+            if lost:
+                print(lost, file=sys.stderr, flush=True)
         if self.trainer is not None:
             rehearsal = await asyncio.to_thread(self.trainer.write)
             await asyncio.to_thread(
@@ -434,6 +445,20 @@ async def _bounded_gather(calls: list[Any], timeout_s: float) -> list[Any]:
         else:
             results.append(task.result())
     return results
+
+
+def _tracer(config: EngineConfig) -> RolloutTracer | None:
+    """`--otlp-endpoint`'s traces for this run, or None (the option off, or the SDK missing: the Locust side already
+    refused the option then, so a missing package here only means no traces)."""
+    if not config.otlp_endpoint:
+        return None
+    try:
+        from harness.engine.otlp_traces import RolloutTracer, run_resource
+    except ImportError as exc:
+        print(f"stampede: --otlp-endpoint: no traces from {config.worker}: {exc}", file=sys.stderr, flush=True)
+        return None
+    resource = run_resource(config.run_id, config.provider, config.profile, config.worker)
+    return RolloutTracer(config.otlp_endpoint, resource)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:

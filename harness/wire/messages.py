@@ -64,6 +64,7 @@ class EngineConfig:
     secrets: list[str] = field(default_factory=list)
     flush_interval_s: float = 2.0
     trainer: dict[str, Any] | None = None  # `stampede rehearse`: the emulated trainer's settings
+    otlp_endpoint: str = ""  # `--otlp-endpoint`: a trace per rollout to this collector (harness.engine.otlp_traces)
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,6 +114,9 @@ class StageUpdate:
     def from_wire(cls, data: Mapping[str, Any]) -> StageUpdate:
         return cls(stage=str(data.get("stage", "")), target_users=int(data.get("target_users", 0)))
 
+
+OTLP_ENDPOINT_ENV = "STAMPEDE_OTLP_ENDPOINT"
+"""`stampede run --otlp-endpoint`'s variable (a remote worker's way to export its engine's traces too)."""
 
 RECENT_WINDOW_S = 10.0
 """What the `recent_*` figures cover: the engine's last rollouts over this many seconds, and its loop lag over the

@@ -39,8 +39,11 @@ class RunIdentity:
     out_dir: Path  # the run folder's parent (a worker: its spool, shipped to the master)
 
 
-def engine_config(settings: RunSettings, vendor: VendorFacts, identity: RunIdentity) -> EngineConfig:
-    """What the engine is told at a run's start: provider and its options, plan, trainer, on the vendor's clock."""
+def engine_config(
+    settings: RunSettings, vendor: VendorFacts, identity: RunIdentity, otlp_endpoint: str = ""
+) -> EngineConfig:
+    """What the engine is told at a run's start: provider and its options, plan, trainer, on the vendor's clock;
+    `otlp_endpoint` is this process's own `--otlp-endpoint` (a worker's engine exports its traces itself)."""
     time_scale = vendor.time_scale or 1.0
     return EngineConfig(
         run_id=identity.run_id,
@@ -53,6 +56,7 @@ def engine_config(settings: RunSettings, vendor: VendorFacts, identity: RunIdent
         plan=dataclasses.replace(settings.plan, time_scale=time_scale).to_dict(),
         secrets=[secret for secret in (settings.token,) if secret],
         trainer={**settings.trainer, "time_scale": time_scale} if settings.trainer else None,
+        otlp_endpoint=otlp_endpoint,
     )
 
 
