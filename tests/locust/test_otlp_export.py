@@ -4,6 +4,7 @@ neither fails nor holds up a run (harness/engine/otlp_traces.py, harness/locust/
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import socket
@@ -24,6 +25,7 @@ from tests.support.commands import stampede
 from tests.support.otlp_receiver import otlp_receiver
 
 PHASES = ("create", "ready", "exec", "terminate")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def record(**fields: Any) -> RolloutRecord:
@@ -83,6 +85,23 @@ def test_a_bad_endpoint_is_one_line_and_exit_2(url):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--otlp-endpoint" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_without_the_sdk_it_is_one_line_naming_the_extra(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(  # as after a bare `pip install stampede`
+        "import sys\nfor name in ('opentelemetry.sdk', 'opentelemetry.exporter.otlp.proto.http'):\n"
+        "    sys.modules[name] = None  # import raises ModuleNotFoundError\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    started = time.monotonic()
+    result = stampede(*run_args(tmp_path / "out", "http://127.0.0.1:4318"), timeout=120, env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, result.stderr
+    assert line.startswith("stampede: error: --otlp-endpoint needs the OpenTelemetry SDK"), line
+    assert line.endswith("pip install 'stampede[otlp]'"), line
+    assert not list((tmp_path / "out").glob("*/rollouts")), "no load ran"
+    assert time.monotonic() - started < 60
 
 
 def run_args(out: Path, endpoint: str) -> list[str]:
