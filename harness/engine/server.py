@@ -26,6 +26,7 @@ from foundation.gc_freezing import freeze_survivors, tune_for_latency
 from foundation.open_files import raise_open_files_limit
 from foundation.phase_marks import mark
 from harness.engine.health import LoopHealth
+from harness.engine.health_rows import HealthRows
 from harness.engine.orphaned_futures import OrphanedFutureFilter
 from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
@@ -48,6 +49,7 @@ class Engine:
         self.worker = worker
         self.health = LoopHealth()
         self.run: EngineRun | None = None
+        self.health_rows: HealthRows | None = None  # the run's engine_health/ rows every 5 s
         self.stopped = asyncio.Event()
         self._configure_lock = asyncio.Lock()
         self._last_summary: dict[str, Any] | None = None
@@ -75,6 +77,11 @@ class Engine:
             self.health.reset()
             self.run = EngineRun(config, provider, self.health)
             self.run.writer.start()
+            run = self.run
+            self.health_rows = HealthRows(
+                config.run_dir, config.run_id, config.worker, self.health, lambda: run.inflight
+            )
+            self.health_rows.start()
             mark("engine process: configured")
             return {"versions": self.run.versions, "worker": config.worker}
 
@@ -96,6 +103,9 @@ class Engine:
             self._last_summary = await run.drain(timeout_s)
         finally:
             self._draining = None
+            rows, self.health_rows = self.health_rows, None
+            if rows is not None:  # written before the drain answers: a worker ships its files then
+                await rows.stop()
         return self._last_summary
 
     async def close_connections(self) -> None:

@@ -10,6 +10,7 @@ OPS_TABLE = "ops"
 TRUTH_TABLE = "truth"
 TRAINER_TABLE = "trainer"
 STEPS_TABLE = "steps"  # one row per step of a rollout plan (`stampede run --plan`): harness.wire.steps
-TABLES: tuple[str, ...] = (ROLLOUTS_TABLE, OPS_TABLE, TRUTH_TABLE, TRAINER_TABLE, STEPS_TABLE)
+ENGINE_HEALTH_TABLE = "engine_health"  # each engine's loop delay, fds and sockets every 5 s: harness.wire.engine_health
+TABLES: tuple[str, ...] = (ROLLOUTS_TABLE, OPS_TABLE, TRUTH_TABLE, TRAINER_TABLE, STEPS_TABLE, ENGINE_HEALTH_TABLE)
 """Schema v2: each table in its own folder of the run (`results/<run_id>/rollouts/*.parquet`, ...), so one
 `pd.read_parquet(run / "rollouts")` reads one table; v1 had every table's shards side by side in the run folder."""

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 # not harness.wire.records: the Locust side ships files by this module without importing Arrow
-from harness.wire.schema_version import OPS_TABLE, ROLLOUTS_TABLE, STEPS_TABLE, TABLES, TRAINER_TABLE, TRUTH_TABLE
+from harness.wire.schema_version import (
+    ENGINE_HEALTH_TABLE,
+    OPS_TABLE,
+    ROLLOUTS_TABLE,
+    STEPS_TABLE,
+    TABLES,
+    TRAINER_TABLE,
+    TRUTH_TABLE,
+)
 
 V1_PATTERNS = {
     ROLLOUTS_TABLE: "rollouts*.parquet",
@@ -19,6 +27,7 @@ V1_PATTERNS = {
     TRUTH_TABLE: "sim_truth.parquet",
     TRAINER_TABLE: "trainer-*.parquet",
     STEPS_TABLE: "steps-*.parquet",  # v2 only (the steps table came later): matches nothing in a v1 folder
+    ENGINE_HEALTH_TABLE: "engine_health-*.parquet",  # v2 only, as steps
 }
 
 
