@@ -35,6 +35,8 @@ def _recorded(manifest: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
     from harness.results.export.summary_json import FILENAME, build_summary, write_summary
+    from harness.results.figures.burst_hold import format_burst_hold, load_burst_hold
+    from harness.results.figures.harness_bound import harness_bound_lines
     from harness.results.figures.outages import outage_lines
     from harness.results.figures.run_figures import aggregate_run, run_figures
     from harness.results.figures.step_figures import load_step_view
@@ -67,7 +69,12 @@ def run(args: argparse.Namespace, run_dir: Path | None = None) -> int:
         print("(no rollouts recorded)")
     if steps is not None:
         print(format_step_table(steps))
+    burst_hold = load_burst_hold(info.run_dir, info.manifest)
+    if burst_hold is not None:
+        print(format_burst_hold(burst_hold))
     for line in outage_lines(frame):
+        print(line)
+    for line in harness_bound_lines(info.run_dir):
         print(line)
     if verdicts:
         print(format_verdicts(verdicts))

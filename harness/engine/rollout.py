@@ -304,6 +304,18 @@ class _Rollout:
             await self.agentic_turns(turns)
         if plan.reward_command:
             await self.run_command(plan.reward_command)
+        if plan.hold_s is not None:
+            await self.hold(plan.hold_s)
+
+    async def hold(self, hold_s: float) -> None:
+        """burst-hold: the sandbox held with no call in flight until `hold_s` after this rollout's submit (every
+        rollout of the burst was submitted at once: the holds end together), then its first command again, so a
+        sandbox that died while held fails here (`partial` in harness.results.figures.burst_hold) rather than
+        passing unnoticed into its terminate."""
+        remaining = self.t0 + hold_s - time.monotonic()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+        await self.run_command(self.plan.commands[0])
 
     async def agentic_turns(self, turns: int) -> None:
         """Each turn: the model thinks (a drawn generation time), then the turn's tool command runs."""

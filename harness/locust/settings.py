@@ -65,6 +65,16 @@ DEFAULT_STAGES = (60, 120, 240, 480, 960)
 DEFAULT_OUT = "results"
 DEFAULT_SPAWN_RATE = 100.0  # users a stage adds per second unless -r says (a burst: all of them at once)
 SECRET_OPTIONS = ("token",)
+HOLDING_SCENARIOS = frozenset({"burst-hold"})
+"""Scenarios whose `--hold` holds each sandbox (`RolloutPlan.hold_s`), not a stage: the scenario's file stem."""
+DEFAULT_SANDBOX_HOLD_S = 30.0  # burst-hold without --hold
+
+
+def holds_sandboxes(scenario: Any) -> bool:
+    """Whether the scenario (a name, or a locustfile path as `locust -f` gives it) holds each sandbox."""
+    first = str(scenario or "").split(",")[0].strip()
+    return os.path.splitext(os.path.basename(first))[0] in HOLDING_SCENARIOS
+
 
 _LOCUST_ONLY_KEYWORDS = ("include_in_web_ui", "is_secret", "is_required", "is_multiple")
 
@@ -177,7 +187,8 @@ def add_arguments(parser: Any, *, locust: bool = True) -> None:
         default=None,
         env_var="STAMPEDE_HOLD",
         include_in_web_ui=True,
-        help="seconds to hold each stage once reached (ramp/knee 15, steady 60, soak 600, arrival 30)",
+        help="seconds to hold each stage once reached (ramp/knee 15, steady 60, soak 600, arrival 30); burst-hold: each"
+        " sandbox, from its submit (30)",
     )
     add(
         "--burst-steps",
@@ -491,6 +502,9 @@ class RunSettings:
                 "--plan replaces --commands, --turns and --reward-command: give the plan's exec steps instead"
             )
         client = client_named(str(get("client") or "none"))
+        sandbox_hold = holds_sandboxes(get("scenario") or get("locustfile"))
+        if sandbox_hold and get("plan_file"):
+            raise UsageError("burst-hold holds the commands rollout's sandboxes: it takes no --plan")
         plan = RolloutPlan(
             commands=parse_commands(get("commands") or commands_to_text(DEFAULT_COMMANDS)),
             turns=turns,
@@ -516,6 +530,7 @@ class RunSettings:
             memory_mb=int(get("memory_mb")),
             lifetime_s=float(get("lifetime")),
             script=load_plan(str(get("plan_file"))).to_dict() if get("plan_file") else None,
+            hold_s=(float(get("hold") or DEFAULT_SANDBOX_HOLD_S)) if sandbox_hold else None,
         )
         thresholds = parse_all(as_list(get("threshold")))
         if get("batch") and get("group") and int(get("batch")) * int(get("group")) > MAX_IN_FLIGHT:

@@ -329,6 +329,9 @@ class BurstShape(StampedeShape):
     def size(self) -> int:
         return self.burst_size(self.settings())
 
+    def steps(self) -> int:
+        return self.settings().burst_steps
+
     @staticmethod
     def burst_size(settings: RunSettings) -> int:
         if settings.batch and settings.group:
@@ -377,7 +380,7 @@ class BurstShape(StampedeShape):
             if remaining <= 0:
                 return users
             state.wait_for_change(remaining)
-        if self._step >= self.settings().burst_steps:
+        if self._step >= self.steps():
             mark("shape: last step ended")
             self._done = True
             state.close_gate()  # waiting users leave at once instead of sitting out the stop timeout
@@ -405,6 +408,21 @@ class BurstShape(StampedeShape):
         state = self.state()
         if state is not None:
             state.release(step)
+
+
+class BurstHoldShape(BurstShape):
+    """Issue #32's protocol: N sandboxes fired at t=0 over every worker (one burst step, `-u N`), each held until
+    `--hold` seconds after its submit (the engine holds it: `RolloutPlan.hold_s`), then all terminated. The run
+    ends when the last rollout does; harness.results.figures.burst_hold reads the four states and figures."""
+
+    abstract = True
+
+    def steps(self) -> int:
+        return 1
+
+    def describe(self) -> dict[str, Any]:
+        settings = self.settings()
+        return {"shape": "burst-hold", "size": self.size(), "hold_s": settings.plan.hold_s or self.hold(0.0)}
 
 
 class _OpenShape(StampedeShape):

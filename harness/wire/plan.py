@@ -77,6 +77,10 @@ class RolloutPlan:
     # `--plan`: a script of steps (harness.wire.script_plan.ScriptPlan.to_dict) that replaces commands and turns;
     # None: the commands/turns rollout above, as before plans existed
     script: Mapping[str, Any] | None = None
+    # burst-hold (issue #32's protocol): after its commands the sandbox is held, no call in flight, until this many
+    # wall seconds after the rollout's submit, then its first command runs again (still alive?) before the
+    # terminate; the burst submits every rollout at once, so every hold ends together. None: no hold
+    hold_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.commands:
@@ -92,6 +96,8 @@ class RolloutPlan:
             raise UsageError("rollout_timeout_s must be positive")
         if not self.time_scale > 0:
             raise UsageError("time_scale must be positive")
+        if self.hold_s is not None and not self.hold_s > 0:
+            raise UsageError("hold_s must be positive")
         client_named(self.client)
         Distribution.parse(self.gen_time)
         if self.tool_time is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results.export.json_schemas import check_against, load_schema
+from harness.results.figures.burst_hold import load_burst_hold
 from harness.results.figures.quantiles import REPORT_QUANTILES, supported
 from harness.results.figures.run_figures import RunAggregate, init_failure_rate, unfinished
 from harness.results.figures.stage_aggregate import StageStats
@@ -131,6 +132,9 @@ def build_summary(
     }
     if steps is not None:
         document["steps"] = steps_section(steps)
+    burst_hold = load_burst_hold(info.run_dir, manifest) if info.scenario == "burst-hold" else None
+    if burst_hold is not None:  # added within v1, optional: issue #32's protocol (harness.results.figures.burst_hold)
+        document["burst_hold"] = burst_hold.to_dict()
     return document
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import pandas as pd
 
 from harness.results.export.summary_json import build_summary, write_summary
+from harness.results.figures.burst_hold import format_burst_hold, load_burst_hold
+from harness.results.figures.harness_bound import harness_bound_lines
 from harness.results.figures.outages import outage_lines
 from harness.results.figures.quantiles import quantiles
 from harness.results.figures.run_figures import RunAggregate, aggregate_run, run_figures
@@ -92,6 +94,9 @@ def render_run_summary(
     )
     if steps is not None:
         lines.append(format_step_table(steps))
+    burst_hold = load_burst_hold(run_dir, manifest)
+    if burst_hold is not None:
+        lines.append(format_burst_hold(burst_hold))
     unknown = int((rollouts["failure_kind"] == "unknown").sum()) if total else 0
     harness = int((rollouts["failure_kind"] == "harness").sum()) if total else 0
     peak = int(concurrency_at_submit(rollouts).max()) if total else 0
@@ -115,6 +120,7 @@ def render_run_summary(
         lines.append(format_verdicts(verdicts))
     for engine in engines:
         lines.append(_engine_line(engine, provider, run_id))
+    lines += harness_bound_lines(run_dir)
     error = measurement_error(rollouts, load_truth(run_dir))
     if error:
         usable, first = error["vs_usable_ms"], error.get("vs_first_command_ms")
