@@ -314,9 +314,7 @@ class StampedeSession:
             out_dir = self.worker_link.spool if self.worker_link is not None else Path(self.settings.out)
             identity = RunIdentity(str(self.run_id), self.role.worker_name, self.role.scenario, Path(out_dir))
             try:
-                otlp = str(getattr(options, "otlp_endpoint", "") or "")  # `stampede run --otlp-endpoint`, its own
-                config = engine_config(self.settings, self.vendor, identity, otlp)
-                self.versions = self.engine_link.configure(config)
+                self.versions = self.engine_link.configure(engine_config(self.settings, self.vendor, identity, options))
             except UsageError:
                 self._unstart_run()  # its vendor refused the engine after the check before the run passed (a race)
                 raise

@@ -40,10 +40,11 @@ class RunIdentity:
 
 
 def engine_config(
-    settings: RunSettings, vendor: VendorFacts, identity: RunIdentity, otlp_endpoint: str = ""
+    settings: RunSettings, vendor: VendorFacts, identity: RunIdentity, options: Any = None
 ) -> EngineConfig:
     """What the engine is told at a run's start: provider and its options, plan, trainer, on the vendor's clock;
-    `otlp_endpoint` is this process's own `--otlp-endpoint` (a worker's engine exports its traces itself)."""
+    from this process's Locust `options`, its own `stampede run --otlp-endpoint` (a worker's engine exports its
+    traces itself; `locust -f` has no such option: off)."""
     time_scale = vendor.time_scale or 1.0
     return EngineConfig(
         run_id=identity.run_id,
@@ -56,7 +57,7 @@ def engine_config(
         plan=dataclasses.replace(settings.plan, time_scale=time_scale).to_dict(),
         secrets=[secret for secret in (settings.token,) if secret],
         trainer={**settings.trainer, "time_scale": time_scale} if settings.trainer else None,
-        otlp_endpoint=otlp_endpoint,
+        otlp_endpoint=str(getattr(options, "otlp_endpoint", "") or ""),
     )
 
 
