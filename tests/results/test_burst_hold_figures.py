@@ -155,3 +155,14 @@ def test_hold_of_reads_the_shape() -> None:
     assert hold_of({"shape": {"shape": "burst-hold", "hold_s": 3.0}}) == 3.0
     assert hold_of({"shape": None}) is None
     assert hold_of({}) is None
+
+
+def test_n_is_the_burst_size_when_a_retried_create_adds_rows() -> None:
+    failed_attempt = row(
+        outcome="failed", failure_kind="capacity", failure_phase="create", create_s=None, ready_s=None, tti_s=None
+    )
+    frame = pd.DataFrame([row(), row(), failed_attempt]).assign(target_users=2)
+    figures = burst_hold_figures(frame)
+    assert figures.n == 2 and figures.rollouts == 3
+    assert figures.time_to_n_s is not None and figures.peak_held == 2  # the two held are all of N
+    assert "2 sandboxes fired at t=0 in 3 attempts" in format_burst_hold(figures)

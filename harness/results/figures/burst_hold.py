@@ -57,6 +57,7 @@ COLUMNS: tuple[str, ...] = (
     "failure_phase",
     "error",
     "worker",
+    "target_users",
 )
 
 
@@ -77,7 +78,8 @@ class QuartileTTI:
 class BurstHoldFigures:
     """The protocol's figures for one run."""
 
-    rollouts: int
+    n: int  # the burst's size (`burst_size`): what "N held" counts to
+    rollouts: int  # rows: one per attempt (a retried create adds one); the states sum to this
     hold_s: float | None  # None: not recorded (late readiness then cannot be told)
     states: dict[str, int]
     create_failures: dict[str, int]
@@ -205,8 +207,15 @@ def _summary(values: pd.Series) -> dict[str, float]:
     return {"n": float(values.notna().sum()), **{key: found[key] for key in ("p50", "p95", "p99", "max")}}
 
 
+def burst_size(frame: pd.DataFrame) -> int:
+    """N: the burst's size as its rows record it (`target_users`), else the rows (a retried create adds rows)."""
+    if "target_users" in frame and frame["target_users"].notna().any():
+        return int(frame["target_users"].max())
+    return len(frame)
+
+
 def burst_hold_figures(frame: pd.DataFrame, hold_s: float | None = None) -> BurstHoldFigures:
-    """The protocol's figures from a run's rollouts rows (`COLUMNS`); N is the number of rows."""
+    """The protocol's figures from a run's rollouts rows (`COLUMNS`); N is `burst_size`."""
     states = classify(frame, hold_s) if not frame.empty else pd.Series([], dtype=object)
     counts = {state: int((states == state).sum()) for state in STATES}
     failed = frame[states == FAILED] if not frame.empty else frame
@@ -217,8 +226,9 @@ def burst_hold_figures(frame: pd.DataFrame, hold_s: float | None = None) -> Burs
     late = 0
     if hold_s is not None and not frame.empty:
         late = int((frame["ready_s"].notna() & ((frame["create_s"] + frame["ready_s"]) > hold_s)).sum())
-    reached, peak = time_to_n(frame, len(frame))
+    reached, peak = time_to_n(frame, burst_size(frame) if not frame.empty else 0)
     return BurstHoldFigures(
+        n=burst_size(frame),
         rollouts=len(frame),
         hold_s=hold_s,
         states=counts,
@@ -256,14 +266,15 @@ def _levels(summary: Mapping[str, float]) -> str:
 
 def format_burst_hold(figures: BurstHoldFigures) -> str:
     """The summary's lines for a burst-hold run (wall seconds)."""
-    n = figures.rollouts
+    n = figures.n
+    attempts = f" in {figures.rollouts} attempts" if figures.rollouts != n else ""
     states = figures.states
     failures = figures.create_failures
     split = ", ".join(f"{name} {failures[name]}" for name in CREATE_FAILURES if failures[name] or name != "other")
     late = f" ({figures.ready_late} ready only after the hold's end)" if figures.ready_late else ""
     hold = f", hold {figures.hold_s:g} s" if figures.hold_s is not None else ""
     lines = [
-        f"burst-hold: {n} sandboxes fired at t=0{hold}: success {states[SUCCESS]}, partial {states[PARTIAL]}, "
+        f"burst-hold: {n} sandboxes fired at t=0{hold}{attempts}: success {states[SUCCESS]}, partial {states[PARTIAL]}, "
         f"readiness failed {states[READINESS_FAILED]}{late}, failed {states[FAILED]} (create: {split})",
         f"  allocate (create, wall s) {_levels(figures.allocate)}; readiness {_levels(figures.readiness)}",
         (
