@@ -39,7 +39,7 @@ from harness.locust.run_folder import new_run_id
 from harness.locust.run_state import RunState, Stage
 from harness.locust.services.end_of_run import RunEnd, conclude, preload_in_last_step, preload_readers
 from harness.locust.services.engine_link import EngineLink, RunIdentity, engine_config
-from harness.locust.services.master_handoff import forget_vendor, publish_run_id, publish_vendor, received
+from harness.locust.services.master_handoff import forget_vendor, publish_run, publish_vendor, received
 from harness.locust.services.process_role import ProcessRole
 from harness.locust.services.run_record import (
     RunDescription,
@@ -296,14 +296,14 @@ class StampedeSession:
         # Stage and gate are not reset here (the shape's first tick comes before test_start): at a run's end.
         options = self.environment.parsed_options
         if self.role.is_worker:
-            handed = received(options)
+            handed = received(options, self.role.scenario)
             self.settings, self.vendor, self.state.run_id = handed.settings, handed.vendor, handed.run_id
         else:
             first_run = self.runs == 1
             self.state.run_id = (self.settings.run_id if first_run else None) or new_run_id(
                 self.role.scenario, self.settings.provider
             )
-            publish_run_id(options, self.state.run_id)
+            publish_run(options, self.state.run_id, self.role.scenario)
         self.state.run_dir = Path(self.settings.out) / str(self.run_id)
         if self.role.owns_run_folder:
             if self.runs == 1:

@@ -1,8 +1,10 @@
 """What a master hands its workers about each run, on Locust's parsed options.
 
 Locust ships every custom option to the workers with each spawn message, so the master writes there what a
-worker cannot read from its own command line: the run id, and the embedded vendor's address, token, options,
-time scale and profile. This module is the one place that writes or reads those attributes after `init`; the
+worker cannot read from its own command line: the run id and scenario, and the embedded vendor's address, token,
+options, time scale and profile. The scenario is checked, not taken: a worker loads its scenario's users and shape
+from its own `--scenario` before any setting arrives, and a worker of another scenario would run its own users
+(a `ramp` worker of a `burst` master kept starting rollouts after the burst, outside any stage). This module is the one place that writes or reads those attributes after `init`; the
 rest of the Locust side passes typed settings.
 """
 
@@ -44,14 +46,23 @@ def forget_vendor(options: Any) -> None:
         options.vendor_time_scale = None
 
 
-def publish_run_id(options: Any, run_id: str) -> None:
+def publish_run(options: Any, run_id: str, scenario: str) -> None:
+    """Master: the run's id, and its scenario for each worker to check its own against."""
     if options is not None:
         options.run_id = run_id
+        options.master_scenario = scenario  # a custom attribute: workers receive it too
 
 
-def received(options: Any) -> HandedRun:
+def received(options: Any, own_scenario: str) -> HandedRun:
     """Worker, at each run's start: the settings, vendor and run id its master sent (the worker's own re-parse:
-    a web-form test may have changed them since the last run)."""
+    a web-form test may have changed them since the last run); refused when the master runs another scenario."""
+    master_scenario = getattr(options, "master_scenario", None)
+    if master_scenario and master_scenario != own_scenario:
+        raise UsageError(
+            f"this worker loaded scenario {own_scenario!r} but its master runs {master_scenario!r}: start the worker "
+            f"with --scenario {master_scenario} (a worker loads its scenario's users before the master's settings "
+            "arrive)"
+        )
     settings = RunSettings.from_options(typed(options))  # a web UI master sends numbers as text
     vendor = VendorFacts(
         getattr(options, "vendor_time_scale", None) or settings.time_scale, getattr(options, "profile_label", "") or ""
