@@ -87,7 +87,7 @@ from providers.output_clock import OutputClock
 from providers.preflight import preflight_errors
 from providers.throttle_gate import ThrottleGate
 from providers.vendors.modal.errors import classify_modal, pull_failed
-from providers.vendors.modal.sdk_loop import adopt_running_loop, release_loop
+from providers.vendors.modal.sdk_loop import adopt_running_loop, in_own_task, release_loop
 
 T = TypeVar("T")
 
@@ -250,7 +250,7 @@ class ModalProvider(Provider):
                         api_pb2.CLIENT_TYPE_CLIENT,
                         (self.options.token_id, self.options.token_secret),
                     )
-                    await client.__aenter__()  # type: ignore[no-untyped-call]
+                    await in_own_task(client.__aenter__())
                     self._client = client
         return self._client
 
@@ -259,11 +259,13 @@ class ModalProvider(Provider):
             client = await self.client()
             async with self._lock:
                 if self._app is None:
-                    self._app = await modal.App.lookup.aio(
-                        self.options.app_name,
-                        create_if_missing=True,
-                        environment_name=self.options.environment,
-                        client=client,
+                    self._app = await in_own_task(
+                        modal.App.lookup.aio(
+                            self.options.app_name,
+                            create_if_missing=True,
+                            environment_name=self.options.environment,
+                            client=client,
+                        )
                     )
         return self._app
 
@@ -283,7 +285,7 @@ class ModalProvider(Provider):
                     image = modal.Image.from_id(name)
                 else:
                     image = modal.Image.from_registry(name)
-                found = await image.build.aio(app)
+                found = await in_own_task(image.build.aio(app))
                 self._images[name] = found
         return found
 
@@ -300,7 +302,7 @@ class ModalProvider(Provider):
             unusable=lambda exc: f"{type(exc).__name__}: {_short(exc)}",
         ):
             client = await self.client()
-            await client.hello.aio()
+            await in_own_task(client.hello.aio())
             await self.image(None)
 
     async def create(self, spec: SandboxSpec) -> SandboxRef:
@@ -332,7 +334,7 @@ class ModalProvider(Provider):
                     create = modal.Sandbox.create.aio(**kwargs)
                     sandbox = await self._bounded("create", create, extra_s=throttle_wait)
                 else:
-                    sandbox = await modal.Sandbox.create.aio(**kwargs)
+                    sandbox = await in_own_task(modal.Sandbox.create.aio(**kwargs))
             except (mexc.ResourceExhaustedError, grpclib.exceptions.GRPCError) as exc:
                 if classify_modal(exc, Phase.CREATE) is FailureKind.RATE_LIMITED:
                     self._create_gate.throttled(retry_hint(exc))
@@ -359,7 +361,7 @@ class ModalProvider(Provider):
         budget = asyncio.timeout(timeout + _READY_GRACE_S)
         try:
             async with budget:
-                await sandbox.wait_until_ready.aio(timeout=max(1, math.ceil(timeout)))
+                await in_own_task(sandbox.wait_until_ready.aio(timeout=max(1, math.ceil(timeout))))
         except TimeoutError:
             if budget.expired():
                 raise ProviderError(FailureKind.READY_TIMEOUT, f"not ready within {timeout:g}s") from None
@@ -377,7 +379,7 @@ class ModalProvider(Provider):
             async with budget:
                 process = await self._bounded("the command's start", sandbox.exec.aio(*argv, text=False))
                 stdout, stderr = await asyncio.gather(process.stdout.read.aio(), process.stderr.read.aio())
-                code = await process.wait.aio()
+                code = await in_own_task(process.wait.aio())
         except TimeoutError:
             if budget.expired():
                 raise await self._exec_overran(process, timeout) from None
@@ -409,7 +411,7 @@ class ModalProvider(Provider):
             async with budget:
                 process = await self._bounded("the command's start", sandbox.exec.aio(*argv, text=False))
                 stdout, stderr = await asyncio.gather(read(process.stdout), read(process.stderr))
-                code = await process.wait.aio()
+                code = await in_own_task(process.wait.aio())
         except TimeoutError:
             if budget.expired():
                 raise await self._exec_overran(process, timeout) from None
@@ -450,7 +452,7 @@ class ModalProvider(Provider):
         if process is not None:
             try:
                 async with asyncio.timeout(min(self.options.rpc_timeout_s, _POLL_AFTER_OVERRUN_S)):
-                    code = await process.poll.aio()
+                    code = await in_own_task(process.poll.aio())
             except Exception as exc:  # the router no longer answers about the command (or not in time)
                 return ProviderError(
                     FailureKind.TRANSPORT,
@@ -483,7 +485,7 @@ class ModalProvider(Provider):
             pass
         finally:
             with contextlib.suppress(Exception):
-                await sandbox.detach.aio()
+                await in_own_task(sandbox.detach.aio())
 
     async def list_owned(self, run_id: str, engine: str | None = None) -> list[SandboxRef]:
         return await self._retrying(lambda: self._bounded("list", self._list_once(run_id, engine)))
@@ -504,7 +506,7 @@ class ModalProvider(Provider):
         budget = asyncio.timeout(limit)
         try:
             async with budget:
-                return await call
+                return await in_own_task(call)
         except TimeoutError:
             if budget.expired():
                 raise ProviderError(FailureKind.TRANSPORT, f"{what}: no answer within {limit:g}s") from None
@@ -527,12 +529,12 @@ class ModalProvider(Provider):
         """`Sandbox.filesystem.write_bytes` (parents made). Modal's sandboxes run as root in `/`: a relative path
         is taken from `/` (the SDK itself takes absolute paths only)."""
         sandbox = await self._sandbox(ref)
-        await sandbox.filesystem.write_bytes.aio(bytes(data), posixpath.join("/", path))
+        await in_own_task(sandbox.filesystem.write_bytes.aio(bytes(data), posixpath.join("/", path)))
 
     async def download_file(self, ref: SandboxRef, path: str) -> bytes:
         sandbox = await self._sandbox(ref)
         try:
-            data: bytes = await sandbox.filesystem.read_bytes.aio(posixpath.join("/", path))
+            data: bytes = await in_own_task(sandbox.filesystem.read_bytes.aio(posixpath.join("/", path)))
         except mexc.SandboxFilesystemNotFoundError as exc:
             raise FileNotFoundError(f"no such file in the sandbox: {path}") from exc
         return data
@@ -540,25 +542,29 @@ class ModalProvider(Provider):
     async def snapshot(self, ref: SandboxRef) -> str:
         """`snapshot_filesystem`: the Image id (`im-...`) a later `create` starts from."""
         sandbox = await self._sandbox(ref)
-        image = await sandbox.snapshot_filesystem.aio()
+        image = await in_own_task(sandbox.snapshot_filesystem.aio())
         return str(image.object_id)
 
     async def _sandbox(self, ref: SandboxRef) -> Any:
         if isinstance(ref.handle, modal.Sandbox):
             return ref.handle
-        return await modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client())
+        return await in_own_task(modal.Sandbox.from_id.aio(ref.sandbox_id, client=await self.client()))
 
     async def list_all_owned(self) -> list[SandboxRef]:
         """Every live sandbox of the app whose tags carry a run label (Modal filters by `key=value` only; the app
         may hold sandboxes stampede did not make, so each one's tags are read)."""
         client = await self.client()
         app = await self.app()
-        refs: list[SandboxRef] = []
-        async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, client=client):
-            run_id = tagged_by_stampede(await sandbox.get_tags.aio())
-            if run_id is not None:
-                refs.append(SandboxRef(sandbox_id=sandbox.object_id, provider=self.name, run_id=run_id, handle=sandbox))
-        return refs
+
+        async def listed() -> list[SandboxRef]:
+            refs: list[SandboxRef] = []
+            async for sandbox in modal.Sandbox.list.aio(app_id=app.app_id, client=client):
+                run_id = tagged_by_stampede(await sandbox.get_tags.aio())
+                if run_id is not None:
+                    refs.append(SandboxRef(sandbox.object_id, self.name, run_id, handle=sandbox))
+            return refs
+
+        return await in_own_task(listed())
 
     def versions(self) -> Mapping[str, str]:
         return {"modal": modal.__version__, "modal_backend": self.options.backend}
@@ -569,7 +575,7 @@ class ModalProvider(Provider):
         self._images.clear()
         if client is not None:
             with contextlib.suppress(Exception):
-                await client.close.aio()
+                await in_own_task(client.close.aio())
         if self._adopted:
             self._adopted = False
             release_loop()

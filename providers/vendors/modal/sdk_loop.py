@@ -14,6 +14,12 @@ gives them back on `release`, which the provider's `aclose` calls: a loop that c
 the SDK's next call anywhere in the process report its thread dead. Where the SDK's loop is already running (modal
 used in the process before the provider), nothing is adopted and the SDK keeps its thread. Only `.aio` calls are
 made on an adopted loop: a blocking call there is the deadlock synchronicity refuses.
+
+Each call still runs in a task of its own (`in_own_task`), as synchronicity runs it on its thread: grpclib interrupts
+a stream the server reset by cancelling the task that runs it, and never takes that cancel back (`uncancel`), so
+awaited directly in a rollout's task it left the rollout "being cancelled": the adapter's `cancellable` then turned
+the SDK's own error into a cancellation, and a dying command router ended rollouts as cancelled instead of
+`transport` (tests/sim/fronts/test_faults_modal.py). A task costs a few µs; the thread hops it replaces, far more.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from modal._utils.async_utils import synchronizer as _synchronizer
 
 synchronizer: Any = _synchronizer  # its private attributes are set here; their types are synchronicity's own
+T = TypeVar("T")
 
 
 def adopt_running_loop() -> bool:
@@ -49,3 +57,11 @@ def release_loop() -> None:
 def runs_on_adopted_loop() -> bool:
     """Whether the SDK's calls are made on the running loop (adopted), not on its own thread."""
     return synchronizer._thread is threading.current_thread()
+
+
+async def in_own_task(call: Awaitable[T]) -> T:
+    """`await call`, on an adopted loop in a task of its own (the module's docstring: grpclib's interrupts land there,
+    not on the caller's task); cancelling the caller cancels it. On the SDK's own thread, just `await call`."""
+    if synchronizer._thread is not threading.current_thread():
+        return await call
+    return await asyncio.ensure_future(call)
