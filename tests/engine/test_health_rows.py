@@ -74,6 +74,7 @@ def test_lag_over_the_bound_flags_its_worker_only() -> None:
     w1, w2 = worker_health(frame(loop_lag_max_ms=[3.0, LAG_BOUND_MS + 1, 2.0]))
     assert w1.lag_bound and not w1.fds_bound and not w2.bound
     assert "(!) harness bound: loop lag over" in w1.describe()
+    assert w1.to_dict()["bound"] is True and w2.to_dict()["bound"] is False
 
 
 def test_fds_near_the_limit_flag() -> None:

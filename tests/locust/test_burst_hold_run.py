@@ -52,7 +52,9 @@ def test_burst_hold_200_held_then_terminated(tmp_path: Path) -> None:
     assert "200 held at once after" in text
     assert "engine health local" in text and "harness not bound" in text
 
-    document = json.loads((run_dir / "summary.json").read_text())["burst_hold"]
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert [(entry["worker"], entry["bound"]) for entry in written["engine_health"]] == [("local", False)]
+    document = written["burst_hold"]
     assert sum(document["states"].values()) == 200
     assert document["states"]["success"] == 200  # the ideal profile refuses nothing and kills nothing
     assert document["peak_held"] == 200 and document["time_to_n_s"] is not None

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.results.export.json_schemas import check_against, load_schema
 from harness.results.figures.burst_hold import load_burst_hold
+from harness.results.figures.harness_bound import load_engine_health, worker_health
 from harness.results.figures.quantiles import REPORT_QUANTILES, supported
 from harness.results.figures.run_figures import RunAggregate, init_failure_rate, unfinished
 from harness.results.figures.stage_aggregate import StageStats
@@ -135,6 +136,9 @@ def build_summary(
     burst_hold = load_burst_hold(info.run_dir, manifest) if info.scenario == "burst-hold" else None
     if burst_hold is not None:  # added within v1, optional: issue #32's protocol (harness.results.figures.burst_hold)
         document["burst_hold"] = burst_hold.to_dict()
+    workers = worker_health(load_engine_health(info.run_dir))
+    if workers:  # added within v1, optional: per worker, whether the harness bound the figures (engine_health/)
+        document["engine_health"] = [health.to_dict() for health in workers]
     return document
 
 

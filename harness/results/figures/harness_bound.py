@@ -48,6 +48,20 @@ class WorkerHealth:
     def bound(self) -> bool:
         return self.lag_bound or self.fds_bound
 
+    def to_dict(self) -> dict[str, object]:
+        """summary.json's `engine_health[]` entry."""
+        return {
+            "worker": self.worker,
+            "rows": self.rows,
+            "loop_lag_max_ms": self.lag_max_ms,
+            "open_fds_max": self.fds_max,
+            "fd_limit": self.fd_limit if self.fd_limit > 0 else None,
+            "sockets_max": self.sockets_max,
+            "lag_bound": self.lag_bound,
+            "fds_bound": self.fds_bound,
+            "bound": self.bound,
+        }
+
     def describe(self) -> str:
         why = [
             *([f"loop lag over {LAG_BOUND_MS:.0f} ms"] if self.lag_bound else []),
