@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from harness.results.figures.engine_load import STALL_MS
 from harness.results.read.layout import files_of
 from harness.wire.engine_health import ENGINE_HEALTH_SCHEMA, HEALTH_INTERVAL_S
+from harness.wire.records import epoch_seconds
 from harness.wire.schema_version import ENGINE_HEALTH_TABLE
 
 FD_SHARE = 0.9
@@ -80,7 +81,7 @@ def load_engine_health(run_dir: Path) -> pd.DataFrame:
     """Every engine_health row of a run (empty for runs written before engines recorded it)."""
     files = files_of(Path(run_dir), ENGINE_HEALTH_TABLE).v2
     if not files:
-        return ENGINE_HEALTH_SCHEMA.empty_table().to_pandas()
+        return _frame(ENGINE_HEALTH_SCHEMA.empty_table())
     tables = []
     for path in files:
         try:
@@ -88,10 +89,17 @@ def load_engine_health(run_dir: Path) -> pd.DataFrame:
         except (OSError, pa.ArrowException):
             continue  # a damaged shard loses its minute, never the summary
     if not tables:
-        return ENGINE_HEALTH_SCHEMA.empty_table().to_pandas()
-    frame = pa.concat_tables(tables).to_pandas()
+        return _frame(ENGINE_HEALTH_SCHEMA.empty_table())
+    frame = _frame(pa.concat_tables(tables))
     frame["worker"] = frame["worker"].astype(str)
     return frame
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """The table with its UTC timestamps as epoch seconds, as every reader of ours takes them: a tz-aware column
+    needs a time-zone database to reach pandas, which a slim container lacks (deploy/build-image's had none)."""
+    columns = [epoch_seconds(table.column(name)) for name in table.column_names]
+    return pa.Table.from_arrays(columns, names=table.column_names).to_pandas()
 
 
 def worker_health(frame: pd.DataFrame) -> list[WorkerHealth]:
