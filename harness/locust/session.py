@@ -7,11 +7,11 @@ Wired to Locust's events, so the same code serves `locust -f scenarios/ramp.py` 
 - `process_role`: local runner, master or worker (who runs users, who owns the run folder);
 - `vendor_lifecycle`: the embedded simulated vendor (started, kept, restarted, stopped);
 - `engine_link`: the engine where users' rollouts run (started, configured, polled, drained);
-- `master_handoff`: what a master hands its workers on Locust's options (run id, vendor);
-- `run_record` and `end_of_run`: the run folder and run.json, then compaction, summary.json and the summary;
+- `master_handoff`: what a master hands its workers on Locust's options (run id, scenario, vendor);
+- `run_record`, `end_of_run`: the run folder and run.json, then compaction, summary.json and the summary;
 - `run_stopping`: signals, `--abort-on-threshold` and the web UI's Stop, and so how the run ended;
-- `web_form_reset`: the web UI's form, and each test's settings from what it posted;
-and, beside them, `harness.locust.worker_link`: records and live counters between workers and their master.
+- `web_form_reset`: the web UI's form, and each test's settings from what it posted; beside them
+`harness.locust.worker_link`: records and live counters between workers and their master.
 """
 
 from __future__ import annotations
@@ -59,10 +59,9 @@ from harness.locust.web_form import bind_web_ui_to_loopback
 from harness.locust.worker_link import MasterLink, WorkerLink, process_usage
 from harness.wire.messages import RolloutRequest
 from harness.wire.run_endings import (
+    CONCLUDED_EXITS,
     EXIT_ABORTED,
     EXIT_INTERRUPTED,
-    EXIT_RESULTS_NOT_WRITABLE,
-    EXIT_THRESHOLDS_CROSSED,
     exit_code_for,
 )
 
@@ -393,12 +392,9 @@ class StampedeSession:
         return initial_manifest(description, Writers(self.engine_link.pid, vendor_pid, shard_pids))
 
     def end_run(self) -> None:
-        """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary.
-
-        A shape that ended on its own under the web UI is finished off Locust's shape greenlet: Locust ignores
-        a new test while that greenlet lives, and a drain takes seconds; the next test waits for it instead
-        (`prepare_test`).
-        """
+        """At `test_stop`: drain the engine(s), keep the vendor's truth, finish run.json, print the summary. A shape
+        that ended on its own under the web UI is finished off Locust's shape greenlet: Locust ignores a new test
+        while that greenlet lives, and a drain takes seconds; the next test waits for it (`prepare_test`)."""
         if self.ended or self.run_id is None or self._ending is not None:
             return
         if getattr(self.environment, "web_ui", None) is not None and gevent.getcurrent() is getattr(
@@ -460,7 +456,7 @@ class StampedeSession:
         conclusion = conclude(self.record, end, self.settings.thresholds, self.settings.seconds)
         self.exit_code = conclusion.exit_code
         cut_short = (EXIT_INTERRUPTED, EXIT_ABORTED) if self.counts_signals else ()
-        if conclusion.exit_code in (EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE, *cut_short):
+        if conclusion.exit_code in CONCLUDED_EXITS or conclusion.exit_code in cut_short:
             self.environment.process_exit_code = conclusion.exit_code
         self.summary_text = conclusion.text
         print(self.summary_text, flush=True)
@@ -589,8 +585,11 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
 @events.test_stop.add_listener
 def _on_test_stop(environment: Environment, **_: Any) -> None:
     session = session_of(environment)
-    if session is not None and not session.failed_to_start:
-        session.end_run()
+    try:
+        if session is not None and not session.failed_to_start:
+            session.end_run()
+    except Exception as exc:  # Locust would log it and exit 0: a run whose end failed says so and exits 2
+        _fail(environment, f"the run's end failed ({type(exc).__name__}: {exc}); its rows stay in its folder")
 
 
 @events.quitting.add_listener

@@ -46,8 +46,10 @@ EXIT_RESULTS_NOT_WRITABLE = 74
 """The run's results could not be written (sysexits' EX_IOERR)."""
 """`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 EXIT_SCHEMA_MISMATCH = 3
-"""A document stampede wrote (compare.json) does not match its own schema: stampede's bug, not the user's input.
-The tables are still printed; the document is not written."""
+"""A document stampede wrote (compare.json, a run's summary.json) does not match its own schema: stampede's bug, not
+the user's input. The tables are still printed; the document is not written."""
+CONCLUDED_EXITS = frozenset({EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE, EXIT_SCHEMA_MISMATCH})
+"""What a run's conclusion (its results read back, summary.json written) may decide the process exits with."""
 
 CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, RESULTS_NOT_WRITABLE, CRASHED})
 """Endings whose last stage did not run its course: no knee verdict speaks over them."""

@@ -109,3 +109,26 @@ def test_starts_per_second_are_over_each_stages_submit_span_not_diluted_by_the_d
     run_dir = write_synthetic_run(tmp_path, SyntheticRun(run_id="staggered", stages=stages, exec_s=60.0, seed=4))
     _, aggregate = load_aggregate(run_dir, "vendor")
     assert [stage.start_rate for stage in aggregate.stats.stages] == [pytest.approx(21 / 10.0)] * 2
+
+
+def test_a_summary_json_that_fails_its_schema_is_not_written_and_the_run_exits_3(tmp_path, monkeypatch):
+    """A bug of ours (a document that does not match its own schema) ends the run with exit 3 and one line that
+    says summary.json was not written: the rows stay, the table is still printed, and the exit is not 0."""
+    import pandas as pd
+
+    from harness.results.export import summary_json
+    from harness.results.export.json_schemas import SchemaMismatch
+    from harness.results.render import run_summary
+
+    def mismatched(run_dir: Path, document: dict) -> Path:
+        raise SchemaMismatch("summary.json does not match summary v1 at stages/0/stage: '' should be non-empty")
+
+    assert summary_json.write_summary is run_summary.write_summary  # the one the conclusion writes with
+    monkeypatch.setattr(run_summary, "write_summary", mismatched)
+    run_dir = write_synthetic_run(tmp_path, SyntheticRun(run_id="mismatch", stages=(SyntheticStage(20, 50),), seed=2))
+    manifest = json.loads((run_dir / "run.json").read_text())
+    rollouts = pd.read_parquet(next(run_dir.glob("rollouts-*.parquet")))
+    conclusion = run_summary.conclude_run(run_dir, manifest, rollouts, [])
+    assert (conclusion.exit_code, conclusion.summary_path, manifest["exit_code"]) == (3, None, 3)
+    assert conclusion.text.splitlines()[-1].startswith("exit 3: summary.json not written: summary.json does not")
+    assert "TTI p50" in conclusion.text and not (run_dir / "summary.json").exists()

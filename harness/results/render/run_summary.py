@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.results.export.json_schemas import SchemaMismatch
 from harness.results.export.summary_json import build_summary, write_summary
 from harness.results.figures.burst_hold import format_burst_hold, load_burst_hold
 from harness.results.figures.harness_bound import harness_bound_lines
@@ -26,7 +27,7 @@ from harness.results.read.dataset import load_rollout_frame, read_run_info
 from harness.results.read.run_ending import run_ending
 from harness.results.render.step_tables import format_step_table
 from harness.results.render.summary import format_stage_table, load_truth, measurement_error
-from harness.wire.run_endings import exit_code_for, normalize
+from harness.wire.run_endings import EXIT_SCHEMA_MISMATCH, exit_code_for, normalize
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +58,19 @@ def conclude_run(
     status = normalize(manifest.get("status"))
     exit_code = exit_code_for(status, any_crossed(verdicts))
     manifest.update({"exit_code": exit_code, "thresholds": [verdict.to_dict() for verdict in verdicts]})
-    path = write_summary(Path(run_dir), build_summary(aggregate, manifest, verdicts, status, exit_code, steps))
+    path: Path | None = None
+    try:
+        path = write_summary(Path(run_dir), build_summary(aggregate, manifest, verdicts, status, exit_code, steps))
+    except SchemaMismatch as mismatch:  # a bug of ours: the rows stay, the run says so and exits 3, not 0
+        exit_code, unwritten = (
+            EXIT_SCHEMA_MISMATCH,
+            f"\nexit {EXIT_SCHEMA_MISMATCH}: summary.json not written: {mismatch}",
+        )
+        manifest["exit_code"] = exit_code
+    else:
+        unwritten = ""
     shown = aggregate if seconds == "vendor" else aggregate_run(info, frame, seconds)
-    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, shown, verdicts, steps)
+    text = render_run_summary(Path(run_dir), manifest, rollouts, engines, shown, verdicts, steps) + unwritten
     return RunConclusion(text=text, verdicts=verdicts, exit_code=exit_code, summary_path=path)
 
 
