@@ -80,8 +80,10 @@ def test_the_image_runs_master_and_workers_from_the_manifests(tmp_path: Path) ->
         start("vendor", tag, "stampede", "stub", "serve", "--profile", "ideal", "--port", str(stub_port),
               "--token", token)  # fmt: skip
         worker = container(one("Deployment", "stampede-worker"))
+        scenario = {"STAMPEDE_SCENARIO": str(one("ConfigMap", "stampede-run")["data"]["STAMPEDE_SCENARIO"])}
         worker_args = [
-            a.replace("stampede-master", "127.0.0.1").replace("5557", str(master_port)) for a in worker["args"]
+            expand(a, scenario).replace("stampede-master", "127.0.0.1").replace("5557", str(master_port))
+            for a in worker["args"]
         ]
         replicas = one("Deployment", "stampede-worker")["spec"]["replicas"]
         for index in range(replicas):
@@ -110,6 +112,9 @@ def test_the_image_runs_master_and_workers_from_the_manifests(tmp_path: Path) ->
         assert ended.group(1) == "0", logs[-3000:]
         assert "stampede_" in metrics, "the master's --metrics-port never answered with the run's figures"
         (run,) = [p for p in results.iterdir() if p.is_dir() and not p.is_symlink()]
+        workers_said = "".join(docker("logs", name).stderr[-1500:] for name in names if "worker" in name)
+        master_said = docker("logs", master_name).stderr[-3000:]
+        assert (run / "summary.json").exists(), f"no summary.json:\n{logs[-3000:]}\n{master_said}\n{workers_said}"
         summary = json.loads((run / "summary.json").read_text())
         assert (summary["status"], summary["exit_code"]) == ("completed", 0)
         assert len(list(run.glob("engine-*.json"))) == replicas, "not every worker's engine took part"

@@ -108,6 +108,11 @@ def test_locust_layout_master_service_workers_and_metrics() -> None:
         assert int(annotations["prometheus.io/port"]) == ports["metrics"]
     worker_args = container(workers)["args"]
     assert worker_args[:3] == ["stampede", "run", "--worker"]
+    # the master's scenario, from the same ConfigMap key (a worker of another scenario is refused)
+    assert worker_args[worker_args.index("--scenario") + 1] == "$(STAMPEDE_SCENARIO)"
+    (scenario_env,) = [e for e in container(workers)["env"] if e["name"] == "STAMPEDE_SCENARIO"]
+    assert scenario_env["valueFrom"]["configMapKeyRef"] == {"name": "stampede-run", "key": "STAMPEDE_SCENARIO"}
+    assert '--scenario "$(STAMPEDE_SCENARIO)"' in container(one("Deployment", "stampede-master"))["args"][0]
     assert worker_args[worker_args.index("--master-host") + 1] == service["metadata"]["name"]
     assert int(worker_args[worker_args.index("--master-port") + 1]) == ports["master"]
     config = one("ConfigMap", "stampede-run")["data"]
