@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from tests.support.ports import reserved_port
+from tests.support.serve_process import standalone_stub
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "remote-workers-token"
@@ -26,19 +27,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def stub_url() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", "ideal", "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        assert process.stdout is not None
-        yield str(json.loads(process.stdout.readline())["url"])
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with standalone_stub(TOKEN) as url:
+        yield url
 
 
 def _master(stub_url: str, out: Path, port: int, workers: int, run_id: str) -> subprocess.Popen[str]:

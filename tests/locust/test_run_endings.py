@@ -27,6 +27,7 @@ import pytest
 from harness.results.read.dataset import load_rollouts
 from harness.results.render.report import build_report
 from tests.support.commands import stampede
+from tests.support.serve_process import standalone_stub
 from tests.support.stub_vendor import rollout_label, vendor_sandboxes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,20 +50,12 @@ def in_process(*args: str, capsys: pytest.CaptureFixture[str]) -> str:
 
 @pytest.fixture(scope="module")
 def stub_url():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", "ideal", "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        yield json.loads(process.stdout.readline())["url"]
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-        if FIGURES:
-            print("\n" + "\n".join(f"{name}: {figures}" for name, figures in FIGURES.items()))
+    with standalone_stub(TOKEN) as url:
+        try:
+            yield url
+        finally:
+            if FIGURES:
+                print("\n" + "\n".join(f"{name}: {figures}" for name, figures in FIGURES.items()))
 
 
 def sandboxes(url: str, run_id: str, *, active: bool) -> list[dict]:

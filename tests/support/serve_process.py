@@ -10,6 +10,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from subprocess import Popen
 from typing import IO, Any
@@ -81,3 +83,26 @@ def get_json(url: str, token: str | None = None) -> tuple[int, Any]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+@contextmanager
+def standalone_stub(token: str, profile: str = "ideal") -> Iterator[str]:
+    """`stampede stub serve` as its own process on a free loopback port (as on another machine): its URL, and the
+    process stopped (SIGTERM) on leaving."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "stub", "serve", "--profile", profile, "--port", "0", "--token", token],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert process.stdout is not None
+        yield str(json.loads(process.stdout.readline())["url"])
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
