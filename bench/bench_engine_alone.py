@@ -151,6 +151,8 @@ def main() -> int:
     if len(sys.argv) == 5 and sys.argv[1] == _CHILD:
         asyncio.run(child(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])))
         return 0
+    from bench_overhead import checkouts, in_turn  # a sibling script; the measured child never imports it
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", type=Path, help="another checkout, run in turn as 'before'")
     parser.add_argument("--inflight", type=int, default=64, help="leases (lifecycles in flight)")
@@ -159,18 +161,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds before the window (past the first shard)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds (medians are printed)")
     args = parser.parse_args()
-    if args.against is not None and not (args.against / "harness" / "engine").is_dir():
-        print(f"error: --against {args.against}: not a stampede checkout (no harness/engine)", file=sys.stderr)
-        return 2
-    sides = [("after", REPO)] + ([("before", args.against.resolve())] if args.against is not None else [])
+    sides = checkouts(args.against, "harness/engine")
     got: dict[str, list[tuple[float, float]]] = {side: [] for side, _ in sides}
-    for round_ in range(args.rounds):
-        for side, checkout in sides if round_ % 2 else list(reversed(sides)):
-            us, rate = run_side(checkout, args)
-            got[side].append((us, rate))
-            print(
-                f"  round {round_ + 1} {side:<6}: {us:6.1f} us a lifecycle, {rate:7.0f}/s", file=sys.stderr, flush=True
-            )
+    for round_, side, checkout in in_turn(sides, args.rounds):
+        us, rate = run_side(checkout, args)
+        got[side].append((us, rate))
+        print(f"  round {round_ + 1} {side:<6}: {us:6.1f} us a lifecycle, {rate:7.0f}/s", file=sys.stderr, flush=True)
     print(
         f"engine alone, {args.inflight} leases, ready after {args.ready_s:g} s, {args.rounds} rounds of {args.seconds:g} s"
     )

@@ -33,7 +33,14 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import Stub, side_command, stop_process, wait_until  # a sibling script, not a package
+from bench_overhead import (  # a sibling script, not a package
+    Stub,
+    checkouts,
+    in_turn,
+    side_command,
+    stop_process,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_S = 15.0
@@ -129,25 +136,21 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds after the first delete before measuring")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (medians are printed)")
     args = parser.parse_args()
-    if args.against is not None and not (args.against / "harness" / "cli").is_dir():
-        print(f"error: --against {args.against}: not a stampede checkout (no harness/cli)", file=sys.stderr)
-        return 2
-    sides = [("after", REPO)] + ([("before", args.against.resolve())] if args.against is not None else [])
+    sides = checkouts(args.against, "harness/cli")
     windows: dict[str, list[ShareWindow]] = {side: [] for side, _ in sides}
-    for round_ in range(args.rounds):
-        for side, checkout in sides if round_ % 2 else list(reversed(sides)):
-            try:
-                window = measure(side, checkout, args.concurrency, args.warmup, args.seconds)
-            except RuntimeError as exc:  # one lost window (a run that did not start) is reported, not the whole bench
-                print(f"  round {round_ + 1} {side:<6}: no window ({exc})", file=sys.stderr, flush=True)
-                continue
-            windows[side].append(window)
-            print(
-                f"  round {round_ + 1} {side:<6}: {window.rate:7.1f} lifecycles/s, engine {window.engine_us:6.1f} us, "
-                f"locust {window.locust_us:6.1f} us, total {window.total_us:6.1f} us (load {window.load:.1f})",
-                file=sys.stderr,
-                flush=True,
-            )
+    for round_, side, checkout in in_turn(sides, args.rounds):
+        try:
+            window = measure(side, checkout, args.concurrency, args.warmup, args.seconds)
+        except RuntimeError as exc:  # one lost window (a run that did not start) is reported, not the whole bench
+            print(f"  round {round_ + 1} {side:<6}: no window ({exc})", file=sys.stderr, flush=True)
+            continue
+        windows[side].append(window)
+        print(
+            f"  round {round_ + 1} {side:<6}: {window.rate:7.1f} lifecycles/s, engine {window.engine_us:6.1f} us, "
+            f"locust {window.locust_us:6.1f} us, total {window.total_us:6.1f} us (load {window.load:.1f})",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"{args.concurrency} in flight, stub --profile ideal, {args.rounds} round(s) of {args.seconds:g} s, medians")
     print(f"{'side':<7} | {'engine us':>9} {'locust us':>9} {'total us':>9} | {'life/s':>8} | load")
     for side, _ in sides:

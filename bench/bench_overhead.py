@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,6 +184,25 @@ def stop_process(process: subprocess.Popen[bytes], sig: int | None, grace_s: flo
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def checkouts(against: Path | None, needs: str) -> list[tuple[str, Path]]:
+    """The sides of a before/after bench: 'after' (this checkout) and, given `--against`, 'before' (that one),
+    refused in one line with exit 2 when it has no `needs` folder."""
+    if against is None:
+        return [("after", REPO)]
+    if not (against / needs).is_dir():
+        print(f"error: --against {against}: not a stampede checkout (no {needs})", file=sys.stderr)
+        raise SystemExit(2)
+    return [("after", REPO), ("before", against.resolve())]
+
+
+def in_turn(sides: list[tuple[str, Path]], rounds: int) -> Iterator[tuple[int, str, Path]]:
+    """(round, side, checkout): every side once a round, the order flipped each round, so a busy neighbour on the
+    shared cores hits both alike."""
+    for round_ in range(rounds):
+        for side, checkout in sides if round_ % 2 else list(reversed(sides)):
+            yield round_, side, checkout
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
