@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from harness.results.figures.quantiles import SMALL_SAMPLE_MARK, quantiles, supported
+from harness.results.read.concurrency import concurrency_at
 from harness.results.read.dataset import load_rollout_frame
 
 SCENARIO = "burst-hold"
@@ -152,26 +153,20 @@ def held_intervals(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return start, np.maximum(end, start)
 
 
-def held_over_time(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The held count after each event (instants, counts), ends before starts at the same instant (half-open)."""
-    times = np.concatenate([start, end])
-    steps = np.concatenate([np.ones(len(start), dtype=np.int64), -np.ones(len(end), dtype=np.int64)])
-    order = np.lexsort((steps, times))  # at one instant, -1 sorts first
-    return times[order], np.cumsum(steps[order])
-
-
 def time_to_n(frame: pd.DataFrame, n: int) -> tuple[float | None, int]:
-    """(seconds from the first submit until N sandboxes were held at once, None if never; the peak held)."""
-    if frame.empty:
+    """(seconds from the first submit until N sandboxes were held at once, None if never; the peak held). The held
+    count only rises at a start, so it is read at each start (`concurrency_at`: half-open spans, one ending at an
+    instant no longer held there)."""
+    start, end = held_intervals(frame)
+    if start.size == 0:
         return None, 0
-    times, counts = held_over_time(*held_intervals(frame))
-    if counts.size == 0:
-        return None, 0
+    instants = np.sort(start)
+    counts = concurrency_at(instants, start, end)
     peak = int(counts.max())
     reached = np.flatnonzero(counts >= n) if n > 0 else np.array([], dtype=np.int64)
     if reached.size == 0:
         return None, peak
-    return float(times[reached[0]] - frame["t_submit"].min()), peak
+    return float(instants[reached[0]] - frame["t_submit"].min()), peak
 
 
 def tti_by_quartile(frame: pd.DataFrame) -> tuple[QuartileTTI, ...]:
