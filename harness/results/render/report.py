@@ -20,7 +20,7 @@ from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, 
 from harness.results.read.dataset import RunInfo, load_rollout_frame, read_run_info
 from harness.results.read.run_ending import RunEnding, run_ending
 from harness.results.read.run_pointer import resolve_run_dir
-from harness.results.render import html_report, plots, step_report
+from harness.results.render import burst_hold_report, html_report, plots, step_report
 from harness.results.render.report_tables import (
     REPORT_SMALL_SAMPLE_NOTE,
     Table,
@@ -155,6 +155,8 @@ def build_report(
     knees_t = knee_table(runs, knees)
     step_views = _step_views(runs)
     step_tables = {label: _step_tables(label, view) for label, view in step_views}
+    burst_views = burst_hold_report.load_views(runs)  # none unless a run's scenario is burst-hold
+    burst_tables = {view.label: burst_hold_report.tables(view) for view in burst_views}
     comparison = comparison_table(runs) if len(runs) > 1 else None
     censored = censoring_table(runs)
 
@@ -164,7 +166,7 @@ def build_report(
     text_parts = [line for line, _ in ending_lines] + [basis_note(run) for run in runs]
     for run, stages_t, phases_t in per_run:
         text_parts += ["", stages_t.to_text(), "", phases_t.to_text()]
-        for table in step_tables.get(run.info.label, []):
+        for table in [*step_tables.get(run.info.label, []), *burst_tables.get(run.info.label, [])]:
             text_parts += ["", table.to_text()]
     if comparison is not None:
         text_parts += ["", comparison.to_text()]
@@ -173,7 +175,7 @@ def build_report(
     text_parts += ["", knees_t.to_text(), f"knee thresholds: {thresholds.describe()} (* marks the knee stage)"]
     if any(
         SMALL_SAMPLE_MARK in cell
-        for table in _tables(per_run, comparison, censored)
+        for table in [*_tables(per_run, comparison, censored), *(t for ts in burst_tables.values() for t in ts)]
         for row in table.rows
         for cell in row
     ):
@@ -196,6 +198,8 @@ def build_report(
             step_makers = (step_report.step_breakdown, step_report.step_survival)
             for (name, alt), step_make in zip(step_report.STEP_FIGURES, step_makers, strict=True):
                 drawn.append((name, alt, lambda _runs, make=step_make: make(step_views)))  # type: ignore[misc]
+        if burst_views:
+            drawn.append((*burst_hold_report.BURST_HOLD_FIGURE, lambda runs: burst_hold_report.figure(burst_views)))
         for name, alt, make in drawn:
             png = make(runs)
             path = out / name
@@ -212,6 +216,8 @@ def build_report(
         sections.append(("Side by side", [comparison], []))
     for run, stages_t, phases_t in per_run:
         sections.append((run.info.label, [stages_t, phases_t, *step_tables.get(run.info.label, [])], []))
+        if run.info.label in burst_tables:
+            sections.append((f"{run.info.label}: burst-hold", burst_tables[run.info.label], []))
     if censored is not None:
         sections.append(("Censored rollouts", [censored], []))
     sections.append(("Figures", [], images))
@@ -220,11 +226,17 @@ def build_report(
     html_path = out / "report.html"
     html_path.write_text(
         html_report.render(
-            title, notes, sections, FOOTNOTES, endings=ending_lines, thresholds=threshold_banner(verdicts)
+            title,
+            notes,
+            sections,
+            (*FOOTNOTES, *((burst_hold_report.BURST_HOLD_NOTE,) if burst_views else ())),
+            endings=ending_lines,
+            thresholds=threshold_banner(verdicts),
         )
     )
     text_parts += ["", f"report: {html_path}"]
     tables = [knees_t, *_tables(per_run, comparison, censored), *(t for ts in step_tables.values() for t in ts)]
+    tables += [t for ts in burst_tables.values() for t in ts]
     return ReportResult(out, html_path, [*written, csv_path], "\n".join(text_parts), runs, knees, tables, verdicts)
 
 
