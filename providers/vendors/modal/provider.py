@@ -28,7 +28,8 @@ id and the container boots while `wait_until_ready` waits.
 Options (`--provider-option K=V`; defaults in `ModalOptions`): `token_id`, `token_secret` (`token` when
 `base_url` is set, else the user's Modal config), `sandbox_v2` (1/0), `max_throttle_wait` (seconds, `none` for the
 SDK's default of unlimited), `app_name`, `environment`, `readiness` (`probe`, or `none`: the first command absorbs
-the boot), `region`, `sdk_loop` (`own`, the default: the SDK's own thread; `engine`: its calls on the engine's loop, `sdk_loop.py`),
+the boot), `region`, `sdk_loop` (`engine`, the default: the SDK's calls on the engine's loop, `sdk_loop.py`;
+`own`: its own thread),
 `preflight_timeout` (seconds to connect, authenticate and resolve the default image:
 `LOCAL_PREFLIGHT_S` with `base_url`, else `MODAL_PREFLIGHT_S`; the SDK itself retries an unreachable server for a
 minute), `rpc_timeout` (seconds: the most a call that should answer at once may take: a V2 create, a command's
@@ -135,9 +136,8 @@ class ModalOptions:
     app_name: str = declare(DEFAULT_APP, text)
     environment: str | None = declare(None, text)
     readiness: str = declare("probe", choice, "probe", "none")
-    # `sdk_loop.py`: `engine` runs the SDK's calls on the engine's loop (cheaper; opt-in until the Ctrl-C test's
-    # failures under load with it are understood); `own` the SDK's own thread, as shipped
-    sdk_loop: str = declare("own", choice, "engine", "own")
+    # `sdk_loop.py`: `engine` runs the SDK's calls on the engine's loop (no thread hops); `own` its own thread
+    sdk_loop: str = declare("engine", choice, "engine", "own")
     region: str | None = declare(None, text)
     # the option's absence depends on where the SDK connects, hence no `declare`
     preflight_timeout_s: float = LOCAL_PREFLIGHT_S

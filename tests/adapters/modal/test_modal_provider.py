@@ -168,7 +168,7 @@ print(json.dumps([asyncio.run(lifecycle("engine")), asyncio.run(lifecycle("own")
 
 
 async def test_the_sdk_runs_on_the_engines_loop_and_gets_its_own_thread_back() -> None:
-    """`sdk_loop=engine` (opt-in), in a fresh interpreter as the engine is: the SDK's calls are made on the
+    """`sdk_loop=engine` (the default), in a fresh interpreter as the engine is: the SDK's calls are made on the
     caller's loop, with no thread of its own; `aclose` gives the loop back, so the next loop (`sdk_loop=own`) gets
     the SDK's own thread and works."""
     async with local_modal() as (server, _):
