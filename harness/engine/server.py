@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -33,13 +34,18 @@ from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
 from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
-from harness.wire.records import RolloutRecord, live_row
+from harness.wire.records import RolloutRecord, live_row, warm_file_types
 from harness.wire.redact import RedactingFormatter, redact, secret_values
 from providers import create_provider
 from providers.base import ProviderConfigError, ProviderError
 
 DRAIN_TIMEOUT_S = 120.0
 LEASE_ROW_BATCH_S = 0.005  # how long a leased rollout's row may wait for others to share its write to Locust
+STARTS_PER_TURN = 64
+"""At most this many rollouts started before the reader gives the loop a turn. A burst's starts arrive as one
+flood of lines, which `readline` hands over without ever suspending: unsliced, every rollout's first step (its
+create request built and sent) ran in one loop iteration, and the answers already back, and the lag probe,
+waited for all of them (the burst-hold protocol's surge, `scenarios/burst-hold.py`)."""
 
 
 class Engine:
@@ -272,6 +278,7 @@ class Engine:
         tasks_by_request: dict[Any, asyncio.Task[RolloutRecord]] = {}
         leases: set[Any] = set()
         ended_leases: set[Any] = set()
+        starts_this_turn = 0
         try:
             while not reader.at_eof():
                 line = await reader.readline()
@@ -284,6 +291,11 @@ class Engine:
                     continue
                 op = message["op"]
                 spawned: asyncio.Future[Any]
+                if op == msg.ROLLOUT or op == msg.LEASE:
+                    starts_this_turn += 1
+                    if starts_this_turn > STARTS_PER_TURN:
+                        await asyncio.sleep(0)  # the started ones take their first step, answers are read
+                        starts_this_turn = 1
                 if op == msg.ROLLOUT:
                     spawned = loop.create_task(run_one(message.get("id"), message))
                 elif op == msg.LEASE:
@@ -368,6 +380,8 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     loop.add_signal_handler(signal.SIGUSR2, engine.hurry)
     watcher = loop.create_task(_watch_parent(engine.stopped)) if watch_stdin else None  # keep a reference
     print(READY_LINE, flush=True)
+    # while Locust's side imports and configures: off the way to the first rollout, out of a burst's surge
+    threading.Thread(target=warm_file_types, name="warm-file-types", daemon=True).start()
     await engine.stopped.wait()
     mark("engine process: stopping")
     server.close()

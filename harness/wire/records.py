@@ -314,6 +314,18 @@ def file_column(values: Sequence[Any], field: pa.Field) -> pa.Array:
     return pa.array(values, type=field.type)
 
 
+def warm_file_types() -> None:
+    """Import what writing the first table imports, ahead of it (the engine calls it while idle at its start).
+
+    pyarrow imports pandas the first time `pa.array` is given plain values (its check for pandas objects),
+    and `file_column` imports `pyarrow.compute`: ~0.3 s of imports quiet, more on a busy machine. Left to the
+    first shard flush, they ran in a burst's surge, the flushing thread holding the interpreter while the
+    engine's loop timed the creates (issue #32: the burst-hold protocol's loop lag)."""
+    import pyarrow.compute  # noqa: F401
+
+    pa.array([0.0], type=pa.float64())
+
+
 def file_table(rows: Sequence[Any], schema: pa.Schema) -> pa.Table:
     """Records (objects whose attributes are the schema's columns) or dicts as one table in the file types."""
     if rows and isinstance(rows[0], dict):
