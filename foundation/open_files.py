@@ -3,8 +3,10 @@ soft limit of 1024, so the processes that hold them lift it toward the hard limi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import resource
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,27 @@ def processes_for_open_files(peak_in_flight: int | None, open_files: int | None 
         return 1
     limit = open_files if open_files is not None else reachable_open_files()
     return max(1, math.ceil(peak_in_flight * FDS_PER_ROLLOUT / max(1, limit - FD_RESERVE)))
+
+
+def count_open_files(fd_dir: str = "/proc/self/fd") -> tuple[int, int]:
+    """(open descriptors, sockets among them) of this process; (-1, -1) where /proc cannot tell."""
+    total = sockets = 0
+    try:
+        with os.scandir(fd_dir) as entries:
+            for entry in entries:
+                total += 1
+                with contextlib.suppress(OSError):  # closed between the listing and the readlink
+                    if os.readlink(entry.path).startswith("socket:"):
+                        sockets += 1
+    except OSError:
+        return -1, -1
+    return max(0, total - 1), sockets  # less the descriptor the listing itself held
+
+
+def open_files_soft_limit() -> int:
+    """This process's soft RLIMIT_NOFILE, what it may open now; -1 when unlimited."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return -1 if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def _kernel_cap() -> int:

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ from harness.locust.vendor_process import probe
 from harness.wire.run_endings import ABORTED, EXIT_INTERRUPTED, exit_code_for
 
 if TYPE_CHECKING:  # imported when --metrics-port asks: prometheus_client stays off every other run's start
-    from harness.locust.live.metrics_endpoint import MetricsEndpoint
+    from harness.locust.live.metrics_endpoint import MetricsEndpoint, RunView
     from harness.locust.live.otlp_metrics import OtlpMetricsPusher
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -384,6 +385,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _live_session_view(environments: list[Environment]) -> Callable[[], RunView | None]:
+    """What the live exporters read at each scrape or push: the run's session, once Locust's environment exists
+    (`environments` is filled after the exporters are built)."""
+    from harness.locust.live.metrics_endpoint import session_view
+
+    return lambda: session_view(session_of(environments[0])) if environments else None
+
+
 def _metrics_endpoint(args: argparse.Namespace, role: str, environments: list[Environment]) -> MetricsEndpoint | None:
     """`--metrics-port`: the endpoint, bound now (a port in use ends the run before any load); a worker's figures
     reach its master, which serves them. `stampede rehearse` builds its own namespace, without the option: off."""
@@ -392,10 +401,10 @@ def _metrics_endpoint(args: argparse.Namespace, role: str, environments: list[En
         return None
     if role == "worker":
         raise UsageError("--metrics-port is the master's: a worker's figures reach it (give it to the master)")
-    from harness.locust.live.metrics_endpoint import MetricsEndpoint, session_view
+    from harness.locust.live.metrics_endpoint import MetricsEndpoint
 
     endpoint = MetricsEndpoint(
-        lambda: session_view(session_of(environments[0])) if environments else None,
+        _live_session_view(environments),
         port,
         str(getattr(args, "metrics_host", None) or "127.0.0.1"),
     )
@@ -421,11 +430,10 @@ def _otlp_pusher(args: argparse.Namespace, role: str, environments: list[Environ
         ) from None
     if role == "worker":  # its engine's traces go straight to the collector; its metrics reach the master
         return None
-    from harness.locust.live.metrics_endpoint import session_view
     from harness.locust.live.otlp_metrics import OtlpMetricsPusher
 
     return OtlpMetricsPusher(
-        lambda: session_view(session_of(environments[0])) if environments else None,
+        _live_session_view(environments),
         endpoint,
         "master" if role in ("master", "workers") else "local",
     )

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import resource
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from foundation.open_files import count_open_files, open_files_soft_limit
 from harness.engine.health import LoopHealth
 from harness.engine.shards import safe_name, write_table_atomically
 from harness.wire.engine_health import ENGINE_HEALTH_SCHEMA, HEALTH_INTERVAL_S, EngineHealthRecord
@@ -33,26 +32,6 @@ from harness.wire.schema_version import ENGINE_HEALTH_TABLE
 
 WRITE_EVERY_ROWS = 12  # a shard a minute at 5 s
 log = logging.getLogger("stampede.engine")
-
-
-def count_fds(fd_dir: str = "/proc/self/fd") -> tuple[int, int]:
-    """(open descriptors, sockets among them) of this process; (-1, -1) where /proc cannot tell."""
-    total = sockets = 0
-    try:
-        with os.scandir(fd_dir) as entries:
-            for entry in entries:
-                total += 1
-                with contextlib.suppress(OSError):  # closed between the listing and the readlink
-                    if os.readlink(entry.path).startswith("socket:"):
-                        sockets += 1
-    except OSError:
-        return -1, -1
-    return max(0, total - 1), sockets  # less the descriptor the listing itself held
-
-
-def fd_limit() -> int:
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return -1 if soft == resource.RLIM_INFINITY else int(soft)
 
 
 class HealthRows:
@@ -101,7 +80,7 @@ class HealthRows:
         now = time.monotonic()
         lag_s = self.health.lag_since(self._since)
         interval, self._since = now - self._since, now
-        fds, sockets = await asyncio.to_thread(count_fds)
+        fds, sockets = await asyncio.to_thread(count_open_files)
         memory = self._process.memory_info().rss / 2**20
         record = EngineHealthRecord(
             run_id=self.run_id,
@@ -111,7 +90,7 @@ class HealthRows:
             loop_lag_max_ms=round(1000 * lag_s, 3),
             loop_lag_now_ms=round(1000 * self.health.lag_now(), 3),
             open_fds=fds,
-            fd_limit=fd_limit(),
+            fd_limit=open_files_soft_limit(),
             sockets=sockets,
             cpu_percent=round(self._process.cpu_percent(None), 1),
             rss_mb=round(memory, 1),

@@ -10,8 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from foundation.open_files import count_open_files
 from harness.engine.health import LoopHealth
-from harness.engine.health_rows import HealthRows, count_fds
+from harness.engine.health_rows import HealthRows
 from harness.results.figures.harness_bound import (
     FD_SHARE,
     LAG_BOUND_MS,
@@ -23,10 +24,10 @@ from harness.wire.engine_health import ENGINE_HEALTH_SCHEMA
 
 
 def test_count_fds_counts_a_socket_it_holds() -> None:
-    before_fds, before_sockets = count_fds()
+    before_fds, before_sockets = count_open_files()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
         held.bind(("127.0.0.1", 0))
-        fds, sockets = count_fds()
+        fds, sockets = count_open_files()
     assert fds == before_fds + 1 and sockets == before_sockets + 1
 
 
