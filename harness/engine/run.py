@@ -99,7 +99,6 @@ class EngineRun:
         self.peak_live = 0
         self.started = 0
         self.outcomes: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
         self.recent: deque[tuple[float, float | None, bool]] = deque()
         self.stage_stats: dict[str, StageStats] = {}
         self.row_metrics = RowMetrics()  # the metrics port's histograms, from the same rows
@@ -291,8 +290,6 @@ class EngineRun:
             self.tracer.record(record)
         self.writer.add_rollout(record)
         self.outcomes[record.outcome] += 1
-        if record.failure_kind:
-            self.failures[record.failure_kind] += 1
         self.peak_live = max(self.peak_live, len(self.registry))
         now = time.monotonic()
         self.recent.append((now, record.tti_s, record.outcome == OUTCOME_OK))
@@ -310,7 +307,7 @@ class EngineRun:
             ok=self.outcomes[OUTCOME_OK],
             failed=self.outcomes[OUTCOME_FAILED],
             cancelled=self.outcomes[OUTCOME_CANCELLED],
-            failures=dict(self.failures),
+            failures=self.row_metrics.failures_by_kind(),
             live_sandboxes=len(self.registry),
             peak_inflight=self.peak_inflight,
             recent_tti_p50_s=recent_p50,
@@ -374,7 +371,7 @@ class EngineRun:
             "run_id": self.config.run_id,
             "started": self.started,
             "outcomes": dict(self.outcomes),
-            "failures": dict(self.failures),
+            "failures": self.row_metrics.failures_by_kind(),
             "unfinished_tasks": sum(1 for task in tasks if not task.done()),
             "aborted": self.hurried.is_set(),
             "submits_logged": self.submits.written,

@@ -123,6 +123,13 @@ class RowMetrics:
         if row.failure_kind is not None:
             self.failures[(row.failure_kind, row.failure_phase or "unknown")] += 1
 
+    def failures_by_kind(self) -> dict[str, int]:
+        """The failures by kind alone: what the engine's stats and drain summary carry (one count of each row)."""
+        totals: Counter[str] = Counter()
+        for (kind, _phase), n in self.failures.items():
+            totals[kind] += n
+        return dict(totals)
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "tti": self.tti.to_wire(),
