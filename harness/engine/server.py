@@ -48,6 +48,20 @@ create request built and sent) ran in one loop iteration, and the answers alread
 waited for all of them (the burst-hold protocol's surge, `scenarios/burst-hold.py`)."""
 
 
+class StartSlicer:
+    """Gives the loop a turn after every `per_turn` rollouts started from one connection (STARTS_PER_TURN)."""
+
+    def __init__(self, per_turn: int = STARTS_PER_TURN) -> None:
+        self.per_turn = max(1, per_turn)
+        self._since_turn = 0
+
+    async def before_start(self) -> None:
+        self._since_turn += 1
+        if self._since_turn > self.per_turn:
+            self._since_turn = 1
+            await asyncio.sleep(0)  # the started ones take their first step, answers are read
+
+
 class Engine:
     """Serves the engine protocol on a Unix socket; at most one run configured at a time."""
 
@@ -278,7 +292,7 @@ class Engine:
         tasks_by_request: dict[Any, asyncio.Task[RolloutRecord]] = {}
         leases: set[Any] = set()
         ended_leases: set[Any] = set()
-        starts_this_turn = 0
+        slicer = StartSlicer()
         try:
             while not reader.at_eof():
                 line = await reader.readline()
@@ -292,10 +306,7 @@ class Engine:
                 op = message["op"]
                 spawned: asyncio.Future[Any]
                 if op == msg.ROLLOUT or op == msg.LEASE:
-                    starts_this_turn += 1
-                    if starts_this_turn > STARTS_PER_TURN:
-                        await asyncio.sleep(0)  # the started ones take their first step, answers are read
-                        starts_this_turn = 1
+                    await slicer.before_start()
                 if op == msg.ROLLOUT:
                     spawned = loop.create_task(run_one(message.get("id"), message))
                 elif op == msg.LEASE:
