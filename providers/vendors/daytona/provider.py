@@ -352,9 +352,12 @@ class DaytonaProvider(Provider):
             raise ProviderError(FailureKind.READY_TIMEOUT, f"not started within {timeout:g}s") from None
         except DaytonaError as exc:
             await self._explain_start_failure(ref.sandbox_id, exc)
-            if start.pulled() and classify_daytona(exc, Phase.READY) is FailureKind.IMAGE:
+            kind = classify_daytona(exc, Phase.READY)
+            if start.pulled() and kind is FailureKind.IMAGE:
                 raise ProviderError(FailureKind.IMAGE, exc.message, phase=Phase.PULL) from exc
-            raise
+            # classified here whichever way the SDK heard of it: an event (no reason, explained above) or its own
+            # poll (the reason in its message), a race the same start can go either way
+            raise ProviderError(kind, exc.message) from exc
         return start.observation()
 
     async def _explain_start_failure(self, sandbox_id: str, exc: DaytonaError) -> None:
