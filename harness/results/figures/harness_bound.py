@@ -63,11 +63,15 @@ class WorkerHealth:
             "bound": self.bound,
         }
 
-    def describe(self) -> str:
-        why = [
+    def bound_reasons(self) -> list[str]:
+        """Why the harness bound this engine's figures, in words; empty when it did not."""
+        return [
             *([f"loop lag over {LAG_BOUND_MS:.0f} ms"] if self.lag_bound else []),
             *([f"fds at {100 * FD_SHARE:.0f}% of the limit"] if self.fds_bound else []),
         ]
+
+    def describe(self) -> str:
+        why = self.bound_reasons()
         limit = str(self.fd_limit) if self.fd_limit > 0 else "unlimited"
         verdict = f"(!) harness bound: {', '.join(why)}" if why else "harness not bound"
         return (

@@ -172,11 +172,7 @@ def quartile_table(view: BurstHoldView) -> Table:
 
 
 def _bound_cell(health: WorkerHealth) -> str:
-    reasons = []
-    if health.lag_bound:
-        reasons.append(f"loop lag > {LAG_BOUND_MS:.0f} ms")
-    if health.fds_bound:
-        reasons.append(f"fds >= {100 * FD_SHARE:.0f}% of limit")
+    reasons = health.bound_reasons()
     return "(!) bound: " + ", ".join(reasons) if reasons else "not bound"
 
 
