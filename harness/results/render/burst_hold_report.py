@@ -1,7 +1,7 @@
 """The report's section for a burst-hold run (issue #32): the protocol's figures as tables, and a figure.
 
 The numbers are the ones `stampede summary` prints and summary.json's `burst_hold` and `engine_health` carry:
-`load_burst_hold` (harness.results.figures.burst_hold) computes them and `worker_health`
+`burst_hold_figures` (harness.results.figures.burst_hold) computes them and `worker_health`
 (harness.results.figures.harness_bound) reads the engines' 5 s rows; this module only lays them out, so the
 report cannot disagree with the summary. The figure draws what the tables condense: sandboxes held over time (the
 held spans of `held_intervals` counted on a grid by `concurrency_at`, the same count `time_to_n` reads), each
@@ -19,14 +19,17 @@ import numpy as np
 import pandas as pd
 
 from harness.results.figures.burst_hold import (
+    COLUMNS,
     CREATE_FAILURES,
     FAILED,
     PARTIAL,
     READINESS_FAILED,
+    SCENARIO,
     SUCCESS,
     BurstHoldFigures,
+    burst_hold_figures,
     held_intervals,
-    load_burst_hold,
+    hold_of,
 )
 from harness.results.figures.harness_bound import (
     FD_SHARE,
@@ -64,8 +67,6 @@ BURST_HOLD_NOTE = (
     f"descriptors reached {100 * FD_SHARE:.0f}% of its limit timed its rollouts late or refused connections itself."
 )
 """The footnote a report with a burst-hold run adds."""
-HELD_COLUMNS = ("t_submit", "create_s", "ready_s", "total_s", "terminate_s")
-"""What `held_intervals` reads of the rollouts rows."""
 GRID_POINTS = 1000
 """The held count is drawn at this many instants (the plot's resolution; the tables' figures use every row)."""
 STATE_LABELS: tuple[tuple[str, str], ...] = (
@@ -90,12 +91,14 @@ class BurstHoldView:
 
 
 def load_view(run: RunStats) -> BurstHoldView | None:
-    """The run's burst-hold view; None for any other scenario (its report says nothing more)."""
+    """The run's burst-hold view; None for any other scenario (its report says nothing more).
+
+    The rows are read once: the figures (`load_burst_hold`'s own columns) and the held spans come from one frame."""
     info = run.info
-    figures = load_burst_hold(info.run_dir, info.manifest)
-    if figures is None:
+    if info.manifest.get("scenario") != SCENARIO:
         return None
-    frame = load_rollout_frame(info.run_dir, HELD_COLUMNS)
+    frame = load_rollout_frame(info.run_dir, COLUMNS)
+    figures = burst_hold_figures(frame, hold_of(dict(info.manifest)))
     start, end = held_intervals(frame)
     health = load_engine_health(info.run_dir)
     if not frame.empty:
