@@ -14,9 +14,10 @@ import math
 
 import pytest
 
+from providers.sim.core.clock import VirtualClock
 from providers.sim.core.experiments import simulate_ramp
 from providers.sim.core.profile import load_profile
-from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, simulate_timed_ramp
+from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, _Gate, simulate_timed_ramp
 
 TURN = 0.005  # the live harness's round trip (harness.fitting.predict.TURN_WALL_S at time scale 1)
 
@@ -121,3 +122,24 @@ def test_a_timing_that_could_not_end_is_refused(bad: dict[str, object]) -> None:
     args: dict[str, object] = {"spawn_interval_s": 0.0, "work_s": 1.0, "turn_s": TURN, **bad}
     with pytest.raises(ValueError):
         RampTiming(**args)  # type: ignore[arg-type]
+
+
+def test_a_creation_waiting_behind_a_slow_probe_gives_up_at_its_own_deadline() -> None:
+    """Live, each create behind the probe waits on the gate's lock with its own timeout, so it fails `rate_limited`
+    when its max_wait runs out even while the probe is still out. The simulated gate once gave such a waiter up only
+    at the next answer, and one woken at a deadline already past woke itself for ever at the same instant (a fitted
+    ramp of daytona-like hung the predictor)."""
+    clock = VirtualClock()
+    throttle = CreateThrottle(max_wait_s=30.0, default_s=1.0, step_s=1.0)
+    sent: list[int] = []
+    given_up: list[tuple[int, float]] = []
+    gate = _Gate(clock, throttle, sent.append, seed=0)
+    gate.give_up = lambda index: given_up.append((index, clock.now()))
+    gate.answered(-1, 1.0, True)  # a 429 with Retry-After 1: the gate closes for a second
+    gate.enter(0)  # the probe, once the second has passed
+    clock.call_at(0.5, lambda: gate.enter(1))  # behind it
+    clock.call_at(31.0, lambda: gate.enter(2))  # behind it too, after the first one's deadline
+    clock.call_at(45.0, lambda: gate.answered(0, None, False))  # the probe's answer, read late
+    clock.run(max_events=10_000)
+    assert given_up == [(1, pytest.approx(30.5))]
+    assert sent == [0, 2]  # the probe, then the waiter still within its deadline once the gate opened

@@ -75,17 +75,25 @@ class CreateThrottle:
             raise ValueError("pass_s, open_s and open_shape must be >= 0")
 
     @classmethod
-    def stub_client(cls, time_scale: float, max_backoff_wall_s: float = THROTTLE_MAX_WAIT_S) -> CreateThrottle:
+    def stub_client(
+        cls,
+        time_scale: float,
+        max_backoff_wall_s: float = THROTTLE_MAX_WAIT_S,
+        *,
+        opening: tuple[float, float] | None = None,
+    ) -> CreateThrottle:
         """The `stub` provider's gate (its `max_backoff_s` option, wall seconds) against a vendor at `time_scale`
-        (wall seconds per vendor second)."""
+        (wall seconds per vendor second). `opening`: creates let out per opening and the gamma shape of their spread,
+        as read from the harness's own runs (harness/fitting/gate_cascade.py); None: the default measured below."""
         scale = time_scale
+        passes, shape = opening if opening is not None else (GATE_OPEN_WALL_S / GATE_PASS_WALL_S, GATE_OPEN_SHAPE)
         return cls(
             max_backoff_wall_s / scale,
             THROTTLE_DEFAULT_S / scale,
             1.0 / scale,
             GATE_PASS_WALL_S / scale,
-            GATE_OPEN_WALL_S / scale,
-            GATE_OPEN_SHAPE,
+            passes * GATE_PASS_WALL_S / scale,
+            shape,
         )
 
     def hold_for(self, retry_after_s: float | None) -> float:
@@ -185,8 +193,12 @@ class _Gate:
             self.waiting.popleft()
             self.probe = index
             self.send(index)
-            return
-        if self.waiting:  # behind the probe: the first waiter's deadline still runs
+            break  # the rest wait for the probe's answer, each only until its own deadline (below)
+        # behind the probe: the waiters' deadlines still run (live, each waits on the lock with its own timeout),
+        # so one held past max_wait gives up now; waking it at a deadline already past would wake it for ever
+        while self.waiting and now >= self.waiting[0][1] + self.throttle.max_wait_s - 1e-9:
+            self.give_up(self.waiting.popleft()[0])
+        if self.waiting:
             self._wake(self.waiting[0][1] + self.throttle.max_wait_s)
 
     def _wake(self, t: float) -> None:
