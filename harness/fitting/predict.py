@@ -31,6 +31,7 @@ from foundation.quantiles import nearest_rank
 from harness.fitting.admission import KEY as INTAKE_KEY
 from harness.fitting.admission import fit_admission, intake_rate, simulate_intake_burst
 from harness.fitting.fit import WIDE_MIN, FitResult, fit_profile, resample
+from harness.fitting.gate_cascade import GateCascade, fit_gate_cascade
 from harness.fitting.observations import ProtocolObservation
 from harness.fitting.serving import describe as describe_serving
 from harness.fitting.serving import resampled as resampled_serving
@@ -83,6 +84,7 @@ class LiveRun:
     retry_backoff_s: float | None = None  # None: the rollout plan's default (RampTiming's, which reads it)
     throttle: bool = True
     max_backoff_wall_s: float | None = None  # None: the stub client's default (CreateThrottle.stub_client's)
+    gate_cascade: GateCascade | None = None  # None: the simulator's default opening (gate_cascade.py says why not)
 
     def work_s(self, profile: Profile) -> float:
         """Vendor seconds of a rollout after its first command: each later command's round trip and the vendor's
@@ -108,10 +110,12 @@ class LiveRun:
             lengths.append((reach + hold) / scale)
         throttle = None
         if self.throttle:
+            cascade = self.gate_cascade
+            opening = None if cascade is None else (cascade.mean, cascade.shape)
             throttle = (
-                CreateThrottle.stub_client(scale)
+                CreateThrottle.stub_client(scale, opening=opening)
                 if self.max_backoff_wall_s is None
-                else CreateThrottle.stub_client(scale, self.max_backoff_wall_s)
+                else CreateThrottle.stub_client(scale, self.max_backoff_wall_s, opening=opening)
             )
         timing = RampTiming(
             stage_s=tuple(lengths),
@@ -437,6 +441,9 @@ def predict_shapes(
             if progress is not None:
                 progress(b + 1, bootstrap)
     live = live or LiveRun(time_scale=profile.default_time_scale)
+    # the harness's own gate, as the trial's ramps saw it open (gate_cascade.py): the engine's, not the vendor's
+    cascade = fit_gate_cascade(observations or ()) if live.throttle and live.gate_cascade is None else None
+    live = live if cascade is None else dataclasses.replace(live, gate_cascade=cascade)
     spacing, gaps, pace = burst_spacing(observations or ()), burst_gaps(observations or ()), random.Random(2)
     paces = [statistics.fmean(pace.choices(gaps, k=len(gaps))) if spacing else 0.0 for _ in refits]
     # each refit's intake at its own pace: the fitted acceptance gaps resampled (the acceptance times are not part
@@ -470,6 +477,8 @@ def predict_shapes(
         how += f"; each burst's creates sent {1000 * spacing:.2f} ms apart, the pace of the inputs' bursts"
         how += " (each refit's: their gaps resampled)" if refits else ""
     how += intake_caveat(profile, shapes, spacing)
+    if live.gate_cascade is not None and any(shape.protocol in ("ramp", "steady") for shape in shapes):
+        how += f"; {live.gate_cascade.describe()}"
     point_runs = [simulate_stages(profile, shapes, s, retries, live, spacing or 0.0) for s in range(seeds)]
     pooled_runs = [simulate_stages(p, shapes, seed, retries, live, gap) for p, seed, gap in draws]
     stages = []

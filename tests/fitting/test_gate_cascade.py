@@ -1,0 +1,81 @@
+"""The harness's own throttle gate, read from a trial's 429s and carried into a predicted ramp (gate_cascade.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.fitting.gate_cascade import MIN_OPENINGS, fit_gate_cascade, opening_sizes
+from harness.fitting.observations import CreateTimeline, ProtocolObservation
+from harness.fitting.predict import LiveRun, Shape
+from providers.sim.core.profile import load_profile
+from providers.sim.core.timed_ramp import GATE_PASS_WALL_S, CreateThrottle, RampTiming, simulate_timed_ramp
+
+SIZES = [12, 40, 25, 60, 33, 18, 47, 29, 52, 21, 38, 44]  # 429s per opening, one opening a wall second
+
+
+def _ramp(sizes: list[int], retry_after: float | None = 1.0, protocol: str = "ramp") -> ProtocolObservation:
+    """A stage whose rate-limited creates came back in clumps, 1 ms apart within one, an opening a second."""
+    refused = []
+    for k, size in enumerate(sizes):
+        start = 2.0 + k * 1.0
+        refused += [(start - 0.5, start + 0.001 * i) for i in range(size)]
+    hints = (retry_after,) * len(refused)
+    creates = CreateTimeline("run", (0.0,), (math.inf,), {"rate_limited": tuple(refused)}, retry_after_s=hints)
+    return ProtocolObservation(
+        protocol=protocol,
+        concurrency=100,
+        attempts=len(refused) + 1,
+        tti_s=(0.5,),
+        quantiles={"p50": 0.5, "p99": 0.5},
+        trimmed=0.0,
+        success_rate=1 / (len(refused) + 1),
+        failures={"rate_limited@create": len(refused)},
+        source="trial/ramp",
+        creates=creates,
+    )
+
+
+def test_each_clump_of_429s_is_one_opening_of_the_gate() -> None:
+    assert opening_sizes(_ramp(SIZES)) == SIZES
+
+
+def test_the_fit_carries_the_openings_mean_and_spread() -> None:
+    cascade = fit_gate_cascade([_ramp(SIZES[:6]), _ramp(SIZES[6:])])
+    assert cascade is not None
+    mean = sum(SIZES) / len(SIZES)
+    variance = sum((s - mean) ** 2 for s in SIZES) / len(SIZES)
+    assert cascade.openings == len(SIZES)
+    assert cascade.mean == pytest.approx(mean)
+    assert cascade.shape == pytest.approx(mean * mean / variance)
+    assert "12 openings" in cascade.describe()
+
+
+def test_too_few_openings_or_a_burst_or_no_retry_hint_leave_the_default() -> None:
+    assert fit_gate_cascade([_ramp(SIZES[: MIN_OPENINGS - 1])]) is None
+    assert fit_gate_cascade([_ramp(SIZES, protocol="burst")]) is None  # a burst's 429s are one clump whatever
+    assert fit_gate_cascade([_ramp(SIZES, retry_after=None)]) is None  # give-ups and hintless 429s: not the gate's
+
+
+def test_a_live_run_with_a_fitted_cascade_opens_its_simulated_gate_that_long() -> None:
+    profile_scale = 0.5
+    live = LiveRun(time_scale=profile_scale, gate_cascade=fit_gate_cascade([_ramp(SIZES)]))
+    timing = live.timing(load_profile("e2b-like"), [Shape("ramp", 100, 100, 5.0)])
+    assert timing.throttle is not None
+    assert live.gate_cascade is not None
+    assert timing.throttle.open_s == pytest.approx(live.gate_cascade.mean * GATE_PASS_WALL_S / profile_scale)
+    assert timing.throttle.open_shape == pytest.approx(live.gate_cascade.shape)
+
+
+def test_a_shorter_opening_makes_fewer_refused_rows_past_a_rate_limit() -> None:
+    """What the fit relies on: the opening decides how many creates a ramp past the limit sends into 429s."""
+
+    def rows(passes: float) -> int:
+        throttle = CreateThrottle.stub_client(1.0, opening=(passes, 50.0))
+        timing = RampTiming(stage_s=(12.0,), spawn_interval_s=0.01, work_s=0.0, turn_s=0.005, throttle=throttle)
+        (stage,) = simulate_timed_ramp("e2b-like", [400], timing, seed=1)
+        return len(stage.samples)
+
+    short, long = rows(20.0), rows(113.0)
+    assert short < 0.7 * long, (short, long)
