@@ -25,9 +25,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.fitting.limits import RATE_LIMITED
 from harness.fitting.observations import ProtocolObservation
 
-RATE_LIMITED = "rate_limited"
 SPLIT_SHARE = 0.25  # clumps are split at a silence of this share of the shortest Retry-After
 MIN_OPENINGS = 10  # fewer openings give no mean worth carrying
 MAX_UNANSWERED_SHARE = 0.10  # refusals without a Retry-After: the gate giving up unsent, or a 429 without the header

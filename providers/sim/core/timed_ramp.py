@@ -177,13 +177,12 @@ class _Gate:
         """Let through whom the gate lets through now; wake up again when the next one may go."""
         now = self.clock.now()
         self._wakes.discard(now)
+        # a waiter held past max_wait fails rate_limited, never sent, even behind a probe still out (live, each waits
+        # on the lock with its own timeout); the waiters are in order of arrival, so of deadline
+        while self.waiting and now >= self.waiting[0][1] + self.throttle.max_wait_s - 1e-9:
+            self.give_up(self.waiting.popleft()[0])
         while self.probe is None and self.waiting:
             index, since = self.waiting[0]
-            deadline = since + self.throttle.max_wait_s
-            if now >= deadline - 1e-9:
-                self.waiting.popleft()
-                self.give_up(index)  # held past max_wait: fails rate_limited, never sent
-                continue
             if not self.closed:
                 self.waiting.popleft()
                 self.send(index)
@@ -192,16 +191,12 @@ class _Gate:
                     return
                 continue
             if now < self.until - 1e-12:
-                self._wake(min(self.until, deadline))
+                self._wake(min(self.until, since + self.throttle.max_wait_s))
                 return
             self.waiting.popleft()
             self.probe = index
             self.send(index)
-            break  # the rest wait for the probe's answer, each only until its own deadline (below)
-        # behind the probe: the waiters' deadlines still run (live, each waits on the lock with its own timeout),
-        # so one held past max_wait gives up now; waking it at a deadline already past would wake it for ever
-        while self.waiting and now >= self.waiting[0][1] + self.throttle.max_wait_s - 1e-9:
-            self.give_up(self.waiting.popleft()[0])
+            break  # the rest wait for the probe's answer, each only until its own deadline
         if self.waiting:
             self._wake(self.waiting[0][1] + self.throttle.max_wait_s)
 
