@@ -35,7 +35,6 @@ from harness.fitting.gate_cascade import GateCascade, fit_gate_cascade
 from harness.fitting.observations import ProtocolObservation
 from harness.fitting.serving import describe as describe_serving
 from harness.fitting.serving import resampled as resampled_serving
-from providers.base import THROTTLE_MAX_WAIT_S
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import Profile
 from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, simulate_timed_ramp
@@ -114,7 +113,7 @@ class LiveRun:
             cascade = self.gate_cascade
             throttle = CreateThrottle.stub_client(
                 scale,
-                THROTTLE_MAX_WAIT_S if self.max_backoff_wall_s is None else self.max_backoff_wall_s,
+                self.max_backoff_wall_s,
                 opening=None if cascade is None else (cascade.mean, cascade.shape),
             )
         timing = RampTiming(

@@ -82,14 +82,17 @@ class CreateThrottle:
     def stub_client(
         cls,
         time_scale: float,
-        max_backoff_wall_s: float = THROTTLE_MAX_WAIT_S,
+        max_backoff_wall_s: float | None = None,
         *,
         opening: tuple[float, float] | None = None,
     ) -> CreateThrottle:
         """The `stub` provider's gate (its `max_backoff_s` option, wall seconds) against a vendor at `time_scale`
         (wall seconds per vendor second). `opening`: creates let out per opening and the gamma shape of their spread,
-        as read from the harness's own runs (harness/fitting/gate_cascade.py); None: the default measured below."""
+        as read from the harness's own runs (harness/fitting/gate_cascade.py); None: the default measured below.
+        `max_backoff_wall_s` None: the provider's own default."""
         scale = time_scale
+        if max_backoff_wall_s is None:
+            max_backoff_wall_s = THROTTLE_MAX_WAIT_S
         passes, shape = opening if opening is not None else (GATE_OPEN_WALL_S / GATE_PASS_WALL_S, GATE_OPEN_SHAPE)
         return cls(
             max_backoff_wall_s / scale,
