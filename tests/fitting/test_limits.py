@@ -11,6 +11,7 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.fitting.fit import fit_profile
@@ -24,6 +25,8 @@ from harness.fitting.observations import (
 from harness.fitting.trial import merged, rate_limit_behaviour
 from providers.sim.core.profile import load_profile
 from tests.support.commands import stampede
+
+DATA = Path(__file__).parent / "data"
 
 
 def _ramp(
@@ -277,3 +280,29 @@ def test_clumps_of_creates_a_client_lets_out_after_429s_claim_no_rate_beside_a_r
     assert both.fitted["create_rate.per_s"] == pytest.approx(90, rel=0.02)
     assert both.notes["create_rate.per_s"].endswith("1 run(s)")
     assert both.fitted["create_rate.burst"] == pytest.approx(90, abs=1)
+
+
+def test_a_gated_clients_clumps_answered_late_still_give_the_rate() -> None:
+    """agent-sandbox-like's trial ramp (90/s, a bucket of 90; its creates kept in tests/fitting/data): the stub
+    client held its creates after each 429 and let them out in clumps ~0.6 s apart, and a clump's 429s came back
+    after the next clump was sent, so the stretches of 429s held windows in which the bucket was surely empty at both
+    ends over only 2.6 of 55 s: their slopes read 58.5/s (another day's trial: 1,333/s). Replaying the bucket over
+    every create and 429 reads the rate the run was bound by (89.7/s)."""
+    rows = pd.read_parquet(DATA / "agent-sandbox-like-trial-ramp-creates.parquet")
+    accepted = rows[rows["kind"] == "accepted"].sort_values("at_s")
+    limited = rows[rows["kind"] == "rate_limited"]
+    timeline = CreateTimeline(
+        "agent-sandbox-like-ramp",
+        tuple(accepted["at_s"]),
+        tuple(accepted["ended_s"]),
+        {"rate_limited": tuple(zip(limited["at_s"], limited["answered_s"], strict=True))},
+    )
+    ok, attempts = len(accepted), len(rows)
+    failures = {"rate_limited@create": len(limited)}
+    obs = ProtocolObservation(
+        "ramp", 400, attempts, (0.5,) * ok, {"p50": 0.5}, 0.0, ok / attempts, failures, "r", (), timeline
+    )
+    fit = fit_limits([obs])
+    assert fit.fitted["create_rate.per_s"] == pytest.approx(90, rel=0.05), fit.notes
+    assert fit.fitted["create_rate.burst"] == pytest.approx(90, abs=3)
+    assert "replayed over 8355 creates and 429s" in fit.notes["create_rate.per_s"]
