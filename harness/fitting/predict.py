@@ -111,11 +111,12 @@ class LiveRun:
         throttle = None
         if self.throttle:
             cascade = self.gate_cascade
-            throttle = CreateThrottle.stub_client(
-                scale,
-                self.max_backoff_wall_s,
-                opening=None if cascade is None else (cascade.mean, cascade.shape),
-            )
+            throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s)
+            if cascade is not None:  # its refusals, and the creates the bucket refilled over the hold let in
+                per_s, depth = profile.create_rate.per_s, profile.create_rate.burst
+                refilled = min(depth, per_s * throttle.hold_for(1.0 / per_s)) if math.isfinite(per_s) else 0.0
+                opening = (cascade.mean + refilled, cascade.shape)
+                throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s, opening=opening)
         timing = RampTiming(
             stage_s=tuple(lengths),
             spawn_interval_s=1.0 / self.spawn_rate / scale,
