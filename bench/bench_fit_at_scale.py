@@ -227,7 +227,15 @@ def _positive(text: str) -> float:
     return value
 
 
+def _ended_by_signal(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGHUP: unwind as Ctrl-C does, so `run_bounded` takes its child's process group down (its own
+    session keeps it out of ours, and without this a killed bench left its `stampede trial` running)."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _ended_by_signal)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profiles", default=None, help="comma-separated shipped profiles (default: all)")
     parser.add_argument("--size", type=int, default=100, help="the trial's width (the issue: 100 or less)")
