@@ -244,10 +244,10 @@ def _replayed_rate(runs: list[_Run], reading: float, rough: float) -> tuple[_Rep
     """The refill rate whose bucket, replayed over every create and 429, disagrees least with the vendor: searched
     from an eighth of the slower to eight times the faster of the slope readings, then finer around the best; the
     slowest of equals (no rate faster than the runs show), and the slope `reading` replayed. None: the reading does
-    as well (within `REPLAY_TIE` of the events), so it stands. Why a replay: a client that holds its creates after a 429 lets them
-    out in clumps with the bucket part-refilled between, each stretch's 429s answered after the next clump is sent,
-    so no stretch shows a clean slope (agent-sandbox-like's trial ramp read 1,333/s one day and 58.5/s the next
-    against 90; replayed: 90.2)."""
+    as well (within `REPLAY_TIE` of the events), so it stands. Why a replay: a client that holds its creates after
+    a 429 lets them out in clumps with the bucket part-refilled between, each stretch's 429s answered after the next
+    clump is sent, so no stretch shows a clean slope (agent-sandbox-like's trial ramp read 1,333/s one day and
+    58.5/s the next against 90; replayed: 89.7)."""
     low, high = min(reading, rough) / 8, max(reading, rough) * 8
     if not (math.isfinite(high) and 0 < low):
         return None
