@@ -107,9 +107,12 @@ def test_960_burst_reproduces_classified_init_failures_and_a_long_tti_tail(tmp_p
     assert timed_out["error"].str.contains("Runtime did not start within 299s").all()
     ttis = rollouts.loc[rollouts["outcome"] == "ok", "tti_s"].to_numpy(dtype=float)
     p50, p99 = (float(np.quantile(ttis, q, method="inverted_cdf")) for q in (0.5, 0.99))
-    # a long tail: without the collapse p99 is ~1.3x p50; with it 3x on a quiet machine, 1.8-2.4x on CI's busy one
-    # (its burst arrives spread, fewer boots overlap); the ready_timeout share above is the collapse's firmer sign
-    assert p99 >= 1.6 * p50, (p50, p99)
+    # a long tail, as a spread rather than a ratio: the harness's own delay is added to every rollout, and at
+    # modal-like's 0.1 wall s a vendor second it counts tenfold, so a busy machine shifts p50 and p99 alike. p50 / p99
+    # in vendor s: 4.0 / 29.2 quiet, 4.9 / 29.4 beside three CPU burners, 31.0 / 49.2 in a CI run (1.59x, which
+    # failed the old 1.6x bound); without the collapse p99 is ~1.3x p50, a second or two apart. The ready_timeout
+    # share above is the collapse's firmer sign.
+    assert p99 - p50 >= 10.0, (p50, p99)
     assert_no_leaks(rollouts, truth)
 
 
