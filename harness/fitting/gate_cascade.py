@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.fitting.limits import RATE_LIMITED
+from harness.fitting.limits import RATE_LIMITED, create_refusals
 from harness.fitting.observations import ProtocolObservation
 
 SPLIT_SHARE = 0.25  # clumps are split at a silence of this share of the shortest Retry-After
@@ -90,8 +90,7 @@ def fit_gate_cascade(observations: Sequence[ProtocolObservation]) -> GateCascade
     for observation in observations:
         if observation.protocol not in ("ramp", "steady"):
             continue  # a burst's 429s come back as one clump whatever the gate does
-        limited = sum(n for key, n in observation.failures.items() if key == f"{RATE_LIMITED}@create")
-        if limited < WAITERS_SHARE * observation.attempts:
+        if create_refusals(observation, RATE_LIMITED) < WAITERS_SHARE * observation.attempts:
             continue  # most creates got in: few waited at the gate, so they, not the engine, bounded its openings
         found = opening_sizes(observation)
         if found:

@@ -186,7 +186,7 @@ def _depth(spent: np.ndarray, per_s: float) -> float:
     return float(np.max(k + 1 - per_s * spent + best_start))
 
 
-def _count(obs: ProtocolObservation, *kinds: str) -> int:
+def create_refusals(obs: ProtocolObservation, *kinds: str) -> int:
     """Creates of `obs` turned away with one of `kinds` (its failures keyed kind@phase, phase `create`)."""
     return sum(n for key, n in obs.failures.items() if key in {f"{kind}@create" for kind in kinds})
 
@@ -263,7 +263,7 @@ def _replayed_rate(runs: list[_Run], reading: float, rough: float) -> tuple[_Rep
 
 def _bucket(observations: Sequence[ProtocolObservation], runs: list[_Run], out: LimitsFit) -> None:
     limited = [r for r in runs if len(r.limited)]
-    counted = [o for o in observations if o.creates is None and _count(o, RATE_LIMITED)]
+    counted = [o for o in observations if o.creates is None and create_refusals(o, RATE_LIMITED)]
     if not limited and not counted:
         out.unidentified["create_rate.per_s"] = out.unidentified["create_rate.burst"] = "no run reached a rate limit"
         return
@@ -280,7 +280,6 @@ def _bucket(observations: Sequence[ProtocolObservation], runs: list[_Run], out: 
                 f"the growth of {again.creates} creates let in over {again.seconds:.1f} vendor s while 429s kept "
                 f"coming (the bucket empty), {sum(1 for r in refills if r.creates)} run(s)"
             )
-        if again is not None:
             replayed = _replayed_rate(limited, again.per_s, rough.per_s)
             if replayed is not None:
                 best, reading = replayed
@@ -304,7 +303,7 @@ def _bucket(observations: Sequence[ProtocolObservation], runs: list[_Run], out: 
             else f"the {before} creates let in from the run's first create to its first 429's answer; {run.source}"
         )
     for obs in counted:  # published counts: a burst's creates accepted at once before the first 429
-        n = float(max(1, obs.attempts - _count(obs, *REFUSALS)))
+        n = float(max(1, obs.attempts - create_refusals(obs, *REFUSALS)))
         if n > depth:
             depth, how = n, "creates accepted at once before the first 429"
     out.fitted["create_rate.burst"] = float(max(1, round(depth)))  # whole creates; the fraction is the rate's noise
@@ -335,8 +334,8 @@ def _cap(observations: Sequence[ProtocolObservation], runs: list[_Run], out: Lim
                 best = alive
                 how = f"the most sandboxes alive at once when one of {len(run.quota)} quota refusals came; {run.source}"
     for obs in observations:
-        if obs.creates is None and _count(obs, QUOTA):
-            n = float(max(1, obs.attempts - _count(obs, *REFUSALS)))
+        if obs.creates is None and create_refusals(obs, QUOTA):
+            n = float(max(1, obs.attempts - create_refusals(obs, *REFUSALS)))
             if n > best:
                 best, how = n, "sandboxes accepted before the first quota refusal"
     if how:
@@ -357,7 +356,7 @@ def _retry_after(observations: Sequence[ProtocolObservation], out: LimitsFit) ->
     known = [o.creates.retry_after_s for o in observations if o.creates and o.creates.retry_after_s is not None]
     waits = [wait for stage in known for wait in stage]
     if not waits:
-        seen = any(_count(o, RATE_LIMITED) for o in observations)
+        seen = any(create_refusals(o, RATE_LIMITED) for o in observations)
         why = (
             "no create was refused for the rate limit (no 429 seen)"
             if not seen
