@@ -10,6 +10,7 @@ TTI, seeded determinism, and the loop's bounds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -19,7 +20,7 @@ from providers.sim.core.experiments import simulate_ramp
 from providers.sim.core.profile import load_profile
 from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, _Gate, simulate_timed_ramp
 
-TURN = 0.005  # the live harness's round trip (harness.fitting.predict.TURN_WALL_S at time scale 1)
+TURN = 0.005  # the live harness's round trip (harness.fitting.live_run.TURN_WALL_S at time scale 1)
 
 
 def _timing(*stage_s: float, work_s: float = 2.0, throttle: bool = True, retries: int = 0) -> RampTiming:
@@ -143,3 +144,44 @@ def test_a_creation_waiting_behind_a_slow_probe_gives_up_at_its_own_deadline() -
     clock.run(max_events=10_000)
     assert given_up == [(1, pytest.approx(30.5))]
     assert sent == [0, 2]  # the probe, then the waiter still within its deadline once the gate opened
+
+
+def test_an_answer_that_opens_the_gate_early_leaves_its_waiters_to_sleep_out_the_backoff() -> None:
+    """Live (providers/throttle_gate.py), the first create held by a 429 sleeps until the Retry-After ends, and the
+    others queue behind it on the lock; a create's answer that opens the gate meanwhile lets new creates straight
+    through but wakes none of them. The simulated gate once let its waiters go at that answer: in a burst of 960
+    against agent-sandbox-like, an answer to a create sent before the 429 was read released the whole queue 0.3 s
+    in, not at the Retry-After's second, and the burst's late successes were predicted 0.7 s early."""
+    clock = VirtualClock()
+    sent: list[tuple[int, float]] = []
+    gate = _Gate(
+        clock, CreateThrottle(max_wait_s=30.0, default_s=1.0, step_s=1.0), lambda i: sent.append((i, clock.now())), 0
+    )
+    gate.answered(-1, 1.0, True)  # a 429 with Retry-After 1: closed for a second
+    gate.enter(0)
+    gate.enter(1)
+    clock.call_at(0.3, lambda: gate.answered(-2, None, False))  # a create sent before the 429, let in: it opens
+    clock.call_at(0.5, lambda: gate.enter(2))  # a create started while it is open goes at once
+    clock.run(max_events=10_000)
+    assert sent == [(2, 0.5), (0, 1.0), (1, 1.0)]
+
+
+def test_a_burst_through_the_gate_makes_one_rollout_a_user_and_lets_some_in_after_the_retry_after() -> None:
+    """`once`: a burst's users each make one rollout. Against agent-sandbox-like (a bucket of 90, 90/s) the creates
+    started after the first 429 is read wait out its Retry-After, and the opening lets in those the bucket refilled:
+    successes with a TTI past a second, beyond the 90 the bucket held and its refill over the 0.3 s of sending."""
+    timing = RampTiming(
+        stage_s=(1.3,),
+        spawn_interval_s=0.0003,
+        work_s=2.0,
+        turn_s=0.08,
+        throttle=CreateThrottle.stub_client(1.0),
+        once=True,
+    )
+    burst = simulate_timed_ramp("agent-sandbox-like", [960], timing, seed=3)[0]
+    assert burst.n == 960  # one row a user: a refused user starts no second rollout
+    late = [t for t in burst.ttis() if t > 1.0]
+    assert late, "no success waited out the Retry-After"
+    assert len(burst.ttis()) > 90 + 90 * 0.0003 * 960 + 0.5 * 90  # the bucket, its refill, and half an opening
+    looping = simulate_timed_ramp("agent-sandbox-like", [960], dataclasses.replace(timing, once=False), seed=3)[0]
+    assert looping.n > 960  # without `once` its users loop for the stage

@@ -13,10 +13,14 @@ What a refused create costs live, modelled in vendor seconds:
 - the create client's throttle gate (`CreateThrottle`, `providers/throttle_gate.py`, the stub client's): a 429
   rate-limit answer closes it for every create of the client for its Retry-After (whole wall seconds, at least one,
   at most `max_wait`), then one create at a time goes out as a probe until one is answered with anything but a
-  429, which opens it for all the waiting creates at once; a create held past `max_wait` fails `rate_limited`
-  unsent. A quota or capacity refusal opens the gate as any answer does. Time spent at the gate is part of the
+  429, which opens it for all the waiting creates at once; an answer that opens it before the Retry-After has
+  passed (a create sent before the 429 was read) lets new creates straight through and the waiting ones only when
+  it has passed (live, the first of them sleeps it out, the rest queue on its lock); a create held past `max_wait`
+  fails `rate_limited` unsent. A quota or capacity refusal opens the gate as any answer does. Time spent at the gate is part of the
   rollout's TTI, as it is live. The engine's outage backoff (`harness/engine/outage_gate.py`) is for refused
   connections, which a simulated vendor never answers with: not modelled.
+
+`once`: each user makes one rollout and stops, a burst sent through the same gate (harness/fitting/live_run.py).
 
 Deterministic per seed; every loop bounded: by the run's end in vendor time (each turn costs at least `turn_s`
 > 0) and by `max_rollouts` (the result's stats then say `truncated`).
@@ -123,6 +127,7 @@ class RampTiming:
     throttle: CreateThrottle | None = None
     retries: int = 0  # plan retries of an init failure, each attempt its own row
     retry_backoff_s: float = RETRY_BACKOFF_S
+    once: bool = False  # each user makes one rollout (its retries included) and stops: a burst sent through the gate
 
     def __post_init__(self) -> None:
         if not self.stage_s or min(self.stage_s) <= 0 or not all(math.isfinite(s) for s in self.stage_s):
@@ -144,6 +149,7 @@ class _Gate:
         self.closed = False
         self.until = 0.0
         self.open_until = 0.0  # an opening: no answer to a create is read before this (a busy loop's cascade)
+        self.opened = False  # an answer opened the gate: the waiters' cascade begins when they are let go
         self.probe: int | None = None
         self.waiting: deque[tuple[int, float]] = deque()
         self._wakes: set[float] = set()
@@ -163,10 +169,7 @@ class _Gate:
             self.until = max(self.until, now + self.throttle.hold_for(retry_after))
             self.closed = True
         else:
-            if self.closed:  # an opening: the waiters cascade until a 429 of theirs is read (`read_at`)
-                shape = self.throttle.open_shape
-                spread = self._rng.gammavariate(shape, 1.0 / shape) if shape > 0 else 1.0
-                self.open_until = now + self.throttle.open_s * spread
+            self.opened = self.opened or self.closed
             self.closed = False
         if self.probe == index:
             self.probe = None
@@ -186,16 +189,21 @@ class _Gate:
             self.give_up(self.waiting.popleft()[0])
         while self.probe is None and self.waiting:
             index, since = self.waiting[0]
+            if now < self.until - 1e-12:  # the first waiter sleeps out the backoff, even if an answer opened the gate
+                self._wake(min(self.until, since + self.throttle.max_wait_s))
+                return
             if not self.closed:
+                if self.opened:  # an opening: the waiters cascade until a 429 of theirs is read (`read_at`)
+                    self.opened = False
+                    shape = self.throttle.open_shape
+                    spread = self._rng.gammavariate(shape, 1.0 / shape) if shape > 0 else 1.0
+                    self.open_until = now + self.throttle.open_s * spread
                 self.waiting.popleft()
                 self.send(index)
                 if self.throttle.pass_s > 0 and self.waiting:
                     self._wake(now + self.throttle.pass_s)  # the next hand-over
                     return
                 continue
-            if now < self.until - 1e-12:
-                self._wake(min(self.until, since + self.throttle.max_wait_s))
-                return
             self.waiting.popleft()
             self.probe = index
             self.send(index)
@@ -320,11 +328,12 @@ def simulate_timed_ramp(
         sample = work.samples[index]
         user, attempt = user_of[index], attempt_of[index]
         if sample.ok:
-            clock.call_at(clock.now() + timing.work_s + timing.turn_s, functools.partial(begin, user))
+            if not timing.once:
+                clock.call_at(clock.now() + timing.work_s + timing.turn_s, functools.partial(begin, user))
         elif sample.phase in ("create", "ready") and attempt <= timing.retries:
             wait = timing.retry_backoff_s + (0.0 if sample.phase == "create" else timing.turn_s)
             clock.call_at(clock.now() + wait, functools.partial(begin, user, attempt + 1, stage_of[index]))
-        else:
+        elif not timing.once:
             late = 0.0 if sample.phase == "create" else timing.turn_s
             clock.call_at(clock.now() + late, functools.partial(begin, user))
 
