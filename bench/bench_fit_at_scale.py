@@ -16,7 +16,7 @@ measured value), within (15% on TTI p50/p99, 3 points on failure: the issue's ba
 `--ramp-stages 480,960,1920,3840 --ramp-hold H` adds the ramp to 3,840: a measured `stampede run --scenario ramp
 --stages ... --hold H` and its prediction from the same fit, stage by stage. A ramp's prediction is only
 predicted as the run played it: each stage for its hold, at the run's time scale and spawn rate
-(`predict.live_run_of`, as `stampede calibrate --predict --against` does).
+(`live_run.live_run_of`, as `stampede calibrate --predict --against` does).
 
     python bench/bench_fit_at_scale.py                                   # every shipped profile (~5 min each)
     python bench/bench_fit_at_scale.py --profiles daytona-like,e2b-like --refits 10
@@ -151,8 +151,9 @@ def trial_observations(folder: Path) -> list[ProtocolObservation]:
 def score_profile(profile: str, folder: Path, runs: dict[str, Path], args: argparse.Namespace) -> tuple[list[Row], str]:
     """The fitted profile's prediction of each measured run, scored; and what the intervals cover."""
     from harness.fitting.fit import fit_profile
+    from harness.fitting.live_run import live_run_of
     from harness.fitting.observations import observations_from_run
-    from harness.fitting.predict import live_run_of, predict_shapes, score, shapes_from_observations
+    from harness.fitting.predict import predict_shapes, score, shapes_from_observations
     from providers.sim.core.profile import load_profile
 
     observations = trial_observations(folder)

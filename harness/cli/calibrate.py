@@ -368,10 +368,9 @@ def _predict_inputs(args: argparse.Namespace, profile_path: Path | None) -> tupl
 def _predict(args: argparse.Namespace) -> int:
     """`--predict PROFILE --scenario S --users N [--against RUN]`: the prediction with its interval, and the
     measured run beside it (exit 1 when a measured value falls outside its interval)."""
+    from harness.fitting.live_run import LiveRun, live_run_of
     from harness.fitting.observations import observations_from_run
     from harness.fitting.predict import (
-        LiveRun,
-        live_run_of,
         predict_shapes,
         render,
         score,

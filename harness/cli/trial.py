@@ -159,18 +159,32 @@ def _run_protocol(
 
 
 def _predict(
-    result: FitResult, widths: list[int], observations: list[ProtocolObservation], prior: Profile, rounds: int
+    result: FitResult,
+    widths: list[int],
+    observations: list[ProtocolObservation],
+    prior: Profile,
+    rounds: int,
+    provider: str,
 ) -> tuple[list[Prediction], str]:
     """The fitted profile's burst at each width, with intervals over bootstrap refits to the trial's runs
-    (harness/fitting/predict.py)."""
+    (harness/fitting/predict.py), through the provider's create gate where its client has one."""
+    from harness.fitting.live_run import GATED_CREATES, LiveRun
     from harness.fitting.predict import predict
     from harness.fitting.trial import Prediction
 
     out: list[Prediction] = []
     how = ""
+    live = LiveRun(time_scale=result.profile.default_time_scale, throttle=provider in GATED_CREATES)
     for width in widths:
         pred = predict(
-            result.profile, "burst", users=width, observations=observations, prior=prior, bootstrap=rounds, seeds=3
+            result.profile,
+            "burst",
+            users=width,
+            observations=observations,
+            prior=prior,
+            bootstrap=rounds,
+            seeds=3,
+            live=live,
         )
         how = pred.interval_from
         for stage in pred.stages:
@@ -266,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
         fit_note = f"no fit: {exc}"
     else:
         try:
-            predictions, fit_note = _predict(result, widths, inputs, prior, args.predict_refits)
+            predictions, fit_note = _predict(result, widths, inputs, prior, args.predict_refits, args.provider)
         except (ImportError, ValueError) as exc:  # the scorecard still says what the runs and the fit showed
             fit_note = f"no prediction: {type(exc).__name__}: {exc}"
     creates = sum(o.attempts for o in outcomes)

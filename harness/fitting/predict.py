@@ -11,33 +11,35 @@ holds for its `--hold` (wall seconds / the time scale, in vendor seconds), its u
 refused create costing what it costs live (`LiveRun`, providers/sim/core/timed_ramp.py). A burst is sent at the
 pace the inputs' bursts were sent (`burst_spacing`), not at one instant: live, 960 creates leave the harness over
 0.2-0.5 s, and the tokens a bucket refills meanwhile let in creates a burst at one instant would have refused.
+A burst the vendor refuses for the rate meets the client's create gate as a live one does (harness/fitting/
+live_run.py): the creates started after the first 429 is read wait out its Retry-After, and some then get in.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import math
 import random
 import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from foundation.quantiles import nearest_rank
 from harness.fitting.admission import KEY as INTAKE_KEY
 from harness.fitting.admission import fit_admission, intake_rate, simulate_intake_burst
 from harness.fitting.fit import WIDE_MIN, FitResult, fit_profile, resample
-from harness.fitting.gate_cascade import GateCascade, fit_gate_cascade
+from harness.fitting.gate_cascade import fit_gate_cascade
+from harness.fitting.live_run import BURST_READ_WALL_S, DEFAULT_HOLD_S, LiveRun, Shape
 from harness.fitting.observations import ProtocolObservation
 from harness.fitting.serving import describe as describe_serving
 from harness.fitting.serving import resampled as resampled_serving
 from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
 from providers.sim.core.profile import Profile
-from providers.sim.core.timed_ramp import CreateThrottle, RampTiming, simulate_timed_ramp
+from providers.sim.core.records import RejectReason
+from providers.sim.core.timed_ramp import simulate_timed_ramp
 
 SCENARIOS = ("burst", "ramp", "steady", "sequential", "staggered")
 DEFAULT_STAGES = (60, 120, 240, 480, 960)  # the ramp scenario's own default stages
@@ -45,89 +47,8 @@ INTERVAL = 0.90  # the prediction interval's coverage
 TTI_WITHIN = 0.15  # issue #31's done-when: TTI p50 and p99 within 15%
 FAILURE_WITHIN = 0.03  # and failure rate within 3 points
 SEEDS_ALONE = 20  # runs of a profile with no inputs to refit (fewer when seeds x bootstrap is fewer)
-# A ramp or steady stage lasts its hold once its level is reached (harness/locust/shapes.py), wall seconds; its
-# users loop rollouts back to back all along, so how many it makes is the simulation's to say (providers/sim/core/
-# timed_ramp.py). The holds `stampede run` uses when `--hold` is not given:
-DEFAULT_HOLD_S = {"ramp": 15.0, "steady": 60.0}  # _HoldingShape.default_hold, SteadyShape.default_hold
-DEFAULT_SPAWN_RATE = 100.0  # harness/locust/settings.py: users a stage adds per wall second
-STAGE_TICK_WALL_S = 1.0  # Locust ticks a shape once a wall second: a level is seen reached on the next tick
-TURN_WALL_S = 0.005  # a request's round trip and the engine's turn to the next rollout, wall seconds (localhost)
-DEFAULT_COMMANDS = (("true",), ("echo", "stampede"), ("sleep", "2"))  # harness/wire/plan.py DEFAULT_COMMANDS
 STATS = ("p50", "p95", "p99", "failure")
 QUANTILE_OF = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """One stage to predict: a protocol ("burst", "ramp", ...), its width and how many creates it asks for."""
-
-    protocol: str
-    users: int
-    attempts: int  # a ramp or steady stage: its first wave only (time, not a count, ends it: `hold_s`)
-    hold_s: float | None = None  # a ramp or steady stage: how long it holds its level, wall seconds (`--hold`)
-
-    @property
-    def label(self) -> str:
-        return f"{self.protocol}@{self.users}"
-
-
-@dataclass(frozen=True, slots=True)
-class LiveRun:
-    """How the `stampede run` being predicted plays out in time: its wall seconds per vendor second, how fast a stage
-    adds users, what a rollout does after its first command, the engine's retries, and whether the create client
-    holds its creates after a 429 (the `stub` provider's gate; other adapters' own policies are not modelled)."""
-
-    time_scale: float = 1.0
-    spawn_rate: float = DEFAULT_SPAWN_RATE
-    commands: tuple[tuple[str, ...], ...] = DEFAULT_COMMANDS
-    retries: int = 0
-    retry_backoff_s: float | None = None  # None: the rollout plan's default (RampTiming's, which reads it)
-    throttle: bool = True
-    max_backoff_wall_s: float | None = None  # None: the stub client's default (CreateThrottle.stub_client's)
-    gate_cascade: GateCascade | None = None  # None: the simulator's default opening (gate_cascade.py says why not)
-
-    def work_s(self, profile: Profile) -> float:
-        """Vendor seconds of a rollout after its first command: each later command's round trip and the vendor's
-        mean per-command overhead, and what a `sleep N` sleeps."""
-        per_command = profile.exec.overhead_median_s * math.exp(profile.exec.overhead_sigma**2 / 2)
-        total = 0.0
-        for argv in self.commands[1:]:
-            total += per_command + TURN_WALL_S / self.time_scale
-            if len(argv) == 2 and argv[0] == "sleep":
-                with contextlib.suppress(ValueError):
-                    total += max(0.0, float(argv[1]))
-        return total
-
-    def timing(self, profile: Profile, shapes: Sequence[Shape]) -> RampTiming:
-        """The ramp's stages in vendor seconds: reaching each level (Locust's spawn rate, seen on its next tick),
-        then its hold."""
-        scale, added, lengths = self.time_scale, 0, []
-        for shape in shapes:
-            new = max(0, shape.users - added)
-            added = max(added, shape.users)
-            hold = shape.hold_s if shape.hold_s is not None else DEFAULT_HOLD_S.get(shape.protocol, 15.0)
-            reach = (math.floor(new / self.spawn_rate) + 1) * STAGE_TICK_WALL_S
-            lengths.append((reach + hold) / scale)
-        throttle = None
-        if self.throttle:
-            cascade = self.gate_cascade
-            throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s)
-            if cascade is not None:  # its refusals, and the creates the bucket refilled over the hold let in
-                per_s, depth = profile.create_rate.per_s, profile.create_rate.burst
-                refilled = min(depth, per_s * throttle.hold_for(1.0 / per_s)) if math.isfinite(per_s) else 0.0
-                opening = (cascade.mean + refilled, cascade.shape)
-                throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s, opening=opening)
-        timing = RampTiming(
-            stage_s=tuple(lengths),
-            spawn_interval_s=1.0 / self.spawn_rate / scale,
-            work_s=self.work_s(profile),
-            turn_s=TURN_WALL_S / scale,
-            throttle=throttle,
-            retries=self.retries,
-        )
-        if self.retry_backoff_s is not None:
-            timing = dataclasses.replace(timing, retry_backoff_s=self.retry_backoff_s)
-        return timing
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,45 +145,6 @@ def shapes_from_observations(observations: Sequence[ProtocolObservation], hold_s
     ]
 
 
-def live_run_of(run_dir: Path | str) -> tuple[LiveRun, float | None]:
-    """How a measured run played (`--against`): its time scale, spawn rate, plan and provider from its run.json,
-    and its hold (wall seconds; None when it recorded none). A folder that is not a run: one UsageError line."""
-    from harness.results.read.dataset import read_run_info
-
-    info = read_run_info(run_dir)
-    shape, params = _mapping(info.manifest, "shape"), _mapping(info.manifest, "parameters")
-    plan, options = _mapping(params, "plan"), _mapping(params, "provider_options")
-    hold = _number(shape.get("hold_s")) or _number(params.get("hold_s"))
-    spawn = _number(shape.get("spawn_rate")) or _number(params.get("spawn_rate")) or DEFAULT_SPAWN_RATE
-    commands = plan.get("commands")
-    live = LiveRun(
-        time_scale=info.time_scale,
-        spawn_rate=spawn,
-        commands=tuple(tuple(str(w) for w in c) for c in commands) if commands else DEFAULT_COMMANDS,
-        retries=int(_number(plan.get("retries")) or 0),
-        retry_backoff_s=_number(plan.get("retry_backoff_s"), zero=True),  # a plan's 0 is no backoff, not the default
-        throttle=info.provider == "stub",
-        max_backoff_wall_s=_number(options.get("max_backoff_s")),
-    )
-    return live, hold
-
-
-def _mapping(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = parent.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value: object, zero: bool = False) -> float | None:
-    """A positive finite number from a manifest (`zero`: or 0), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and (number > 0 or (zero and number == 0)) else None
-
-
 def _timed(shape: Shape) -> bool:
     return shape.protocol in DEFAULT_HOLD_S
 
@@ -298,7 +180,16 @@ def simulate_shape(
     if _timed(shape):
         timing = (live or LiveRun(time_scale=profile.default_time_scale)).timing(profile, [shape])
         return simulate_timed_ramp(profile, [shape.users], timing, seed=seed)[0]
-    return simulate_intake_burst(profile, shape.users, seed, retries=retries, spacing_s=spacing_s)
+    result = simulate_intake_burst(profile, shape.users, seed, retries=retries, spacing_s=spacing_s)
+    if shape.protocol != "burst" or live is None or not live.throttle or not _rate_limited(result):
+        return result
+    # its 429s close the client's gate on the creates still being sent (live_run.py): the burst again, through it
+    timing = dataclasses.replace(live.burst_timing(profile, shape.users, spacing_s), retries=retries)
+    return simulate_timed_ramp(profile, [shape.users], timing, seed=seed)[0]
+
+
+def _rate_limited(result: BurstResult) -> bool:
+    return any(s.phase == "create" and s.failure == str(RejectReason.RATE_LIMITED) for s in result.samples)
 
 
 def simulate_stages(
@@ -476,6 +367,12 @@ def predict_shapes(
     if spacing is not None and any(shape.protocol == "burst" for shape in shapes):
         how += f"; each burst's creates sent {1000 * spacing:.2f} ms apart, the pace of the inputs' bursts"
         how += " (each refit's: their gaps resampled)" if refits else ""
+    if live.throttle and any(shape.protocol == "burst" for shape in shapes):
+        how += (
+            "; a burst that meets the rate limit is sent through the client's gate (its first 429 read, the creates "
+            f"started after it wait out the Retry-After), each answer read {1000 * BURST_READ_WALL_S:.0f} wall ms late "
+            "while the burst is sent (assumed: a trial's burst of 100 cannot show it; harness/fitting/live_run.py)"
+        )
     how += intake_caveat(profile, shapes, spacing)
     if live.gate_cascade is not None and any(shape.protocol in ("ramp", "steady") for shape in shapes):
         how += f"; {live.gate_cascade.describe()}"

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from harness.fitting.gate_cascade import MIN_OPENINGS, fit_gate_cascade, opening_sizes
+from harness.fitting.live_run import LiveRun, Shape
 from harness.fitting.observations import CreateTimeline, ProtocolObservation
-from harness.fitting.predict import LiveRun, Shape
 from providers.sim.core.profile import load_profile
 from providers.sim.core.timed_ramp import GATE_PASS_WALL_S, CreateThrottle, RampTiming, simulate_timed_ramp
 

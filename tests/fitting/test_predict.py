@@ -16,15 +16,14 @@ import pytest
 
 from foundation.quantiles import nearest_rank
 from harness.fitting.fit import fit_profile, write_profile_toml
+from harness.fitting.live_run import LiveRun, live_run_of
 from harness.fitting.observations import QUANTILES, CreateTimeline, ProtocolObservation
 from harness.fitting.predict import (
     Estimate,
-    LiveRun,
     Prediction,
     Shape,
     StagePrediction,
     burst_spacing,
-    live_run_of,
     predict,
     profile_inputs,
     render,
@@ -127,8 +126,11 @@ def test_a_burst_is_sent_at_the_pace_the_inputs_bursts_were_sent() -> None:
     paced_100 = tuple(0.0003 * k for k in range(100))
     assert burst_spacing([_sent_at("burst", paced_100)]) == pytest.approx(0.0003)
     assert burst_spacing([_sent_at("ramp", paced_100), _sent_at("burst", ())]) is None  # a ramp's pace is its own
-    instant = predict(profile, "burst", 960, observations=[_sent_at("burst", ())], bootstrap=0, seeds=2)
-    paced = predict(profile, "burst", 960, observations=[_sent_at("burst", paced_100)], bootstrap=0, seeds=2)
+    ungated = LiveRun(throttle=False)  # the bucket alone: the client's gate is the next test's
+    instant = predict(profile, "burst", 960, observations=[_sent_at("burst", ())], bootstrap=0, seeds=2, live=ungated)
+    paced = predict(
+        profile, "burst", 960, observations=[_sent_at("burst", paced_100)], bootstrap=0, seeds=2, live=ungated
+    )
     assert instant.stages[0].stats["failure"].value == pytest.approx(1 - 90 / 960)
     assert paced.stages[0].stats["failure"].value == pytest.approx(1 - (90 + 90 * 0.0003 * 959) / 960, abs=0.005)
     assert "each burst's creates sent 0.30 ms apart, the pace of the inputs' bursts" in paced.interval_from
@@ -136,9 +138,34 @@ def test_a_burst_is_sent_at_the_pace_the_inputs_bursts_were_sent() -> None:
     # sent in clumps (0.1 ms apart, 2.1 ms between clumps of 10), as a 2-core machine sends: each refit's pace is
     # those gaps resampled, so the refused share has an interval, not the point a fixed pace gives
     clumped = tuple(0.0001 * k + 0.002 * (k // 10) for k in range(100))
-    refits = predict(profile, "burst", 960, observations=[_sent_at("burst", clumped)], bootstrap=6, seeds=1)
+    refits = predict(
+        profile, "burst", 960, observations=[_sent_at("burst", clumped)], bootstrap=6, seeds=1, live=ungated
+    )
     failure = refits.stages[0].stats["failure"]
     assert failure.high - failure.low > 0.01 and "(each refit's: their gaps resampled)" in refits.interval_from
+
+
+def test_a_burst_past_the_rate_limit_meets_the_clients_gate_as_a_live_burst_does() -> None:
+    """A live burst of 960 against agent-sandbox-like through the stub client (2026-12-07): 207 let in, 78.4%
+    refused, TTI p50 0.83 s, p99 1.87 s. The engine read the first 429 while still sending; the creates it started
+    after that waited out the Retry-After's second, and ~100 got in when the gate opened. Predicted without the gate:
+    88% refused, p50 0.32 s, p99 0.82 s; through it, the late successes are there."""
+    profile = load_profile("agent-sandbox-like")
+    sent = [_sent_at("burst", tuple(0.0003 * k for k in range(100)))]
+    gated = predict(profile, "burst", 960, observations=sent, bootstrap=0, seeds=2).stages[0].stats
+    plain = predict(profile, "burst", 960, observations=sent, bootstrap=0, seeds=2, live=LiveRun(throttle=False))
+    ungated = plain.stages[0].stats
+    assert ungated["failure"].value - gated["failure"].value > 0.05  # the opening's successes
+    assert gated["p99"].value > 1.0 + ungated["p50"].value  # a success that waited out the Retry-After
+    assert gated["p50"].value > 1.5 * ungated["p50"].value
+    said = "a burst that meets the rate limit is sent through the client's gate"
+    assert said in predict(profile, "burst", 960, observations=sent, bootstrap=0, seeds=1).interval_from
+    assert said not in plain.interval_from
+    # a burst the bucket holds meets no 429 and no gate: predicted as without one
+    within = load_profile("prime-like")  # a bucket of 15,000
+    through = predict(within, "burst", 960, observations=sent, bootstrap=0, seeds=2).stages[0].stats
+    without = predict(within, "burst", 960, observations=sent, bootstrap=0, seeds=2, live=LiveRun(throttle=False))
+    assert through == without.stages[0].stats
 
 
 def test_a_ramps_stages_share_the_vendors_create_bucket_as_a_live_ramp_does() -> None:
