@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.results.figures.harness_bound import LAG_BOUND_MS
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -50,10 +52,14 @@ def test_burst_hold_200_held_then_terminated(tmp_path: Path) -> None:
     for quartile in (1, 2, 3, 4):
         assert f"TTI quartile {quartile} (submitted" in text
     assert "200 held at once after" in text
-    assert "engine health local" in text and "harness not bound" in text
-
     written = json.loads((run_dir / "summary.json").read_text())
-    assert [(entry["worker"], entry["bound"]) for entry in written["engine_health"]] == [("local", False)]
+    health = pd.read_parquet(run_dir / "engine_health")
+    # the verdict follows the engine's own rows: 200 held is unbound on a quiet machine, and a loaded CI machine
+    # (2026-12-07: nine pytests at once, 601 ms of loop lag) may bind it; either way it must be said as measured
+    bound = float(health["loop_lag_max_ms"].max()) > LAG_BOUND_MS
+    assert [(entry["worker"], entry["bound"]) for entry in written["engine_health"]] == [("local", bound)]
+    verdict = "(!) harness bound: loop lag over 250 ms" if bound else "harness not bound"
+    assert "engine health local" in text and verdict in text
     document = written["burst_hold"]
     assert sum(document["states"].values()) == 200
     assert document["states"]["success"] == 200  # the ideal profile refuses nothing and kills nothing
@@ -64,7 +70,6 @@ def test_burst_hold_200_held_then_terminated(tmp_path: Path) -> None:
     assert (rollouts["exec_count"] == 4).all()  # the three default commands, and the hold's check at its end
     assert (rollouts["total_s"] >= hold).all()  # held to the hold's end, then terminated
 
-    health = pd.read_parquet(run_dir / "engine_health")
     assert len(health) >= 2
     while_held = health[health["in_flight"] == 200]
     assert len(while_held) >= 1  # the 5 s row came while all 200 were held
