@@ -251,6 +251,22 @@ def write_vendor_truth(run_dir: Path, run_id: str, sandboxes: list[dict[str, Any
     return path
 
 
+def write_vendor_loop(run_dir: Path, loops: list[dict[str, Any]]) -> None:
+    """How late the simulated vendor's own loop ran, a shard each (providers/sim/core/loop_watch.py), as
+    `vendor_loop.json`: read by harness.results.figures.vendor_loop. Nothing when the vendor did not say."""
+    if not loops:
+        return
+    from harness.results.figures.vendor_loop import VENDOR_LOOP_FILE  # pandas: at the end of the run only
+
+    path, tmp = run_dir / VENDOR_LOOP_FILE, run_dir / f".{VENDOR_LOOP_FILE}.tmp"
+    try:
+        tmp.write_text(json.dumps({"shards": loops}, indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: the run's own rows matter more than this cross-check
+        tmp.unlink(missing_ok=True)
+        logging.getLogger("stampede").warning("could not write the simulated vendor's loop figures: %s", exc)
+
+
 def compact_tables(run_dir: Path) -> None:
     """Once every engine and worker has delivered: each table folder's shards into one file
     (harness.results.read.compaction). Never fails the run: uncompacted shards read just as well."""

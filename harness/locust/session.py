@@ -348,7 +348,7 @@ class StampedeSession:
         scale, vendor = self.vendor.time_scale, self.embedded.vendor
         if vendor is None or not scale or scale == 1.0 or self.role.is_master or self.role.is_worker:
             return None
-        return LiveVendorSeconds(str(self.run_id), scale, vendor.truth)
+        return LiveVendorSeconds(str(self.run_id), scale, lambda: vendor.truth()[0])
 
     def note_row(self, record: dict[str, Any]) -> None:
         """A row a user of this process received (its greenlet): the live view's vendor seconds keep it, and a

@@ -156,12 +156,14 @@ class EmbeddedVendor:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
 
-    def truth(self) -> list[dict[str, Any]]:
-        """The simulator's own record of each sandbox (when it was accepted, usable, ended)."""
+    def truth(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The simulator's own record of each sandbox (when it was accepted, usable, ended), and how late its own
+        loop ran (providers/sim/core/loop_watch.py; empty from a vendor that does not say)."""
         data = self.fetch_json("/api/v1/_stampede/truth")
+        loop = data.get("loop") if isinstance(data, dict) else None
         if isinstance(data, dict):
             data = data.get("sandboxes", [])
-        return list(data)
+        return list(data), [loop] if isinstance(loop, dict) else []
 
     def ask_to_stop(self) -> None:
         """Tell the vendor to stop (stdin closed, SIGTERM) without waiting for it; once (a second SIGTERM could land
@@ -274,8 +276,15 @@ class ShardedVendor:
     def provider_options(self) -> dict[str, Any]:
         return self.first.provider_options
 
-    def truth(self) -> list[dict[str, Any]]:
-        return [sandbox for vendor in self.shards for sandbox in vendor.truth()]
+    def truth(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every shard's records, and each shard's loop in shard order."""
+        sandboxes: list[dict[str, Any]] = []
+        loops: list[dict[str, Any]] = []
+        for vendor in self.shards:
+            shard_sandboxes, shard_loops = vendor.truth()
+            sandboxes += shard_sandboxes
+            loops += shard_loops
+        return sandboxes, loops
 
     def stop(self) -> None:
         # every shard told at once, before the first wait: the caller may hold the loop right after (a run's end)

@@ -10,6 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.results.figures.harness_bound import harness_bound_lines
+from harness.results.figures.vendor_loop import vendor_loop_lines
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -61,7 +64,8 @@ def rehearse_agreeing(tmp_path: Path, config: str, keys: tuple[str, ...], *args:
     at once (time scale 0.1 makes 0.4 s of it 4 vendor s): a correlation the model's independent draws cannot carry,
     and one the engine's health rows cannot see. Stopping the server 0.4 s in every 3 s (SIGSTOP) moved the simulated
     trainer rate 13.8% off while the engine's loop lag stayed at 7 ms (2026-12-07). Such a run gets one more; a
-    model that disagrees fails both, and the message gives both runs' misses.
+    model that disagrees fails both, and the message gives both runs' misses and how late each loop ran
+    (the engine's and the vendor's own, `vendor_loop.json`).
     """
     misses = []
     for attempt in (1, 2):
@@ -71,8 +75,8 @@ def rehearse_agreeing(tmp_path: Path, config: str, keys: tuple[str, ...], *args:
         missed = disagreements(document, keys)
         if not missed:
             return run_dir, document
-        misses.append(missed)
-    pytest.fail(f"(engine, figure, predicted, measured) beyond 10% in both runs: {misses}")
+        misses.append((missed, vendor_loop_lines(run_dir, 0.1), harness_bound_lines(run_dir)))
+    pytest.fail(f"(engine, figure, predicted, measured) beyond 10% in both runs, with their loops: {misses}")
 
 
 def test_async_rehearsal_and_the_model_agree_within_ten_percent(tmp_path):

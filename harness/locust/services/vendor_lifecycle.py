@@ -16,7 +16,7 @@ from typing import Any
 from foundation.open_files import processes_for_open_files
 from foundation.phase_marks import mark
 from harness.errors import UsageError
-from harness.locust.run_folder import write_vendor_truth
+from harness.locust.run_folder import write_vendor_loop, write_vendor_truth
 from harness.locust.settings import RunSettings
 from harness.locust.vendor_process import Meanwhile, ShardedVendor, account_wide_note
 from providers import LOCAL_VENDORS
@@ -132,11 +132,12 @@ class VendorLifecycle:
         if self.vendor is None:
             return
         try:
-            sandboxes = self.vendor.truth()
+            sandboxes, loops = self.vendor.truth()
         except Exception as exc:  # the run's own data matters more than this cross-check
             log.warning("could not read the simulated vendor's own records: %s", exc)
             return
         write_vendor_truth(run_dir, run_id, sandboxes)
+        write_vendor_loop(run_dir, loops)
 
 
 def _shards(settings: RunSettings, peak_users: int | None) -> int:

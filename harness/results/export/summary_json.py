@@ -18,6 +18,7 @@ from typing import Any
 from harness.results.export.json_schemas import check_against, load_schema
 from harness.results.figures.burst_hold import load_burst_hold
 from harness.results.figures.harness_bound import load_engine_health, worker_health
+from harness.results.figures.vendor_loop import load_vendor_loops
 from harness.results.figures.quantiles import REPORT_QUANTILES, supported
 from harness.results.figures.run_figures import RunAggregate, init_failure_rate, unfinished
 from harness.results.figures.stage_aggregate import StageStats
@@ -139,6 +140,9 @@ def build_summary(
     workers = worker_health(load_engine_health(info.run_dir))
     if workers:  # added within v1, optional: per worker, whether the harness bound the figures (engine_health/)
         document["engine_health"] = [health.to_dict() for health in workers]
+    loops = load_vendor_loops(info.run_dir)
+    if loops:  # added within v1, optional: whether the simulated vendor's own process stalled (vendor_loop.json)
+        document["vendor_loop"] = [loop.to_dict() for loop in loops]
     return document
 
 

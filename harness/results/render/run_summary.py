@@ -22,6 +22,7 @@ from harness.results.figures.run_figures import RunAggregate, aggregate_run, run
 from harness.results.figures.stage_aggregate import TimeBasis
 from harness.results.figures.step_figures import StepView, load_step_view
 from harness.results.figures.thresholds import Threshold, Verdict, any_crossed, evaluate, format_verdicts
+from harness.results.figures.vendor_loop import vendor_loop_lines
 from harness.results.read.concurrency import concurrency_at_submit
 from harness.results.read.dataset import load_rollout_frame, read_run_info
 from harness.results.read.run_ending import run_ending
@@ -145,6 +146,7 @@ def render_run_summary(
                 f"max {first['max']:.0f} ms (the timing error)"
             )
         lines.append(line)
+    lines += vendor_loop_lines(run_dir, float(time_scale or 1.0))
     probe_line = readiness_probe_line(rollouts)
     if probe_line:
         lines.append(probe_line)

@@ -47,6 +47,7 @@ from providers.sim.core.admission import Admission
 from providers.sim.core.clock import LoopClock, SimClock
 from providers.sim.core.execution.commands import start_command
 from providers.sim.core.execution.isolated_shell import IsolatedShell
+from providers.sim.core.loop_watch import LoopWatch
 from providers.sim.core.pipeline import StartPipeline
 from providers.sim.core.profile import Profile
 from providers.sim.core.records import (
@@ -133,6 +134,7 @@ class VendorSimulator:
         self._idempotency: dict[str, str] = {}
         self._attempts = 0
         self._listeners: list[Callable[[SimSandbox], None]] = []
+        self.loop_watch: LoopWatch | None = None  # a served vendor's own loop (watch_loop)
         self._closed = False
         self.admission = Admission(profile, self.seed, clock.now())  # validation, create rate, quotas
         self._trees: SandboxTrees | None = None  # made on first use: a load test that touches no file makes none
@@ -376,8 +378,16 @@ class VendorSimulator:
         return result
 
     def facts(self) -> builtins.dict[str, Any]:
-        """Which run this is: what every truth and stats answer, and every front's ready line, carries."""
-        return {"profile": self.profile.name, "seed": self.seed, "time_scale": self.clock.time_scale}
+        """Which run this is: what every truth and stats answer, and every front's ready line, carries; a served
+        vendor's, also how late its own loop ran (`watch_loop`)."""
+        facts = {"profile": self.profile.name, "seed": self.seed, "time_scale": self.clock.time_scale}
+        return facts if self.loop_watch is None else {**facts, "loop": self.loop_watch.facts()}
+
+    def watch_loop(self) -> None:
+        """Watch the running loop this vendor is served on (loop_watch.py says why)."""
+        if self.loop_watch is None:
+            self.loop_watch = LoopWatch()
+        self.loop_watch.start()
 
     def stats(self) -> builtins.dict[str, Any]:
         """Counters for dashboards and tests: current occupancy, pool, tokens, end states, rejections."""

@@ -309,4 +309,8 @@ class ServeCommand(Generic[Settings, Front]):
             args = self.build_parser(shown).parse_args(argv)
             return args, self.settings_from_args(args)
 
-        return serve_main(shown, parse, self.start, self.announce)
+        def on_ready(front: Front) -> None:
+            self.announce(front)
+            front.simulator.watch_loop()  # how late its own loop runs, for a run to tell from the profile's draws
+
+        return serve_main(shown, parse, self.start, on_ready)

@@ -1,0 +1,34 @@
+"""The summary's line on the simulated vendor's own loop, read from `vendor_loop.json` (a shard each)."""
+
+from __future__ import annotations
+
+import json
+
+from harness.results.figures.vendor_loop import VENDOR_LOOP_FILE, load_vendor_loops, vendor_loop_lines
+
+
+def shard(lag_max_ms: float, probes: int = 50) -> dict[str, float]:
+    return {"probes": probes, "interval_ms": 100.0, "lag_p99_ms": lag_max_ms / 2, "lag_max_ms": lag_max_ms}
+
+
+def test_each_shard_gets_a_line_and_only_a_stalled_one_is_marked(tmp_path):
+    (tmp_path / VENDOR_LOOP_FILE).write_text(json.dumps({"shards": [shard(12.0), shard(480.0)]}))
+    quiet, stalled = vendor_loop_lines(tmp_path, time_scale=0.1)
+    assert quiet.startswith("simulated vendor's own loop (shard 0) (50 probes every 100 ms)")
+    assert quiet.endswith("max 12 ms (0.12 vendor s): not stalled")
+    assert "(shard 1)" in stalled and "max 480 ms (4.80 vendor s): (!) it stalled past 250 ms" in stalled
+    assert [loop.bound for loop in load_vendor_loops(tmp_path)] == [False, True]
+
+
+def test_one_process_at_real_time_names_no_shard_and_no_vendor_seconds(tmp_path):
+    (tmp_path / VENDOR_LOOP_FILE).write_text(json.dumps({"shards": [shard(3.0)]}))
+    (line,) = vendor_loop_lines(tmp_path, time_scale=1.0)
+    assert line == "simulated vendor's own loop (50 probes every 100 ms): lag p99 2 ms, max 3 ms: not stalled"
+
+
+def test_a_run_without_the_file_or_with_a_damaged_one_gets_no_line(tmp_path):
+    assert vendor_loop_lines(tmp_path, 1.0) == []
+    (tmp_path / VENDOR_LOOP_FILE).write_text('{"shards": [{"probes": 3}]')
+    assert vendor_loop_lines(tmp_path, 1.0) == []
+    (tmp_path / VENDOR_LOOP_FILE).write_text('{"shards": [{"probes": "x"}]}')
+    assert vendor_loop_lines(tmp_path, 1.0) == []
