@@ -117,7 +117,7 @@ def _run_protocol(
     proto: TrialProtocol, args: argparse.Namespace, trial_dir: Path, per_s: float | None, per_create: float | None
 ) -> ProtocolOutcome:
     """One protocol as a `stampede run` subprocess; whatever it does, an outcome (never an exception)."""
-    from harness.fitting.trial import ProtocolOutcome, cost, sandbox_seconds
+    from harness.fitting.trial import ProtocolOutcome, bound_note, cost, sandbox_seconds
 
     argv = [sys.executable, "-m", "harness.cli", "run", "--provider", args.provider, *proto.run_args]
     argv += ["--out", str(trial_dir), "--run-id", proto.name, "--commands", args.commands, "--seed", str(args.seed)]
@@ -155,6 +155,9 @@ def _run_protocol(
         data = json.loads(engine.read_text())
         outcome.swept = int(data.get("terminated_leftovers") or 0) + int(data.get("reaped_by_label") or 0)
         outcome.sweep_error = data.get("sweep_error")
+    bound = bound_note(outcome.run_dir)
+    if bound:
+        outcome.note = f"{outcome.note or 'ran to its end'}; {bound}"
     return outcome
 
 
