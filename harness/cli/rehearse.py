@@ -69,6 +69,7 @@ def _plan_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, dict[
 def run(args: argparse.Namespace) -> int:
     from harness.cli.run import run as run_scenario
     from harness.locust.run_folder import new_run_id
+    from harness.results.figures.vendor_loop import bound_note
     from harness.rlmodel.rehearsal import comparison_text, predict
 
     # the loop lives on one clock: a simulated vendor must not play a burst of creates 1:1 (providers.sim.core.clock)
@@ -94,12 +95,16 @@ def run(args: argparse.Namespace) -> int:
     print(comparison_text(measured, predicted))
     if prediction:
         print(f"model inputs: {prediction.inputs}")
+    bound = bound_note(run_dir)
+    if bound:  # the model draws each rollout's latency on its own; a stall delayed them all at once
+        print(f"{bound}; the measured side carries it, the model's independent draws do not")
     (run_dir / "rehearsal.json").write_text(
         json.dumps(
             {
                 "measured": measured,
                 "model": [p.to_json() for p in predicted],
                 "model_inputs": prediction.inputs if prediction else None,
+                "bound": bound or None,  # what bound the measured figures besides the vendor (vendor_loop.bound_note)
             },
             indent=1,
             default=str,

@@ -117,7 +117,8 @@ def _run_protocol(
     proto: TrialProtocol, args: argparse.Namespace, trial_dir: Path, per_s: float | None, per_create: float | None
 ) -> ProtocolOutcome:
     """One protocol as a `stampede run` subprocess; whatever it does, an outcome (never an exception)."""
-    from harness.fitting.trial import ProtocolOutcome, bound_note, cost, sandbox_seconds
+    from harness.fitting.trial import ProtocolOutcome, cost, sandbox_seconds
+    from harness.results.figures.vendor_loop import bound_note
 
     argv = [sys.executable, "-m", "harness.cli", "run", "--provider", args.provider, *proto.run_args]
     argv += ["--out", str(trial_dir), "--run-id", proto.name, "--commands", args.commands, "--seed", str(args.seed)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from foundation.quantiles import nearest_rank
@@ -23,8 +22,6 @@ from harness.fitting.admission import MACHINE as INTAKE_MACHINE
 from harness.fitting.observations import QUANTILES, ProtocolObservation, join_timelines
 from harness.fitting.serving import KEYS as SERVING_KEYS
 from harness.fitting.serving import MACHINE as SERVING_MACHINE
-from harness.results.figures.harness_bound import load_engine_health, worker_health
-from harness.results.figures.vendor_loop import load_vendor_loops
 from harness.results.read.dataset import load_rollouts, read_run_info
 from harness.results.read.vendor_time import to_vendor_seconds
 from providers.sim.core.calibration import computesdk_stats
@@ -278,24 +275,6 @@ def sandbox_seconds(run_dir: str) -> tuple[float, int]:
         return 0.0, 0
     total = to_vendor_seconds(info, frame).durations["total_s"]
     return float(sum(v for v in total if math.isfinite(v))), len(frame)
-
-
-def bound_note(run_dir: str) -> str:
-    """What bound a run's figures besides the vendor being tried: an engine past the stall rule or near its fd
-    limit, or the simulated vendor's own process stalled ("" when neither). The fit reads every figure as the
-    vendor's, so a buyer sees which runs carry the machine's load."""
-    marks = [
-        f"(!) harness bound ({health.worker}: {', '.join(health.bound_reasons())})"
-        for health in worker_health(load_engine_health(Path(run_dir)))
-        if health.bound
-    ]
-    marks += [
-        f"(!) the simulated vendor's own loop stalled (lag max {loop.lag_max_ms:.0f} ms): its TTIs carry this "
-        "machine's load"
-        for loop in load_vendor_loops(run_dir)
-        if loop.bound
-    ]
-    return "; ".join(marks)
 
 
 def failures_by_kind(outcomes: Sequence[ProtocolOutcome]) -> dict[str, int]:

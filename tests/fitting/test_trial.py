@@ -18,7 +18,6 @@ import pytest
 
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from harness.fitting.trial import (
-    bound_note,
     budget_stop,
     composite,
     estimate,
@@ -183,13 +182,3 @@ def test_the_fit_reads_a_ramp_stage_by_stage_and_other_protocols_merged() -> Non
     steps = [dataclasses.replace(s, protocol="sequential", concurrency=1) for s in stages]
     (one,) = fit_inputs("sequential", steps)
     assert one.attempts == 6 and one.concurrency == 1
-
-
-def test_a_run_whose_simulated_vendor_stalled_is_marked_in_the_trials_runs_table(tmp_path):
-    """The fit reads every figure as the vendor's: a run the machine's load bound says so beside its exit."""
-    assert bound_note(str(tmp_path)) == ""  # no engine_health/, no vendor_loop.json: nothing to say
-    loop = {"probes": 40, "interval_ms": 100.0, "lag_p99_ms": 90.0}
-    (tmp_path / "vendor_loop.json").write_text(json.dumps({"shards": [{**loop, "lag_max_ms": 120.0}]}))
-    assert bound_note(str(tmp_path)) == ""
-    (tmp_path / "vendor_loop.json").write_text(json.dumps({"shards": [{**loop, "lag_max_ms": 612.0}]}))
-    assert bound_note(str(tmp_path)).startswith("(!) the simulated vendor's own loop stalled (lag max 612 ms)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.results.figures.vendor_loop import VENDOR_LOOP_FILE, load_vendor_loops, vendor_loop_lines
+from harness.results.figures.vendor_loop import VENDOR_LOOP_FILE, bound_note, load_vendor_loops, vendor_loop_lines
 
 
 def shard(lag_max_ms: float, probes: int = 50) -> dict[str, float]:
@@ -32,3 +32,14 @@ def test_a_run_without_the_file_or_with_a_damaged_one_gets_no_line(tmp_path):
     assert vendor_loop_lines(tmp_path, 1.0) == []
     (tmp_path / VENDOR_LOOP_FILE).write_text('{"shards": [{"probes": "x"}]}')
     assert vendor_loop_lines(tmp_path, 1.0) == []
+
+
+def test_a_run_whose_simulated_vendor_stalled_gets_a_bound_note(tmp_path):
+    """A trial's runs table and a rehearsal's comparison read every figure as the vendor's: a run the machine's
+    load bound says so."""
+    assert bound_note(str(tmp_path)) == ""  # no engine_health/, no vendor_loop.json: nothing to say
+    loop = {"probes": 40, "interval_ms": 100.0, "lag_p99_ms": 90.0}
+    (tmp_path / "vendor_loop.json").write_text(json.dumps({"shards": [{**loop, "lag_max_ms": 120.0}]}))
+    assert bound_note(str(tmp_path)) == ""
+    (tmp_path / "vendor_loop.json").write_text(json.dumps({"shards": [{**loop, "lag_max_ms": 612.0}]}))
+    assert bound_note(str(tmp_path)).startswith("(!) the simulated vendor's own loop stalled (lag max 612 ms)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 
 from harness.results.figures.harness_bound import harness_bound_lines
 from harness.results.figures.vendor_loop import vendor_loop_lines
+from tests.support.stalls import stopped_for, vendor_pid
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -172,3 +174,46 @@ def test_slime_partial_rollout_rehearsal_carries_unfinished_rollouts_into_the_ne
     assert abs(simulated["mean_staleness_steps"] - measured["mean_staleness_steps"]) < 0.1
     rollouts = pd.read_parquet(run_dir / "rollouts")
     assert not rollouts["error"].fillna("").str.contains("killed").any()
+
+
+def test_a_rehearsal_whose_vendor_stalled_says_the_model_cannot_carry_it(tmp_path):
+    """A stall of the simulated vendor delays every rollout at once; the model draws each on its own. The
+    rehearsal says so beside its comparison and in rehearsal.json, whatever the figures came to."""
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "rehearse",
+            "--config",
+            str(REPO / "examples" / "rl-rehearse-sync.toml"),
+            "--profile",
+            "modal-like",
+            "--out",
+            str(tmp_path),
+            "--progress-interval",
+            "0",
+            "--steps",
+            "6",
+            "--warmup-steps",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        pid = vendor_pid(tmp_path, run)
+        time.sleep(2.0)  # into the warm-up step's rollouts
+        stopped_for(pid, 0.6)
+        out, err = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
+    said = next(line for line in out.splitlines() if line.endswith("the model's independent draws do not"))
+    assert said.startswith("(!) the simulated vendor's own loop stalled (lag max ")
+    assert json.loads((run_dir / "rehearsal.json").read_text())["bound"] in said

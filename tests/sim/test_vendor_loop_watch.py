@@ -4,8 +4,6 @@ every sandbox at once, which the engine's own health rows cannot see (providers/
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ import pytest
 from harness.results.export.summary_json import validate_summary
 from providers.sim.core.loop_watch import PROBE_S, LoopWatch
 from tests.support.serve_process import get_json, ready_line, spawn_serve, stop_serve
+from tests.support.stalls import stopped_for, vendor_pid
 
 REPO = Path(__file__).resolve().parents[2]
 STOP_S = 0.6  # longer than the 250 ms stall rule by more than a probe interval
@@ -30,14 +29,6 @@ def test_the_watch_keeps_the_worst_and_the_p99_of_its_probes():
     assert facts["probes"] == 101 and facts["lag_max_ms"] == 500.0
     assert facts["lag_p99_ms"] == 200.0  # nearest rank: the 100th of 101
     assert facts["late_ms"] == pytest.approx(798.0)
-
-
-def stopped_for(pid: int, seconds: float) -> None:
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(seconds)
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 @pytest.mark.slow
@@ -82,19 +73,9 @@ def test_a_run_whose_vendor_stalled_marks_its_summary(tmp_path):
         text=True,
     )
     try:
-        vendor_pid = None
-        deadline = time.monotonic() + 120
-        while vendor_pid is None and time.monotonic() < deadline and run.poll() is None:
-            for manifest in tmp_path.glob("*/run.json"):
-                try:
-                    processes = json.loads(manifest.read_text()).get("processes") or {}
-                except ValueError:
-                    continue  # written as we read it
-                vendor_pid = (processes.get("vendor") or {}).get("pid")
-            time.sleep(0.2)
-        assert vendor_pid, "run.json never named the embedded vendor's process"
+        pid = vendor_pid(tmp_path, run)
         time.sleep(1.0)
-        stopped_for(vendor_pid, STOP_S)
+        stopped_for(pid, STOP_S)
         out, err = run.communicate(timeout=240)
     finally:
         if run.poll() is None:

@@ -4,7 +4,8 @@ A served simulated vendor watches how late its loop wakes (providers/sim/core/lo
 every sandbox it serves at once, so a run's TTIs carry this machine's load, not only the profile's draws; the engine's
 health rows (harness_bound.py) cannot see it, the engine's loop not being the one that stalled. The rule is the
 engine's: a lag past `LAG_BOUND_MS` marks the line `(!)`. At a time scale other than 1 the lag is also given in vendor
-seconds, the unit of the figures it touched (0.4 s of stall at 0.1 is 4 vendor s).
+seconds, the unit of the figures it touched (0.4 s of stall at 0.1 is 4 vendor s). `bound_note` joins this
+verdict with the engines' for the commands that read a run's figures as the vendor's (a trial, a rehearsal).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.results.figures.harness_bound import LAG_BOUND_MS
+from harness.results.figures.harness_bound import LAG_BOUND_MS, load_engine_health, worker_health
 
 VENDOR_LOOP_FILE = "vendor_loop.json"
 
@@ -83,3 +84,21 @@ def vendor_loop_lines(run_dir: Path | str, time_scale: float) -> list[str]:
     """The summary's lines, one per vendor process; none when the run has no record of them."""
     loops = load_vendor_loops(run_dir)
     return [loop.describe(time_scale, len(loops)) for loop in loops]
+
+
+def bound_note(run_dir: Path | str) -> str:
+    """What bound a run's figures besides the vendor being measured: an engine past the stall rule or near its fd
+    limit, or the simulated vendor's own process stalled ("" when neither). A trial's fit and a rehearsal's model
+    read every figure as the vendor's, so they say which runs carry the machine's load."""
+    marks = [
+        f"(!) harness bound ({health.worker}: {', '.join(health.bound_reasons())})"
+        for health in worker_health(load_engine_health(Path(run_dir)))
+        if health.bound
+    ]
+    marks += [
+        f"(!) the simulated vendor's own loop stalled (lag max {loop.lag_max_ms:.0f} ms): its TTIs carry this "
+        "machine's load"
+        for loop in load_vendor_loops(run_dir)
+        if loop.bound
+    ]
+    return "; ".join(marks)
