@@ -47,7 +47,14 @@ def label(run_dir: Path) -> str:
     return f"stub/ideal ({run_dir.name})"
 
 
-SECTION = ("result states", "allocate and readiness", "held at once", "TTI by submission quartile", "per engine")
+SECTION = (
+    "result states",
+    "allocate and readiness",
+    "held at once",
+    "TTI by submission quartile",
+    "per engine",
+    "per simulated vendor process",
+)
 """What each of the section's tables' titles says, in the order the report prints them."""
 
 
@@ -102,6 +109,13 @@ def check_against_summary(tables: dict[str, Table], run_dir: Path) -> None:
         assert row[2] == f"{health['loop_lag_max_ms']:.0f}"
         assert (int(row[3]), int(row[5])) == (health["open_fds_max"], health["sockets_max"])
         assert row[6].startswith("(!) bound: ") if health["bound"] else row[6] == "not bound"
+
+    vendors = tables["per simulated vendor process"]
+    assert len(vendors.rows) == len(document["vendor_loop"]) == 1  # the embedded vendor, one process
+    for row, loop in zip(vendors.rows, document["vendor_loop"], strict=True):
+        assert (int(row[0]), int(row[1])) == (loop["shard"], loop["probes"]) and loop["probes"] > 0
+        assert (row[2], row[3]) == (f"{loop['lag_p99_ms']:.0f}", f"{loop['lag_max_ms']:.0f}")
+        assert row[4].startswith("(!) stalled") if loop["bound"] else row[4] == "not stalled"
 
 
 def test_report_shows_the_protocols_figures_equal_to_summary_json(runs: dict[str, Path], tmp_path: Path) -> None:

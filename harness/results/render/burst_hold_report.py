@@ -46,6 +46,7 @@ from harness.results.render import figure_canvas as canvas
 from harness.results.render.colours import IN_FLIGHT_COLOUR, READY_COLOUR
 from harness.results.render.figure_canvas import plt
 from harness.results.render.report_tables import Table, quantile_cell, seconds
+from harness.results.figures.vendor_loop import VendorLoop, load_vendor_loops
 from harness.wire.engine_health import HEALTH_INTERVAL_S
 
 BURST_HOLD_FIGURE = (
@@ -85,6 +86,7 @@ class BurstHoldView:
     figures: BurstHoldFigures
     workers: list[WorkerHealth]
     health: pd.DataFrame  # engine_health rows (`t` in epoch seconds)
+    vendor_loops: list[VendorLoop]  # the simulated vendor's own loop, a process each (empty: an outside vendor)
     held_start: np.ndarray  # each held span, epoch seconds (`held_intervals`)
     held_end: np.ndarray
     t0: float  # the run's first submit, epoch seconds: the figure's zero
@@ -105,7 +107,8 @@ def load_view(run: RunStats) -> BurstHoldView | None:
         t0 = float(frame["t_submit"].min())
     else:
         t0 = float(health["t"].min()) if not health.empty else 0.0
-    return BurstHoldView(info.label, figures, worker_health(health), health, start, end, t0)
+    loops = load_vendor_loops(info.run_dir)
+    return BurstHoldView(info.label, figures, worker_health(health), health, loops, start, end, t0)
 
 
 def load_views(runs: Sequence[RunStats]) -> list[BurstHoldView]:
@@ -200,9 +203,36 @@ def harness_table(view: BurstHoldView) -> Table | None:
     return Table(title, header, rows, left=frozenset({0, 6}))
 
 
+def vendor_table(view: BurstHoldView) -> Table | None:
+    """Per simulated vendor process, how late its own loop ran and whether it stalled; None for an outside vendor.
+    Past 2,000 held on 2 cores it stalls before the engine does (bench/README, 2026-12-07 08:00)."""
+    if not view.vendor_loops:
+        return None
+    rows = [
+        [
+            str(loop.shard),
+            str(loop.probes),
+            f"{loop.lag_p99_ms:.0f}",
+            f"{loop.lag_max_ms:.0f}",
+            f"(!) stalled past {LAG_BOUND_MS:.0f} ms" if loop.bound else "not stalled",
+        ]
+        for loop in view.vendor_loops
+    ]
+    header = ["shard", "probes", "loop lag p99 (ms)", "loop lag max (ms)", "vendor"]
+    title = f"{view.label}: burst-hold, per simulated vendor process (its own loop, vendor_loop.json)"
+    return Table(title, header, rows, left=frozenset({4}))
+
+
 def tables(view: BurstHoldView) -> list[Table]:
     """The run's burst-hold tables, in the order the report prints them."""
-    found = [states_table(view), latency_table(view), held_table(view), quartile_table(view), harness_table(view)]
+    found = [
+        states_table(view),
+        latency_table(view),
+        held_table(view),
+        quartile_table(view),
+        harness_table(view),
+        vendor_table(view),
+    ]
     return [table for table in found if table is not None]
 
 
