@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -13,34 +12,33 @@ import pytest
 
 from harness.results.figures.harness_bound import harness_bound_lines
 from harness.results.figures.vendor_loop import vendor_loop_lines
-from tests.support.stalls import stopped_for, vendor_pid
+from tests.support.stalls import run_with_vendor_stopped
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
+def rehearse_argv(out: Path, config: str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "rehearse",
+        "--config",
+        str(REPO / "examples" / config),
+        "--profile",
+        "modal-like",
+        "--out",
+        str(out),
+        "--progress-interval",
+        "0",
+        *args,
+    ]
+
+
 def rehearse(tmp_path: Path, config: str, *args: str) -> tuple[Path, dict]:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "rehearse",
-            "--config",
-            str(REPO / "examples" / config),
-            "--profile",
-            "modal-like",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-        check=False,
+        rehearse_argv(tmp_path, config, *args), capture_output=True, text=True, timeout=600, cwd=REPO, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
@@ -179,40 +177,9 @@ def test_slime_partial_rollout_rehearsal_carries_unfinished_rollouts_into_the_ne
 def test_a_rehearsal_whose_vendor_stalled_says_the_model_cannot_carry_it(tmp_path):
     """A stall of the simulated vendor delays every rollout at once; the model draws each on its own. The
     rehearsal says so beside its comparison and in rehearsal.json, whatever the figures came to."""
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "rehearse",
-            "--config",
-            str(REPO / "examples" / "rl-rehearse-sync.toml"),
-            "--profile",
-            "modal-like",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-            "--steps",
-            "6",
-            "--warmup-steps",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        pid = vendor_pid(tmp_path, run)
-        time.sleep(2.0)  # into the warm-up step's rollouts
-        stopped_for(pid, 0.6)
-        out, err = run.communicate(timeout=600)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 0, err[-3000:]
+    argv = rehearse_argv(tmp_path, "rl-rehearse-sync.toml", "--steps", "6", "--warmup-steps", "1")
+    code, out, err = run_with_vendor_stopped(argv, tmp_path, REPO, after_s=2.0, stop_s=0.6)  # into the warm-up step
+    assert code == 0, err[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
     said = next(line for line in out.splitlines() if line.endswith("the model's independent draws do not"))
     assert said.startswith("(!) the simulated vendor's own loop stalled (lag max ")

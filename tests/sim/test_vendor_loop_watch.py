@@ -4,7 +4,6 @@ every sandbox at once, which the engine's own health rows cannot see (providers/
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from harness.results.export.summary_json import validate_summary
 from providers.sim.core.loop_watch import PROBE_S, LoopWatch
 from tests.support.serve_process import get_json, ready_line, spawn_serve, stop_serve
-from tests.support.stalls import stopped_for, vendor_pid
+from tests.support.stalls import run_with_vendor_stopped, stopped_for
 
 REPO = Path(__file__).resolve().parents[2]
 STOP_S = 0.6  # longer than the 250 ms stall rule by more than a probe interval
@@ -48,40 +47,26 @@ def test_a_served_vendor_stopped_for_a_while_says_so_in_its_truth_answer():
 
 @pytest.mark.slow
 def test_a_run_whose_vendor_stalled_marks_its_summary(tmp_path):
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "--scenario",
-            "burst-hold",
-            "--users",
-            "20",
-            "--hold",
-            "8",
-            "--profile",
-            "ideal",
-            "--out",
-            str(tmp_path),
-            "--progress-interval",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=REPO,
-        text=True,
-    )
-    try:
-        pid = vendor_pid(tmp_path, run)
-        time.sleep(1.0)
-        stopped_for(pid, STOP_S)
-        out, err = run.communicate(timeout=240)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 0, err[-3000:]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        "--scenario",
+        "burst-hold",
+        "--users",
+        "20",
+        "--hold",
+        "8",
+        "--profile",
+        "ideal",
+        "--out",
+        str(tmp_path),
+        "--progress-interval",
+        "0",
+    ]
+    code, out, err = run_with_vendor_stopped(argv, tmp_path, REPO, after_s=1.0, stop_s=STOP_S)
+    assert code == 0, err[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     line = next(text for text in out.splitlines() if text.startswith("simulated vendor's own loop"))
     assert "(!) it stalled past 250 ms" in line, line

@@ -33,3 +33,21 @@ def vendor_pid(out: Path, run: subprocess.Popen[str], timeout_s: float = 120.0) 
                 return int(pid)
         time.sleep(0.2)
     raise AssertionError("run.json never named the embedded vendor's process")
+
+
+def run_with_vendor_stopped(
+    argv: list[str], out: Path, cwd: Path, after_s: float, stop_s: float
+) -> tuple[int, str, str]:
+    """Run a stampede command whose run folder lands under `out`, stop its embedded vendor `after_s` into it for
+    `stop_s`, and wait for its end: (exit status, stdout, stderr)."""
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    try:
+        pid = vendor_pid(out, run)
+        time.sleep(after_s)
+        stopped_for(pid, stop_s)
+        stdout, stderr = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    return run.returncode, stdout, stderr
