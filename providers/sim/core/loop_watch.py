@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from foundation.quantiles import nearest_rank
+
 PROBE_S = 0.1
 LAGS_KEPT = 100_000  # at one lag a probe, 2.8 hours of them; past that the p99 is of the first 2.8 hours
 
@@ -43,11 +45,8 @@ class LoopWatch:
             self._lags.append(lag_s)
 
     def lag_p99_s(self) -> float:
-        """Nearest rank, 0 before the first probe."""
-        if not self._lags:
-            return 0.0
-        ordered = sorted(self._lags)
-        return ordered[min(len(ordered) - 1, max(0, -(-99 * len(ordered) // 100) - 1))]
+        """The project's nearest-rank p99 (foundation.quantiles), 0 before the first probe."""
+        return nearest_rank(sorted(self._lags), 0.99) if self._lags else 0.0
 
     def facts(self) -> dict[str, Any]:
         """The figures the truth endpoints carry (milliseconds, wall)."""
