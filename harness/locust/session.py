@@ -413,10 +413,10 @@ class StampedeSession:
     def _end_run(self) -> None:
         mark("end: test stopped")
         self.run_ready.clear()
-        final_stage = self.state.end_run()
         if self.progress is not None:
-            self.progress.stop()
+            self.progress.stop()  # its final line names the stage the run ended in
             self.progress = None
+        final_stage = self.state.end_run()
         self.live_vendor = None
         self.stopping.end_run()
         self.engine_link.stop_polling()

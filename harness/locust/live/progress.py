@@ -20,6 +20,8 @@ from harness.locust.run_state import RunState
 from harness.results.figures.engine_load import stall_text
 from harness.wire.messages import RECENT_WINDOW_S
 
+FINAL_LINE_GAP_S = 1.0  # a tick closer to the end than this already showed the final counts
+
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
@@ -175,14 +177,25 @@ class ProgressPrinter:
         self.t0 = time.monotonic()
         self.plan = plan_of(runner, state.settings)
         self._periodic = Periodic(interval_s, self._print)
+        self._printed_at: float | None = None
 
     def start(self) -> None:
         self._periodic.start()
 
     def stop(self) -> None:
+        """Stops the ticks and prints the run's final counts, unless a tick just did: a run that ends between two
+        ticks (or before the first) would otherwise leave its last line short of the rollouts that ended. Call it
+        before the run state leaves its stage."""
+        running = self._periodic.running
         self._periodic.stop()
+        if running and (self._printed_at is None or time.monotonic() - self._printed_at >= FINAL_LINE_GAP_S):
+            try:
+                self._print()
+            except Exception:  # a line of progress never stops a run's end (the drain and the results follow)
+                pass
 
     def _print(self) -> None:
+        self._printed_at = time.monotonic()
         print(self.line(), file=sys.stderr, flush=True)
 
     def line(self) -> str:
