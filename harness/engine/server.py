@@ -33,7 +33,7 @@ from harness.engine.paced_cancel import CancelPacer
 from harness.engine.run import EngineRun, RehearsalOver
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, RolloutRequest, StageUpdate
-from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
+from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, SOCKET_DIR_PREFIX, decode, encode
 from harness.wire.records import RolloutRecord, live_row, warm_file_types
 from harness.wire.redact import RedactingFormatter, redact, secret_values
 from providers import create_provider
@@ -404,6 +404,12 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     await engine.close_connections()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
+    # and the folder made for it (harness.locust.engine_client.launch_engine): when the Locust process was killed,
+    # no one else is left to remove it; rmdir leaves a folder that holds anything else alone
+    folder = os.path.dirname(os.path.abspath(socket_path))
+    if os.path.basename(folder).startswith(SOCKET_DIR_PREFIX):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
     mark("engine process: done")
     return 0
 

@@ -27,7 +27,7 @@ from foundation.phase_marks import mark
 from harness.locust import early_processes
 from harness.wire import messages as msg
 from harness.wire.messages import EngineConfig, EngineStats, RolloutRequest, StageUpdate
-from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, decode, encode
+from harness.wire.protocol import MAX_LINE_BYTES, READY_LINE, SOCKET_DIR_PREFIX, decode, encode
 
 ENGINE_START_TIMEOUT_S = 30.0
 LEASE_CHECK_S = 0.25  # how often the leases' watcher checks whether Locust is stopping their users
@@ -65,7 +65,7 @@ def engine_key(worker: str, preload: str | None, env: dict[str, str]) -> early_p
 
 def launch_engine(worker: str, preload: str | None, env: dict[str, str]) -> tuple[str, str, gevent.subprocess.Popen]:
     """The engine's process, started: its socket's folder and path, and the process (not yet ready)."""
-    socket_dir = tempfile.mkdtemp(prefix="stampede-engine-")
+    socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
     socket_path = os.path.join(socket_dir, "engine.sock")
     mark("engine: spawned")
     process = gevent.subprocess.Popen(

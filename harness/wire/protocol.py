@@ -15,6 +15,7 @@ from harness.wire.json_lines import loads_line, one_shot_encoder
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 READY_LINE = "STAMPEDE-ENGINE-READY"
+SOCKET_DIR_PREFIX = "stampede-engine-"  # the folder made for one engine's socket; the engine removes it on exit
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # json.dumps with these options builds one a call
