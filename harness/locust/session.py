@@ -414,6 +414,7 @@ class StampedeSession:
         mark("end: test stopped")
         self.run_ready.clear()
         if self.progress is not None:
+            self.engine_link.refresh_live(self.state)  # the final line's counts: the engine's now
             self.progress.stop()  # its final line names the stage the run ended in
             self.progress = None
         final_stage = self.state.end_run()

@@ -41,10 +41,23 @@ def test_stopping_prints_the_final_counts_when_no_tick_came(capsys: pytest.Captu
     assert "01-burst8" in line and "ok 7 failed 1" in line, line
 
 
-def test_a_tick_just_before_the_end_is_not_repeated(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tick_before_the_last_rollouts_ended_is_followed_by_the_final_counts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    printer = printer_of_a_stage_with_ended_rollouts()
+    printer.state.live.update("engine-0", EngineStats(run_id="r", inflight=8, started=8))
+    printer.start()
+    printer._print()  # the tick, moments before the rollouts end (the CI run's "[2s] ... ok 0 failed 0")
+    printer.state.live.update("engine-0", EngineStats(run_id="r", ok=7, failed=1, started=8))
+    printer.stop()
+    first, last = progress_lines(capsys)
+    assert "ok 0 failed 0" in first and "ok 7 failed 1" in last, (first, last)
+
+
+def test_a_tick_that_already_showed_the_final_counts_is_not_repeated(capsys: pytest.CaptureFixture[str]) -> None:
     printer = printer_of_a_stage_with_ended_rollouts()
     printer.start()
-    printer._print()  # what the tick prints, moments before the run ends
+    printer._print()  # the tick, after every rollout ended
     printer.stop()
     assert len(progress_lines(capsys)) == 1
 

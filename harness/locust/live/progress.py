@@ -20,8 +20,6 @@ from harness.locust.run_state import RunState
 from harness.results.figures.engine_load import stall_text
 from harness.wire.messages import RECENT_WINDOW_S
 
-FINAL_LINE_GAP_S = 1.0  # a tick closer to the end than this already showed the final counts
-
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
@@ -158,6 +156,11 @@ def lag_text(totals: LiveTotals) -> str:
     return text
 
 
+def _counts(line: str) -> str:
+    """A line without its clock (elapsed, ETA): two lines that say the same of the run compare equal."""
+    return line.partition(" users ")[2]
+
+
 class ProgressPrinter:
     """Prints to stderr from its own greenlet; stopping it never blocks the run."""
 
@@ -177,26 +180,32 @@ class ProgressPrinter:
         self.t0 = time.monotonic()
         self.plan = plan_of(runner, state.settings)
         self._periodic = Periodic(interval_s, self._print)
-        self._printed_at: float | None = None
+        self._last_line = ""
 
     def start(self) -> None:
         self._periodic.start()
 
     def stop(self) -> None:
-        """Stops the ticks and prints the run's final counts, unless a tick just did: a run that ends between two
-        ticks (or before the first) would otherwise leave its last line short of the rollouts that ended. Call it
-        before the run state leaves its stage."""
+        """Stops the ticks and prints the run's final counts, unless the last tick printed the same: a run that ends
+        between two ticks (or before the first) would otherwise leave its last line short of the rollouts that
+        ended. Call it before the run state leaves its stage."""
         running = self._periodic.running
         self._periodic.stop()
-        if running and (self._printed_at is None or time.monotonic() - self._printed_at >= FINAL_LINE_GAP_S):
-            try:
-                self._print()
-            except Exception:  # a line of progress never stops a run's end (the drain and the results follow)
-                pass
+        if not running:
+            return
+        try:
+            line = self.line()
+            if _counts(line) != _counts(self._last_line):
+                self._write(line)
+        except Exception:  # a line of progress never stops a run's end (the drain and the results follow)
+            pass
 
     def _print(self) -> None:
-        self._printed_at = time.monotonic()
-        print(self.line(), file=sys.stderr, flush=True)
+        self._write(self.line())
+
+    def _write(self, line: str) -> None:
+        self._last_line = line
+        print(line, file=sys.stderr, flush=True)
 
     def line(self) -> str:
         runner = self.runner

@@ -120,15 +120,24 @@ class EngineLink:
             self._poller.kill(block=False)
             self._poller = None
 
+    def refresh_live(self, state: RunState) -> None:
+        """A local run's live view brought up to date now, not on the next poll: the run's last progress line is
+        read from it, and a burst can end within one poll interval of its last rollouts (nothing without polling)."""
+        if self._poller is not None:
+            self._poll_once(state)
+
     def _poll(self, state: RunState) -> None:
         while True:
-            if self.client is not None and self.client.alive:
-                try:
-                    state.live.update("local", self.client.stats(timeout=5), dict(state.dropped))
-                    state.note_change()
-                except EngineError:
-                    pass
+            self._poll_once(state)
             gevent.sleep(LOCAL_POLL_INTERVAL_S)
+
+    def _poll_once(self, state: RunState) -> None:
+        if self.client is not None and self.client.alive:
+            try:
+                state.live.update("local", self.client.stats(timeout=5), dict(state.dropped))
+                state.note_change()
+            except EngineError:
+                pass
 
     def drain(self, meanwhile: Callable[[], None] | None = None) -> dict[str, Any] | None:
         """End the run in the engine: its summary, or None if there is no engine or the drain failed. `meanwhile`
