@@ -32,7 +32,7 @@ from harness.fitting.admission import KEY as INTAKE_KEY
 from harness.fitting.admission import fit_admission, intake_rate, simulate_intake_burst
 from harness.fitting.fit import WIDE_MIN, FitResult, fit_profile, resample
 from harness.fitting.gate_cascade import fit_gate_cascade
-from harness.fitting.live_run import BURST_READ_WALL_S, DEFAULT_HOLD_S, LiveRun, Shape
+from harness.fitting.live_run import BURST_READ_RANGE_WALL_S, DEFAULT_HOLD_S, LiveRun, Shape
 from harness.fitting.observations import ProtocolObservation
 from harness.fitting.serving import describe as describe_serving
 from harness.fitting.serving import resampled as resampled_serving
@@ -186,6 +186,10 @@ def simulate_shape(
     # its 429s close the client's gate on the creates still being sent (live_run.py): the burst again, through it
     timing = dataclasses.replace(live.burst_timing(profile, shape.users, spacing_s), retries=retries)
     return simulate_timed_ramp(profile, [shape.users], timing, seed=seed)[0]
+
+
+def _read_late(live: LiveRun, read_wall_s: float) -> LiveRun:
+    return dataclasses.replace(live, burst_read_wall_s=read_wall_s)
 
 
 def _rate_limited(result: BurstResult) -> bool:
@@ -367,17 +371,24 @@ def predict_shapes(
     if spacing is not None and any(shape.protocol == "burst" for shape in shapes):
         how += f"; each burst's creates sent {1000 * spacing:.2f} ms apart, the pace of the inputs' bursts"
         how += " (each refit's: their gaps resampled)" if refits else ""
+    low_read, high_read = BURST_READ_RANGE_WALL_S
     if live.throttle and any(shape.protocol == "burst" for shape in shapes):
         how += (
             "; a burst that meets the rate limit is sent through the client's gate (its first 429 read, the creates "
-            f"started after it wait out the Retry-After), each answer read {1000 * BURST_READ_WALL_S:.0f} wall ms late "
-            "while the burst is sent (assumed: a trial's burst of 100 cannot show it; harness/fitting/live_run.py)"
+            f"started after it wait out the Retry-After), each answer read {1000 * live.burst_read_wall_s:.0f} wall ms "
+            f"late while the burst is sent (each simulated run of the interval draws its own, {1000 * low_read:.0f}-"
+            f"{1000 * high_read:.0f} ms; assumed: a trial's burst of 100 cannot show it; harness/fitting/live_run.py)"
         )
     how += intake_caveat(profile, shapes, spacing)
     if live.gate_cascade is not None and any(shape.protocol in ("ramp", "steady") for shape in shapes):
         how += f"; {live.gate_cascade.describe()}"
     point_runs = [simulate_stages(profile, shapes, s, retries, live, spacing or 0.0) for s in range(seeds)]
-    pooled_runs = [simulate_stages(p, shapes, seed, retries, live, gap) for p, seed, gap in draws]
+    # each pooled run reads the burst's answers as late as a live run may (live_run.py: where a run falls is a race)
+    reads = random.Random(4)
+    pooled_runs = [
+        simulate_stages(p, shapes, seed, retries, _read_late(live, reads.uniform(low_read, high_read)), gap)
+        for p, seed, gap in draws
+    ]
     stages = []
     for i, shape in enumerate(shapes):
         point = [run_stats(runs[i], retries) for runs in point_runs]
