@@ -277,13 +277,14 @@ class ShardedVendor:
         return self.first.provider_options
 
     def truth(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Every shard's records, and each shard's loop in shard order."""
+        """Every shard's records, and each shard's loop tagged with its shard's index (a shard that does not say
+        leaves no gap that would renumber the rest)."""
         sandboxes: list[dict[str, Any]] = []
         loops: list[dict[str, Any]] = []
-        for vendor in self.shards:
+        for index, vendor in enumerate(self.shards):
             shard_sandboxes, shard_loops = vendor.truth()
             sandboxes += shard_sandboxes
-            loops += shard_loops
+            loops += [{**loop, "shard": index} for loop in shard_loops]
         return sandboxes, loops
 
     def stop(self) -> None:

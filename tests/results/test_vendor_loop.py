@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from harness.locust.vendor_process import ShardedVendor
 from harness.results.figures.vendor_loop import VENDOR_LOOP_FILE, bound_note, load_vendor_loops, vendor_loop_lines
 
 
@@ -43,3 +44,23 @@ def test_a_run_whose_simulated_vendor_stalled_gets_a_bound_note(tmp_path):
     assert bound_note(str(tmp_path)) == ""
     (tmp_path / "vendor_loop.json").write_text(json.dumps({"shards": [{**loop, "lag_max_ms": 612.0}]}))
     assert bound_note(str(tmp_path)).startswith("(!) the simulated vendor's own loop stalled (lag max 612 ms)")
+
+
+def test_a_shard_is_named_by_its_own_index_not_its_place_in_the_file(tmp_path):
+    (tmp_path / VENDOR_LOOP_FILE).write_text(
+        json.dumps({"shards": [{**shard(3.0), "shard": 0}, {**shard(9.0), "shard": 2}]})
+    )
+    assert [loop.shard for loop in load_vendor_loops(tmp_path)] == [0, 2]  # shard 1 did not say
+
+
+def test_a_sharded_vendor_tags_each_loop_with_its_shard():
+    class Shard:
+        def __init__(self, loops: list[dict[str, float]]) -> None:
+            self.loops = loops
+
+        def truth(self) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+            return [], self.loops
+
+    vendor = ShardedVendor([Shard([shard(3.0)]), Shard([]), Shard([shard(9.0)])])  # type: ignore[list-item]
+    _, loops = vendor.truth()
+    assert [loop["shard"] for loop in loops] == [0, 2]

@@ -67,7 +67,7 @@ def load_vendor_loops(run_dir: Path | str) -> list[VendorLoop]:
         shards = document["shards"]
         return [
             VendorLoop(
-                shard=index,
+                shard=int(entry.get("shard", index)),  # its own index (an older run's: its position)
                 probes=int(entry["probes"]),
                 interval_ms=float(entry["interval_ms"]),
                 lag_p99_ms=float(entry["lag_p99_ms"]),
