@@ -180,7 +180,10 @@ async def test_a_retry_hint_is_honoured_when_the_sdk_may_wait() -> None:
     assert_survived(batch, "throttle", ["rate_limited"])
     waited = sorted(r.create_s or 0.0 for r in batch.records if r.outcome == "ok")
     assert waited[-1] >= 1.0  # a throttled create came back no sooner than the hint said
-    assert waited[0] < 1.0  # and the others did not wait for it
+    # and the others did not wait for it: the fastest came back well before the slowest. Not `< 1.0` on its own: on
+    # a busy machine one loopback create took 2.6 s (CI, 2026-12-07); a throttled one took that, the hint and a
+    # second call, so the gap holds while the machine is slow for every create alike
+    assert waited[0] < waited[-1] - 0.5, waited
 
 
 async def test_the_vendors_retry_hint_holds_the_next_create_by_default() -> None:
