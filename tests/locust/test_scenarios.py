@@ -134,13 +134,15 @@ def test_staggered_starts_follow_the_schedule(tmp_path):
         "--profile",
         "ideal",
         "--commands",
-        "true",
+        "sleep 0.5",
     )
     assert len(frame) == 30 and frame["t_intended"].notna().all()
     intended = np.sort(frame["t_intended"].to_numpy())
     assert np.allclose(np.diff(intended), 0.1, atol=1e-6)
     lateness = frame["t_submit"] - frame["t_intended"]
-    assert lateness.max() < 0.25  # started when intended, not when the previous one ended
+    # started when intended, not when the previous one ended: each rollout outlives the 100 ms gap by 0.4 s, so
+    # waiting for it would put the last start 29 x 0.4 = 11.6 s late (a busy machine's second is far from that)
+    assert lateness.max() < 2.0
     assert manifest["shape"]["stagger_ms"] == 100
 
 
