@@ -15,7 +15,7 @@ import pytest
 from harness.locust.live.progress import ProgressPrinter
 from harness.locust.run_state import RunState, Stage
 from harness.locust.settings import RunSettings
-from harness.wire.messages import EngineStats
+from harness.wire.messages import EngineStats, HealthSnapshot
 
 NO_TICK_S = 3600.0
 
@@ -58,6 +58,19 @@ def test_a_tick_that_already_showed_the_final_counts_is_not_repeated(capsys: pyt
     printer = printer_of_a_stage_with_ended_rollouts()
     printer.start()
     printer._print()  # the tick, after every rollout ended
+    printer.stop()
+    assert len(progress_lines(capsys)) == 1
+
+
+def test_a_tick_with_the_same_counts_is_not_repeated_for_the_engines_lag_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    printer = printer_of_a_stage_with_ended_rollouts()
+    printer.start()
+    printer._print()
+    health = HealthSnapshot(recent_lag_p99_ms=40.0, cpu_percent=55.0)  # the engine's lag and CPU moved since
+    printer.state.live.update("engine-0", EngineStats(run_id="r", ok=7, failed=1, started=8, health=health))
+    assert "loop lag p99 40ms" in printer.line()
     printer.stop()
     assert len(progress_lines(capsys)) == 1
 

@@ -157,8 +157,12 @@ def lag_text(totals: LiveTotals) -> str:
 
 
 def _counts(line: str) -> str:
-    """A line without its clock (elapsed, ETA): two lines that say the same of the run compare equal."""
-    return line.partition(" users ")[2]
+    """A line without its clock (elapsed, ETA) and the engines' health (lag, CPU): two lines that say the same of
+    the run's rollouts compare equal, so a run does not end on a repeat of its last tick's counts."""
+    counts = line.partition(" users ")[2]
+    for health in (" | engine stalled", " | loop lag"):
+        counts = counts.partition(health)[0]
+    return counts
 
 
 class ProgressPrinter:
