@@ -46,6 +46,7 @@ STARTS_PER_TURN = 64
 flood of lines, which `readline` hands over without ever suspending: unsliced, every rollout's first step (its
 create request built and sent) ran in one loop iteration, and the answers already back, and the lag probe,
 waited for all of them (the burst-hold protocol's surge, `scenarios/burst-hold.py`)."""
+WARM_WAIT_S = 30.0  # the longest a run's configure waits for the file types' imports (a starved machine's)
 
 
 class StartSlicer:
@@ -65,8 +66,9 @@ class StartSlicer:
 class Engine:
     """Serves the engine protocol on a Unix socket; at most one run configured at a time."""
 
-    def __init__(self, worker: str) -> None:
+    def __init__(self, worker: str, file_types_warm: threading.Event | None = None) -> None:
         self.worker = worker
+        self.file_types_warm = file_types_warm  # set once `warm_file_types` is done (None: nothing to wait for)
         self.health = LoopHealth()
         self.run: EngineRun | None = None
         self.health_rows: HealthRows | None = None  # the run's engine_health/ rows every 5 s
@@ -93,6 +95,10 @@ class Engine:
                 with contextlib.suppress(Exception):
                     await provider.aclose()
                 raise
+            if self.file_types_warm is not None:
+                # the imports hold the interpreter for up to a few hundred ms (an extension module's init at once):
+                # done before the first rollout, not during a burst's creates (and frozen below with the rest)
+                await asyncio.to_thread(self.file_types_warm.wait, WARM_WAIT_S)
             tune_for_latency()  # its one full collection before the run's lag record starts
             self.health.reset()
             self.run = EngineRun(config, provider, self.health)
@@ -379,7 +385,8 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     raise_open_files_limit()
     preload_provider(preload)
     mark("engine process: provider preloaded")
-    engine = Engine(worker)
+    file_types_warm = threading.Event()
+    engine = Engine(worker, file_types_warm)
     engine.health.start()
     freezer = asyncio.get_running_loop().create_task(freeze_survivors())
     with contextlib.suppress(FileNotFoundError):
@@ -391,8 +398,8 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
     loop.add_signal_handler(signal.SIGUSR2, engine.hurry)
     watcher = loop.create_task(_watch_parent(engine.stopped)) if watch_stdin else None  # keep a reference
     print(READY_LINE, flush=True)
-    # while Locust's side imports and configures: off the way to the first rollout, out of a burst's surge
-    threading.Thread(target=warm_file_types, name="warm-file-types", daemon=True).start()
+    # while Locust's side imports and configures; `configure` waits for it, so it is over before the first rollout
+    threading.Thread(target=_warm_file_types, args=(file_types_warm,), name="warm-file-types", daemon=True).start()
     await engine.stopped.wait()
     mark("engine process: stopping")
     server.close()
@@ -412,6 +419,14 @@ async def serve_engine(socket_path: str, worker: str, *, watch_stdin: bool, prel
             os.rmdir(folder)
     mark("engine process: done")
     return 0
+
+
+def _warm_file_types(done: threading.Event) -> None:
+    try:
+        warm_file_types()
+    finally:
+        done.set()  # a failed import is the first flush's to report, not a reason to hold the run
+        mark("engine process: file types warm")
 
 
 async def _watch_parent(stopped: asyncio.Event) -> None:

@@ -320,7 +320,8 @@ def warm_file_types() -> None:
     pyarrow imports pandas the first time `pa.array` is given plain values (its check for pandas objects),
     and `file_column` imports `pyarrow.compute`: ~0.3 s of imports quiet, more on a busy machine. Left to the
     first shard flush, they ran in a burst's surge, the flushing thread holding the interpreter while the
-    engine's loop timed the creates (issue #32: the burst-hold protocol's loop lag)."""
+    engine's loop timed the creates (issue #32: the burst-hold protocol's loop lag); a run's `configure` waits
+    for them, since Locust's side could be ready first."""
     import pyarrow.compute  # noqa: F401
 
     pa.array([0.0], type=pa.float64())
