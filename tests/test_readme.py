@@ -28,9 +28,8 @@ import pytest
 from foundation.sandbox_client import CLIENTS
 from harness.results.read.run_pointer import resolve_run_dir
 from harness.wire.records import SCHEMA_V1_ROLLOUT_COLUMNS
-from providers.sim.core.calibration import first_attempt_init_failure_rate
-from providers.sim.core.experiments import simulate_burst
 from tests.docker_support import default_host, in_ci, machine_daemon, ping
+from tests.support.modal_burst import BURST_SPREAD_S, first_wave_arrivals, offline_first_attempt_failure
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -140,13 +139,6 @@ def check_default_run(_: subprocess.CompletedProcess, root: Path) -> None:
     assert json.loads((latest(root) / "run.json").read_text())["status"] == "completed"
 
 
-BURST_SPREAD_S = 5.0
-"""Past this spread of the first wave's creates (vendor seconds) the live run and the offline model part ways: on
-2026-12-06 a CI run sent its 960 over 17.3 vendor s and failed 45.7% of first attempts against the model's 32.3%
-for the same arrivals, while a quiet machine sends them within a few seconds and agrees within 1 point (68.8% and
-68.4%). The phenomenon itself is asserted either way."""
-
-
 def check_modal_burst(result: subprocess.CompletedProcess, root: Path) -> None:
     frame = pd.read_parquet(latest(root) / "rollouts")
     command = result.args[-1] if isinstance(result.args, list) else result.args
@@ -165,13 +157,11 @@ def check_modal_burst(result: subprocess.CompletedProcess, root: Path) -> None:
         # model's given the same first-wave create arrivals in vendor seconds (its truth; a create it refused has
         # none, and counts as the last). A busy machine sends for longer, and later creates meet less congestion
         truth = pd.read_parquet(latest(root) / "truth", columns=["created_s"])["created_s"]
-        arrivals = sorted(t for t in (truth - truth.min()).tolist() if t < 60.0)[:size]
-        arrivals += [arrivals[-1]] * (size - len(arrivals))
+        arrivals = first_wave_arrivals(truth, size, within_s=60.0)
         if arrivals[-1] > BURST_SPREAD_S:  # a machine too busy to send a burst (CI's nine pytests on 2 cores)
             print(f"first-wave creates spread over {arrivals[-1]:.1f} vendor s: not compared with the offline model")
             return
-        burst = simulate_burst("modal-like", size, seed=0, arrivals_s=arrivals, client=CLIENTS[client.group(1)])
-        offline = first_attempt_init_failure_rate(burst)
+        offline = offline_first_attempt_failure("modal-like", arrivals, client=CLIENTS[client.group(1)])
         assert abs(first_failed / size - offline) <= 0.02, (first_failed / size, offline, arrivals[-1])
     else:  # a burst of 100, or 960 through uni-agent's semaphore of 128: no collapse
         assert len(failed) <= 0.05 * size

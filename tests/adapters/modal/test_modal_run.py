@@ -20,14 +20,12 @@ import pytest
 
 from harness.results.read.dataset import load_truth
 from providers.base import INIT_FAILURE_KINDS
-from providers.sim.core.calibration import first_attempt_init_failure_rate
-from providers.sim.core.experiments import simulate_burst
 from providers.sim.core.profile import load_profile
 from tests.support.commands import stampede
+from tests.support.modal_burst import BURST_SPREAD_S, first_wave_arrivals, offline_first_attempt_failure
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
-BURST_SPREAD_S = 5.0  # vendor s over which the 960 creates were taken, past which the run is not the model's burst
 
 
 def finished_run(out: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame, dict]:
@@ -111,11 +109,10 @@ def test_960_burst_reproduces_classified_init_failures_and_a_long_tti_tail(tmp_p
     # machine too busy to send them together (or a vendor process too starved to take them: its boots then end late
     # too, which the model cannot know) is not compared: one CI run spread them over 69.8 vendor s and collapsed
     # (31.6%) where the model said 0.6%, another did not collapse at all (0 ready_timeout, 5 deaths)
-    arrivals = sorted((truth["created_s"] - truth["created_s"].min()).tolist())[:960]
-    arrivals += [arrivals[-1]] * (960 - len(arrivals))  # a create the vendor refused has no arrival: count it last
+    arrivals = first_wave_arrivals(truth["created_s"], 960)
     if arrivals[-1] <= BURST_SPREAD_S:
         profile = load_profile("modal-like").with_overrides({"startup.deadline_s": 299})
-        offline = first_attempt_init_failure_rate(simulate_burst(profile, 960, seed=0, arrivals_s=arrivals))
+        offline = offline_first_attempt_failure(profile, arrivals)
         assert abs(init_failures / 960 - offline) <= 0.03, (init_failures / 960, offline, arrivals[-1], kinds.to_dict())
     elif init_failures < 0.05 * 960:
         print(f"creates taken over {arrivals[-1]:.1f} vendor s: no collapse, and none to compare with the model")
