@@ -29,6 +29,7 @@ from harness.fitting.admission import MACHINE as ADMISSION_MACHINE
 from harness.fitting.admission import fit_admission, simulate_intake_burst
 from harness.fitting.limits import RETRY_AFTER_KEY, fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
+from harness.fitting.ramp_load import fit_load_from_ramp
 from harness.fitting.serving import KEYS as SERVING_KEYS
 from harness.fitting.serving import MACHINE as SERVING_MACHINE
 from harness.fitting.serving import fit_serving
@@ -329,6 +330,17 @@ def fit_profile(observations: Sequence[ProtocolObservation], prior: Profile, nam
             fitted["boot.load_delay_max_s"] = profile.boot.load_delay_max_s
             stages = ", ".join(f"ramp@{o.concurrency}" for o in ramps)
             notes["boot.load_delay_max_s"] = f"the ramp's stages wider than the burst ({stages}), no create refused"
+        # a burst that showed no delay may have been slow for another reason (cold nodes pulling the image): a
+        # wider ramp of warm nodes shows it (ramp_load.py)
+        from_ramp = fit_load_from_ramp(profile, with_tti, burst_width) if profile.boot.load_delay_s == 0 else None
+        if from_ramp is not None:
+            profile = from_ramp.profile
+            fitted["boot.load_delay_s"] = profile.boot.load_delay_s
+            fitted["boot.load_delay_max_s"] = profile.boot.load_delay_max_s
+            notes["boot.load_delay_s"] = from_ramp.note()
+            notes["boot.load_delay_max_s"] = (
+                f"not seen to stop growing up to ramp@{max(from_ramp.stages)}: held beyond it"
+            )
     else:
         why = f"no burst of {WIDE_MIN} or more beside a narrower run (widest: {max(o.concurrency for o in with_tti)})"
         if narrowest > NARROW_MAX:
