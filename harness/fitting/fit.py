@@ -27,7 +27,7 @@ from foundation.quantiles import nearest_rank
 from harness.fitting.admission import KEY as ADMISSION_KEY
 from harness.fitting.admission import MACHINE as ADMISSION_MACHINE
 from harness.fitting.admission import fit_admission, simulate_intake_burst
-from harness.fitting.limits import RETRY_AFTER_KEY, fit_limits
+from harness.fitting.limits import REFUSALS, RETRY_AFTER_KEY, fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
 from harness.fitting.ramp_load import fit_load_from_ramp
 from harness.fitting.serving import KEYS as SERVING_KEYS
@@ -46,7 +46,6 @@ ITERATIONS = 6
 SATURATION = (0.7, 0.5, 0.35, 0.25, 0.15, 0.1)  # candidate caps: the delay stops growing at this share of a burst
 RAMP_WIDTH_MAX = 1000  # a ramp stage replayed for the load cap: at most this many users
 SPREAD_MARGIN = 0.02  # a cap must bring the burst's log spread this much closer than no cap to be kept
-REFUSALS = ("rate_limited", "quota_exhausted", "capacity")  # a create the vendor turned away: a limit, not an error
 NO_SETTING_KEYS = (RETRY_AFTER_KEY,)  # fit findings without a profile field: comments in the TOML, not values
 
 

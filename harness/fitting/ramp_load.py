@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foundation.quantiles import nearest_rank
+from harness.fitting.limits import REFUSALS
 from harness.fitting.live_run import LiveRun, Shape, live_run_of
 from harness.fitting.observations import ProtocolObservation
 from providers.sim.core.profile import Profile
@@ -50,9 +51,6 @@ class RampLoad:
 
 def _refused(observation: ProtocolObservation) -> bool:
     return any(kind.split("@")[0] in REFUSALS for kind in observation.failures)
-
-
-REFUSALS = ("rate_limited", "quota_exhausted", "capacity")
 
 
 LiveOf = Callable[[Path | str], tuple[LiveRun, float | None]]
