@@ -129,7 +129,13 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
     timelines = _create_timelines(info, frame)
     queues = _queue_samples(info, frame)
     out: list[ProtocolObservation] = []
-    for stage in dict.fromkeys(stages):
+    # in the order the stages began (their first submit), not the rows': a stage whose rollouts all end with the
+    # run (cancelled in flight) has its rows last, and a ramp replayed in row order plays its stages out of turn
+    # (modal-like's ramp: 480, 1,920, 3,840, then 960)
+    first = pd.to_datetime(frame["t_submit"], utc=True).groupby(stages).min()  # NaT skipped
+    never = pd.Timestamp.max.tz_localize("UTC")  # a stage without a submit time keeps its place, after the others
+    begun = {stage: first.get(stage, never) for stage in dict.fromkeys(stages)}
+    for stage in sorted(begun, key=lambda name: never if pd.isna(begun[name]) else begun[name]):  # stable
         rows = stages == stage
         width = int(np.nanmax(widths[rows])) if np.isfinite(widths[rows]).any() else 1
         samples = tuple(sorted(float(v) for v in vendor_tti[rows & ok]))
