@@ -27,6 +27,7 @@ from providers.sim.core.timed_ramp import CreateThrottle, RampTiming
 # timed_ramp.py). The holds `stampede run` uses when `--hold` is not given:
 DEFAULT_HOLD_S = {"ramp": 15.0, "steady": 60.0}  # _HoldingShape.default_hold, SteadyShape.default_hold
 DEFAULT_SPAWN_RATE = 100.0  # harness/locust/settings.py: users a stage adds per wall second
+DEFAULT_STOP_WALL_S = 60.0  # `stampede run --stop-timeout`'s default (harness/cli/run.py), a run's run.json its own
 STAGE_TICK_WALL_S = 1.0  # Locust ticks a shape once a wall second: a level is seen reached on the next tick
 TURN_WALL_S = 0.005  # a request's round trip and the engine's turn to the next rollout, wall seconds (localhost)
 DEFAULT_COMMANDS = (("true",), ("echo", "stampede"), ("sleep", "2"))  # harness/wire/plan.py DEFAULT_COMMANDS
@@ -73,6 +74,7 @@ class LiveRun:
     max_backoff_wall_s: float | None = None  # None: the stub client's default (CreateThrottle.stub_client's)
     gate_cascade: GateCascade | None = None  # None: the simulator's default opening (gate_cascade.py says why not)
     burst_read_wall_s: float = BURST_READ_WALL_S  # how late a burst's create answers are read while it is sent
+    stop_wall_s: float = DEFAULT_STOP_WALL_S  # a ramp's end: how long rollouts in flight get (`--stop-timeout`)
 
     def work_s(self, profile: Profile) -> float:
         """Vendor seconds of a rollout after its first command: each later command's round trip and the vendor's
@@ -112,6 +114,7 @@ class LiveRun:
             turn_s=TURN_WALL_S / scale,
             throttle=throttle,
             retries=self.retries,
+            stop_s=self.stop_wall_s / scale,
         )
         if self.retry_backoff_s is not None:
             timing = dataclasses.replace(timing, retry_backoff_s=self.retry_backoff_s)
@@ -123,7 +126,10 @@ class LiveRun:
         timing = self.timing(profile, [Shape("burst", users, users)])
         started_by = users * spacing_s + STAGE_TICK_WALL_S / self.time_scale  # every user starts inside the stage
         read_s = self.burst_read_wall_s / self.time_scale
-        return dataclasses.replace(timing, stage_s=(started_by,), spawn_interval_s=spacing_s, turn_s=read_s, once=True)
+        # a burst's run ends when its rollouts do, however late: no stop timeout cuts it
+        return dataclasses.replace(
+            timing, stage_s=(started_by,), spawn_interval_s=spacing_s, turn_s=read_s, once=True, stop_s=math.inf
+        )
 
 
 def live_run_of(run_dir: Path | str) -> tuple[LiveRun, float | None]:
@@ -137,6 +143,7 @@ def live_run_of(run_dir: Path | str) -> tuple[LiveRun, float | None]:
     hold = _number(shape.get("hold_s")) or _number(params.get("hold_s"))
     spawn = _number(shape.get("spawn_rate")) or _number(params.get("spawn_rate")) or DEFAULT_SPAWN_RATE
     commands = plan.get("commands")
+    stop = _number(info.manifest.get("stop_timeout_s"), zero=True)  # a ramp's own; 0: cancelled at once
     live = LiveRun(
         time_scale=info.time_scale,
         spawn_rate=spawn,
@@ -145,6 +152,7 @@ def live_run_of(run_dir: Path | str) -> tuple[LiveRun, float | None]:
         retry_backoff_s=_number(plan.get("retry_backoff_s"), zero=True),  # a plan's 0 is no backoff, not the default
         throttle=info.provider in GATED_CREATES,
         max_backoff_wall_s=_number(options.get("max_backoff_s")),
+        stop_wall_s=DEFAULT_STOP_WALL_S if stop is None else stop,
     )
     return live, hold
 

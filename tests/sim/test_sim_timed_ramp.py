@@ -117,6 +117,7 @@ def test_a_retried_attempt_is_its_own_row_in_its_rollouts_stage() -> None:
         {"stage_s": (math.inf,)},
         {"stage_s": (5.0,), "turn_s": 0.0},
         {"stage_s": (5.0,), "retries": -1},
+        {"stage_s": (5.0,), "stop_s": -1.0},
     ],
 )
 def test_a_timing_that_could_not_end_is_refused(bad: dict[str, object]) -> None:
@@ -185,3 +186,20 @@ def test_a_burst_through_the_gate_makes_one_rollout_a_user_and_lets_some_in_afte
     assert len(burst.ttis()) > 90 + 90 * 0.0003 * 960 + 0.5 * 90  # the bucket, its refill, and half an opening
     looping = simulate_timed_ramp("agent-sandbox-like", [960], dataclasses.replace(timing, once=False), seed=3)[0]
     assert looping.n > 960  # without `once` its users loop for the stage
+
+
+def test_rollouts_still_going_after_the_stop_timeout_are_cancelled_not_rows() -> None:
+    """A live ramp ends its last stage, gives rollouts in flight its stop timeout (60 wall s), and cancels the rest;
+    cancelled rows are no outcome. Replayed without it, modal-like's ramp at 480 counted 10.5% failures (sandboxes
+    waiting in its start pipeline until their one-hour lifetime) where the live run had 0.5%, and at 960 1,400 rows
+    where the live run had one."""
+    slow = load_profile("ideal").with_overrides({"boot.median_s": 50.0, "boot.sigma": 0.0})
+    timing = dataclasses.replace(_timing(5.0, work_s=2.0, throttle=False), stop_s=20.0)
+    (cut,) = simulate_timed_ramp(slow, [10], timing, seed=0)
+    assert cut.n == 0  # a 50 s boot is not over 5 + 20 s after the stage began
+    (waited,) = simulate_timed_ramp(slow, [10], dataclasses.replace(timing, stop_s=math.inf), seed=0)
+    assert waited.n == 10 and all(s.ok for s in waited.samples)
+    # a first command in time but its work not: the rollout was still going, so it is cancelled too
+    (work_cut,) = simulate_timed_ramp(slow, [10], dataclasses.replace(timing, stop_s=46.0, work_s=10.0), seed=0)
+    (work_fits,) = simulate_timed_ramp(slow, [10], dataclasses.replace(timing, stop_s=60.0, work_s=2.0), seed=0)
+    assert work_cut.n == 0 and work_fits.n == 10

@@ -128,6 +128,9 @@ class RampTiming:
     retries: int = 0  # plan retries of an init failure, each attempt its own row
     retry_backoff_s: float = RETRY_BACKOFF_S
     once: bool = False  # each user makes one rollout (its retries included) and stops: a burst sent through the gate
+    # after the last stage: how long rollouts still in flight get to finish (the run's stop timeout); those not done
+    # then are cancelled, as live, and are no rows (inf: every one finishes, however late)
+    stop_s: float = math.inf
 
     def __post_init__(self) -> None:
         if not self.stage_s or min(self.stage_s) <= 0 or not all(math.isfinite(s) for s in self.stage_s):
@@ -136,6 +139,8 @@ class RampTiming:
             raise ValueError("turn_s must be > 0, spawn_interval_s and work_s >= 0")
         if self.retries < 0 or not self.retry_backoff_s >= 0:
             raise ValueError("retries and retry_backoff_s must be >= 0")
+        if not self.stop_s >= 0:
+            raise ValueError("stop_s must be >= 0")
 
 
 class _Gate:
@@ -226,9 +231,11 @@ def simulate_timed_ramp(
     max_rollouts: int = MAX_ROLLOUTS,
 ) -> list[BurstResult]:
     """A live ramp as one run on the VirtualClock, one result per stage: `levels[k]` users in stage k, which lasts
-    `timing.stage_s[k]` vendor seconds; each user loops rollouts back to back until the last stage ends (rollouts
-    in flight then finish, as a run's stop timeout lets them). The vendor's state carries from stage to stage. A
-    sample is one attempt (one row of a live run); its `tti_s` runs from the rollout's start, the gate included."""
+    `timing.stage_s[k]` vendor seconds; each user loops rollouts back to back until the last stage ends. Rollouts
+    in flight then get `timing.stop_s` to finish (a run's stop timeout): a rollout not over by then (its work after
+    the first command included) is cancelled and is no row, as a live run's cancelled rows are no outcome. The
+    vendor's state carries from stage to stage. A sample is one attempt (one row of a live run); its `tti_s` runs
+    from the rollout's start, the gate included."""
     prof = _load(profile)
     if not levels or len(levels) != len(timing.stage_s) or min(levels) < 1:
         raise ValueError("a timed ramp needs one length per level, every level at least 1 user")
@@ -249,6 +256,7 @@ def simulate_timed_ramp(
     refused: dict[int, Rejected] = {}
     sending: list[int] = []  # the index whose create is being sent (a refusal finishes inside `launch`)
     truncated = [False]
+    over_at: dict[int, float] = {}  # when each row's rollout is over (its first command, then its work)
 
     def stage_at(t: float) -> int:
         k = 0
@@ -326,6 +334,7 @@ def simulate_timed_ramp(
     def ended(index: int) -> None:
         """A row is over: the user's next attempt or rollout starts when the live engine would start it."""
         sample = work.samples[index]
+        over_at[index] = clock.now() + (timing.work_s if sample.ok else 0.0)  # its work, then its terminate
         user, attempt = user_of[index], attempt_of[index]
         if sample.ok:
             if not timing.once:
@@ -346,13 +355,18 @@ def simulate_timed_ramp(
         for j in range(max(0, level - users)):
             clock.call_at(bounds[k] + j * timing.spawn_interval_s, functools.partial(begin, users + j))
         users = max(users, level)
+    cutoff = end + timing.stop_s
     with _gc_paused():
-        clock.run()
+        if math.isfinite(cutoff):
+            clock.run_until(cutoff)
+        else:
+            clock.run()
     stats = {**sim.stats(), "truncated": truncated[0]}
     sim.close()
     out = []
     for k in range(len(levels)):
-        samples = tuple(_from_start(work.samples[i], started_at[i], sent_at.get(i)) for i in _rows(stage_of, k, work))
+        rows = [i for i in _rows(stage_of, k, work) if over_at.get(i, math.inf) <= cutoff]
+        samples = tuple(_from_start(work.samples[i], started_at[i], sent_at.get(i)) for i in rows)
         out.append(BurstResult(prof.name, len(samples), seed, samples, stats, {}))
     return out
 
