@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from foundation.quantiles import nearest_rank
 from harness.fitting.fit import fit_profile, write_profile_toml
 from harness.fitting.live_run import LiveRun, live_run_of
-from harness.fitting.observations import QUANTILES, CreateTimeline, ProtocolObservation
+from harness.fitting.observations import CreateTimeline, ProtocolObservation
 from harness.fitting.predict import (
     Estimate,
     Prediction,
@@ -32,32 +31,10 @@ from harness.fitting.predict import (
     simulate_shape,
     simulate_stages,
 )
-from providers.sim.core.experiments import BurstResult, simulate_burst, simulate_sequential
+from providers.sim.core.experiments import simulate_burst, simulate_sequential
 from providers.sim.core.profile import load_profile
 from tests.support.commands import stampede
-
-KINDS = {"BOOT_FAILED": "died_before_ready", "TRANSIENT": "create_error"}  # the simulator's errors as a run's kinds
-
-
-def _observed(protocol: str, width: int, run: BurstResult, source: str) -> ProtocolObservation:
-    """A simulated run as `observations_from_run` would read it: raw TTIs and failures by kind@phase."""
-    samples = tuple(run.ttis())
-    failures: dict[str, int] = {}
-    for s in run.samples:
-        if s.failure is not None:
-            key = f"{KINDS.get(s.failure, s.failure)}@{s.phase}"
-            failures[key] = failures.get(key, 0) + 1
-    return ProtocolObservation(
-        protocol=protocol,
-        concurrency=width,
-        attempts=run.n,
-        tti_s=samples,
-        quantiles={k: nearest_rank(samples, q) for k, q in QUANTILES.items()},
-        trimmed=0.0,
-        success_rate=len(samples) / run.n,
-        failures=failures,
-        source=source,
-    )
+from tests.support.sim_observations import observed
 
 
 def test_a_fit_from_small_runs_predicts_the_profiles_own_wider_burst_within_its_interval() -> None:
@@ -65,14 +42,14 @@ def test_a_fit_from_small_runs_predicts_the_profiles_own_wider_burst_within_its_
     which seeds is part of the test's data, not tuned to a tolerance)."""
     truth = load_profile("e2b-like")
     small = [
-        _observed("sequential", 1, simulate_sequential(truth, 50, seed=2), "runs/seq (01-steady1)"),
-        _observed("burst", 100, simulate_burst(truth, 100, seed=2), "runs/burst100 (01-burst100)"),
+        observed("sequential", 1, simulate_sequential(truth, 50, seed=2), "runs/seq (01-steady1)"),
+        observed("burst", 100, simulate_burst(truth, 100, seed=2), "runs/burst100 (01-burst100)"),
     ]
     fitted = fit_profile(small, truth, "e2b-fitted").profile
     prediction = predict(fitted, "burst", 400, observations=small, bootstrap=8, seeds=2)
     assert prediction.refits == 8 and prediction.inputs == ("runs/seq (01-steady1)", "runs/burst100 (01-burst100)")
     assert "8 bootstrap refits" in prediction.interval_from
-    measured = _observed("burst", 400, simulate_burst(truth, 400, seed=4321), "truth")
+    measured = observed("burst", 400, simulate_burst(truth, 400, seed=4321), "truth")
     scores = {s.stat: s for s in score(prediction, [measured])}
     assert set(scores) == {"p50", "p95", "p99", "failure"}
     assert all(s.inside for s in scores.values()), scores
@@ -88,15 +65,15 @@ def test_a_failure_the_small_runs_never_saw_still_gets_an_interval_that_covers_i
     but a refit draws the rate from its posterior (0 of 150), so the interval reaches the 1% measured."""
     truth = load_profile("prime-like")
     small = [
-        _observed("sequential", 1, simulate_sequential(truth, 50, seed=4), "runs/seq (01-steady1)"),
-        _observed("burst", 100, simulate_burst(truth, 100, seed=4), "runs/burst100 (01-burst100)"),
+        observed("sequential", 1, simulate_sequential(truth, 50, seed=4), "runs/seq (01-steady1)"),
+        observed("burst", 100, simulate_burst(truth, 100, seed=4), "runs/burst100 (01-burst100)"),
     ]
     assert all(not o.failures for o in small)
     fitted = fit_profile(small, truth, "prime-fitted")
     assert fitted.fitted["errors.boot_crash_prob"] == 0
     prediction = predict(fitted.profile, "burst", 400, observations=small, bootstrap=8, seeds=2)
     assert "counted failure rates from their posterior" in prediction.interval_from
-    measured = _observed("burst", 400, simulate_burst(truth, 400, seed=4321), "truth")
+    measured = observed("burst", 400, simulate_burst(truth, 400, seed=4321), "truth")
     failure = next(s for s in score(prediction, [measured]) if s.stat == "failure")
     assert failure.measured == pytest.approx(0.01)
     assert failure.predicted.value == 0 < failure.predicted.high and failure.inside and failure.within
@@ -269,9 +246,9 @@ def test_against_says_inside_or_outside_the_interval_and_within_the_done_when_bo
 def test_a_fitted_profile_names_the_runs_its_bootstrap_refits(tmp_path: Path) -> None:
     run = simulate_sequential("e2b-like", 20, seed=2)
     obs = [
-        _observed("sequential", 1, run, "results/run-a (01-steady1)"),
-        _observed("sequential", 1, run, "results/run-a (02-steady1)"),
-        _observed("burst", 20, simulate_burst("e2b-like", 20, seed=2), "results/run b (01-burst20)"),
+        observed("sequential", 1, run, "results/run-a (01-steady1)"),
+        observed("sequential", 1, run, "results/run-a (02-steady1)"),
+        observed("burst", 20, simulate_burst("e2b-like", 20, seed=2), "results/run b (01-burst20)"),
     ]
     path = write_profile_toml(fit_profile(obs, load_profile("ideal"), "named"), tmp_path / "named.toml")
     assert profile_inputs(path) == ["results/run-a", "results/run b"]
@@ -298,7 +275,7 @@ def test_a_fitted_profile_names_the_runs_its_bootstrap_refits(tmp_path: Path) ->
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     run = simulate_sequential("e2b-like", 10, seed=1)
-    obs = [_observed("sequential", 1, run, "gone/run (01-steady1)")]
+    obs = [observed("sequential", 1, run, "gone/run (01-steady1)")]
     write_profile_toml(fit_profile(obs, load_profile("e2b-like"), "fitted"), tmp_path / "fitted.toml")
     done = stampede("calibrate", *(a.replace("{tmp}", str(tmp_path)) for a in args), cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from foundation.quantiles import nearest_rank
 from harness.fitting.live_run import LiveRun, Shape
-from harness.fitting.observations import QUANTILES, CreateTimeline, ProtocolObservation
+from harness.fitting.observations import CreateTimeline, ProtocolObservation
 from harness.fitting.ramp_load import fit_load_from_ramp
 from providers.sim.core.profile import Profile, load_profile
 from providers.sim.core.timed_ramp import simulate_timed_ramp
+from tests.support.sim_observations import observed
 
 LEVELS = (25, 50, 100, 200, 400)
 HOLD_S = 10.0
@@ -29,24 +29,11 @@ def live_of(_: Path | str) -> tuple[LiveRun, float | None]:
 def measured_ramp(profile: Profile, seed: int = 7) -> list[ProtocolObservation]:
     shapes = [Shape("ramp", users, users, HOLD_S) for users in LEVELS]
     stages = simulate_timed_ramp(profile, list(LEVELS), LIVE.timing(profile, shapes), seed=seed)
-    out = []
-    for users, stage in zip(LEVELS, stages, strict=True):
-        ttis = tuple(sorted(stage.ttis()))
-        out.append(
-            ProtocolObservation(
-                protocol="ramp",
-                concurrency=users,
-                attempts=stage.n,
-                tti_s=ttis,
-                quantiles={k: nearest_rank(ttis, q) for k, q in QUANTILES.items()},
-                trimmed=0.0,
-                success_rate=len(ttis) / stage.n,
-                failures={},
-                source=f"ramp-run (ramp{users})",
-                creates=CreateTimeline(run="ramp-run", accepted_s=(), ended_s=(), refused_s={}),
-            )
-        )
-    return out
+    timeline = CreateTimeline(run="ramp-run", accepted_s=(), ended_s=(), refused_s={})
+    return [
+        observed("ramp", users, stage, f"ramp-run (ramp{users})", creates=timeline)
+        for users, stage in zip(LEVELS, stages, strict=True)
+    ]
 
 
 def test_a_ramp_wider_than_the_burst_gives_the_delay_the_burst_hid() -> None:
