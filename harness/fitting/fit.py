@@ -29,7 +29,7 @@ from harness.fitting.admission import MACHINE as ADMISSION_MACHINE
 from harness.fitting.admission import fit_admission, simulate_intake_burst
 from harness.fitting.limits import REFUSALS, RETRY_AFTER_KEY, fit_limits
 from harness.fitting.observations import QUANTILES, ProtocolObservation
-from harness.fitting.ramp_load import fit_load_from_ramp
+from harness.fitting.ramp_load import fit_load_from_ramp, held_load_delay
 from harness.fitting.serving import KEYS as SERVING_KEYS
 from harness.fitting.serving import MACHINE as SERVING_MACHINE
 from harness.fitting.serving import fit_serving
@@ -158,10 +158,6 @@ def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> tuple[
     "held at the widest burst's". Returns the profile and `k`."""
     widest = max(obs.concurrency for obs in wide)
 
-    def with_delay(delay: float, k: int) -> Profile:
-        boot = dataclasses.replace(profile.boot, load_delay_s=delay, load_delay_max_s=delay * (k - 1))
-        return dataclasses.replace(profile, boot=boot)
-
     def error(candidate: Profile) -> float:
         errs = [
             math.log(simulated_stats(candidate, obs)["p50"] / obs.quantiles["p50"])
@@ -182,14 +178,14 @@ def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> tuple[
 
     def fitted_at(k: int) -> Profile:
         low, high = 0.0, max(0.001, max(obs.quantiles.get("p50", 0.0) for obs in wide) / k)
-        if error(with_delay(low, k)) >= 0:
-            return with_delay(0.0, k)
-        while error(with_delay(high, k)) < 0 and high < 60:
+        if error(held_load_delay(profile, low, k)) >= 0:
+            return held_load_delay(profile, 0.0, k)
+        while error(held_load_delay(profile, high, k)) < 0 and high < 60:
             high *= 2
         for _ in range(12):  # bisection on a monotone error
             mid = (low + high) / 2
-            low, high = (mid, high) if error(with_delay(mid, k)) < 0 else (low, mid)
-        return with_delay((low + high) / 2, k)
+            low, high = (mid, high) if error(held_load_delay(profile, mid, k)) < 0 else (low, mid)
+        return held_load_delay(profile, (low + high) / 2, k)
 
     best, best_k = fitted_at(widest), widest
     if best.boot.load_delay_s == 0:

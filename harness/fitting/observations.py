@@ -134,8 +134,8 @@ def observations_from_run(run_dir: Path | str) -> list[ProtocolObservation]:
     # (modal-like's ramp: 480, 1,920, 3,840, then 960)
     first = pd.to_datetime(frame["t_submit"], utc=True).groupby(stages).min()  # NaT skipped
     never = pd.Timestamp.max.tz_localize("UTC")  # a stage without a submit time keeps its place, after the others
-    begun = {stage: first.get(stage, never) for stage in dict.fromkeys(stages)}
-    for stage in sorted(begun, key=lambda name: never if pd.isna(begun[name]) else begun[name]):  # stable
+    begun = first.reindex(list(dict.fromkeys(stages))).fillna(never)  # a stage's NaT or missing: never
+    for stage in begun.sort_values(kind="stable").index:
         rows = stages == stage
         width = int(np.nanmax(widths[rows])) if np.isfinite(widths[rows]).any() else 1
         samples = tuple(sorted(float(v) for v in vendor_tti[rows & ok]))

@@ -18,6 +18,7 @@ delay this reads (4.59 s).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -47,6 +48,14 @@ class RampLoad:
     def note(self) -> str:
         widths = ", ".join(f"ramp@{width}" for width in self.stages)
         return f"the ramp's stages wider than the burst ({widths}), replayed as the run played them"
+
+
+def held_load_delay(profile: Profile, delay: float, booting: int) -> Profile:
+    """`profile` whose boots each slow by `delay` per other sandbox booting, held once `booting` boot at once: the
+    one shape both fits of the load delay try (from a burst's spread, and here from a ramp's stages). The keys'
+    sources stay the prior's: the fit names what it fitted when it writes the profile."""
+    boot = dataclasses.replace(profile.boot, load_delay_s=delay, load_delay_max_s=delay * (booting - 1))
+    return dataclasses.replace(profile, boot=boot)
 
 
 def _refused(observation: ProtocolObservation) -> bool:
@@ -87,11 +96,8 @@ def _fit_run(
     shapes = [Shape("ramp", o.concurrency, o.concurrency, hold) for o in stages]
     widest = max(stages[i].concurrency for i in read)
 
-    def with_delay(delay: float) -> Profile:
-        return profile.with_overrides({"boot.load_delay_s": delay, "boot.load_delay_max_s": delay * (widest - 1)})
-
     def error(delay: float) -> float:
-        candidate = with_delay(delay)
+        candidate = held_load_delay(profile, delay, widest)
         timing = live.timing(candidate, shapes)
         per_seed = [
             simulate_timed_ramp(candidate, [s.users for s in shapes], timing, seed=seed) for seed in range(SEEDS)
@@ -114,4 +120,4 @@ def _fit_run(
     for _ in range(STEPS):  # bisection on a monotone error: a larger delay, slower stages
         mid = (low + high) / 2
         low, high = (mid, high) if error(mid) < 0 else (low, mid)
-    return RampLoad(with_delay((low + high) / 2), tuple(stages[i].concurrency for i in read), run)
+    return RampLoad(held_load_delay(profile, (low + high) / 2, widest), tuple(stages[i].concurrency for i in read), run)
