@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from typing import Any
 
@@ -48,6 +49,25 @@ def default_profile(provider: str) -> str:
 seconds = bounded_float(0.0, MAX_SECONDS, low_open=True)
 seconds_or_zero = bounded_float(0.0, MAX_SECONDS)
 rate = bounded_float(0.0, MAX_RATE, low_open=True)
+
+
+PACED_BY_THE_USER = frozenset({"ramp", "steady", "soak", "knee", "staggered", "arrival"})
+"""Scenarios whose users start at a pace the user chose (a spawn rate, a stagger, an arrival rate): their embedded
+vendor plays no burst 1:1 (`providers.sim.core.clock.LoopClock`), which exists for a burst's sending, as fast as the
+harness can. Played 1:1, the opening 3 wall s of modal-like's ramp at time scale 0.1 reached the vendor ten times as
+dense as its spawn rate asked (480 creates in 5.9 vendor s, not 48), and the start pipeline collapsed (TTI p50 64 vendor
+s) where the ramp at its spawn rate predicts 4.3 s. A locustfile of the user's own keeps the pacing."""
+
+
+def scenario_stem(scenario: Any) -> str:
+    """A scenario's name as `stampede run --scenario` gives it, or as its locustfile's path does (`locust -f`)."""
+    first = str(scenario or "").split(",")[0].strip()
+    return os.path.splitext(os.path.basename(first))[0]
+
+
+def paces_bursts(scenario: Any) -> bool:
+    """Whether the scenario's embedded vendor plays a burst's sending 1:1 (not when `PACED_BY_THE_USER`)."""
+    return scenario_stem(scenario) not in PACED_BY_THE_USER
 
 
 def check_positive(name: str, value: float | None) -> None:

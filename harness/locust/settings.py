@@ -37,12 +37,14 @@ from harness.locust.setting_values import (
     check_users_and_rate,
     default_profile,
     in_flight,
+    paces_bursts,
     parse_argv,
     parse_key_values,
     parse_rates,
     parse_stages,
     parse_trainer,
     parse_turns,
+    scenario_stem,
     seconds,
     seconds_or_zero,
 )
@@ -72,8 +74,7 @@ DEFAULT_SANDBOX_HOLD_S = 30.0  # burst-hold without --hold
 
 def holds_sandboxes(scenario: Any) -> bool:
     """Whether the scenario (a name, or a locustfile path as `locust -f` gives it) holds each sandbox."""
-    first = str(scenario or "").split(",")[0].strip()
-    return os.path.splitext(os.path.basename(first))[0] in HOLDING_SCENARIOS
+    return scenario_stem(scenario) in HOLDING_SCENARIOS
 
 
 _LOCUST_ONLY_KEYWORDS = ("include_in_web_ui", "is_secret", "is_required", "is_multiple")
@@ -462,6 +463,7 @@ class RunSettings:
     ] = ()  # --threshold, checked at the end of the run (harness.results.figures.thresholds)
     abort_on_threshold: bool = False  # stop once a threshold that cannot un-cross is crossed (threshold_watch)
     seconds: str = "vendor"  # the end-of-run table's seconds: vendor or wall
+    burst_pacing: bool = True  # the embedded vendor plays a burst's sending 1:1 (paces_bursts)
 
     @property
     def embedded_vendor(self) -> bool:
@@ -573,6 +575,7 @@ class RunSettings:
             thresholds=thresholds,
             abort_on_threshold=bool(get("abort_on_threshold", False)),
             seconds="wall" if get("seconds") == "wall" else "vendor",
+            burst_pacing=paces_bursts(get("scenario") or get("locustfile")),
         )
 
     def secrets(self) -> list[str]:

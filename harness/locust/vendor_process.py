@@ -32,6 +32,7 @@ import gevent.subprocess
 from foundation.phase_marks import mark
 from harness.errors import UsageError
 from harness.locust import early_processes
+from providers.sim.core.clock import BURST_PACING_ENV
 
 VENDOR_START_TIMEOUT_S = 30.0
 
@@ -65,9 +66,12 @@ def vendor_argv(
     return argv
 
 
-def vendor_env() -> dict[str, str]:
-    """A simulated vendor's environment, but its token: this process's, this checkout first on its path."""
+def vendor_env(burst_pacing: bool = True) -> dict[str, str]:
+    """A simulated vendor's environment, but its token: this process's, this checkout first on its path; without
+    `burst_pacing`, one that plays no burst 1:1 (`harness.locust.settings.PACED_BY_THE_USER` says why)."""
     env = dict(os.environ)
+    if not burst_pacing:
+        env[BURST_PACING_ENV] = "0"
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]).rstrip(
         os.pathsep
     )
@@ -111,11 +115,12 @@ class EmbeddedVendor:
         time_scale: float | None,
         overrides: dict[str, str] | None = None,
         token: str | None = None,
+        burst_pacing: bool = True,
     ) -> EmbeddedVendor:
         """Started and listening. Without a `token` (a vendor of one shard), one `stampede run` started ahead for
         exactly this (`harness.locust.early_processes`) is taken instead, with the token it was given."""
         argv = vendor_argv(module, profile, seed=seed, time_scale=time_scale, overrides=overrides)
-        env = vendor_env()
+        env = vendor_env(burst_pacing)
         early = early_processes.take(early_processes.key_of("vendor", argv, env)) if token is None else None
         if early is not None:
             mark("vendor: taken from the head start")
@@ -215,6 +220,7 @@ class ShardedVendor:
         time_scale: float | None,
         overrides: dict[str, str] | None = None,
         meanwhile: Meanwhile | None = None,
+        burst_pacing: bool = True,
     ) -> ShardedVendor:
         """Every shard started and listening; `meanwhile` runs once their processes are forked, while they start."""
         # shards share one token; a vendor of one shard picks its own (or the head start's: early_processes)
@@ -228,6 +234,7 @@ class ShardedVendor:
                 time_scale=time_scale,
                 overrides=overrides,
                 token=token,
+                burst_pacing=burst_pacing,
             )
             for index in range(max(1, shards))
         ]

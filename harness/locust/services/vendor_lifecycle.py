@@ -40,7 +40,7 @@ class VendorFacts:
 def _simulates(settings: RunSettings) -> tuple[Any, ...]:
     """What the embedded vendor is started for: a change in any of these restarts it."""
     overrides = tuple(sorted(settings.profile_overrides.items()))
-    return settings.provider, settings.profile, settings.seed, settings.time_scale, overrides
+    return settings.provider, settings.profile, settings.seed, settings.time_scale, overrides, settings.burst_pacing
 
 
 class VendorLifecycle:
@@ -84,6 +84,7 @@ class VendorLifecycle:
                 time_scale=settings.time_scale,
                 overrides=settings.profile_overrides,
                 meanwhile=meanwhile,
+                burst_pacing=settings.burst_pacing,
             )
         except UsageError as exc:
             raise UsageError(f"local vendor: {exc}") from None
