@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.locust.setting_values import paces_bursts
+from harness.locust.vendor_process import vendor_env
 from harness.results.read.dataset import load_truth
+from providers.sim.core.clock import LoopClock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,6 +44,16 @@ def opening_pace(tmp_path: Path, *args: str) -> tuple[float, dict]:
 )
 def test_only_scenarios_sent_as_fast_as_the_harness_can_are_paced(scenario: str, paced: bool) -> None:
     assert paces_bursts(scenario) is paced
+
+
+def test_an_unpaced_vendor_environment_turns_the_clocks_pacing_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in vendor_env(burst_pacing=False).items():
+        monkeypatch.setenv(key, value)
+    assert LoopClock(0.1).pace_window_s == 0.0  # no wave is ever played 1:1
+    monkeypatch.undo()
+    for key, value in vendor_env(burst_pacing=True).items():
+        monkeypatch.setenv(key, value)
+    assert LoopClock(0.1).pace_window_s > 0.0
 
 
 @pytest.mark.slow
