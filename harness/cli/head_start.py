@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from foundation.phase_marks import mark
-from harness.locust.setting_values import DEFAULT_PROVIDER, default_profile, paces_bursts
+from harness.locust.setting_values import DEFAULT_PROVIDER, DEFAULT_SCENARIO, default_profile, paces_bursts
 
 LOCAL_WORKER = "local"  # the engine's worker name in a run of one process (harness.locust.services.process_role)
 
@@ -72,7 +72,7 @@ class Guess:
     seed: int
     time_scale: float | None
     overrides: dict[str, str]
-    burst_pacing: bool  # the vendor plays a burst's sending 1:1 (harness.locust.settings.paces_bursts)
+    burst_pacing: bool  # the vendor plays a burst's sending 1:1 (harness.locust.setting_values.paces_bursts)
 
     @classmethod
     def of(cls, argv: Sequence[str], env: Mapping[str, str]) -> Guess | None:
@@ -92,7 +92,7 @@ class Guess:
             default=[env["STAMPEDE_PROFILE_SET"]] if "STAMPEDE_PROFILE_SET" in env else None,
         )
         parser.add_argument("--time-scale", default=env.get("STAMPEDE_TIME_SCALE"))
-        parser.add_argument("--scenario", default="ramp")
+        parser.add_argument("--scenario", default=DEFAULT_SCENARIO)
         parser.add_argument("--seed", default=env.get("STAMPEDE_SEED") or "0")
         parser.add_argument("-u", "--users", default=None)
         parser.add_argument("--workers", default="auto")

@@ -27,11 +27,13 @@ def workers_count(text: object) -> int | str:
 
 
 def add_arguments(run: argparse.ArgumentParser) -> None:
-    from harness.locust.setting_values import MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
+    from harness.locust.setting_values import DEFAULT_SCENARIO, MAX_IN_FLIGHT, in_flight, rate, seconds_or_zero
     from harness.locust.settings import DEFAULT_SPAWN_RATE
     from harness.locust.settings import add_arguments as add_stampede_arguments
 
-    run.add_argument("--scenario", default="ramp", help="scenario name (ramp, burst, ...) or path to a locustfile")
+    run.add_argument(
+        "--scenario", default=DEFAULT_SCENARIO, help="scenario name (ramp, burst, ...) or path to a locustfile"
+    )
     dist = run.add_argument_group("distributed (Locust master and workers, each worker with its own engine)")
     dist.add_argument(
         "--workers",

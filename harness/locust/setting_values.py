@@ -51,6 +51,7 @@ seconds_or_zero = bounded_float(0.0, MAX_SECONDS)
 rate = bounded_float(0.0, MAX_RATE, low_open=True)
 
 
+DEFAULT_SCENARIO = "ramp"  # `stampede run` without --scenario
 PACED_BY_THE_USER = frozenset({"ramp", "steady", "soak", "knee", "staggered", "arrival"})
 """Scenarios whose users start at a pace the user chose (a spawn rate, a stagger, an arrival rate): their embedded
 vendor plays no burst 1:1 (`providers.sim.core.clock.LoopClock`), which exists for a burst's sending, as fast as the

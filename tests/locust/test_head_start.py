@@ -14,6 +14,8 @@ import os
 import uuid
 from pathlib import Path
 
+import pytest
+
 from foundation.phase_marks import VARIABLE
 from tests.support.commands import stampede
 
@@ -53,10 +55,15 @@ def rows_of(out: Path) -> dict[str, object]:
     return dict(json.loads((run_dir / "run.json").read_text()))
 
 
-def test_a_run_takes_the_engine_and_vendor_its_head_start_began(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "shape",
+    [("--scenario", "burst", "--users", "3"), ("--stages", "3", "--hold", "1")],  # a ramp: a vendor unpaced
+    ids=["burst", "ramp"],
+)
+def test_a_run_takes_the_engine_and_vendor_its_head_start_began(tmp_path: Path, shape: tuple[str, ...]) -> None:
     env, tag = tagged_env(tmp_path)
     out = tmp_path / "results"
-    args = ("run", "--scenario", "burst", "--profile", "ideal", "--users", "3", "--progress-interval", "0")
+    args = ("run", *shape, "--profile", "ideal", "--progress-interval", "0")
     result = stampede(*args, "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     seen = marks(tmp_path)
@@ -64,7 +71,9 @@ def test_a_run_takes_the_engine_and_vendor_its_head_start_began(tmp_path: Path) 
     assert "vendor: taken from the head start" in seen
     assert seen.count("engine: spawned") == 1 and seen.count("vendor: spawned") == 1  # none started twice
     manifest = rows_of(out)
-    assert manifest["status"] == "completed" and manifest["rows"] == {"rollouts": 3}
+    assert manifest["status"] == "completed" and manifest["parameters"]["burst_pacing"] == (shape[0] == "--scenario")
+    if shape[0] == "--scenario":
+        assert manifest["rows"] == {"rollouts": 3}
     assert alive_with(tag) == []
 
 
