@@ -11,7 +11,9 @@ Per shipped profile P, one after another (the machine has 2 shared cores):
    prior), scored against the measured run (`predict.score`).
 
 Printed as one table: profile, stage, stat, predicted, interval, measured, inside (the interval covers the
-measured value), within (15% on TTI p50/p99, 3 points on failure: the issue's bar).
+measured value), within (15% on TTI p50/p99, 3 points on failure: the issue's bar). A TTI quantile of a stage in
+which no sandbox became ready on either side (every rollout failed or was cancelled, predicted and measured) has no
+value to compare: its row says `n/a` and the counts leave it out, saying how many they left.
 
 `--ramp-stages 480,960,1920,3840 --ramp-hold H` adds the ramp to 3,840: a measured `stampede run --scenario ramp
 --stages ... --hold H` and its prediction from the same fit, stage by stage. A ramp's prediction is only
@@ -77,6 +79,11 @@ class Row:
     measured: float
     inside: bool
     within: bool
+
+    @property
+    def undefined(self) -> bool:
+        """A TTI quantile that neither side has: no sandbox became ready in the stage, predicted or measured."""
+        return math.isnan(self.predicted) and math.isnan(self.measured) and not self.stat.startswith("fail")
 
 
 def run_bounded(argv: list[str], log: Path, timeout_s: float) -> int | None:
@@ -226,7 +233,7 @@ def render(rows: list[Row]) -> str:
         lines.append(
             f"| {r.profile} | {r.stage} | {r.run} | {r.stat} | {_fmt(r.stat, r.predicted)} | "
             f"[{_fmt(r.stat, r.low)}, {_fmt(r.stat, r.high)}] | {_fmt(r.stat, r.measured)} | "
-            f"{'yes' if r.inside else 'NO'} | {'yes' if r.within else 'NO'} |"
+            + ("n/a | n/a |" if r.undefined else f"{'yes' if r.inside else 'NO'} | {'yes' if r.within else 'NO'} |")
         )
     return "\n".join(lines)
 
@@ -313,11 +320,20 @@ def main() -> int:
     medians = [r for r in rows if r.run.startswith("median of")]
     print()
     for label, group in (("measured values", each), ("medians of the repeats", medians)):
-        if group:
-            inside, within = sum(r.inside for r in group), sum(r.within for r in group)
-            print(f"{inside} of {len(group)} {label} inside their interval; {within} of {len(group)} within the bar")
+        counted = [r for r in group if not r.undefined]
+        if counted:
+            inside, within = sum(r.inside for r in counted), sum(r.within for r in counted)
+            left = len(group) - len(counted)
+            print(
+                f"{inside} of {len(counted)} {label} inside their interval; {within} of {len(counted)} within the bar"
+                + (
+                    f" ({left} TTI quantiles of stages where no sandbox became ready on either side left out)"
+                    if left
+                    else ""
+                )
+            )
     print(f"runs: {work}")
-    judged = medians or each  # with repeats, the bar is read against their median (one run is one draw)
+    judged = [r for r in medians or each if not r.undefined]  # with repeats, the bar is read against their median
     return 0 if judged and all(r.inside and r.within for r in judged) else 1
 
 
