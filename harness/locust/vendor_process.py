@@ -72,7 +72,7 @@ importing the simulator would delay `stampede run`'s head start (harness.cli.hea
 
 def vendor_env(burst_pacing: bool = True) -> dict[str, str]:
     """A simulated vendor's environment, but its token: this process's, this checkout first on its path; without
-    `burst_pacing`, one that plays no burst 1:1 (`harness.locust.settings.PACED_BY_THE_USER` says why)."""
+    `burst_pacing`, one that plays no burst 1:1 (`harness.locust.setting_values.PACED_BY_THE_USER` says why)."""
     env = dict(os.environ)
     if not burst_pacing:
         env.update(UNPACED)

@@ -60,9 +60,10 @@ PACE_MAX_S = 3.0
 BURST_PACING_ENV = "STAMPEDE_SIM_BURST_PACING"
 """`0` (or off/false/no) turns the 1:1 pacing of create bursts off in every simulated vendor started with it in
 its environment. `stampede run` does for a scenario whose users start at a pace the user chose (a ramp's spawn rate:
-harness.locust.setting_values.PACED_BY_THE_USER), and `stampede rehearse` does: its emulated RL loop runs at the time scale throughout (its rates are
-wall / time scale), so a vendor slowed to 1:1 whenever the trainer's gate let a burst of groups through stretched
-their boots tenfold on the loop's clock (a prime-rl rehearsal ran at 3.30 samples/s against 5.2 unpaced)."""
+harness.locust.setting_values.PACED_BY_THE_USER), and `stampede rehearse` does: its emulated RL loop runs at the
+time scale throughout (its rates are wall / time scale), so a vendor slowed to 1:1 whenever the trainer's gate let a
+burst of groups through stretched their boots tenfold on the loop's clock (a prime-rl rehearsal ran at 3.30
+samples/s against 5.2 unpaced)."""
 
 
 def burst_pacing_enabled() -> bool:
