@@ -10,19 +10,18 @@ import asyncio
 import bisect
 import itertools
 import time
-from collections import deque
 
 import psutil
 from hdrh.histogram import HdrHistogram
 
 from foundation.quantiles import hdr_quantile, nearest_rank_index
 from harness.engine.stage_health import StageHealth
+from harness.engine.stall_log import StallLog, length_outside
 from harness.wire.messages import RECENT_WINDOW_S, HealthSnapshot
 
 LAG_PROBE_INTERVAL_S = 0.1
 _LAG_MAX_US = 3_600_000_000  # one hour, in microseconds
 _STALL_MIN_S = 0.001  # a probe later than this is kept as a stall a rollout may have to bear
-_STALLS_KEPT = 4096  # at one per probe, at least 6.8 minutes of the loop's stalls: longer than a rollout's TTI
 
 
 class LoopHealth:
@@ -41,7 +40,7 @@ class LoopHealth:
         self.last_lag_s = 0.0  # the latest probe's lag: how late anything that woke just now ran
         self._late_from = 0.0  # the latest probe's lag as monotonic instants: from when it should have woken
         self._late_to = 0.0  # to when it did
-        self._stalls: deque[tuple[float, float]] = deque(maxlen=_STALLS_KEPT)  # (late from, late to), oldest first
+        self._stalls = StallLog()
         self.stages = StageHealth()  # the same probes, per stage in force, with the CPU of each stage
 
     def lag_now(self) -> float:
@@ -53,13 +52,9 @@ class LoopHealth:
         rollout charges the lag that could have delayed what it timed since it began (a freeze while it waited for
         its create answer delayed that answer as much). The window `outside` is the readiness poll window a
         rollout already charges: a freeze inside it is not counted a second time."""
-        worst = 0.0
-        for late_from, late_to in reversed(self._stalls):
-            if late_to <= since:
-                break
-            worst = max(worst, _length_outside(max(late_from, since), late_to, outside))
+        worst = self._stalls.worst_since(since, outside)
         if self._late_to > since:  # the latest probe's, however small: how late anything that woke just now ran
-            worst = max(worst, _length_outside(max(self._late_from, since), self._late_to, outside))
+            worst = max(worst, length_outside(max(self._late_from, since), self._late_to, outside))
         return worst
 
     def start(self) -> None:
@@ -87,7 +82,7 @@ class LoopHealth:
         self.last_lag_s = lag_us / 1e6
         self._late_from, self._late_to = now - self.last_lag_s, now
         if self.last_lag_s >= _STALL_MIN_S:
-            self._stalls.append((self._late_from, now))
+            self._stalls.append(self._late_from, now)
         self.histogram.record_value(lag_us)
         self.stages.record_lag(lag_us)
         if now - self._rotated >= RECENT_WINDOW_S:
@@ -147,11 +142,3 @@ def hdr_quantiles(histogram: HdrHistogram, qs: tuple[float, ...]) -> list[int | 
         else:
             values.append(int(histogram.get_highest_equivalent_value(histogram.get_value_from_index(index))))
     return values
-
-
-def _length_outside(start: float, end: float, window: tuple[float, float] | None) -> float:
-    """How long [start, end] lasts outside `window`."""
-    length = max(0.0, end - start)
-    if window is not None:
-        length -= max(0.0, min(end, window[1]) - max(start, window[0]))
-    return length
