@@ -176,10 +176,12 @@ def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> tuple[
                 errs.append(math.log(sim[key] / sim["p50"]) - measured)
         return abs(statistics.fmean(errs)) if errs else 0.0
 
+    # no delay is one profile whatever the cap: the bursts already as slow as measured without one need none
+    if error(held_load_delay(profile, 0.0, widest)) >= 0:
+        return held_load_delay(profile, 0.0, widest), widest
+
     def fitted_at(k: int) -> Profile:
         low, high = 0.0, max(0.001, max(obs.quantiles.get("p50", 0.0) for obs in wide) / k)
-        if error(held_load_delay(profile, low, k)) >= 0:
-            return held_load_delay(profile, 0.0, k)
         while error(held_load_delay(profile, high, k)) < 0 and high < 60:
             high *= 2
         for _ in range(12):  # bisection on a monotone error
@@ -188,8 +190,6 @@ def _fit_load_delay(profile: Profile, wide: list[ProtocolObservation]) -> tuple[
         return held_load_delay(profile, (low + high) / 2, k)
 
     best, best_k = fitted_at(widest), widest
-    if best.boot.load_delay_s == 0:
-        return best, widest
     best_err = spread_error(best)
     for share in SATURATION:
         k = max(2, round(share * widest))
