@@ -12,6 +12,9 @@
 - `aborted: results not writable` (exit 74, EX_IOERR): the results could not be written (a full disk, a folder made
   read-only); the run stopped as the first Ctrl-C stops it, rows not yet written kept in memory and written once
   possible, else to a fallback folder (the engine's summary in run.json says where). Wins over every other ending.
+- `stopped: every worker went missing` (exit 69, EX_UNAVAILABLE): a master heard from none of its workers for
+  WORKER_SILENCE_S (their heartbeats, 1 s apart) or the last one quit; Locust stopped the test there. The figures
+  cover only what ran before; each worker's engine drains its own rollouts when it hears again or is stopped.
 - `crashed` (no exit status of ours: the process died; a shell shows 137 for kill -9): found later, when run.json
   still says `running` and the process that wrote it is gone.
 
@@ -34,6 +37,7 @@ INTERRUPTED = "interrupted"
 ABORTED = "aborted"
 STOPPED_BY_THRESHOLD = "stopped_by_threshold"
 RESULTS_NOT_WRITABLE = "aborted: results not writable"
+WORKERS_LOST = "stopped: every worker went missing"
 CRASHED = "crashed"
 
 EXIT_COMPLETED = 0
@@ -44,14 +48,21 @@ EXIT_THRESHOLDS_CROSSED = 99
 EXIT_REGRESSION = 98
 EXIT_RESULTS_NOT_WRITABLE = 74
 """The run's results could not be written (sysexits' EX_IOERR)."""
+EXIT_WORKERS_LOST = 69
+"""A master lost every worker mid-run (sysexits' EX_UNAVAILABLE)."""
+WORKER_SILENCE_S = 10
+"""How many 1 s heartbeats a master lets a worker miss before it counts it missing (Locust's own 3 stopped runs on
+a loaded 2-core machine: both workers busy at the spawn, CI 2026-12-07)."""
 """`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 EXIT_SCHEMA_MISMATCH = 3
 """A document stampede wrote (compare.json, a run's summary.json) does not match its own schema: stampede's bug, not
 the user's input. The tables are still printed; the document is not written."""
-CONCLUDED_EXITS = frozenset({EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE, EXIT_SCHEMA_MISMATCH})
+CONCLUDED_EXITS = frozenset(
+    {EXIT_THRESHOLDS_CROSSED, EXIT_RESULTS_NOT_WRITABLE, EXIT_SCHEMA_MISMATCH, EXIT_WORKERS_LOST}
+)
 """What a run's conclusion (its results read back, summary.json written) may decide the process exits with."""
 
-CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, RESULTS_NOT_WRITABLE, CRASHED})
+CUT_SHORT = frozenset({INTERRUPTED, ABORTED, STOPPED_BY_THRESHOLD, RESULTS_NOT_WRITABLE, WORKERS_LOST, CRASHED})
 """Endings whose last stage did not run its course: no knee verdict speaks over them."""
 
 
@@ -80,6 +91,12 @@ ENDINGS: tuple[Ending, ...] = (
         EXIT_RESULTS_NOT_WRITABLE,
         "stopped: the results could not be written (disk full, read-only); rollouts cancelled, sandboxes terminated,"
         " unwritten rows kept and written once possible, else where the engine summary says",
+    ),
+    Ending(
+        WORKERS_LOST,
+        EXIT_WORKERS_LOST,
+        f"stopped: the master heard from no worker for {WORKER_SILENCE_S} s (or the last one quit); the figures cover"
+        " only what ran before",
     ),
     Ending(CRASHED, None, "its processes died without recording an ending (kill -9, OOM): sandboxes may be left"),
 )

@@ -1,7 +1,8 @@
 """Why a run stops before its shape's end, and so how it ended (`harness.wire.run_endings` holds the table).
 
-Three things stop a run early: the user's Ctrl-C / SIGTERM (one interrupts, two abort), a threshold crossed for
-good (`--abort-on-threshold`, watched live by `harness.locust.live.threshold_watch`), and the web UI's Stop button. A
+Four things stop a run early: the user's Ctrl-C / SIGTERM (one interrupts, two abort), a threshold crossed for
+good (`--abort-on-threshold`, watched live by `harness.locust.live.threshold_watch`), the web UI's Stop button, and
+a master left with no worker (Locust's heartbeat check stops its test). A
 signal wins: the user stopped it, whatever else happened. Except over results that cannot be written (a full disk):
 an engine reporting so stops the run at once, and that is how it ended.
 """
@@ -15,7 +16,13 @@ from harness.locust.live.live_view import LiveView
 from harness.locust.live.periodic import Periodic
 from harness.locust.live.threshold_watch import ThresholdWatch
 from harness.results.figures.thresholds import Threshold, Verdict
-from harness.wire.run_endings import INTERRUPTED, RESULTS_NOT_WRITABLE, STOPPED_BY_THRESHOLD, ending_for_signals
+from harness.wire.run_endings import (
+    INTERRUPTED,
+    RESULTS_NOT_WRITABLE,
+    STOPPED_BY_THRESHOLD,
+    WORKERS_LOST,
+    ending_for_signals,
+)
 
 WRITE_CHECK_INTERVAL_S = 0.5  # the engines' stats arrive about this often
 
@@ -31,6 +38,7 @@ class RunStopping:
         self.from_web_ui = False  # the web UI's Stop: the shape did not run its course
         self._watch: ThresholdWatch | None = None
         self.not_writable: str | None = None  # an engine could not write the results: what it said
+        self.workers_lost = False  # a master's test stopped with none of its workers left (Locust's heartbeat check)
         self._writes: Periodic | None = None
 
     @property
@@ -39,6 +47,8 @@ class RunStopping:
         signals (a signal wins: the user stopped it)."""
         if self.not_writable:
             return RESULTS_NOT_WRITABLE
+        if self.workers_lost and not self.signals:
+            return WORKERS_LOST
         if self.stopped_by and not self.signals:
             return STOPPED_BY_THRESHOLD
         if self.from_web_ui and not self.signals:
@@ -50,6 +60,7 @@ class RunStopping:
         self.stopped_by = []
         self.from_web_ui = False
         self.not_writable = None
+        self.workers_lost = False
         self._writes = Periodic(WRITE_CHECK_INTERVAL_S, lambda: self._check_writes(live))
         self._writes.start()
         if abort_on_threshold:
@@ -82,6 +93,17 @@ class RunStopping:
     def note_signal(self, count: int) -> None:
         """The `count`-th Ctrl-C/SIGTERM (here, or the master's on a worker)."""
         self.signals = max(self.signals, count)
+
+    def note_workers_lost(self) -> None:
+        """A master's test is stopping with no worker left: said once, and that is how the run ended."""
+        if self.workers_lost or self._ended():
+            return
+        self.workers_lost = True
+        print(
+            "\nstampede: stopping — every worker went missing (no heartbeat); the figures cover only what ran",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def note_web_stop(self) -> None:
         self.from_web_ui = True
