@@ -46,7 +46,7 @@ from harness.locust.session import hand_over_settings, session_of
 from harness.locust.settings import RunSettings
 from harness.locust.shapes import RehearseShape, StampedeShape
 from harness.locust.vendor_process import probe
-from harness.wire.run_endings import ABORTED, EXIT_INTERRUPTED, WORKER_SILENCE_S, exit_code_for
+from harness.wire.run_endings import ABORTED, EXIT_INTERRUPTED, exit_code_for
 
 if TYPE_CHECKING:  # imported when --metrics-port asks: prometheus_client stays off every other run's start
     from harness.locust.live.metrics_endpoint import MetricsEndpoint, RunView
@@ -441,23 +441,14 @@ def _otlp_pusher(args: argparse.Namespace, role: str, environments: list[Environ
 
 
 def quit_when_stopped(environment: Environment, runner: MasterRunner) -> None:
-    """A master runs one test: once it has stopped, for whatever reason, its runner quits; a test stopped with no
-    worker left says so (`stopped: every worker went missing`, exit 69), not `completed`.
+    """A master runs one test: once it has stopped, for whatever reason, its runner quits.
 
     Locust stops a master whose every worker went missing (its heartbeat check: "The last worker went missing,
     stopping test.") without quitting it, and kills the shape that would have. Its heartbeat, listener and CPU
-    greenlets then live on, so `runner.greenlet.join()` never returned: the run had printed "completed" over no
-    rollouts and hung (CI 2026-12-07: both workers of a loaded machine missed 3 heartbeats as the run began, so a
-    master now lets them miss WORKER_SILENCE_S). The quit runs after the session's own test_stop, which concludes
-    the run; on every other path it is one more than Locust's, which does nothing."""
-    locust.runners.HEARTBEAT_LIVENESS = WORKER_SILENCE_S  # read by the runner at each worker's heartbeat
-
-    def stopping(**_: Any) -> None:
-        session = session_of(environment)
-        if runner.worker_count <= 0 and session is not None:
-            session.stopping.note_workers_lost()
-
-    environment.events.test_stopping.add_listener(stopping)
+    greenlets then live on, so `runner.greenlet.join()` never returned: the run had printed its summary and hung
+    (CI 2026-12-07). The quit runs after the session's own test_stop, which concludes the run (the ending says the
+    workers went missing: `run_stopping.watch_workers`); on every other path it is one more than Locust's, which
+    does nothing."""
     environment.events.test_stop.add_listener(lambda **_: gevent.spawn(runner.quit))
 
 

@@ -48,7 +48,7 @@ from harness.locust.services.run_record import (
     initial_manifest,
     offer_cleanup_of_crashed_runs,
 )
-from harness.locust.services.run_stopping import RunStopping
+from harness.locust.services.run_stopping import RunStopping, watch_workers
 from harness.locust.services.vendor_lifecycle import VendorFacts, VendorLifecycle
 from harness.locust.services.web_form_reset import WebFormReset
 from harness.locust.settings import RunSettings, add_arguments
@@ -555,6 +555,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
             return
     session = StampedeSession(environment, settings)
     setattr(environment, _ATTRIBUTE, session)
+    watch_workers(environment, session.stopping)
     if counts_signals:
         session.count_signals()
     logging.getLogger("locust.runners").addFilter(_UnaskedSpawnRateWarning(environment))

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
+
+import locust.runners
+from locust.env import Environment
+from locust.runners import MasterRunner
 
 from harness.locust.live.live_view import LiveView
 from harness.locust.live.periodic import Periodic
@@ -20,6 +25,7 @@ from harness.wire.run_endings import (
     INTERRUPTED,
     RESULTS_NOT_WRITABLE,
     STOPPED_BY_THRESHOLD,
+    WORKER_SILENCE_S,
     WORKERS_LOST,
     ending_for_signals,
 )
@@ -116,3 +122,19 @@ class RunStopping:
         crossed = "; ".join(verdict.describe() for verdict in verdicts)
         print(f"\nstampede: stopping — {crossed}; terminating in-flight sandboxes…", file=sys.stderr, flush=True)
         self._stop()
+
+
+def watch_workers(environment: Environment, stopping: RunStopping) -> None:
+    """A master (`stampede run`'s or `locust -f`'s): lets a worker miss WORKER_SILENCE_S heartbeats, not Locust's 3
+    (both workers of a loaded 2-core machine missed 3 as a run began, CI 2026-12-07), and a test that stops with no
+    worker left ends `stopped: every worker went missing`, not `completed`."""
+    runner = environment.runner
+    if not isinstance(runner, MasterRunner):
+        return
+    locust.runners.HEARTBEAT_LIVENESS = WORKER_SILENCE_S  # read by the runner at each worker's heartbeat
+
+    def workers_gone(**_: Any) -> None:
+        if runner.worker_count <= 0:
+            stopping.note_workers_lost()
+
+    environment.events.test_stopping.add_listener(workers_gone)
