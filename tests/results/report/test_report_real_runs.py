@@ -67,7 +67,11 @@ def test_export_then_model_on_real_runs(real_runs, tmp_path):
     validate_latency_model(document)
     vendors = {f"{m['provider']}/{m['profile']}": m for m in document["models"]}
     assert set(vendors) == {"stub/ideal", "stub/modal-like"}
-    assert [b["concurrency"] for b in vendors["stub/ideal"]["buckets"]] == [10, 20]
+    buckets = vendors["stub/ideal"]["buckets"]
+    # one bucket a stage, by the concurrency measured from its rows: a loaded machine keeps fewer of a stage's users
+    # in flight than it has (CI 2026-12-08: 8 of 10), never more
+    assert [b["target_concurrency"] for b in buckets] == [10, 20]
+    assert 0 < buckets[0]["concurrency"] <= 10 < buckets[1]["concurrency"] <= 20
     runs = {r["run_id"]: r for r in document["provenance"]["runs"]}
     assert runs["t-modal"]["time_scale"] == 0.1 and runs["t-ideal"]["time_scale_recorded"]
     modal = vendors["stub/modal-like"]["buckets"][0]
