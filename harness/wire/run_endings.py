@@ -46,6 +46,7 @@ EXIT_ABORTED = 131
 EXIT_THRESHOLDS_CROSSED = 99
 """A `--threshold` was crossed (`run`, `report`, `compare`): k6's code, so CI scripts written for k6 read it alike."""
 EXIT_REGRESSION = 98
+"""`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 EXIT_RESULTS_NOT_WRITABLE = 74
 """The run's results could not be written (sysexits' EX_IOERR)."""
 EXIT_WORKERS_LOST = 69
@@ -53,7 +54,6 @@ EXIT_WORKERS_LOST = 69
 WORKER_SILENCE_S = 10
 """How many 1 s heartbeats a master lets a worker miss before it counts it missing (Locust's own 3 stopped runs on
 a loaded 2-core machine: both workers busy at the spawn, CI 2026-12-07)."""
-"""`stampede compare` found a candidate worse than its baseline beyond the noise (a regression)."""
 EXIT_SCHEMA_MISMATCH = 3
 """A document stampede wrote (compare.json, a run's summary.json) does not match its own schema: stampede's bug, not
 the user's input. The tables are still printed; the document is not written."""
