@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from providers.sim.core.sandbox_state.sandbox_tree import SandboxPathError, SandboxTrees, SandboxUser
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -62,4 +67,26 @@ def test_closing_removes_every_tree_and_snapshot(tmp_path: Path) -> None:
     trees.save("sb-1", "snap", SandboxUser.root())
     base = trees.base
     trees.close()
+    assert not base.exists()
+
+
+def test_a_simulators_trees_go_when_it_is_dropped_without_close() -> None:
+    trees = SandboxTrees()
+    trees.get("sb-1", SandboxUser.root()).host_path("/root/x").write_text("x")
+    base = trees.base
+    del trees
+    gc.collect()
+    assert not base.exists()
+
+
+def test_a_process_that_exits_without_close_leaves_no_trees(tmp_path: Path) -> None:
+    script = (
+        "from providers.sim.core.sandbox_state.sandbox_tree import SandboxTrees, SandboxUser\n"
+        "keep = SandboxTrees()\n"
+        "keep.get('sb-1', SandboxUser.root()).host_path('/tmp/x').write_text('x')\n"
+        "print(keep.base)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
+    base = Path(out.stdout.strip())
+    assert base.name.startswith("stampede-sandboxes-")
     assert not base.exists()

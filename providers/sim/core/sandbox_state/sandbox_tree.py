@@ -21,6 +21,7 @@ import posixpath
 import shutil
 import stat
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,9 @@ class SandboxTrees:
         (self.base / "sandboxes").mkdir(parents=True, exist_ok=True)
         (self.base / "snapshots").mkdir(parents=True, exist_ok=True)
         self._trees: dict[str, SandboxTree] = {}
+        # A folder of our own goes when we are dropped or the process exits, even if nobody called close:
+        # a simulator a test or a script forgot to close left its trees in /tmp, ten a CI run.
+        self._removal = weakref.finalize(self, shutil.rmtree, self.base, True) if self._owned else None
 
     def __contains__(self, sandbox_id: str) -> bool:
         return sandbox_id in self._trees
@@ -175,8 +179,8 @@ class SandboxTrees:
 
     def close(self) -> None:
         self._trees.clear()
-        if self._owned:
-            shutil.rmtree(self.base, ignore_errors=True)
+        if self._removal is not None:
+            self._removal()  # removes the folder, once
         else:
             shutil.rmtree(self.base / "sandboxes", ignore_errors=True)
             shutil.rmtree(self.base / "snapshots", ignore_errors=True)
