@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.fitting.gate_cascade import GateCascade
 from providers.sim.core.profile import Profile
-from providers.sim.core.timed_ramp import CreateThrottle, RampTiming
+from providers.sim.core.timed_ramp import GATE_OPEN_SHAPE, GATE_PASS_WALL_S, CreateThrottle, RampTiming
 
 # A ramp or steady stage lasts its hold once its level is reached (harness/locust/shapes.py), wall seconds; its
 # users loop rollouts back to back all along, so how many it makes is the simulation's to say (providers/sim/core/
@@ -39,6 +39,12 @@ DEFAULT_COMMANDS = (("true",), ("echo", "stampede"), ("sleep", "2"))  # harness/
 # simulated run behind a prediction's interval draws its own delay from the range; the point estimate keeps the top.
 BURST_READ_WALL_S = 0.08
 BURST_READ_RANGE_WALL_S = (0.05, 0.08)
+# OPENING_READ: a gate opening is a small burst. Its waiters go out one lock hand-over apart, the vendor lets in
+# what its bucket refilled over the hold and refuses the rest, and the gate closes only when the engine reads the
+# first 429. Read from a measured ramp's creates (2026-12-08, coreweave-like to 3,840, 50/s refilled): per opening
+# ~53 let in over ~43 ms, then 429s for another 67 ms (1,920) and 73 ms (3,840) at the median, 120-157 of them. That
+# is the late read of a burst's answers, so where a trial's ramp met no rate limit (no cascade to read) the same
+# assumed delay sets how many refusals an opening lets out: 80 ms over the 0.6 ms hand-over, ~133.
 # The adapters whose create client holds every create after a 429 for its Retry-After, whole wall seconds, one probe at
 # a time (providers/throttle_gate.py): the gate `CreateThrottle.stub_client` models. Modal's holds for its own hint;
 # the other SDKs retry or fail on their own terms, not modelled.
@@ -88,6 +94,17 @@ class LiveRun:
                     total += max(0.0, float(argv[1]))
         return total
 
+    def opening_refusals(self) -> float:
+        """Refusals one opening of the client's gate lets out: read from the trial's ramp where it met the rate
+        limit (`gate_cascade`), else those sent while the first is read late, `burst_read_wall_s` (see
+        OPENING_READ)."""
+        if self.gate_cascade is not None:
+            return self.gate_cascade.mean
+        return self.burst_read_wall_s / GATE_PASS_WALL_S
+
+    def opening_shape(self) -> float:
+        return self.gate_cascade.shape if self.gate_cascade is not None else GATE_OPEN_SHAPE
+
     def timing(self, profile: Profile, shapes: Sequence[Shape]) -> RampTiming:
         """The ramp's stages in vendor seconds: reaching each level (Locust's spawn rate, seen on its next tick),
         then its hold."""
@@ -100,13 +117,12 @@ class LiveRun:
             lengths.append((reach + hold) / scale)
         throttle = None
         if self.throttle:
-            cascade = self.gate_cascade
             throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s)
-            if cascade is not None:  # its refusals, and the creates the bucket refilled over the hold let in
-                per_s, depth = profile.create_rate.per_s, profile.create_rate.burst
-                refilled = min(depth, per_s * throttle.hold_for(1.0 / per_s)) if math.isfinite(per_s) else 0.0
-                opening = (cascade.mean + refilled, cascade.shape)
-                throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s, opening=opening)
+            # an opening lets in what the bucket refilled over the hold, then refusals until the first is read
+            per_s, depth = profile.create_rate.per_s, profile.create_rate.burst
+            refilled = min(depth, per_s * throttle.hold_for(1.0 / per_s)) if math.isfinite(per_s) else 0.0
+            opening = (refilled + self.opening_refusals(), self.opening_shape())
+            throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s, opening=opening)
         timing = RampTiming(
             stage_s=tuple(lengths),
             spawn_interval_s=1.0 / self.spawn_rate / scale,

@@ -380,8 +380,17 @@ def predict_shapes(
             f"{1000 * high_read:.0f} ms; assumed: a trial's burst of 100 cannot show it; harness/fitting/live_run.py)"
         )
     how += intake_caveat(profile, shapes, spacing)
-    if live.gate_cascade is not None and any(shape.protocol in ("ramp", "steady") for shape in shapes):
-        how += f"; {live.gate_cascade.describe()}"
+    if live.throttle and any(shape.protocol in ("ramp", "steady") for shape in shapes):
+        if live.gate_cascade is not None:
+            how += f"; {live.gate_cascade.describe()}"
+        else:
+            how += (
+                "; past the rate limit the client's gate lets out, each opening, what the bucket refilled and then "
+                f"{live.opening_refusals():.0f} refusals, those sent while the first is read "
+                f"{1000 * live.burst_read_wall_s:.0f} wall ms late (each simulated run of the interval: its own "
+                f"{1000 * low_read:.0f}-{1000 * high_read:.0f} ms; assumed: the trial's ramps met no rate limit to "
+                "read the gate from; harness/fitting/live_run.py)"
+            )
     point_runs = [simulate_stages(profile, shapes, s, retries, live, spacing or 0.0) for s in range(seeds)]
     # each pooled run reads the burst's answers as late as a live run may (live_run.py: where a run falls is a race)
     reads = random.Random(4)

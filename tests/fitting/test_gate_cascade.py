@@ -92,3 +92,19 @@ def test_a_shorter_opening_makes_fewer_refused_rows_past_a_rate_limit() -> None:
 
     short, long = rows(20.0), rows(113.0)
     assert short < 0.7 * long, (short, long)
+
+
+def test_without_a_fitted_cascade_an_opening_lasts_the_assumed_late_read() -> None:
+    """A trial that met no rate limit reads no cascade: an opening lets in the bucket's refill over the hold, then
+    the refusals sent while the first is read late (coreweave-like: 50/s over one wall second, then 80 ms of 429s at
+    one lock hand-over each); a later read lets more out."""
+    profile = load_profile("coreweave-like")
+    shape = [Shape("ramp", 1920, 1920, 10.0)]
+    prompt, late = LiveRun(burst_read_wall_s=0.05), LiveRun(burst_read_wall_s=0.08)
+    for live in (prompt, late):
+        assert live.gate_cascade is None
+        throttle = live.timing(profile, shape).throttle
+        assert throttle is not None
+        passes = throttle.open_s / GATE_PASS_WALL_S
+        assert passes == pytest.approx(50 + live.burst_read_wall_s / GATE_PASS_WALL_S)
+    assert late.opening_refusals() > 1.5 * prompt.opening_refusals()
