@@ -39,7 +39,7 @@ DEFAULT_COMMANDS = (("true",), ("echo", "stampede"), ("sleep", "2"))  # harness/
 # simulated run behind a prediction's interval draws its own delay from the range; the point estimate keeps the top.
 BURST_READ_WALL_S = 0.08
 BURST_READ_RANGE_WALL_S = (0.05, 0.08)
-# OPENING_READ: a gate opening is a small burst. Its waiters go out one lock hand-over apart, the vendor lets in
+# A gate opening is a small burst. Its waiters go out one lock hand-over apart, the vendor lets in
 # what its bucket refilled over the hold and refuses the rest, and the gate closes only when the engine reads the
 # first 429. Read from a measured ramp's creates (2026-12-08, coreweave-like to 3,840, 50/s refilled): per opening
 # ~53 let in over ~43 ms, then 429s for another 67 ms (1,920) and 73 ms (3,840) at the median, 120-157 of them. That
@@ -96,8 +96,8 @@ class LiveRun:
 
     def opening_refusals(self) -> float:
         """Refusals one opening of the client's gate lets out: read from the trial's ramp where it met the rate
-        limit (`gate_cascade`), else those sent while the first is read late, `burst_read_wall_s` (see
-        OPENING_READ)."""
+        limit (`gate_cascade`), else those sent while the first is read late, `burst_read_wall_s` (the note on
+        "a gate opening" above GATED_CREATES)."""
         if self.gate_cascade is not None:
             return self.gate_cascade.mean
         return self.burst_read_wall_s / GATE_PASS_WALL_S
@@ -117,10 +117,10 @@ class LiveRun:
             lengths.append((reach + hold) / scale)
         throttle = None
         if self.throttle:
-            throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s)
+            held = CreateThrottle.stub_client(scale, self.max_backoff_wall_s).hold_for  # the gate's hold after a 429
             # an opening lets in what the bucket refilled over the hold, then refusals until the first is read
             per_s, depth = profile.create_rate.per_s, profile.create_rate.burst
-            refilled = min(depth, per_s * throttle.hold_for(1.0 / per_s)) if math.isfinite(per_s) else 0.0
+            refilled = min(depth, per_s * held(1.0 / per_s)) if math.isfinite(per_s) else 0.0
             opening = (refilled + self.opening_refusals(), self.opening_shape())
             throttle = CreateThrottle.stub_client(scale, self.max_backoff_wall_s, opening=opening)
         timing = RampTiming(

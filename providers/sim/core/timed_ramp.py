@@ -51,8 +51,9 @@ RATE_LIMITED = str(RejectReason.RATE_LIMITED)
 # p50 / p75 / p90, mean 113, sd 68: a gamma of shape 2.7 (its 39 / 63 / 100 / 149 / 204). The engine has changed
 # since, and its openings with it: on 05aa933's, 198 openings of ramps against e2b-like and daytona-like (trials' to
 # 100 and 400, runs' to 3,840) let out 5 / 17 / 37 / 59 / 78 refusals at p10 / p25 / p50 / p75 / p90, mean 39.8, a
-# gamma of shape 2.2 (22 to 51 a ramp). Being the engine's, it is read from the trial's own ramp where it has one
-# (harness/fitting/gate_cascade.py); these are the default for a prediction without one.
+# gamma of shape 2.2 (22 to 51 a ramp). Being the engine's, a prediction reads it from the trial's own ramp where it
+# has one (harness/fitting/gate_cascade.py), and without one times it by the assumed late read of a burst's answers
+# (harness/fitting/live_run.py); these stay the default of a simulation given no opening.
 GATE_PASS_WALL_S = 6e-4
 GATE_OPEN_WALL_S = 40 * GATE_PASS_WALL_S  # mean time an opening stays open before the first 429 read closes it
 GATE_OPEN_SHAPE = 2.2  # its spread: gamma shape (mean / sd squared), from the same openings

@@ -117,14 +117,14 @@ class SandboxTrees:
     """The trees of one simulator's sandboxes and their snapshots, under one temporary folder it removes."""
 
     def __init__(self, base: Path | None = None) -> None:
-        self._owned = base is None
+        owned = base is None
         self.base = Path(tempfile.mkdtemp(prefix="stampede-sandboxes-")) if base is None else base
         (self.base / "sandboxes").mkdir(parents=True, exist_ok=True)
         (self.base / "snapshots").mkdir(parents=True, exist_ok=True)
         self._trees: dict[str, SandboxTree] = {}
         # A folder of our own goes when we are dropped or the process exits, even if nobody called close:
         # a simulator a test or a script forgot to close left its trees in /tmp, ten a CI run.
-        self._removal = weakref.finalize(self, shutil.rmtree, self.base, True) if self._owned else None
+        self._removal = weakref.finalize(self, shutil.rmtree, self.base, True) if owned else None
 
     def __contains__(self, sandbox_id: str) -> bool:
         return sandbox_id in self._trees
